@@ -1,0 +1,40 @@
+"""fastkpca: kernel PCA for data far larger than exact kernel PCA can hold.
+
+Estimators (scikit-learn compatible): :class:`ExactKPCA`, :class:`NystromKPCA`,
+:class:`RandomFeatureKPCA`, :class:`StreamingKPCA`, :class:`ReducedSetKPCA`,
+:class:`SparsifiedKPCA`.  Building blocks: :mod:`fastkpca.kernels`, :mod:`fastkpca.features`,
+:mod:`fastkpca.sketch`, :mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
+
+Names are imported lazily, so ``import fastkpca`` stays cheap and never imports dask.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "ExactKPCA": "fastkpca.decomposition",
+    "NystromKPCA": "fastkpca.decomposition",
+    "RandomFeatureKPCA": "fastkpca.decomposition",
+    "StreamingKPCA": "fastkpca.decomposition",
+    "ReducedSetKPCA": "fastkpca.decomposition",
+    "SparsifiedKPCA": "fastkpca.decomposition",
+    "compress_expansion": "fastkpca.decomposition",
+    "load": "fastkpca.io",
+    "make_kernel": "fastkpca.kernels",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fastkpca' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

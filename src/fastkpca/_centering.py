@@ -1,0 +1,116 @@
+"""Feature-space centering of kernel matrices, in sample and out of sample, optionally weighted.
+
+With weights w (w >= 0, sum w = 1; uniform w = 1/n is ordinary centering) the feature-space mean
+is mu = sum_i w_i phi(x_i), and the centered kernel is
+
+    k~(x, y) = k(x, y) - (K w)(x) - (K w)(y) + w^T K w,
+
+i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)`` (Schoelkopf et al. 1998; the weighted form is the one the
+reduced-set method needs, Kingravi et al. Algorithm 1).  Nothing here forms the n x n centering
+matrix H: the in-sample version works in place on K, the implicit version is a LinearOperator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+__all__ = [
+    "CenteringStats",
+    "center_gram_inplace",
+    "center_gram_out_of_sample",
+    "centered_operator",
+    "normalize_weights",
+]
+
+
+@dataclass
+class CenteringStats:
+    """What out-of-sample centering needs from the training Gram K.
+
+    ``col_means[j] = (w^T K)_j`` (float64) and ``total_mean = w^T K w``.
+    """
+
+    col_means: np.ndarray
+    total_mean: float
+
+
+def normalize_weights(weights, n: int) -> np.ndarray | None:
+    """Return float64 weights summing to 1 (None stays None = uniform)."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.shape != (n,):
+        raise ValueError(f"weights has shape {w.shape}, expected ({n},)")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError("weights must be finite, non-negative and not all zero")
+    return w / w.sum()
+
+
+def _weighted_row_means(K, w, block=2048):
+    """(K w) accumulated in float64, a row block at a time (K may be float32)."""
+    n = K.shape[0]
+    out = np.empty(n)
+    for s in range(0, n, block):
+        Kb = np.asarray(K[s:s + block], dtype=np.float64)
+        out[s:s + block] = Kb.mean(axis=1) if w is None else Kb @ w
+    return out
+
+
+def center_gram_inplace(K: np.ndarray, weights=None, *, block: int = 2048) -> CenteringStats:
+    """Center a symmetric training Gram matrix in place; return the statistics for new points.
+
+    Row means are accumulated in float64 even when K is float32; K is modified a row block at a
+    time, so the only extra memory is O(n).
+    """
+    n = K.shape[0]
+    w = normalize_weights(weights, n)
+    row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
+    total = float(row_means.mean() if w is None else row_means @ w)
+    for s in range(0, n, block):
+        Kb = K[s:s + block]
+        corr = row_means[s:s + block, None] + row_means[None, :] - total
+        Kb -= corr.astype(K.dtype, copy=False)
+    return CenteringStats(col_means=row_means, total_mean=total)
+
+
+def center_gram_out_of_sample(K_new: np.ndarray, stats: CenteringStats, weights=None) -> np.ndarray:
+    """Center a block ``K_new[i, j] = k(x_new_i, x_train_j)`` with the training statistics.
+
+    Modifies ``K_new`` in place and returns it.
+    """
+    w = normalize_weights(weights, K_new.shape[1])
+    Kd = np.asarray(K_new, dtype=np.float64)
+    new_means = Kd.mean(axis=1) if w is None else Kd @ w
+    corr = new_means[:, None] + stats.col_means[None, :] - stats.total_mean
+    K_new -= corr.astype(K_new.dtype, copy=False)
+    return K_new
+
+
+def centered_operator(A, weights=None) -> LinearOperator:
+    """The implicitly centered operator ``(I - 1 w^T) A (I - w 1^T)`` for a symmetric A.
+
+    ``A`` may be a dense array, a scipy sparse matrix or a LinearOperator; each product costs one
+    product with A plus O(n) work, so sparsified Grams stay sparse.  Products are in float64.
+    """
+    n = A.shape[0]
+    w = normalize_weights(weights, n)
+    if w is None:
+        w = np.full(n, 1.0 / n)
+    low_precision = getattr(A, "dtype", np.float64) == np.float32
+
+    def matmat(V):
+        V = np.asarray(V, dtype=np.float64)
+        one_d = V.ndim == 1
+        if one_d:
+            V = V[:, None]
+        Vc = V - np.outer(w, V.sum(axis=0))  # (I - w 1^T) V
+        # A float32 Gram is multiplied in float32 (no float64 copy of A); the result is float64.
+        AV = A @ (Vc.astype(np.float32) if low_precision else Vc)
+        AV = np.asarray(AV.toarray() if hasattr(AV, "toarray") else AV, dtype=np.float64)
+        AV -= np.outer(np.ones(n), w @ AV)  # (I - 1 w^T) AV
+        return AV[:, 0] if one_d else AV
+
+    return LinearOperator((n, n), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
