@@ -49,9 +49,16 @@ def normalize_weights(weights, n: int) -> np.ndarray | None:
     return w / w.sum()
 
 
-def _weighted_row_means(K, w, block=2048):
+def _block_rows(n):
+    from .kernels import chunk_rows
+
+    return chunk_rows(n, n_temporaries=2)
+
+
+def _weighted_row_means(K, w, block=None):
     """(K w) accumulated in float64, a row block at a time (K may be float32)."""
     n = K.shape[0]
+    block = block or _block_rows(n)
     out = np.empty(n)
     for s in range(0, n, block):
         Kb = np.asarray(K[s:s + block], dtype=np.float64)
@@ -59,7 +66,7 @@ def _weighted_row_means(K, w, block=2048):
     return out
 
 
-def center_gram_inplace(K: np.ndarray, weights=None, *, block: int = 2048) -> CenteringStats:
+def center_gram_inplace(K: np.ndarray, weights=None, *, block: int | None = None) -> CenteringStats:
     """Center a symmetric training Gram matrix in place; return the statistics for new points.
 
     Row means are accumulated in float64 even when K is float32; K is modified a row block at a
@@ -67,6 +74,7 @@ def center_gram_inplace(K: np.ndarray, weights=None, *, block: int = 2048) -> Ce
     """
     n = K.shape[0]
     w = normalize_weights(weights, n)
+    block = block or _block_rows(n)
     row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
     total = float(row_means.mean() if w is None else row_means @ w)
     for s in range(0, n, block):

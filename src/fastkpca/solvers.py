@@ -86,7 +86,10 @@ def _dense(A, k, overwrite):
     n = A.shape[0]
     if not _is_dense(A):
         raise ValueError("eigen_solver='dense' needs an explicit array, not an operator")
-    vals, vecs = la.eigh(A, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
+    # LAPACK wants Fortran order; A is symmetric, so its transpose is the same matrix as a
+    # Fortran-ordered view, and no n x n copy is made.
+    A_f = A.T if A.flags.c_contiguous and not A.flags.f_contiguous else A
+    vals, vecs = la.eigh(A_f, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
                          check_finite=False, driver="evr")
     return vals, vecs
 
@@ -97,12 +100,18 @@ def _lanczos(A, k, rng, tol, max_iter):
         raise ValueError(f"eigen_solver='lanczos' needs n_components < n ({k} >= {n}); "
                          "use eigen_solver='dense'")
     v0 = rng.uniform(-1.0, 1.0, n)
-    op = A
-    if getattr(A, "dtype", None) == np.float32:
-        # Run ARPACK in float64 but multiply the float32 matrix in float32: no float64 copy.
-        op = LinearOperator(A.shape, matvec=lambda v: _matmat(A, v, True), dtype=np.float64)
+    low_precision = getattr(A, "dtype", None) == np.float32 and not isinstance(A, LinearOperator)
+    n_products = 0
+
+    def matvec(v):
+        # A float32 matrix is multiplied in float32 (no float64 copy); ARPACK runs in float64.
+        nonlocal n_products
+        n_products += 1
+        return _matmat(A, v, low_precision)
+
+    op = LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
     vals, vecs = eigsh(op, k=k, which="LA", v0=v0, tol=tol, maxiter=max_iter)
-    return vals, vecs
+    return vals, vecs, n_products
 
 
 def _ritz(A, Q, low_precision):
@@ -119,7 +128,7 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
     b = min(n, k + oversamples)
     Q, _ = la.qr(rng.standard_normal((n, b)), mode="economic")
     vals = vecs = None
-    for _ in range(max_iter):
+    for it in range(1, max_iter + 1):
         vals, vecs, AV = _ritz(A, Q, low_precision)
         # Residual ||A v - lambda v|| of the top-k Ritz pairs, relative to the largest eigenvalue.
         res = np.linalg.norm(AV[:, :k] - vecs[:, :k] * vals[:k], axis=0)
@@ -127,14 +136,14 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
             break
         # Next iterate: the span of A V (one pass over A for all b vectors).
         Q, _ = la.qr(AV, mode="economic")
-    return vals[:k], vecs[:, :k]
+    return vals[:k], vecs[:, :k], it
 
 
 def _orthogonal(A, k, rng, tol, max_iter, low_precision):
     """Orthogonal iteration Q <- orth(A Q) until sin(angle(Q_old, Q_new)) <= tol."""
     n = A.shape[0]
     Q, _ = la.qr(rng.standard_normal((n, k)), mode="economic")
-    for _ in range(max_iter):
+    for it in range(1, max_iter + 1):  # noqa: B007 - it is returned
         Z = _matmat(A, Q, low_precision)
         Q_new, _ = la.qr(Z, mode="economic")
         # sin of the largest principal angle = ||(I - Q Q^T) Q_new||_2
@@ -143,11 +152,11 @@ def _orthogonal(A, k, rng, tol, max_iter, low_precision):
         if change <= tol:
             break
     vals, vecs, _ = _ritz(A, Q, low_precision)
-    return vals, vecs
+    return vals, vecs, it
 
 
 def eigh_topk(A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversamples=10,
-              overwrite=False):
+              overwrite=False, return_n_iter=False):
     """The k largest eigenpairs of a symmetric PSD matrix or operator.
 
     Parameters
@@ -169,11 +178,15 @@ def eigh_topk(A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversam
         Extra vectors of the randomized block.
     overwrite : bool
         Allow ``dense`` to destroy A (saves one n x n copy).
+    return_n_iter : bool
+        Also return the work done: 1 for ``dense``, the number of matrix-vector products for
+        ``lanczos``, the number of block iterations (passes over A) for the others.
 
     Returns
     -------
     eigenvalues : ndarray (k,), float64, descending, >= 0
     eigenvectors : ndarray (n, k), float64, orthonormal columns with deterministic signs
+    n_iter : int, only if ``return_n_iter``
     """
     if method not in SOLVERS:
         raise ValueError(f"unknown eigen_solver {method!r}; choose one of {SOLVERS}")
@@ -193,14 +206,17 @@ def eigh_topk(A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversam
             method = "randomized"
     if method == "dense":
         vals, vecs = _dense(A, k, overwrite)
+        n_iter = 1
     elif method == "lanczos":
-        vals, vecs = _lanczos(A, k, rng, 0.0 if tol is None else tol, max_iter)
+        vals, vecs, n_iter = _lanczos(A, k, rng, 0.0 if tol is None else tol, max_iter)
     else:
         if not (_is_dense(A) or sp.issparse(A)):
             A = aslinearoperator(A)
         tol = tols["iterative"] if tol is None else tol
         if method == "randomized":
-            vals, vecs = _randomized(A, k, rng, tol, max_iter or 500, oversamples, low_precision)
+            vals, vecs, n_iter = _randomized(A, k, rng, tol, max_iter or 500, oversamples,
+                                             low_precision)
         else:
-            vals, vecs = _orthogonal(A, k, rng, tol, max_iter or 1000, low_precision)
-    return postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])
+            vals, vecs, n_iter = _orthogonal(A, k, rng, tol, max_iter or 1000, low_precision)
+    vals, vecs = postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])
+    return (vals, vecs, n_iter) if return_n_iter else (vals, vecs)

@@ -24,13 +24,14 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     eigenvalues : (k,) float64, descending, of the centered Gram ``H K H``
     eigenvectors : (n, k) float64, unit norm (the dual coefficients alpha)
     stats : CenteringStats for out-of-sample centering
+    n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
     """
     K = kernel(X)
     stats = center_gram_inplace(K)
-    vals, vecs = eigh_topk(K, n_components, method=eigen_solver, rng=rng, tol=tol,
-                           max_iter=max_iter, overwrite=True)
+    vals, vecs, n_iter = eigh_topk(K, n_components, method=eigen_solver, rng=rng, tol=tol,
+                                   max_iter=max_iter, overwrite=True, return_n_iter=True)
     del K
-    return vals, vecs, stats
+    return vals, vecs, stats, n_iter
 
 
 class ExactKPCA(BaseKPCA):
@@ -64,6 +65,8 @@ class ExactKPCA(BaseKPCA):
     X_fit_ : the training data (needed to evaluate the kernel for new points).
     kernel_ : the resolved Kernel.
     n_components_ : the number of components used.
+    n_iter_ : eigensolver work: 1 (dense), matrix-vector products (lanczos) or block
+        iterations (randomized, orthogonal).
     """
 
     def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
@@ -97,13 +100,14 @@ class ExactKPCA(BaseKPCA):
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])
-        vals, vecs, stats = exact_kpca(X, kernel, k, eigen_solver=self.eigen_solver, rng=rng,
+        vals, vecs, stats, n_iter = exact_kpca(X, kernel, k, eigen_solver=self.eigen_solver, rng=rng,
                                        tol=self.tol, max_iter=self.max_iter)
         self.X_fit_ = np.array(X, copy=True)
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
+        self.n_iter_ = n_iter
         return X
 
     @property

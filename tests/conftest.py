@@ -1,0 +1,27 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("FASTKPCA_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def align_signs(A, B):
+    """B with its columns' signs flipped to match A."""
+    s = np.sign(np.sum(A * B, axis=0))
+    s[s == 0] = 1
+    return B * s
+
+
+def rel_err(A, B):
+    """max |A - B| / max |A| after aligning column signs."""
+    A = np.asarray(A, dtype=np.float64)
+    B = align_signs(A, np.asarray(B, dtype=np.float64))
+    return float(np.max(np.abs(A - B)) / np.max(np.abs(A)))

@@ -1,0 +1,92 @@
+"""Eigensolvers against scipy.linalg.eigh on matrices, operators, sparse and float32 inputs."""
+
+import numpy as np
+import pytest
+import scipy.linalg as la
+import scipy.sparse as sp
+from scipy.sparse.linalg import aslinearoperator
+
+from fastkpca.metrics import subspace_distance
+from fastkpca.solvers import eigh_topk, flip_signs, postprocess_eigen
+
+METHODS = ["dense", "lanczos", "randomized", "orthogonal"]
+# dense / lanczos converge to machine precision; the block iterations stop on a residual /
+# subspace-change tolerance of 1e-8, which bounds eigenvalue errors by ~tol^2 * lambda_1 and
+# eigenvector angles by ~tol / gap.
+TOL = {"dense": 1e-10, "lanczos": 1e-9, "randomized": 1e-6, "orthogonal": 1e-6}
+
+
+@pytest.fixture(scope="module")
+def psd():
+    rng = np.random.default_rng(0)
+    n = 300
+    Q, _ = la.qr(rng.standard_normal((n, n)))
+    vals = np.concatenate([[50, 40, 30, 20, 10], 5 * 0.9 ** np.arange(n - 5)])
+    return (Q * vals) @ Q.T, vals, Q
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_matches_eigh(psd, method):
+    A, vals, Q = psd
+    k = 5
+    w, V = eigh_topk(A, k, method=method, rng=0)
+    np.testing.assert_allclose(w, vals[:k], rtol=TOL[method])
+    assert subspace_distance(V, Q[:, :k]) < 10 * TOL[method]
+    np.testing.assert_allclose(V.T @ V, np.eye(k), atol=1e-10)
+    assert np.all(np.diff(w) <= 0)
+
+
+@pytest.mark.parametrize("method", ["lanczos", "randomized", "orthogonal"])
+@pytest.mark.parametrize("form", ["operator", "sparse", "float32"])
+def test_operator_sparse_float32(psd, method, form):
+    A, vals, Q = psd
+    k = 4
+    B = {"operator": aslinearoperator(A), "sparse": sp.csr_matrix(A),
+         "float32": A.astype(np.float32)}[form]
+    w, V = eigh_topk(B, k, method=method, rng=1)
+    tol = 1e-5 if form == "float32" else TOL[method]
+    np.testing.assert_allclose(w, vals[:k], rtol=tol)
+    assert V.dtype == np.float64
+
+
+def test_dense_refuses_operator(psd):
+    with pytest.raises(ValueError, match="explicit array"):
+        eigh_topk(aslinearoperator(psd[0]), 3, method="dense")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_deterministic_and_signs(psd, method):
+    A, _, _ = psd
+    w1, V1 = eigh_topk(A, 3, method=method, rng=7)
+    w2, V2 = eigh_topk(A, 3, method=method, rng=7)
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(V1, V2)
+    idx = np.argmax(np.abs(V1), axis=0)
+    assert np.all(V1[idx, np.arange(3)] > 0)
+
+
+def test_dense_overwrite_saves_copy(psd):
+    A = psd[0].copy()
+    eigh_topk(A, 3, method="dense", overwrite=True)  # may destroy A; must not raise
+
+
+def test_postprocess_clips_and_sorts():
+    vals = np.array([1e-20, 3.0, -1e-14, 2.0])
+    vecs = -np.eye(4)
+    w, V = postprocess_eigen(vals, vecs)
+    np.testing.assert_array_equal(w, [3.0, 2.0, 0.0, 0.0])
+    assert np.all(V.max(axis=0) == 1.0)
+    assert np.all(flip_signs(np.array([[1.0], [-2.0]])) == [[-1.0], [2.0]])
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=0), "must be in"), (dict(k=301), "must be in"), (dict(k=3, method="qr"), "unknown"),
+])
+def test_bad_arguments(psd, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        eigh_topk(psd[0], **kwargs)
+
+
+def test_lanczos_needs_k_below_n():
+    with pytest.raises(ValueError, match="n_components < n"):
+        eigh_topk(np.eye(5), 5, method="lanczos")
