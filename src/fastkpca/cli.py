@@ -1,0 +1,815 @@
+"""The ``fastkpca`` command (also ``python -m fastkpca``).
+
+::
+
+    fastkpca fit DATA --method nystrom --components 5 --kernel rbf --gamma 0.01 -o model.npz
+    fastkpca transform model.npz DATA -o projections.npy
+    fastkpca evaluate model.npz DATA
+    fastkpca info model.npz
+    fastkpca bench [NAME ...]
+    fastkpca demo [--output fastkpca-demo.png]
+
+DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
+by :mod:`fastkpca.io`.  The one-pass methods (streaming, random-features, nystrom with a landmark
+file) are fitted on the file's row blocks without loading it; the others read it into memory.
+Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
+traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "build_parser", "METHODS"]
+
+#: ``--method`` values -> estimator class names (in fastkpca.decomposition).
+METHODS = {
+    "exact": "ExactKPCA",
+    "nystrom": "NystromKPCA",
+    "random-features": "RandomFeatureKPCA",
+    "rf": "RandomFeatureKPCA",
+    "streaming": "StreamingKPCA",
+    "reduced-set": "ReducedSetKPCA",
+    "sparsified": "SparsifiedKPCA",
+}
+
+#: Estimators fitted on a stream of row blocks (one pass over the file).
+ONE_PASS = {"StreamingKPCA", "RandomFeatureKPCA"}
+
+# (flag, estimator parameter, parser, help) for the method options of ``fit``
+_METHOD_OPTIONS = [
+    ("--eigen-solver", "eigen_solver", str, "eigensolver (exact, sparsified)"),
+    ("--n-features", "n_features", int, "number of random features (random-features, streaming)"),
+    ("--features", "features", str, "random feature map: rff, orf, fastfood, tensorsketch"),
+    ("--solver", "solver", str, "random-features solver: exact or countsketch"),
+    ("--sketch-size", "sketch_size", int, "Frequent Directions sketch size ell (streaming)"),
+    ("--n-landmarks", "n_landmarks", int, "number of landmarks (nystrom)"),
+    ("--landmarks", "landmarks", str,
+     "landmark choice (uniform, kmeans, rls) or a data file of landmark rows (nystrom)"),
+    ("--density", "density", str, "reduced-set density: shadow, kmeans, paring, herding"),
+    ("--n-centers", "n_centers", int, "number of centers (reduced-set)"),
+    ("--ell", "ell", float, "shadow density parameter ell (reduced-set)"),
+    ("--sample-prob", "sample_prob", float, "Gram entry sampling parameter (sparsified)"),
+    ("--quantize", "quantize", "value", "1-bit quantization (sparsified): true/false or a value"),
+    ("--tol", "tol", float, "iterative eigensolver tolerance"),
+    ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
+]
+
+
+class CLIError(Exception):
+    """An error reported to the user as one line."""
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+def _parse_value(text: str):
+    """A command-line value: int, float, true/false/none, else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "yes"):
+        return True
+    if low in ("false", "no"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parse_gamma(text: str):
+    if text in ("scale", "median"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gamma must be a number, 'scale' or 'median', "
+                                         f"got {text!r}") from None
+
+
+def _parse_column(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _progress_enabled(args) -> bool:
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
+def _bar(args, total=None, desc=""):
+    """A tqdm bar on stderr when it is a terminal, else a do-nothing stand-in."""
+    if _progress_enabled(args):
+        try:
+            from tqdm import tqdm
+
+            return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr,
+                        leave=False)
+        except ImportError:
+            pass
+    return _NoBar()
+
+
+class _NoBar:
+    def update(self, n):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _estimator_class(method: str):
+    """The estimator class for a ``--method`` value; one-line error if its module is missing."""
+    if method not in METHODS:
+        raise CLIError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    name = METHODS[method]
+    from .decomposition import _LAZY
+
+    module = f"fastkpca.decomposition.{_LAZY[name]}"
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
+            raise CLIError(f"method {method!r} ({name}) is not available in this version of "
+                           f"fastkpca ({module} is missing)") from None
+        raise
+    return getattr(mod, name)
+
+
+def available_methods() -> dict:
+    """``--method`` name -> class, for every method whose module imports (aliases skipped)."""
+    out = {}
+    for method in METHODS:
+        if method == "rf":
+            continue
+        try:
+            out[method] = _estimator_class(method)
+        except Exception:  # a missing or broken module: that method is not available
+            continue
+    return out
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+def _reader_options(args) -> dict:
+    opts = {"block_rows": args.block_rows, "dtype": np.dtype(args.dtype)}
+    if args.format:
+        opts["format"] = args.format
+    if args.label_column is not None:
+        opts["label_column"] = _parse_column(args.label_column)
+    if args.columns:
+        opts["columns"] = [_parse_column(c) for c in args.columns.split(",") if c.strip()]
+    if args.header != "auto":
+        opts["header"] = args.header == "yes"
+    return opts
+
+
+def _open(args, path, n_features=None):
+    """Open DATA; for a LIBSVM file, ``n_features`` (a model's width) fixes the block width."""
+    from .io import detect_format, open_data
+
+    opts = _reader_options(args)
+    fmt = opts.get("format") or detect_format(path)
+    if fmt in ("text", "csv", "tsv"):
+        opts.setdefault("header", "auto")
+    else:
+        opts.pop("header", None)
+        if args.header != "auto":
+            raise CLIError(f"--header applies to delimited text, not to {fmt} files")
+    reader = open_data(path, **opts)
+    if fmt in ("libsvm", "svmlight") and n_features and reader.n_features < n_features:
+        # a LIBSVM file whose rows never reach the model's last features: widen its blocks,
+        # keeping the index base found by the scan
+        reader = open_data(path, n_features=n_features, zero_based=reader.zero_based, **opts)
+    return reader
+
+
+def _densify(block, dense: bool):
+    return block.toarray() if dense and hasattr(block, "toarray") else block
+
+
+class _BlockStream:
+    """A re-iterable of a reader's feature blocks with a progress bar and optional densifying."""
+
+    def __init__(self, reader, args, *, dense, desc):
+        self.reader, self.args, self.dense, self.desc = reader, args, dense, desc
+        self.n_rows = 0
+
+    def __iter__(self):
+        n = 0
+        with _bar(self.args, self.reader.n_samples, self.desc) as bar:
+            for block in self.reader:
+                n += block.shape[0]
+                bar.update(block.shape[0])
+                yield _densify(block, self.dense)
+        self.n_rows = n
+
+
+def _read_all(reader, args, *, dense, desc="reading"):
+    """The whole file as one array (CSR for LIBSVM unless ``dense``), with a progress bar."""
+    import scipy.sparse as sp
+
+    stream = _BlockStream(reader, args, dense=dense, desc=desc)
+    if reader.n_samples is not None and reader.format != "libsvm":
+        # known length (npy, parquet): fill one array instead of holding blocks and a copy
+        X = np.empty((reader.n_samples, reader.n_features), dtype=reader.dtype)
+        start = 0
+        for block in stream:
+            X[start:start + block.shape[0]] = block
+            start += block.shape[0]
+        return X
+    blocks = list(stream)
+    if not blocks:
+        raise CLIError(f"{reader.path}: no data rows")
+    if sp.issparse(blocks[0]):
+        return sp.vstack(blocks, format="csr")
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
+# --- fit ------------------------------------------------------------------------------------------
+
+def _fit_params(args, cls) -> dict:
+    accepted = cls().get_params()
+    params = {"random_state": args.seed}
+    if args.components is not None:
+        params["n_components"] = args.components
+    for name in ("kernel", "gamma", "degree", "coef0", "nu"):
+        value = getattr(args, name)
+        if value is not None:
+            params[name] = value
+    for flag, name, _, _ in _METHOD_OPTIONS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in accepted:
+            raise CLIError(f"{flag} does not apply to --method {args.method} ({cls.__name__})")
+        params[name] = value
+    for item in args.param or []:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise CLIError(f"--param expects NAME=VALUE, got {item!r}")
+        name = name.strip().replace("-", "_")
+        if name not in accepted:
+            raise CLIError(f"{cls.__name__} has no parameter {name!r} (parameters: "
+                           f"{', '.join(sorted(accepted))})")
+        params[name] = _parse_value(text)
+    landmarks = params.get("landmarks")
+    if isinstance(landmarks, str) and (Path(landmarks).is_file() or os.sep in landmarks
+                                       or Path(landmarks).suffix):
+        from .io import read_data
+
+        X_land, _ = read_data(landmarks, dtype=np.dtype(args.dtype))
+        params["landmarks"] = X_land.toarray() if hasattr(X_land, "toarray") else X_land
+    return params
+
+
+def _is_one_pass(cls, params) -> bool:
+    if cls.__name__ == "NystromKPCA":
+        return isinstance(params.get("landmarks"), np.ndarray)
+    return cls.__name__ in ONE_PASS
+
+
+def cmd_fit(args):
+    cls = _estimator_class(args.method)
+    params = _fit_params(args, cls)
+    model = cls(**params)
+    reader = _open(args, args.data)
+    dense = not getattr(cls, "_accepts_sparse", False)
+    t0 = time.perf_counter()
+    if _is_one_pass(cls, params) and not args.in_memory:
+        stream = _BlockStream(reader, args, dense=dense, desc=f"fitting {cls.__name__}")
+        model.fit(stream)
+        n_rows, how = stream.n_rows or reader.n_samples, "streamed"
+    else:
+        X = _read_all(reader, args, dense=dense)
+        if _progress_enabled(args):
+            print(f"fitting {cls.__name__} on {X.shape[0]} x {X.shape[1]} ...", file=sys.stderr)
+        model.fit(X)
+        n_rows, how = X.shape[0], "in memory"
+    seconds = time.perf_counter() - t0
+    model.save(args.output)
+    k = getattr(model, "n_components_", None)
+    print(f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
+          f"{reader.n_features} features ({how}) in {seconds:.2f} s -> {args.output}")
+    return 0
+
+
+# --- transform ------------------------------------------------------------------------------------
+
+class _NpyWriter:
+    """Writes a .npy file block by block without knowing the row count in advance.
+
+    The header (NumPy format 1.0: magic, version, little-endian header length, a Python-literal
+    dict padded with spaces to a multiple of 64 bytes) is written with room to spare and rewritten
+    with the final shape at the end; readers ignore the trailing spaces.
+    """
+
+    _HEADER_BYTES = 128
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.f = None
+        self.rows = 0
+        self.dtype = None
+        self.width = None
+
+    def _header(self, rows):
+        from numpy.lib.format import dtype_to_descr
+
+        d = {"descr": dtype_to_descr(self.dtype), "fortran_order": False,
+             "shape": (rows, self.width)}
+        text = repr(d).encode("latin1")
+        room = self._HEADER_BYTES - 10 - 1
+        if len(text) > room:
+            raise CLIError("output array too wide for the .npy writer")
+        text = text + b" " * (room - len(text)) + b"\n"
+        return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+    def write(self, block):
+        if self.f is None:
+            self.dtype, self.width = block.dtype.newbyteorder("<"), block.shape[1]
+            self.f = open(self.path, "wb")
+            self.f.write(self._header(0))
+        self.f.write(np.ascontiguousarray(block, dtype=self.dtype).tobytes())
+        self.rows += block.shape[0]
+
+    def close(self):
+        if self.f is None:
+            return
+        self.f.seek(0)
+        self.f.write(self._header(self.rows))
+        self.f.close()
+
+
+class _TextWriter:
+    """Writes a .csv / .tsv (optionally .gz) file with a header ``pc1, pc2, ...``."""
+
+    def __init__(self, path):
+        import gzip
+
+        self.path = Path(path)
+        suffixes = [s.lower() for s in self.path.suffixes]
+        gz = suffixes and suffixes[-1] == ".gz"
+        base = suffixes[-2] if gz and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
+        self.delimiter = "\t" if base == ".tsv" else ","
+        self.f = gzip.open(self.path, "wt") if gz else open(self.path, "w")
+        self.started = False
+
+    def write(self, block):
+        if not self.started:
+            self.f.write(self.delimiter.join(f"pc{j + 1}" for j in range(block.shape[1])) + "\n")
+            self.started = True
+        # shortest repr that round-trips: 17 significant digits for float64, 9 for float32
+        fmt = "%.9g" if block.dtype == np.float32 else "%.17g"
+        np.savetxt(self.f, block, fmt=fmt, delimiter=self.delimiter)
+
+    def close(self):
+        self.f.close()
+
+
+def _writer(path):
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix == ".npy" and not str(path).lower().endswith(".gz"):
+        return _NpyWriter(path)
+    if suffix in (".csv", ".tsv"):
+        return _TextWriter(path)
+    raise CLIError(f"output {path}: write .npy, .csv or .tsv (optionally .csv.gz / .tsv.gz)")
+
+
+def _check_width(model, reader):
+    expected = getattr(model, "n_features_in_", None)
+    if expected is not None and reader.n_features != expected:
+        hint = ""
+        if reader.n_features == expected + 1 and not reader.has_labels:
+            hint = " (is one column a label? use --label-column)"
+        raise CLIError(f"{reader.path} has {reader.n_features} feature columns, the model was "
+                       f"fitted on {expected}{hint}")
+
+
+def cmd_transform(args):
+    from .io import load
+
+    model = load(args.model)
+    reader = _open(args, args.data, getattr(model, "n_features_in_", None))
+    _check_width(model, reader)
+    dense = not getattr(model, "_accepts_sparse", False)
+    writer = _writer(args.output)
+    t0 = time.perf_counter()
+    try:
+        for block in _BlockStream(reader, args, dense=dense, desc="transforming"):
+            writer.write(model.transform(block))
+    except BaseException:
+        writer.close()
+        Path(args.output).unlink(missing_ok=True)  # no partial output under the final name
+        raise
+    writer.close()
+    seconds = time.perf_counter() - t0
+    rows = getattr(writer, "rows", None) or reader.n_samples
+    print(f"transformed {rows} rows with {type(model).__name__} in {seconds:.2f} s -> "
+          f"{args.output}")
+    return 0
+
+
+# --- evaluate -------------------------------------------------------------------------------------
+
+def _subsample(reader, args, m, rng):
+    """A uniform random subsample of at most m rows (two passes when the row count is unknown)."""
+    n = reader.count_rows()
+    keep = np.arange(n) if n <= m else np.sort(rng.choice(n, size=m, replace=False))
+    parts, start = [], 0
+    for block in _BlockStream(reader, args, dense=True, desc="sampling"):
+        stop = start + block.shape[0]
+        lo, hi = np.searchsorted(keep, [start, stop])
+        if hi > lo:
+            parts.append(block[keep[lo:hi] - start])
+        start = stop
+    return np.concatenate(parts), n
+
+
+def evaluate_model(model, X, *, random_state=0) -> dict:
+    """Errors of ``model`` on X against exact KPCA of X (same kernel, same k): two columns.
+
+    ``model`` is the fitted model's error; ``exact`` is exact KPCA's own (the best any rank-k
+    method can do on X: 1.0 for the relative rank-k error).  Eigenvalues compared: the column
+    sums of squares of the model's centered projections of X against the exact eigenvalues of
+    X's centered Gram (both scale with the number of rows of X, so the model's training size does
+    not enter).
+    """
+    from . import metrics
+    from .decomposition.exact import ExactKPCA
+
+    kernel = model.kernel_
+    T = np.asarray(model.transform(X), dtype=np.float64)
+    k = T.shape[1]
+    ref = ExactKPCA(n_components=k, kernel=kernel, random_state=random_state)
+    R = np.asarray(ref.fit_transform(X), dtype=np.float64)
+    Tc = T - T.mean(axis=0)
+    rows = {}
+    for name, fn in (("relative_rank_k_error", metrics.relative_rank_k_error),
+                     ("gram_spectral_error", metrics.gram_spectral_error),
+                     ("gram_frobenius_error", metrics.gram_frobenius_error)):
+        rows[name] = {"model": fn(X, T, kernel), "exact": fn(X, R, kernel)}
+    rows["embedding_error"] = {"model": metrics.embedding_error(T, R), "exact": 0.0}
+    rows["eigenvalue_error"] = {"model": metrics.eigenvalue_error((Tc**2).sum(axis=0),
+                                                                  ref.eigenvalues_),
+                                "exact": 0.0}
+    return rows
+
+
+_METRIC_NOTES = {
+    "relative_rank_k_error": "||HGH - TT'||_F / ||HGH - (HGH)_k||_F (1 = optimal)",
+    "gram_spectral_error": "||HGH - TT'||_2 / n",
+    "gram_frobenius_error": "||HGH - TT'||_F / n^2",
+    "embedding_error": "vs exact KPCA, Procrustes-aligned",
+    "eigenvalue_error": "projection variances vs exact eigenvalues",
+}
+
+
+def cmd_evaluate(args):
+    from .io import load
+
+    model = load(args.model)
+    reader = _open(args, args.data, getattr(model, "n_features_in_", None))
+    _check_width(model, reader)
+    rng = np.random.default_rng(args.seed)
+    X, n = _subsample(reader, args, args.max_samples, rng)
+    k = getattr(model, "n_components_", None) or model.eigenvalues_.shape[0]
+    if X.shape[0] <= k:
+        raise CLIError(f"{X.shape[0]} rows are too few to evaluate {k} components")
+    rows = evaluate_model(model, X, random_state=args.seed)
+    if args.json:
+        print(json.dumps({"model": args.model, "data": args.data, "n_rows": n,
+                          "n_evaluated": X.shape[0], "n_components": k, "metrics": rows},
+                         indent=2))
+        return 0
+    print(f"{type(model).__name__} ({k} components) on {X.shape[0]} of {n} rows of "
+          f"{args.data}, against exact KPCA of those rows:")
+    print(f"  {'metric':<24}{'model':>12}{'exact':>12}  meaning")
+    for name, r in rows.items():
+        print(f"  {name:<24}{r['model']:>12.4g}{r['exact']:>12.4g}  {_METRIC_NOTES[name]}")
+    return 0
+
+
+# --- info -----------------------------------------------------------------------------------------
+
+def _render(node):
+    """A model-file metadata value, briefly."""
+    if isinstance(node, dict):
+        kind = node.get("kind")
+        if kind in ("array", "scalar", "sparse"):
+            return f"<{kind}>"
+        if kind == "float":
+            return node["value"]
+        if kind == "kernel":
+            return _render(node["config"])
+        if kind in ("list", "tuple"):
+            return "[" + ", ".join(_render(v) for v in node["items"]) + "]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{k}: {_render(v)}" for k, v in node["items"].items()) + "}"
+        if kind == "state":
+            return f"<{node['class']}>"
+        return "{" + ", ".join(f"{k}={v}" for k, v in node.items()) + "}"
+    return repr(node)
+
+
+def cmd_info(args):
+    from .io import model_info
+
+    meta = model_info(args.model)
+    if args.json:
+        print(json.dumps({k: v for k, v in meta.items() if k not in ("fitted",)}, indent=2))
+        return 0
+    kernel = meta.get("kernel") or {}
+    kernel_text = ", ".join(f"{k}={v}" for k, v in kernel.items() if k != "kernel")
+    fitted = meta.get("fitted", {})
+    print(f"file:            {args.model} ({meta['file_bytes'] / 1024:.1f} KiB)")
+    print(f"format:          {meta['format']} version {meta['format_version']} (fastkpca "
+          f"{meta.get('fastkpca_version')}, numpy {meta.get('numpy_version')})")
+    print(f"estimator:       {meta['estimator']}")
+    if kernel:
+        print(f"kernel:          {kernel.get('kernel')}" + (f" ({kernel_text})" if kernel_text
+                                                        else ""))
+    for name in ("n_features_in_", "n_components_", "n_samples_seen_"):
+        if name in fitted:
+            print(f"{name + ':':<17}{_render(fitted[name])}")
+    eig = meta.get("eigenvalues")
+    if eig is not None:
+        print("eigenvalues:     " + " ".join(f"{v:.6g}" for v in eig))
+    print("parameters:      " + ", ".join(f"{k}={_render(v)}"
+                                      for k, v in sorted(meta["params"].items())))
+    print("attributes:")
+    for name, kind in sorted(meta.get("fitted_kinds", {}).items()):
+        print(f"  {name:<24}{kind}")
+    return 0
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+def _find_benchmarks(directory=None) -> Path | None:
+    """The repository's ``benchmarks/`` folder (it is not part of the installed package)."""
+    if directory:
+        if not Path(directory).is_dir():
+            raise CLIError(f"benchmarks folder not found: {directory}")
+        return Path(directory)
+    candidates = [Path.cwd() / "benchmarks"]
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        candidates.append(root / "benchmarks")
+    for path in candidates:
+        if path.is_dir() and any(path.glob("*.py")):
+            return path
+    return None
+
+
+def _benchmark_scripts(folder: Path) -> dict:
+    return {p.stem: p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")}
+
+
+def _first_doc_line(path: Path) -> str:
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+    except (SyntaxError, UnicodeDecodeError):
+        return ""
+    return doc.strip().splitlines()[0] if doc else ""
+
+
+def cmd_bench(args):
+    folder = _find_benchmarks(args.dir)
+    if folder is None:
+        raise CLIError("fastkpca bench runs the scripts in the repository's benchmarks/ folder, "
+                       "which is not installed with the package: run it from a source checkout "
+                       "of fastkpca (or pass --dir PATH)")
+    scripts = _benchmark_scripts(folder)
+    if not scripts:
+        raise CLIError(f"no benchmark scripts in {folder}")
+    if args.list:
+        for name, path in scripts.items():
+            print(f"{name:<28}{_first_doc_line(path)}")
+        return 0
+    names = [n[:-3] if n.endswith(".py") else n for n in args.names] or list(scripts)
+    unknown = [n for n in names if n not in scripts]
+    if unknown:
+        raise CLIError(f"unknown benchmark {', '.join(unknown)}; available: "
+                       f"{', '.join(scripts)}")
+    extra = list(args.script_args)
+    env = dict(os.environ)
+    src = folder.parent / "src"
+    if (src / "fastkpca").is_dir():
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+    failed = []
+    for name in names:
+        cmd = [sys.executable, str(scripts[name]), *extra]
+        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        t0 = time.perf_counter()
+        rc = subprocess.call(cmd, cwd=folder.parent, env=env)
+        print(f"== {name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        raise CLIError(f"benchmark(s) failed: {', '.join(failed)}")
+    return 0
+
+
+# --- demo -----------------------------------------------------------------------------------------
+
+def cmd_demo(args):
+    from ._demo import run_demo
+
+    methods = args.methods.split(",") if args.methods else None
+    rows = run_demo(output=None if args.no_plot else args.output, n_samples=args.n_samples,
+                    n_components=args.components, methods=methods, random_state=args.seed)
+    failed = [r["method"] for r in rows if r.get("error")]
+    if failed:
+        raise CLIError(f"demo: method(s) failed: {', '.join(failed)}")
+    return 0
+
+
+# --- parser ---------------------------------------------------------------------------------------
+
+def _add_data_options(p):
+    g = p.add_argument_group("data file")
+    g.add_argument("--label-column", metavar="COL",
+                   help="column holding labels, left out of the features (number or name; "
+                        "-1 = last)")
+    g.add_argument("--columns", metavar="COLS",
+                   help="comma-separated feature columns to use (numbers or names)")
+    g.add_argument("--format", choices=["npy", "csv", "tsv", "text", "parquet", "libsvm"],
+                   help="file format (default: from the name and content)")
+    g.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
+                   help="whether a text file starts with a header line (default: auto, a "
+                        "header when no field of the first line is a number)")
+    g.add_argument("--block-rows", type=int, default=None, metavar="N",
+                   help="rows per block when streaming (default 8192)")
+    g.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                   help="working precision (float32 output for float32 input)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback on errors")
+    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress bars")
+
+    parser = argparse.ArgumentParser(
+        prog="fastkpca", parents=[common],
+        description="Kernel PCA at scale: fit, apply and evaluate approximate KPCA models.")
+    parser.set_defaults(debug=False, quiet=False)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"fastkpca {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("fit", parents=[common], help="fit a model on a data file",
+                       description="Fit a kernel PCA model on DATA and save it.")
+    p.add_argument("data", metavar="DATA")
+    p.add_argument("--method", "-m", default="exact", choices=list(METHODS),
+                   help="approximation method (default: exact)")
+    p.add_argument("--components", "-k", type=int, default=None, metavar="K",
+                   help="number of components (default: min(10, what the method allows))")
+    p.add_argument("--kernel", choices=["rbf", "laplacian", "matern", "polynomial", "linear",
+                                        "cosine"], default=None)
+    p.add_argument("--gamma", type=_parse_gamma, default=None,
+                   help="kernel coefficient: a number, 'scale' or 'median' "
+                        "(default: 1 / n_features)")
+    p.add_argument("--degree", type=int, default=None, help="polynomial degree")
+    p.add_argument("--coef0", type=float, default=None, help="polynomial coef0")
+    p.add_argument("--nu", type=float, default=None, help="Matern smoothness")
+    p.add_argument("--seed", type=int, default=0, help="random_state (default 0)")
+    g = p.add_argument_group("method options")
+    for flag, name, conv, text in _METHOD_OPTIONS:
+        g.add_argument(flag, dest=name, type=_parse_value if conv == "value" else conv,
+                       default=None, help=text)
+    g.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="any other estimator parameter (repeatable)")
+    p.add_argument("--in-memory", action="store_true",
+                   help="read the whole file even for one-pass methods")
+    p.add_argument("--output", "-o", default="model.npz", metavar="MODEL",
+                   help="model file to write (default model.npz)")
+    _add_data_options(p)
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("transform", parents=[common], help="project a data file on a model",
+                       description="Project the rows of DATA on the principal axes of MODEL.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("data", metavar="DATA")
+    p.add_argument("--output", "-o", required=True, metavar="OUT",
+                   help="output file: .npy, .csv or .tsv (optionally .gz)")
+    _add_data_options(p)
+    p.set_defaults(func=cmd_transform)
+
+    p = sub.add_parser("evaluate", parents=[common],
+                       help="errors of a model against exact KPCA on a subsample",
+                       description="Compare MODEL with exact kernel PCA on (a random subsample "
+                                   "of) DATA, with the model's kernel and number of components.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("data", metavar="DATA")
+    p.add_argument("--max-samples", type=int, default=2000, metavar="N",
+                   help="rows of DATA to evaluate on (default 2000; exact KPCA is O(N^2))")
+    p.add_argument("--seed", type=int, default=0, help="subsample seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_data_options(p)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("info", parents=[common], help="describe a model file",
+                       description="Print what a model file holds (checksums verified).")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("bench", parents=[common], help="run the benchmark scripts",
+                       description="Run the scripts of the repository's benchmarks/ folder "
+                                   "(needs a source checkout). Arguments after -- are passed to "
+                                   "each script.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="scripts to run (default: all)")
+    p.add_argument("--list", action="store_true", help="list the scripts and exit")
+    p.add_argument("--dir", default=None, help="the benchmarks folder (default: ./benchmarks, "
+                                               "then the checkout's)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("demo", parents=[common],
+                       help="fit every method on the embedded pendigits sample",
+                       description="Fit every available method on the pendigits sample shipped "
+                                   "with fastkpca, print a comparison table and plot the first "
+                                   "two components of each.")
+    p.add_argument("--output", "-o", default="fastkpca-demo.png", metavar="PNG",
+                   help="plot file (default fastkpca-demo.png)")
+    p.add_argument("--no-plot", action="store_true", help="skip the plot")
+    p.add_argument("--n-samples", type=int, default=None, metavar="N",
+                   help="use a random subsample of N rows (default: all 3498)")
+    p.add_argument("--components", "-k", type=int, default=5, metavar="K")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated methods (default: every available one)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MemoryError):
+        return "out of memory" + (f" ({text})" if text else "")
+    if isinstance(exc, KeyError):
+        return f"missing key {text}"
+    return text or type(exc).__name__
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``fastkpca`` command; returns the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = []
+    if "--" in argv:  # `fastkpca bench NAME -- ARGS`: ARGS go to the benchmark scripts
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    args = parser.parse_args(argv)
+    if script_args and args.command != "bench":
+        parser.error("arguments after -- are passed to benchmark scripts: only for bench")
+    args.script_args = script_args
+    if getattr(args, "block_rows", 0) is None:
+        from ._utils import DEFAULT_BLOCK_ROWS
+
+        args.block_rows = DEFAULT_BLOCK_ROWS
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("fastkpca: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader of our output went away (e.g. `fastkpca info m.npz | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"fastkpca: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

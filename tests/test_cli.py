@@ -1,0 +1,357 @@
+"""The fastkpca command: end to end in subprocesses, the rest in-process through ``main``."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastkpca import cli
+from fastkpca.cli import main
+
+
+def run_cli(*args, cwd=None):
+    """``python -m fastkpca ARGS`` in a fresh interpreter (stdin/stderr are not terminals)."""
+    return subprocess.run([sys.executable, "-m", "fastkpca", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A small labelled data set as CSV (label last, repr floats: exact) and as .npy."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 4))
+    y = rng.integers(0, 3, size=120)
+    folder = tmp_path_factory.mktemp("data")
+    csv = folder / "train.csv"
+    with open(csv, "w") as f:
+        f.write("a,b,c,d,label\n")
+        for row, label in zip(X, y, strict=True):
+            f.write(",".join(repr(float(v)) for v in row) + f",{label}\n")
+    npy = folder / "train.npy"
+    np.save(npy, X)
+    return X, y, csv, npy
+
+
+def _available(method):
+    try:
+        return cli._estimator_class(method)
+    except cli.CLIError:
+        pytest.skip(f"method {method} is not available yet")
+
+
+# --- end to end in a subprocess -------------------------------------------------------------------
+
+def test_fit_transform_match_python_api(data, tmp_path):
+    from fastkpca import ExactKPCA
+
+    X, _, csv, _ = data
+    model = tmp_path / "m.npz"
+    r = run_cli("fit", csv, "--method", "exact", "-k", 3, "--gamma", 0.3, "--seed", 0,
+                "--label-column", "label", "-o", model)
+    assert r.returncode == 0, r.stderr
+    assert "fitted ExactKPCA (3 components" in r.stdout and "120 rows x 4 features" in r.stdout
+    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+    r = run_cli("transform", model, csv, "--label-column", "-1", "-o", tmp_path / "t.npy")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("transform", model, csv, "--label-column", "-1", "-o", tmp_path / "t.csv")
+    assert r.returncode == 0, r.stderr
+    T_cli = np.load(tmp_path / "t.npy")
+    T_api = ExactKPCA(n_components=3, gamma=0.3, random_state=0).fit(X).transform(X)
+    # the same computation on the same floats (the CSV holds repr floats); the tolerance only
+    # leaves room for BLAS thread scheduling between two processes
+    np.testing.assert_allclose(T_cli, T_api, rtol=1e-12, atol=1e-14)
+    T_csv = np.loadtxt(tmp_path / "t.csv", delimiter=",", skiprows=1)
+    np.testing.assert_array_equal(T_csv, T_cli)  # %.17g round-trips float64 exactly
+
+
+def test_errors_are_one_line(tmp_path):
+    r = run_cli("fit", tmp_path / "nope.csv", "-o", tmp_path / "m.npz")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [f"fastkpca: error: data file not found: "
+                                             f"{tmp_path / 'nope.csv'}"]
+    r = run_cli("fit", tmp_path / "nope.csv", "--debug")
+    assert r.returncode != 0 and "Traceback" in r.stderr and "FileNotFoundError" in r.stderr
+    r = run_cli("fit")  # usage errors: argparse's message, exit status 2
+    assert r.returncode == 2 and "fastkpca fit: error:" in r.stderr.replace("usage: ", "")
+
+
+def test_demo_subprocess(tmp_path):
+    r = run_cli("demo", "--n-samples", 150, "--methods", "exact", "-k", 3, "--output",
+                tmp_path / "demo.png")
+    assert r.returncode == 0, r.stderr
+    assert "ExactKPCA" in r.stdout and "rank-k err" in r.stdout
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_console_script_and_help():
+    script = Path(sys.executable).parent / "fastkpca"
+    if not script.exists():
+        pytest.skip("the fastkpca console script is not installed in this environment")
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0
+    for command in ("fit", "transform", "evaluate", "info", "bench", "demo"):
+        assert command in r.stdout
+
+
+# --- in-process -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method,options,params", [
+    ("random-features", ["--n-features", "64"], {"n_features": 64}),
+    ("rf", ["--n-features", "64", "--features", "orf"], {"n_features": 64, "features": "orf"}),
+    ("streaming", ["--n-features", "64", "--sketch-size", "16"],
+     {"n_features": 64, "sketch_size": 16}),
+])
+def test_streamed_fit_matches_api(data, tmp_path, capsys, method, options, params):
+    """One-pass methods fit on the file's row blocks: the same model as fit on the array."""
+    X, _, _, npy = data
+    cls = _available(method)
+    rc = main(["fit", str(npy), "-m", method, "-k", "3", "--gamma", "0.3", "--seed", "4",
+               "--block-rows", "8192", *options, "-o", str(tmp_path / "m.npz")])
+    assert rc == 0
+    assert "(streamed)" in capsys.readouterr().out
+    from fastkpca import load
+
+    expected = cls(n_components=3, gamma=0.3, random_state=4, **params).fit(X)
+    np.testing.assert_allclose(load(tmp_path / "m.npz").transform(X), expected.transform(X),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_nystrom_with_landmark_file_streams(data, tmp_path, capsys):
+    X, _, csv, _ = data
+    cls = _available("nystrom")
+    np.save(tmp_path / "land.npy", X[::5])
+    rc = main(["fit", str(csv), "-m", "nystrom", "--landmarks", str(tmp_path / "land.npy"),
+               "-k", "3", "--gamma", "0.3", "--label-column", "label",
+               "-o", str(tmp_path / "ny.npz")])
+    assert rc == 0 and "(streamed)" in capsys.readouterr().out
+    from fastkpca import load
+
+    expected = cls(n_components=3, landmarks=X[::5], gamma=0.3, random_state=0).fit(X)
+    np.testing.assert_allclose(load(tmp_path / "ny.npz").transform(X), expected.transform(X),
+                               rtol=1e-10, atol=1e-12)
+    rc = main(["fit", str(csv), "-m", "nystrom", "--landmarks", "kmeans", "--n-landmarks", "20",
+               "-k", "3", "--label-column", "label", "-o", str(tmp_path / "ny2.npz")])
+    assert rc == 0 and "(in memory)" in capsys.readouterr().out
+
+
+def test_param_and_float32(data, tmp_path, capsys):
+    X, _, _, npy = data
+    rc = main(["fit", str(npy), "-k", "2", "--param", "eigen_solver=lanczos", "--dtype",
+               "float32", "-o", str(tmp_path / "m.npz")])
+    assert rc == 0
+    from fastkpca import load
+
+    model = load(tmp_path / "m.npz")
+    assert model.eigen_solver == "lanczos" and model.X_fit_.dtype == np.float32
+    rc = main(["transform", str(tmp_path / "m.npz"), str(npy), "--dtype", "float32",
+               "-o", str(tmp_path / "t.npy")])
+    assert rc == 0 and np.load(tmp_path / "t.npy").dtype == np.float32
+
+
+def test_info(data, tmp_path, capsys):
+    X, _, _, npy = data
+    assert main(["fit", str(npy), "-k", "2", "--gamma", "0.5", "-o", str(tmp_path / "m.npz")]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "estimator:       ExactKPCA" in out and "gamma=0.5" in out
+    assert "X_fit_" in out and "array float64 (120, 4)" in out
+    assert main(["info", "--json", str(tmp_path / "m.npz")]) == 0
+    meta = json.loads(capsys.readouterr().out)
+    assert meta["estimator"] == "ExactKPCA" and len(meta["eigenvalues"]) == 2
+
+
+def test_evaluate_exact_model_on_its_training_data(data, tmp_path, capsys):
+    X, _, csv, _ = data
+    model = str(tmp_path / "m.npz")
+    assert main(["fit", str(csv), "-k", "3", "--gamma", "0.3", "--label-column", "label",
+                 "-o", model]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", model, str(csv), "--label-column", "label", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_evaluated"] == 120 and res["n_components"] == 3
+    m = res["metrics"]
+    # exact KPCA evaluated against itself on the same rows: optimal up to round-off
+    assert m["relative_rank_k_error"]["model"] == pytest.approx(1.0, abs=1e-6)
+    assert m["relative_rank_k_error"]["exact"] == pytest.approx(1.0, abs=1e-6)
+    assert m["embedding_error"]["model"] < 1e-8
+    assert m["eigenvalue_error"]["model"] < 1e-8
+    assert m["gram_spectral_error"]["model"] == pytest.approx(m["gram_spectral_error"]["exact"],
+                                                              rel=1e-6)
+    # a random subsample, as a table
+    assert main(["evaluate", model, str(csv), "--label-column", "label", "--max-samples",
+                 "50"]) == 0
+    out = capsys.readouterr().out
+    assert "on 50 of 120 rows" in out
+    for name in ("relative_rank_k_error", "gram_spectral_error", "gram_frobenius_error",
+                 "embedding_error", "eigenvalue_error"):
+        assert name in out
+
+
+def test_user_errors(data, tmp_path, capsys, monkeypatch):
+    X, _, csv, npy = data
+    model = str(tmp_path / "m.npz")
+    assert main(["fit", str(npy), "-k", "2", "-o", model]) == 0
+    capsys.readouterr()
+
+    def error_of(argv):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("fastkpca: error: ") and err.count("\n") == 1
+        return err
+
+    assert "--sketch-size does not apply to --method exact" in error_of(
+        ["fit", str(npy), "--sketch-size", "5"])
+    assert "has no parameter 'bogus'" in error_of(["fit", str(npy), "--param", "bogus=1"])
+    assert "use --label-column" in error_of(["transform", model, str(csv), "-o",
+                                             str(tmp_path / "t.npy")])
+    assert "write .npy, .csv or .tsv" in error_of(["transform", model, str(npy), "-o",
+                                                   str(tmp_path / "t.parquet")])
+    assert "n_components=500 is larger" in error_of(["fit", str(npy), "-k", "500"])
+    assert "not a fastkpca model file" in error_of(["info", str(npy)])
+    # a method whose module has not landed yet: one line, not a traceback
+    monkeypatch.setitem(cli.METHODS, "future", "FutureKPCA")
+    import fastkpca.decomposition as dec
+
+    monkeypatch.setitem(dec._LAZY, "FutureKPCA", "future_method")
+    assert "method 'future' (FutureKPCA) is not available" in error_of(
+        ["fit", str(npy), "-m", "future"])
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def bench_dir(tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    (folder / "_harness.py").write_text("")
+    (folder / "hello.py").write_text('"""Say hello."""\nimport sys\n'
+                                     'print("hello", *sys.argv[1:])\n')
+    (folder / "broken.py").write_text('"""Fail."""\nraise SystemExit(3)\n')
+    return folder
+
+
+def test_bench_runs_scripts(bench_dir, capfd):
+    assert main(["bench", "--dir", str(bench_dir), "--list"]) == 0
+    out = capfd.readouterr().out
+    assert "hello" in out and "Say hello." in out and "broken" in out and "_harness" not in out
+    assert main(["bench", "hello", "--dir", str(bench_dir), "--", "--n", "5"]) == 0
+    out = capfd.readouterr().out
+    assert "hello --n 5" in out and "== hello: ok" in out
+    assert main(["bench", "broken", "--dir", str(bench_dir)]) == 1
+    captured = capfd.readouterr()
+    assert "failed (exit 3)" in captured.out and "benchmark(s) failed: broken" in captured.err
+    assert main(["bench", "nope", "--dir", str(bench_dir)]) == 1
+    assert "unknown benchmark nope" in capfd.readouterr().err
+
+
+def test_bench_without_checkout(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_find_benchmarks", lambda directory=None: None)
+    for argv in (["bench"], ["bench", "--list"]):
+        assert main(argv) == 1
+        assert "not installed with the package: run it from a source checkout" in \
+            capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # "--" passes arguments to benchmark scripts only
+        main(["fit", "x.npy", "--", "y"])
+    assert exc.value.code == 2
+
+
+# --- demo -----------------------------------------------------------------------------------------
+
+def test_run_demo_tiny(tmp_path):
+    from fastkpca._demo import run_demo
+
+    methods = ["exact"] + [m for m in ("nystrom", "reduced-set")
+                           if m in cli.available_methods()]
+    out_file = tmp_path / "table.txt"
+    with open(out_file, "w") as f:
+        rows = run_demo(output=tmp_path / "d.png", n_samples=200, n_components=3,
+                        methods=methods, file=f)
+    assert [r["method"] for r in rows] == methods
+    exact = rows[0]
+    assert not exact.get("error")
+    # exact KPCA is the reference: optimal rank-k error and zero embedding error (round-off)
+    assert exact["rank_k_error"] == pytest.approx(1.0, abs=1e-6)
+    assert exact["embedding_error"] < 1e-10
+    for r in rows:
+        assert not r.get("error"), r
+        # Eckart-Young: no rank-k embedding beats the best rank-k approximation
+        assert r["rank_k_error"] >= 1.0 - 1e-9
+        assert r["fit_s"] > 0 and r["transform_s"] > 0 and r["peak_mib"] > 0
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = out_file.read_text()
+    assert "200 x 16" in table and "peak MiB" in table
+
+
+def test_demo_reports_failures(tmp_path, capsys, monkeypatch):
+    from fastkpca import _demo
+
+    original = _demo.method_settings
+    monkeypatch.setattr(_demo, "method_settings",
+                        lambda n: {**original(n), "exact": {"eigen_solver": "no-such-solver"}})
+    assert main(["demo", "--n-samples", "60", "--methods", "exact", "--no-plot", "-k", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "failed: ValueError" in captured.out
+    assert "demo: method(s) failed: exact" in captured.err
+
+
+def test_module_entry_point_exists():
+    assert os.path.exists(Path(cli.__file__).with_name("__main__.py"))
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    import argparse
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    args = argparse.Namespace(quiet=False)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    bar = cli._bar(args, total=10, desc="reading")
+    bar.update(10)
+    bar.close()
+    assert "reading:" in sys.stderr.getvalue() and "rows" in sys.stderr.getvalue()
+    assert isinstance(cli._bar(argparse.Namespace(quiet=True)), cli._NoBar)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert isinstance(cli._bar(args), cli._NoBar)
+
+
+def test_npy_writer_streams_unknown_length(tmp_path):
+    writer = cli._NpyWriter(tmp_path / "o.npy")
+    blocks = [np.arange(6.0).reshape(3, 2), np.ones((1000, 2)), np.zeros((2, 2))]
+    for b in blocks:
+        writer.write(b)
+    writer.close()
+    out = np.load(tmp_path / "o.npy")
+    np.testing.assert_array_equal(out, np.concatenate(blocks))
+    mm = np.load(tmp_path / "o.npy", mmap_mode="r")  # a standard .npy: memory-maps too
+    assert mm.shape == (1005, 2)
+
+
+def test_libsvm_files_of_different_widths(tmp_path, capsys):
+    """A LIBSVM test file whose rows stop short of the last features still fits the model."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from fastkpca import ExactKPCA
+
+    rng = np.random.default_rng(1)
+    X = rng.random((60, 9))
+    X[X < 0.5] = 0
+    X[:, -1] = np.where(np.arange(60) % 7 == 0, 1.0, 0.0)
+    y = rng.choice([-1, 1], size=60)
+    dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
+    X_test = X[:10].copy()
+    X_test[:, 5:] = 0  # the widest row of this file reaches feature 5 only
+    dump_svmlight_file(X_test, y[:10], str(tmp_path / "test.svm"), zero_based=False)
+    assert main(["fit", str(tmp_path / "train.svm"), "-k", "2", "--gamma", "0.5",
+                 "-o", str(tmp_path / "m.npz")]) == 0
+    assert main(["transform", str(tmp_path / "m.npz"), str(tmp_path / "test.svm"),
+                 "-o", str(tmp_path / "t.npy")]) == 0
+    expected = ExactKPCA(n_components=2, gamma=0.5, random_state=0).fit(X).transform(X_test)
+    np.testing.assert_allclose(np.load(tmp_path / "t.npy"), expected, rtol=1e-10, atol=1e-12)

@@ -1,0 +1,315 @@
+"""Model files: round trip of every estimator (bit-identical transform), no pickle, corruption."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import fastkpca
+from fastkpca._state import register_state_class
+from fastkpca.decomposition import _LAZY
+from fastkpca.io import FORMAT_VERSION, load, model_info, save_model
+from fastkpca.kernels import RBF
+
+# Every estimator class fastkpca exposes, plus the random-feature transformers (BaseKPCA too).
+ESTIMATORS = sorted(name for name in _LAZY if name[0].isupper()) + [
+    "features.RandomFourierFeatures", "features.OrthogonalRandomFeatures",
+    "features.FastfoodFeatures", "features.TensorSketchFeatures"]
+
+
+def _class(name):
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    try:
+        mod = importlib.import_module(f"fastkpca.{module}" if module else "fastkpca.decomposition")
+        return getattr(mod, attr)
+    except (ImportError, AttributeError):
+        pytest.skip(f"{name} is not available yet")
+
+
+@pytest.fixture(scope="module")
+def X():
+    return np.random.default_rng(0).standard_normal((80, 5))
+
+
+def _fitted(name, X):
+    cls = _class(name)
+    params = cls().get_params()
+    kwargs = {"random_state": 0}
+    if "n_components" in params:
+        kwargs["n_components"] = 3
+    if "gamma" in params and params.get("kernel") != "polynomial":
+        kwargs["gamma"] = 0.3
+    return cls(**kwargs).fit(X)
+
+
+def _assert_same_state(a, b):
+    assert type(a) is type(b)
+    fa = {k for k in vars(a) if k.endswith("_")}
+    fb = {k for k in vars(b) if k.endswith("_")}
+    assert fa == fb
+    for k in fa:
+        va, vb = getattr(a, k), getattr(b, k)
+        if isinstance(va, np.ndarray):
+            assert va.dtype == vb.dtype and va.shape == vb.shape, k
+            np.testing.assert_array_equal(va, vb, err_msg=k)
+        else:
+            assert type(va) is type(vb), k
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_roundtrip_bit_identical(name, X, tmp_path):
+    model = _fitted(name, X)
+    path = tmp_path / "model.npz"
+    model.save(path)
+    loaded = fastkpca.load(path)
+    _assert_same_state(model, loaded)
+    assert repr(loaded.get_params()) == repr(model.get_params())
+    for Xt in (X, X[:7] + 0.5, X.astype(np.float32)):
+        a, b = model.transform(Xt), loaded.transform(Xt)
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)  # bit-identical, not merely close
+    # every entry loads with pickle disabled, and no temporary file is left behind
+    with np.load(path, allow_pickle=False) as f:
+        for key in f.files:
+            f[key]
+    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+
+
+def test_compressed_model_roundtrip(X, tmp_path):
+    try:
+        from fastkpca import compress_expansion
+    except (ImportError, AttributeError):
+        pytest.skip("compress_expansion is not available yet")
+    exact = _fitted("ExactKPCA", X)
+    compressed = compress_expansion(exact, rounding=0.5, projection_dim=3, random_state=0)
+    compressed.save(tmp_path / "c.npz")
+    loaded = load(tmp_path / "c.npz")
+    assert type(loaded).__name__ == type(compressed).__name__
+    np.testing.assert_array_equal(loaded.transform(X), compressed.transform(X))
+
+
+def test_float32_fit_and_array_and_kernel_params(X, tmp_path):
+    from fastkpca import ExactKPCA
+
+    model = ExactKPCA(n_components=2, kernel=RBF(0.25), random_state=0).fit(X.astype(np.float32))
+    model.save(tmp_path / "m.npz")
+    loaded = load(tmp_path / "m.npz")
+    assert loaded.kernel == RBF(0.25) and isinstance(loaded.kernel, RBF)
+    assert loaded.X_fit_.dtype == np.float32
+    np.testing.assert_array_equal(loaded.transform(X.astype(np.float32)),
+                                  model.transform(X.astype(np.float32)))
+
+
+def test_array_constructor_parameter(X, tmp_path):
+    cls = _class("NystromKPCA")
+    landmarks = X[::4].copy()
+    model = cls(n_components=3, landmarks=landmarks, gamma=0.3, random_state=0).fit(X)
+    model.save(tmp_path / "ny.npz")
+    loaded = load(tmp_path / "ny.npz")
+    np.testing.assert_array_equal(loaded.landmarks, landmarks)
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+
+
+@register_state_class
+class _Box:
+    """A registered state class for the test (stands in for sketches, feature maps)."""
+
+    def __init__(self, values, label):
+        self.values, self.label = values, label
+
+    def to_state(self):
+        return {"values": self.values, "label": self.label}
+
+    @classmethod
+    def from_state(cls, state):
+        return cls(state["values"], state["label"])
+
+
+def test_value_kinds_roundtrip(X, tmp_path):
+    model = _fitted("ExactKPCA", X)
+    model.extra_ = {
+        "tuple": (1, 2.5, None, "s", True),
+        "nan": float("nan"),
+        "inf": float("-inf"),
+        "np_scalar": np.float32(1.5),
+        "np_int": np.int64(7),
+        "arrays": [np.arange(3), np.ones((2, 2), dtype=np.float32)],
+        "sparse": sp.csr_matrix(np.eye(3)),
+        "dtype": np.dtype(np.float32),
+    }
+    model.box_ = _Box([np.arange(4.0), 3], "hello")
+    model.feature_names_in_ = np.array(["a", "b", "c", "d", "e"], dtype=object)
+    model.save(tmp_path / "m.npz")
+    loaded = load(tmp_path / "m.npz")
+    e = loaded.extra_
+    assert e["tuple"] == (1, 2.5, None, "s", True)
+    assert np.isnan(e["nan"]) and e["inf"] == float("-inf")
+    assert type(e["np_scalar"]) is np.float32 and e["np_scalar"] == np.float32(1.5)
+    assert type(e["np_int"]) is np.int64
+    assert e["arrays"][1].dtype == np.float32
+    assert sp.issparse(e["sparse"]) and (e["sparse"] != sp.eye(3)).nnz == 0
+    assert e["dtype"] == np.float32
+    assert isinstance(loaded.box_, _Box) and loaded.box_.label == "hello"
+    np.testing.assert_array_equal(loaded.box_.values[0], np.arange(4.0))
+    assert loaded.feature_names_in_.dtype == object
+    assert list(loaded.feature_names_in_) == ["a", "b", "c", "d", "e"]
+
+
+def test_save_refuses_what_it_cannot_store(X, tmp_path):
+    from sklearn.decomposition import PCA
+
+    model = _fitted("ExactKPCA", X)
+    model.helper_ = object()
+    with pytest.raises(ValueError, match="fitted attribute 'helper_' is a builtins.object"):
+        model.save(tmp_path / "m.npz")
+    del model.helper_
+
+    class MyRBF(RBF):
+        pass
+
+    model.kernel_ = MyRBF(0.3)
+    with pytest.raises(ValueError, match="custom kernel"):
+        model.save(tmp_path / "m.npz")
+    with pytest.raises(ValueError, match="fastkpca estimators"):
+        save_model(PCA().fit(X), tmp_path / "p.npz")
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_generator_random_state_is_dropped(X, tmp_path):
+    from fastkpca import ExactKPCA
+
+    model = ExactKPCA(n_components=2, gamma=0.3, random_state=np.random.default_rng(1)).fit(X)
+    model.save(tmp_path / "m.npz")
+    loaded = load(tmp_path / "m.npz")
+    assert loaded.random_state is None
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+
+
+def test_model_info(X, tmp_path):
+    model = _fitted("ExactKPCA", X)
+    model.save(tmp_path / "m.npz")
+    info = model_info(tmp_path / "m.npz")
+    assert info["format"] == "fastkpca-model" and info["format_version"] == FORMAT_VERSION
+    assert info["fastkpca_version"] == fastkpca.__version__
+    assert info["estimator"] == "ExactKPCA" and info["kernel"] == {"kernel": "rbf", "gamma": 0.3}
+    assert info["params"]["n_components"] == 3
+    assert info["fitted_kinds"]["X_fit_"] == "array float64 (80, 5)"
+    np.testing.assert_array_equal(info["eigenvalues"], model.eigenvalues_)
+
+
+# --- damaged and foreign files --------------------------------------------------------------------
+
+@pytest.fixture
+def saved(X, tmp_path):
+    path = tmp_path / "m.npz"
+    _fitted("ExactKPCA", X).save(path)
+    return path
+
+
+def _rewrite(path, *, meta=None, arrays=None, fix_checksum=True):
+    """Rewrite a model file with edited metadata / arrays (a well-formed zip either way)."""
+    import hashlib
+
+    with np.load(path, allow_pickle=False) as f:
+        contents = {k: f[k] for k in f.files}
+    m = json.loads(str(contents["__fastkpca__"][()]))
+    if meta:
+        meta(m)
+    if arrays:
+        arrays(contents, m)
+    text = json.dumps(m, sort_keys=True)
+    contents["__fastkpca__"] = np.array(text)
+    if fix_checksum:
+        contents["__checksum__"] = np.array(hashlib.sha256(text.encode()).hexdigest())
+    with open(path, "wb") as f:
+        np.savez(f, **contents)
+
+
+def test_truncated_file(saved):
+    data = saved.read_bytes()
+    for keep in (len(data) // 2, len(data) - 30, 100):
+        saved.write_bytes(data[:keep])
+        with pytest.raises(ValueError, match="damaged or truncated"):
+            load(saved)
+
+
+def test_flipped_byte(saved):
+    data = bytearray(saved.read_bytes())
+    # the largest member (X_fit_, 80 x 5 float64) sits in the middle of the archive
+    data[len(data) // 2] ^= 0xFF
+    saved.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="damaged or truncated"):
+        load(saved)
+
+
+def test_tampered_array_with_valid_zip(saved):
+    def edit(contents, meta):
+        key = meta["fitted"]["eigenvalues_"]["key"]
+        contents[key] = contents[key] * 1.0001
+
+    _rewrite(saved, arrays=edit)
+    with pytest.raises(ValueError, match="checksum mismatch in array"):
+        load(saved)
+
+
+def test_tampered_metadata(saved):
+    _rewrite(saved, meta=lambda m: m["params"].update(gamma=5.0), fix_checksum=False)
+    with pytest.raises(ValueError, match="metadata checksum mismatch"):
+        load(saved)
+
+
+def test_unknown_format_version(saved):
+    _rewrite(saved, meta=lambda m: m.update(format_version=FORMAT_VERSION + 1,
+                                            fastkpca_version="9.9"))
+    with pytest.raises(ValueError, match=r"unknown model file format version 2 .*fastkpca 9\.9"):
+        load(saved)
+    with pytest.raises(ValueError, match="format version"):
+        model_info(saved)
+
+
+@pytest.mark.parametrize("estimator,module", [
+    ("Popen", "subprocess"),                       # an arbitrary import path is never followed
+    ("NoSuchKPCA", None),                          # not a fastkpca estimator name
+    ("np", "fastkpca.decomposition.exact"),        # a fastkpca module, but not a class in it
+    ("BaseKPCA", "fastkpca.decomposition._base"),  # not one of the estimator modules
+])
+def test_unknown_estimator_class(saved, estimator, module):
+    _rewrite(saved, meta=lambda m: m.update(estimator=estimator, module=module))
+    with pytest.raises(ValueError, match="unknown estimator class"):
+        load(saved)
+
+
+def test_unknown_state_class(saved, monkeypatch):
+    calls = []
+    monkeypatch.setattr("os.system", lambda *a: calls.append(a))
+    _rewrite(saved, meta=lambda m: m["fitted"].update(
+        evil_={"kind": "state", "class": "os.system", "state": "echo hi"}))
+    with pytest.raises(ValueError, match="unknown class 'os.system'"):
+        load(saved)
+    assert calls == []
+
+
+def test_not_a_model_file(tmp_path, X):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(ValueError, match="not a fastkpca model file"):
+        load(text)
+    arr = tmp_path / "a.npy"
+    np.save(arr, X)
+    with pytest.raises(ValueError, match="not a fastkpca model file"):
+        load(arr)
+    npz = tmp_path / "plain.npz"
+    np.savez(npz, X=X)
+    with pytest.raises(ValueError, match="not a fastkpca model file"):
+        load(npz)
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, __fastkpca__=np.array([{"format": "fastkpca-model"}], dtype=object))
+    with pytest.raises(ValueError):
+        load(pickled)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        load(tmp_path / "missing.npz")
+    assert zipfile.is_zipfile(npz)
