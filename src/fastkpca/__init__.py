@@ -23,6 +23,7 @@ _LAZY = {
     "ReducedSetKPCA": "fastkpca.decomposition",
     "SparsifiedKPCA": "fastkpca.decomposition",
     "compress_expansion": "fastkpca.decomposition",
+    "CompressedKPCA": "fastkpca.decomposition",
     "load": "fastkpca.io",
     "make_kernel": "fastkpca.kernels",
 }

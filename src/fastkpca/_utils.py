@@ -16,6 +16,7 @@ __all__ = [
     "check_block",
     "check_int",
     "check_float",
+    "is_dask_array",
     "DEFAULT_BLOCK_ROWS",
 ]
 
@@ -42,6 +43,12 @@ def row_blocks(X, block_rows: int = DEFAULT_BLOCK_ROWS) -> Iterator[tuple[int, o
     n = X.shape[0]
     for start in range(0, n, block_rows):
         yield start, X[start:start + block_rows]
+
+
+def is_dask_array(X) -> bool:
+    """True for a ``dask.array.Array``, told from its type's module so dask is never imported."""
+    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") \
+        and hasattr(X, "dask")
 
 
 def is_block_source(X) -> bool:

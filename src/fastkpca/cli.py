@@ -6,12 +6,15 @@
     fastkpca transform model.npz DATA -o projections.npy
     fastkpca evaluate model.npz DATA
     fastkpca info model.npz
-    fastkpca bench [NAME ...]
+    fastkpca bench [--quick] [NAME ...]
     fastkpca demo [--output fastkpca-demo.png]
 
 DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
-by :mod:`fastkpca.io`.  The one-pass methods (streaming, random-features, nystrom with a landmark
-file) are fitted on the file's row blocks without loading it; the others read it into memory.
+by :mod:`fastkpca.io`.  The block-wise methods (streaming, random-features, nystrom with uniform
+landmarks or a landmark file) are fitted on the file's row blocks without loading it, so memory is
+bounded by the block size and the model, not the file; where a method needs a second pass
+(nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
+Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
 Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
 traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
 """
@@ -42,7 +45,7 @@ METHODS = {
     "sparsified": "SparsifiedKPCA",
 }
 
-#: Estimators fitted on a stream of row blocks (one pass over the file).
+#: Estimators fitted on the file's row blocks (one pass, or two reading the file again).
 ONE_PASS = {"StreamingKPCA", "RandomFeatureKPCA"}
 
 # (flag, estimator parameter, parser, help) for the method options of ``fit``
@@ -282,8 +285,12 @@ def _fit_params(args, cls) -> dict:
 
 
 def _is_one_pass(cls, params) -> bool:
+    """Whether the model is fitted on the file's row blocks rather than on the loaded array."""
     if cls.__name__ == "NystromKPCA":
-        return isinstance(params.get("landmarks"), np.ndarray)
+        # given landmarks: one pass; uniform: reservoir sampling, then (covariance="data") a
+        # second pass over the file; kmeans / rls need the rows in memory
+        landmarks = params.get("landmarks", "uniform")
+        return isinstance(landmarks, np.ndarray) or landmarks == "uniform"
     return cls.__name__ in ONE_PASS
 
 
@@ -596,6 +603,14 @@ def _first_doc_line(path: Path) -> str:
     return doc.strip().splitlines()[0] if doc else ""
 
 
+def _has_quick_mode(path: Path) -> bool:
+    """Whether a benchmark script takes ``--quick`` (small sizes, seconds instead of minutes)."""
+    try:
+        return '"--quick"' in path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def cmd_bench(args):
     folder = _find_benchmarks(args.dir)
     if folder is None:
@@ -607,7 +622,8 @@ def cmd_bench(args):
         raise CLIError(f"no benchmark scripts in {folder}")
     if args.list:
         for name, path in scripts.items():
-            print(f"{name:<28}{_first_doc_line(path)}")
+            quick = "" if _has_quick_mode(path) else " (no --quick mode)"
+            print(f"{name:<28}{_first_doc_line(path)}{quick}")
         return 0
     names = [n[:-3] if n.endswith(".py") else n for n in args.names] or list(scripts)
     unknown = [n for n in names if n not in scripts]
@@ -615,12 +631,20 @@ def cmd_bench(args):
         raise CLIError(f"unknown benchmark {', '.join(unknown)}; available: "
                        f"{', '.join(scripts)}")
     extra = list(args.script_args)
+    if args.quick:
+        extra = ["--quick", *extra]
     env = dict(os.environ)
     src = folder.parent / "src"
     if (src / "fastkpca").is_dir():
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
     failed = []
+    skipped = []
     for name in names:
+        if args.quick and not _has_quick_mode(scripts[name]):
+            # never fall back to a full-size run (some take hours) when a quick one was asked for
+            print(f"== {name}: skipped (the script has no --quick mode)", flush=True)
+            skipped.append(name)
+            continue
         cmd = [sys.executable, str(scripts[name]), *extra]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
@@ -631,6 +655,8 @@ def cmd_bench(args):
             failed.append(name)
     if failed:
         raise CLIError(f"benchmark(s) failed: {', '.join(failed)}")
+    if skipped and len(skipped) == len(names):
+        raise CLIError(f"no benchmark run: {', '.join(skipped)} have no --quick mode")
     return 0
 
 
@@ -743,9 +769,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common], help="run the benchmark scripts",
                        description="Run the scripts of the repository's benchmarks/ folder "
-                                   "(needs a source checkout). Arguments after -- are passed to "
-                                   "each script.")
+                                   "(needs a source checkout), each writing JSON and PNG "
+                                   "results to benchmarks/results/. Arguments after -- are "
+                                   "passed to each script.")
     p.add_argument("names", nargs="*", metavar="NAME", help="scripts to run (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (a few minutes in all; results named *_quick); scripts "
+                        "without a --quick mode are skipped. Default: the full-size runs, "
+                        "which take long and much memory")
     p.add_argument("--list", action="store_true", help="list the scripts and exit")
     p.add_argument("--dir", default=None, help="the benchmarks folder (default: ./benchmarks, "
                                                "then the checkout's)")

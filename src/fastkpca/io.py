@@ -9,7 +9,8 @@ from the top, so two-pass methods work too); :func:`read_data` reads the whole f
 =========== ======================================== =============================================
 format      files                                    parser
 =========== ======================================== =============================================
-``npy``     ``.npy`` (2-D numeric)                   ``numpy.load(mmap_mode="r")``: memory-mapped
+``npy``     ``.npy`` (2-D numeric)                   header by ``numpy.load(mmap_mode="r")``,
+                                                     rows by plain block reads
 ``text``    ``.csv``, ``.tsv``, ``.txt``, ``.data``  ``numpy.loadtxt`` on chunks of lines;
             (optionally gzipped)                     delimiter and header detected
 ``parquet`` ``.parquet``, ``.pq``                    ``pyarrow.parquet`` record batches (optional
@@ -351,7 +352,7 @@ class DataReader:
 # --- npy ---------------------------------------------------------------------------------------
 
 class NpyReader(DataReader):
-    """Row blocks of a 2-D ``.npy`` array, memory-mapped (only one block is read at a time)."""
+    """Row blocks of a 2-D ``.npy`` array (only one block is read at a time)."""
 
     format = "npy"
 
@@ -376,8 +377,15 @@ class NpyReader(DataReader):
 
     def _blocks(self):
         arr = self._open()
-        for start in range(0, arr.shape[0], self.block_rows):
-            chunk = arr[start:start + self.block_rows]
+        # A C-ordered file is read block by block with plain reads: the pages of a memory map
+        # stay mapped, and count in the process's resident memory, until the whole map is
+        # dropped, so reading a 2.4 GB file through one map peaks at 2.4 GB of RSS; plain reads
+        # go through the page cache, which the process does not hold.
+        if arr.flags.c_contiguous:
+            chunks = self._read_chunks(arr)
+        else:  # Fortran order: rows are not contiguous in the file, slice the map
+            chunks = (arr[s:s + self.block_rows] for s in range(0, arr.shape[0], self.block_rows))
+        for start, chunk in zip(range(0, arr.shape[0], self.block_rows), chunks, strict=True):
             if self._all_features:
                 X = np.array(chunk, dtype=self.dtype)
             else:
@@ -385,6 +393,20 @@ class NpyReader(DataReader):
             self._finite_check(X, start)
             y = None if self._label_idx is None else np.array(chunk[:, self._label_idx])
             yield X, y
+
+    def _read_chunks(self, arr):
+        """Consecutive ``block_rows``-row chunks of a C-ordered file, read without a map."""
+        n, width = arr.shape
+        dtype = arr.dtype
+        with open(self.path, "rb") as f:
+            f.seek(arr.offset)
+            for start in range(0, n, self.block_rows):
+                rows = min(self.block_rows, n - start)
+                chunk = np.fromfile(f, dtype=dtype, count=rows * width)
+                if chunk.size != rows * width:
+                    raise ValueError(f"{self.path}: the file is truncated (row {start + 1} "
+                                     f"onwards is missing)")
+                yield chunk.reshape(rows, width)
 
     def _count_rows(self):
         return self._n_samples

@@ -16,6 +16,7 @@ _LAZY = {
     "ReducedSetKPCA": "reduced_set",
     "SparsifiedKPCA": "sparsified",
     "compress_expansion": "compress",
+    "CompressedKPCA": "compress",
 }
 
 __all__ = sorted(_LAZY)

@@ -5,11 +5,51 @@ from __future__ import annotations
 import numpy as np
 
 from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
-from ..kernels import chunk_rows
+from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, eigh_topk
 from ._base import BaseKPCA
 
-__all__ = ["ExactKPCA", "exact_kpca"]
+__all__ = ["ExactKPCA", "exact_kpca", "symmetric_gram"]
+
+#: Working memory (MiB) of one row block while filling or centering the Gram matrix.  Blocks of
+#: a few MiB stay in cache for the elementwise passes (exp, centering corrections), and their
+#: temporaries stay below the allocator's mmap threshold (32 MiB in glibc), so they are reused
+#: instead of being mapped and page-faulted afresh for every block, which on a 20000 x 20000
+#: Gram costs more than the kernel arithmetic itself.
+BLOCK_MB = 16
+
+
+def _block_rows(n_cols, n_temporaries):
+    # The kernels' global budget still caps the block (tests shrink it to bound peak memory).
+    return min(chunk_rows(n_cols, n_temporaries=n_temporaries),
+               chunk_rows(n_cols, n_temporaries=n_temporaries, working_memory_mb=BLOCK_MB))
+
+
+def symmetric_gram(X, kernel, *, block_rows=None):
+    """The n x n Gram matrix of X in X's dtype, computing only its upper block triangle.
+
+    Row block ``[s, e)`` evaluates the kernel against ``X[s:]`` only (the diagonal tile with
+    ``kernel(X[s:e])``, so the kernel's own rule for exact diagonals applies); the lower triangle
+    is then copied tile by tile from the upper one.  That halves the kernel evaluations (the
+    distance GEMM and the elementwise exp) of filling every row, and the result is exactly
+    symmetric.  Extra memory: one row block of float64 temporaries.
+    """
+    n = X.shape[0]
+    K = np.empty((n, n), dtype=result_dtype(X))
+    step = block_rows or _block_rows(n, n_temporaries=3)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        kernel(X[s:e], out=K[s:e, s:e])
+        if e < n:
+            kernel(X[s:e], X[e:], out=K[s:e, e:])
+    # Mirror with square tiles small enough for the transposed reads to stay in cache.
+    tile = 256
+    for s in range(0, n, tile):
+        e = min(n, s + tile)
+        for t in range(0, s, tile):
+            K[s:e, t:t + tile] = K[t:t + tile, s:e].T
+        K[s:e, s:e] = np.triu(K[s:e, s:e]) + np.triu(K[s:e, s:e], 1).T
+    return K
 
 
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None,
@@ -26,8 +66,8 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     stats : CenteringStats for out-of-sample centering
     n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
     """
-    K = kernel(X)
-    stats = center_gram_inplace(K)
+    K = symmetric_gram(X, kernel)
+    stats = center_gram_inplace(K, block=_block_rows(X.shape[0], n_temporaries=2))
     vals, vecs, n_iter = eigh_topk(K, n_components, method=eigen_solver, rng=rng, tol=tol,
                                    max_iter=max_iter, overwrite=True, return_n_iter=True)
     del K
@@ -124,7 +164,7 @@ class ExactKPCA(BaseKPCA):
         alphas = self._scaled_alphas.astype(dtype)
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        step = chunk_rows(self.X_fit_.shape[0])
+        step = _block_rows(self.X_fit_.shape[0], n_temporaries=3)
         for start in range(0, X.shape[0], step):
             Kb = self.kernel_(X[start:start + step], self.X_fit_.astype(X.dtype, copy=False))
             center_gram_out_of_sample(Kb, stats)

@@ -1,0 +1,377 @@
+"""Streaming kernel PCA paper, section 3: SKPCA vs RNCA vs Nystrom on CPU and Adult.
+
+Ghashami, Perry & Phillips, "Streaming kernel principal component analysis" (AISTATS 2016),
+Figures 2 (CPU) and 3 (Adult): kernel spectral error ``||G - G'||_2 / n``, kernel Frobenius
+error ``||G - G'||_F / n^2`` (uncentered G, as the paper), TRAIN TIME, TEST TIME and SPACE
+against the SAMPLE SIZE m (random features for SKPCA / RNCA, landmarks c for Nystrom) in
+{2^5, ..., 2^11}, with SKPCA's sketch size ell in {2, 5, 10, 20, 30, 50}.
+
+What each method's G' is (the paper's definitions, section 1.2 and 2.1):
+
+- SKPCA(ell): ``G' = Z W W^T Z^T`` with Z the m random Fourier features of the points and W
+  the right singular vectors of the Frequent Directions sketch (``StreamingKPCA.sketch_``).
+- RNCA: ``G' = Z Z^T`` (``RandomFeatureKPCA.feature_map_``).
+- Nystrom: ``G' = C W^+ C^T`` over c uniform landmarks (``NystromKPCA``: ``k(X, L) W^{-1/2}``).
+- scikit-learn baselines in the same run: ``RBFSampler`` + ``PCA`` (``G' = Z Z^T`` of its
+  cos(w x + b) features) and ``Nystroem`` + ``PCA`` (``G' = C W^+ C^T``).
+
+SPACE is the paper's formula: SKPCA ``m d + m ell``, RNCA ``m^2 + m d``, Nystrom ``c^2 + c d``
+(floats).  TRAIN TIME is a full ``fit`` (features, sketch / covariance, eigendecomposition with
+n_components = min(10, ell)) in a fresh process (``benchmarks/_harness.measure``; its peak memory
+above the loaded data is recorded too); TEST TIME is ``transform`` of the held-out test set
+(800 rows for CPU, 1000 for Adult, as in the paper), best of 5 after a warm-up call.
+
+Choices the paper does not state, made here:
+- Gaussian kernel ``exp(-gamma ||x - y||^2)`` with gamma from the median heuristic
+  (1 / median squared distance over 1000 training rows), one number for all methods.  CPU
+  columns are standardised (training mean / std) first; Adult (binary) is used as is.
+- Adult is LIBSVM a9a's training file (32561 rows; the paper's 33561 x 123).
+- The errors are evaluated on a uniform subsample of ``--n-eval`` training rows (default 3000):
+  the n x n Gram of all 31561 Adult rows would need 8 GB.  Both errors are normalised by that
+  n_eval (so the Frobenius error, which scales like 1 / n, is larger than on all rows).
+- BLAS runs single-threaded (``--threads``) for every method: the benchmark machine is shared,
+  and oversubscribed BLAS threads make timings of small matrix products erratic.
+- Configurations with ell >= m are skipped: the sketch is then exact and SKPCA equals RNCA.
+
+Usage (the run holds a few hundred MB; take the machine-wide lock anyway)::
+
+    flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/skpca_paper.py           # ~10 min
+    flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/skpca_paper.py --quick   # ~1 min
+
+Results: ``benchmarks/results/skpca_paper[_quick].json`` and ``skpca_paper_<data>[_quick].png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _set_threads(argv):
+    """Fix BLAS threads before numpy is imported (children inherit the environment)."""
+    threads = "1"
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            threads = argv[i + 1]
+        elif a.startswith("--threads="):
+            threads = a.split("=", 1)[1]
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
+
+
+if __name__ == "__main__":
+    _set_threads(sys.argv)
+
+import numpy as np  # noqa: E402
+import scipy.linalg as la  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import machine_info, measure, save_json  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+ELLS = (2, 5, 10, 20, 30, 50)
+SAMPLE_SIZES = tuple(2**p for p in range(5, 12))
+TEST_SIZES = {"cpu": 800, "adult": 1000}
+N_COMPONENTS = 10
+
+
+# ------------------------------------------------------------------------------------------------
+# data
+# ------------------------------------------------------------------------------------------------
+def load_dataset(name, data_home=None):
+    """(X, d) for "cpu" (dense) or "adult" (CSR), through fastkpca.datasets.load."""
+    from fastkpca.datasets import load
+
+    if name == "cpu":
+        X, _ = load("cpu_act", data_home=data_home)
+    elif name == "adult":
+        X, _ = load("adult", data_home=data_home, subset="train")
+    else:
+        raise ValueError(f"unknown data set {name!r}")
+    return X
+
+
+def split(name, X, rng, max_train=None):
+    """Random held-out test set of the paper's size; CPU standardised on the training part."""
+    n = X.shape[0]
+    perm = rng.permutation(n)
+    n_test = TEST_SIZES[name]
+    test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    if max_train is not None:
+        train = np.sort(rng.choice(train, size=min(max_train, len(train)), replace=False))
+    X_train, X_test = X[train], X[test]
+    if not sp.issparse(X):
+        mu, sd = X_train.mean(axis=0), X_train.std(axis=0)
+        sd[sd == 0] = 1.0
+        X_train, X_test = (X_train - mu) / sd, (X_test - mu) / sd
+    return X_train, X_test
+
+
+def save_array(path, X):
+    if sp.issparse(X):
+        sp.save_npz(path, X.tocsr())
+    else:
+        np.save(path, X)
+
+
+def load_array(path):
+    path = str(path)
+    return sp.load_npz(path).tocsr() if path.endswith(".npz") else np.load(path)
+
+
+def setup_child(path, method, gamma):
+    """Setup of each timed child (not timed): read the training data, then fit the same method
+    once on 64 rows so that imports and first-call initialisation are not timed."""
+    X = load_array(path)
+    make_model(method, 8, gamma, 0).fit(X[:64])
+    return X
+
+
+# ------------------------------------------------------------------------------------------------
+# methods
+# ------------------------------------------------------------------------------------------------
+def make_model(method, m, gamma, seed):
+    """The estimator of one configuration.
+
+    method: ("skpca", ell), "rnca", "nystrom", "sk_rff" or "sk_nys".
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.kernel_approximation import Nystroem, RBFSampler
+    from sklearn.pipeline import make_pipeline
+
+    from fastkpca.decomposition.nystrom import NystromKPCA
+    from fastkpca.decomposition.random_features import RandomFeatureKPCA
+    from fastkpca.decomposition.streaming import StreamingKPCA
+
+    kind, ell = method if isinstance(method, tuple) else (method, None)
+    if kind == "skpca":
+        return StreamingKPCA(min(N_COMPONENTS, ell, m), gamma=gamma, n_features=m, sketch_size=ell,
+                             random_state=seed)
+    if kind == "rnca":
+        return RandomFeatureKPCA(min(N_COMPONENTS, m), gamma=gamma, n_features=m,
+                                 random_state=seed)
+    if kind == "nystrom":
+        return NystromKPCA(min(N_COMPONENTS, m), gamma=gamma, n_landmarks=m, random_state=seed)
+    if kind == "sk_rff":
+        return make_pipeline(RBFSampler(gamma=gamma, n_components=m, random_state=seed),
+                             PCA(min(N_COMPONENTS, m), random_state=seed))
+    if kind == "sk_nys":
+        return make_pipeline(Nystroem(gamma=gamma, n_components=m, random_state=seed),
+                             PCA(min(N_COMPONENTS, m), random_state=seed))
+    raise ValueError(method)
+
+
+def fit_model(X, method, m, gamma, seed):
+    """Work of each timed child: fit one model; it is pickled back to the parent."""
+    return make_model(method, m, gamma, seed).fit(X)
+
+
+def uncentered_embedding(method, model, X):
+    """T with ``T T^T = G'``, the paper's approximate (uncentered) Gram on the rows of X."""
+    kind = method[0] if isinstance(method, tuple) else method
+    if kind == "skpca":
+        B = model.sketch_.sketch()
+        _, s, Vt = la.svd(B, full_matrices=False)
+        W = Vt[s > s[0] * 1e-12].T  # orthonormal basis of the sketch's row space
+        return model.feature_map_(X) @ W
+    if kind == "rnca":
+        return model.feature_map_(X)
+    if kind == "nystrom":
+        K = model.kernel_(X, model.landmarks_)
+        return np.asarray(K, dtype=np.float64) @ model.normalization_
+    if kind in ("sk_rff", "sk_nys"):
+        return model[0].transform(X)
+    raise ValueError(method)
+
+
+def space(method, m, d):
+    """The paper's SPACE (number of stored floats)."""
+    kind, ell = method if isinstance(method, tuple) else (method, None)
+    if kind == "skpca":
+        return m * d + m * ell
+    if kind in ("rnca", "sk_rff"):
+        return m * m + m * d
+    return m * m + m * d  # Nystrom: c^2 + c d
+
+
+def label(method):
+    if isinstance(method, tuple):
+        return f"SKPCA l={method[1]}"
+    return {"rnca": "RNCA (RandomFeatureKPCA)", "nystrom": "Nystrom (NystromKPCA)",
+            "sk_rff": "sklearn RBFSampler+PCA", "sk_nys": "sklearn Nystroem+PCA"}[method]
+
+
+# ------------------------------------------------------------------------------------------------
+# run
+# ------------------------------------------------------------------------------------------------
+def run_dataset(name, args, rng):
+    from fastkpca.kernels import RBF, resolve_gamma
+    from fastkpca.metrics import gram_frobenius_error, gram_spectral_error
+
+    X = load_dataset(name, args.data_home)
+    X_train, X_test = split(name, X, rng, args.max_train)
+    n, d = X_train.shape
+    gamma = resolve_gamma("median", X_train, rng=0)
+    kernel = RBF(gamma)
+    eval_idx = np.sort(rng.choice(n, size=min(args.n_eval, n), replace=False))
+    X_eval = X_train[eval_idx]
+    print(f"[{name}] train {n} x {d}, test {X_test.shape[0]}, gamma = {gamma:.4g}, "
+          f"error on {len(eval_idx)} training rows", flush=True)
+
+    methods = [("skpca", ell) for ell in args.ells] + ["rnca", "nystrom"]
+    if not args.no_sklearn:
+        methods += ["sk_rff", "sk_nys"]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / ("train.npz" if sp.issparse(X_train) else "train.npy")
+        save_array(path, X_train)
+        for m in args.sizes:
+            for method in methods:
+                if isinstance(method, tuple) and method[1] >= m:
+                    continue  # exact sketch: equals RNCA
+                t0 = time.perf_counter()
+                out = measure(setup_child, fit_model,
+                              setup_kwargs={"path": path, "method": method, "gamma": gamma},
+                              work_kwargs={"method": method, "m": m, "gamma": gamma,
+                                           "seed": args.seed})
+                row = {"data": name, "method": label(method), "sample_size": m,
+                       "ell": method[1] if isinstance(method, tuple) else None,
+                       "space": space(method, m, d)}
+                if not out.get("ok"):
+                    row["error"] = out.get("error")
+                    print(f"  m={m:5d} {label(method):28s} FAILED: {row['error']}", flush=True)
+                    rows.append(row)
+                    continue
+                model = out["result"]
+                model.transform(X_test[:10])  # warm-up (first call after unpickling)
+                test_times = []
+                for _ in range(5):
+                    t = time.perf_counter()
+                    model.transform(X_test)
+                    test_times.append(time.perf_counter() - t)
+                T = uncentered_embedding(method, model, X_eval)
+                row.update({
+                    "train_s": out["seconds"], "train_extra_peak_mb": out["extra_peak_mb"],
+                    "test_s": min(test_times),
+                    "spectral_error": gram_spectral_error(X_eval, T, kernel, center=False),
+                    "frobenius_error": gram_frobenius_error(X_eval, T, kernel, center=False),
+                })
+                rows.append(row)
+                print(f"  m={m:5d} {label(method):28s} spec {row['spectral_error']:.3e} "
+                      f"frob {row['frobenius_error']:.3e} train {row['train_s']:.3f}s "
+                      f"test {row['test_s'] * 1e3:.2f}ms  ({time.perf_counter() - t0:.1f}s)",
+                      flush=True)
+    info = {"n_train": n, "n_test": int(X_test.shape[0]), "n_features": d, "gamma": gamma,
+            "n_eval": int(len(eval_idx))}
+    return rows, info
+
+
+def plot(name, rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "error" not in r]
+    labels = sorted(dict.fromkeys(r["method"] for r in rows),
+                    key=lambda lab: (not lab.startswith("SKPCA"),
+                                     int(lab.split("=")[1]) if lab.startswith("SKPCA") else 0))
+    panels = [("sample_size", "spectral_error", "kernel spectral error"),
+              ("sample_size", "frobenius_error", "kernel Frobenius error"),
+              ("sample_size", "train_s", "train time (s)"),
+              ("sample_size", "test_s", "test time (s)"),
+              ("space", "spectral_error", "kernel spectral error"),
+              ("space", "frobenius_error", "kernel Frobenius error")]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    cmap = plt.get_cmap("viridis")
+    skpca = [lab for lab in labels if lab.startswith("SKPCA")]
+    for ax, (xk, yk, ylabel) in zip(axes.ravel(), panels, strict=True):
+        for lab in labels:
+            pts = sorted((r[xk], r[yk]) for r in rows if r["method"] == lab)
+            if not pts:
+                continue
+            if lab.startswith("SKPCA"):
+                style = dict(color=cmap(skpca.index(lab) / max(1, len(skpca) - 1) * 0.85),
+                             marker="o", ms=3, lw=1.2)
+            else:
+                style = {"RNCA (RandomFeatureKPCA)": dict(color="red", marker="s"),
+                         "Nystrom (NystromKPCA)": dict(color="black", marker="^"),
+                         "sklearn RBFSampler+PCA": dict(color="red", ls="--", marker="x"),
+                         "sklearn Nystroem+PCA": dict(color="gray", ls="--", marker="x")}[lab]
+                style.update(ms=4, lw=1.5)
+            ax.plot(*zip(*pts, strict=True), label=lab, **style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sample size (m or c)" if xk == "sample_size" else "space (floats)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{name}: SKPCA vs RNCA vs Nystrom (Ghashami, Perry & Phillips 2016, "
+                 "section 3)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="small run: m in {32, 128, 512}, ell in {5, 20}, Adult 5000 rows")
+    p.add_argument("--datasets", nargs="+", default=["cpu", "adult"], choices=["cpu", "adult"])
+    p.add_argument("--n-eval", type=int, default=None,
+                   help="training rows the errors are evaluated on (default 3000; quick 1000)")
+    p.add_argument("--max-train", type=int, default=None,
+                   help="subsample the training set (default: all; quick: 5000)")
+    p.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn baselines")
+    p.add_argument("--threads", default="1", help="BLAS threads (default 1; see the docstring)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-home", default=None,
+                   help="data folder (default: $FASTKPCA_DATA or ../shared/data)")
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw the PNGs from the saved JSON")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.sizes, args.ells = (32, 128, 512), (5, 20)
+        args.n_eval = args.n_eval or 1000
+        args.max_train = args.max_train or 5000
+    else:
+        args.sizes, args.ells = SAMPLE_SIZES, ELLS
+        args.n_eval = args.n_eval or 3000
+    suffix = "_quick" if args.quick else ""
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        import json
+
+        saved = json.loads((out_dir / f"skpca_paper{suffix}.json").read_text())
+        for name in saved["datasets"]:
+            plot(name, [r for r in saved["rows"] if r["data"] == name],
+                 out_dir / f"skpca_paper_{name}{suffix}.png")
+        return
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    results = {"benchmark": "skpca_paper", "paper": "Ghashami, Perry & Phillips, AISTATS 2016",
+               "machine": machine_info(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+               "command": " ".join(["benchmarks/skpca_paper.py", *(argv or sys.argv[1:])]),
+               "sample_sizes": list(args.sizes), "ells": list(args.ells),
+               "n_components": N_COMPONENTS, "seed": args.seed, "datasets": {}, "rows": []}
+    for name in args.datasets:
+        rows, info = run_dataset(name, args, rng)
+        results["datasets"][name] = info
+        results["rows"].extend(rows)
+        plot(name, rows, out_dir / f"skpca_paper_{name}{suffix}.png")
+        results["wall_s"] = time.perf_counter() - t0
+        save_json(results, out_dir / f"skpca_paper{suffix}.json")
+    print(f"done in {time.perf_counter() - t0:.0f} s -> {out_dir}/skpca_paper{suffix}.json")
+
+
+if __name__ == "__main__":
+    main()

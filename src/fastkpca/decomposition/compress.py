@@ -1,0 +1,282 @@
+"""Fast evaluation of kernel expansions (Achlioptas, McSherry & Schoelkopf 2001, sections 4-5).
+
+Every expansion-based model projects a point x as a kernel expansion over m points z_i::
+
+    transform(x) = k(x, Z) @ coef + offset          (coef: m x n_components)
+
+(for KPCA the feature-space centering folds into ``coef`` and ``offset``, see
+:func:`centered_expansion`).  Evaluating it costs m kernel evaluations of d-dimensional points
+per new x.  :func:`compress_expansion` makes both factors smaller, at random and without bias:
+
+- ``rounding`` (section 4): randomized rounding of the coefficients.  Point i is kept with
+  probability ``pi_i = min(1, s rho_i)`` and its coefficients divided by ``pi_i``, so
+  ``E[coef~] = coef`` exactly; ``rho_i`` is the size of row i of the column-normalized
+  coefficients, and ``s`` is solved from ``sum_i pi_i = rounding * m``.  For one component this
+  is the paper's rule: coefficients with ``|a_i| >= 1/s`` kept as they are, the others replaced
+  by ``sgn(a_i) / s`` with probability ``s |a_i|``.  Sharing the coin per *point* across
+  components is what saves kernel evaluations (a point dropped in one component but kept in
+  another would still cost its evaluation).
+- ``projection_dim`` (section 5): distances and dot products are estimated from ``x P`` with P a
+  d x q matrix of i.i.d. +-1 / sqrt(q) entries (``E ||z P||^2 = ||z||^2``; within a factor
+  1 +- eps for all pairs with high probability when q = O(log n / eps^2), Theorem 6), so each
+  kernel evaluation costs O(q) instead of O(d).  The projected training points are stored.
+
+The protocol
+------------
+A model is expansion-based when :func:`kernel_expansion` can read it: either it has a method
+``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA; what Nystrom and
+reduced-set models should provide), or it is an :class:`~fastkpca.ExactKPCA` (read from its
+``X_fit_``, ``eigenvectors_``, ``eigenvalues_``, ``gram_col_means_``, ``gram_total_mean_``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import check_is_fitted
+
+from .._centering import normalize_weights
+from .._utils import as_generator, check_float, check_int
+from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
+from ._base import BaseKPCA
+
+__all__ = ["compress_expansion", "CompressedKPCA", "KernelExpansion", "kernel_expansion",
+           "centered_expansion", "round_coefficients", "sign_projection"]
+
+#: Kernels that depend on the inputs only through Euclidean distances and dot products, which
+#: random projections preserve (section 5).  The Laplacian kernel (L1 distance) is not one.
+PROJECTABLE_KERNELS = (RBF, Matern, Polynomial, Linear, Cosine)
+
+
+@dataclass
+class KernelExpansion:
+    """``transform(X) = kernel(X, points) @ coef + offset``.
+
+    points : (m, d) expansion points; coef : (m, k) float64; offset : (k,) float64;
+    kernel : the model's Kernel.
+    """
+
+    points: np.ndarray
+    coef: np.ndarray
+    offset: np.ndarray
+    kernel: Kernel
+
+
+def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=None):
+    """Fold feature-space centering into the coefficients of a dual expansion.
+
+    A centered expansion ``T(x) = k~(x, Z) @ A`` with ``k~(x, z_i) = k(x, z_i) - k(x, Z) w -
+    c_i + t`` (``c = w^T K``, ``t = w^T K w``, w uniform by default; the out-of-sample centering
+    of Schoelkopf et al. 1998) equals ``k(x, Z) @ (A - w 1^T A) + (t 1^T A - c^T A)``.
+
+    Parameters
+    ----------
+    points : (m, d); alphas : (m, k) scaled dual coefficients (alpha / sqrt(lambda));
+    col_means : (m,) c; total_mean : t; kernel : Kernel; weights : (m,) or None.
+    """
+    A = np.asarray(alphas, dtype=np.float64)
+    m = A.shape[0]
+    w = normalize_weights(weights, m)
+    w = np.full(m, 1.0 / m) if w is None else w
+    colsum = A.sum(axis=0)
+    coef = A - np.outer(w, colsum)
+    offset = float(total_mean) * colsum - np.asarray(col_means, dtype=np.float64) @ A
+    return KernelExpansion(points=np.asarray(points), coef=coef, offset=offset, kernel=kernel)
+
+
+def kernel_expansion(model) -> KernelExpansion:
+    """Read the kernel expansion of a fitted model (see the module's protocol)."""
+    from .exact import ExactKPCA
+
+    check_is_fitted(model)
+    if callable(getattr(model, "kernel_expansion", None)):
+        return model.kernel_expansion()
+    if isinstance(model, ExactKPCA):
+        ev = model.eigenvalues_
+        scale = np.zeros_like(ev)
+        scale[ev > 0] = 1.0 / np.sqrt(ev[ev > 0])
+        return centered_expansion(model.X_fit_, model.eigenvectors_ * scale,
+                                  model.gram_col_means_, model.gram_total_mean_, model.kernel_)
+    raise ValueError(f"{type(model).__name__} is not an expansion-based model: "
+                     "compress_expansion needs ExactKPCA or a model with a kernel_expansion() "
+                     "method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)")
+
+
+def _solve_rounding_s(rho, target):
+    """The s with ``sum_i min(1, s rho_i) = target`` (0 < target < #{rho > 0}).
+
+    With rho sorted descending, if the first j terms are saturated the sum is ``j + s T_j``
+    (``T_j`` the sum of the rest): s_j = (target - j) / T_j, valid for the first j with
+    ``s_j rho_(j+1) <= 1``.  The sum is continuous and increasing in s, so that j is unique.
+    """
+    r = np.sort(rho[rho > 0])[::-1]
+    tails = np.cumsum(r[::-1])[::-1]  # tails[j] = sum_{i >= j} r_i
+    j = np.arange(r.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (target - j) / tails
+    ok = (target - j > 0) & (s * r <= 1.0)
+    return float(s[np.argmax(ok)])
+
+
+def round_coefficients(coef, rounding, rng):
+    """Randomized rounding of expansion coefficients (section 4), one coin per point.
+
+    Parameters
+    ----------
+    coef : (m, k) coefficients; rounding : expected fraction of points kept; rng : Generator.
+
+    Returns
+    -------
+    keep : indices of the kept points; new_coef : (len(keep), k) with ``E`` equal to coef
+        (kept rows divided by their keep probability); s : the paper's s (None if nothing was
+        rounded); probs : (m,) keep probabilities pi_i.
+    """
+    coef = np.asarray(coef, dtype=np.float64)
+    m = coef.shape[0]
+    norms = np.linalg.norm(coef, axis=0)
+    live = norms > 0
+    # rho_i: row i of the coefficients with unit-norm columns, so every component counts alike;
+    # sum_i rho_i^2 = 1 (for one component, rho_i = |alpha_i| of the unit vector alpha).
+    rho = np.zeros(m)
+    if live.any():
+        rho = np.sqrt(np.mean((coef[:, live] / norms[live]) ** 2, axis=1))
+    target = rounding * m
+    n_live = int(np.count_nonzero(rho))
+    if target >= n_live:
+        probs = (rho > 0).astype(np.float64)  # keep every useful term: the exact expansion
+        s = None
+    else:
+        s = _solve_rounding_s(rho, target)
+        probs = np.minimum(1.0, s * rho)
+    kept = rng.random(m) < probs  # probs == 1 always kept, probs == 0 never
+    keep = np.flatnonzero(kept)
+    return keep, coef[keep] / probs[keep, None], s, probs
+
+
+def sign_projection(n_features, projection_dim, rng):
+    """A (d, q) matrix of i.i.d. +-1 / sqrt(q) entries (Achlioptas 2001, as used in section 5)."""
+    signs = rng.integers(0, 2, size=(n_features, projection_dim), dtype=np.int8)
+    return (2.0 * signs - 1.0) / np.sqrt(projection_dim)
+
+
+class CompressedKPCA(BaseKPCA):
+    """A compressed kernel expansion: what :func:`compress_expansion` returns.
+
+    ``transform(X) = kernel_(X P, points_) @ coef_ + offset_`` (P = ``projection_``, or none),
+    an unbiased estimate of the source model's transform for the rounding part (and for kernels
+    linear in dot products, the projection part).  Built from a fitted model only; it has no
+    ``fit``.
+
+    Parameters (recorded for ``get_params``)
+    ----------------------------------------
+    rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
+
+    Attributes
+    ----------
+    points_ : (n_terms_, d or projection_dim) kept (projected) expansion points.
+    coef_ : (n_terms_, n_components) rounded coefficients; offset_ : (n_components,).
+    projection_ : (n_features_in_, projection_dim) +-1 / sqrt(projection_dim), or None.
+    kernel_, eigenvalues_, n_components_, n_features_in_ : copied from the source model.
+    n_terms_ : number of kept points; n_terms_source_ : number in the source expansion.
+    rounding_s_ : the paper's s (None when no term was rounded).
+    source_model_ : class name of the source model.
+    """
+
+    #: like the source models (Nystrom, random features) that take scipy.sparse rows
+    _accepts_sparse = True
+
+    def __init__(self, rounding=None, projection_dim=None, random_state=None):
+        self.rounding = rounding
+        self.projection_dim = projection_dim
+        self.random_state = random_state
+
+    def fit(self, X=None, y=None):
+        raise ValueError("CompressedKPCA has no fit: build it from a fitted model with "
+                         "fastkpca.compress_expansion(model, rounding=..., projection_dim=...)")
+
+    def transform(self, X):
+        """Estimate the source model's projections of X."""
+        X = self._validate_transform_data(X)
+        dtype = self._output_dtype(X)
+        points = self.points_.astype(dtype, copy=False)
+        coef = self.coef_.astype(dtype, copy=False)
+        offset = self.offset_.astype(dtype, copy=False)
+        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
+        step = chunk_rows(max(1, points.shape[0]))
+        for start in range(0, X.shape[0], step):
+            Xb = X[start:start + step]
+            if self.projection_ is not None:
+                Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
+            out[start:start + step] = self.kernel_(Xb, points) @ coef + offset
+        return out
+
+
+def compress_expansion(model, rounding=None, projection_dim=None, random_state=None):
+    """A cheaper-to-evaluate, unbiased copy of a fitted expansion-based model's transform.
+
+    Achlioptas, McSherry & Schoelkopf (2001), sections 4 (randomized rounding of the expansion
+    coefficients, the Hoeffding bound of eq. 1) and 5 (random +-1 projections, Theorem 6).
+
+    Parameters
+    ----------
+    model : fitted ExactKPCA, SparsifiedKPCA, or any model with ``kernel_expansion()``
+        (NystromKPCA, ReducedSetKPCA).
+    rounding : float in (0, 1] or None
+        Expected fraction of expansion terms (kernel evaluations) kept.  1 keeps every term with
+        its exact coefficient; None does no rounding.
+    projection_dim : int >= 1 or None
+        Evaluate the kernel on inputs projected to this many random +-1 combinations of the
+        features (kernels of Euclidean distances / dot products only: rbf, matern, polynomial,
+        linear, cosine).  Kernel values are then approximate: distances are preserved within
+        ``1 +- eps`` for ``projection_dim ~ 4 (2 + beta) ln(n) / eps^2`` (Theorem 6).
+    random_state : int, Generator or None
+
+    Returns
+    -------
+    CompressedKPCA
+        Fitted; ``transform`` estimates ``model.transform``: for the rounding, exactly
+        unbiased in the coefficients (``E[coef~] = coef``); for one component ``j`` and a point
+        x, ``P(|T~_j(x) - T_j(x)| >= t) <= 2 exp(-2 t^2 / sum_i w_i^2)`` (Hoeffding) with
+        ``w_i = |coef_ij k(x, z_i)| / pi_i`` over the rounded terms; with ``|k| <= c`` and
+        unit-norm coefficients this is the paper's ``2 exp(-2 t^2 s^2 / (m c^2))``.
+    """
+    expansion = kernel_expansion(model)
+    points = expansion.points
+    # landmarks of a sparse-input model: a few thousand rows, stored dense (persistable)
+    points = points.toarray() if sp.issparse(points) else np.asarray(points)
+    if rounding is not None:
+        rounding = check_float("rounding", rounding, low=0.0, high=1.0, low_open=True)
+    projection_dim = check_int("projection_dim", projection_dim, low=1, allow_none=True)
+    kernel = expansion.kernel
+    if projection_dim is not None and not isinstance(kernel, PROJECTABLE_KERNELS):
+        raise ValueError(f"projection_dim needs a kernel of Euclidean distances or dot products "
+                         f"(rbf, matern, polynomial, linear, cosine); got {kernel!r}")
+    rng = as_generator(random_state)
+    coef = np.asarray(expansion.coef, dtype=np.float64)
+    m = points.shape[0]
+    s = None
+    if rounding is not None:
+        keep, coef, s, _ = round_coefficients(coef, rounding, rng)
+        points = points[keep]
+    projection = None
+    if projection_dim is not None:
+        projection = sign_projection(points.shape[1], projection_dim, rng)
+        points = points @ projection
+    out = CompressedKPCA(rounding=rounding, projection_dim=projection_dim,
+                         random_state=random_state if not isinstance(
+                             random_state, np.random.Generator) else None)
+    out.points_ = np.ascontiguousarray(points)
+    out.coef_ = np.ascontiguousarray(coef)
+    out.offset_ = np.asarray(expansion.offset, dtype=np.float64)
+    out.projection_ = projection
+    out.kernel_ = kernel
+    out.eigenvalues_ = np.array(model.eigenvalues_, dtype=np.float64, copy=True)
+    out.n_components_ = int(coef.shape[1])
+    out.n_features_in_ = int(model.n_features_in_)
+    out.n_terms_ = int(points.shape[0])
+    out.n_terms_source_ = int(m)
+    out.rounding_s_ = s
+    out.source_model_ = type(model).__name__
+    return out

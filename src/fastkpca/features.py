@@ -1,0 +1,761 @@
+"""Random feature maps ``z`` with ``E[z(x) . z(y)] = k(x, y)``, and scikit-learn transformers.
+
+Four maps, each drawn once from a kernel and a ``numpy.random.Generator``:
+
+================ ========================================= ====================================
+name             kernels                                   cost per row (d inputs, m outputs)
+================ ========================================= ====================================
+``rff``          shift-invariant (rbf, laplacian, matern)  O(d m): ``X @ W``, then cos / sin
+``orf``          isotropic (rbf, matern)                   O(d m), lower variance than ``rff``
+``fastfood``     isotropic (rbf, matern)                   O(m log d) time, O(m) memory
+``tensorsketch`` polynomial                                O(p (d + m log m))
+================ ========================================= ====================================
+
+Random Fourier features (Rahimi & Recht 2007; slide "RFF" of Sriperumbudur & Sterge, file
+``001`` of the papers): by Bochner's theorem ``k(x - y) = E_w[cos(w . (x - y))]`` for w drawn
+from the kernel's spectral density (:meth:`fastkpca.kernels.Kernel.sample_frequencies`), so with
+D frequencies
+
+    z(x) = [cos(W x), sin(W x)] / sqrt(D)        (m = 2 D output columns)
+
+gives ``z(x) . z(y) = (1/D) sum_j cos(w_j . (x - y))``, an unbiased estimate of ``k(x, y)``.  The
+cos / sin pair is used instead of scikit-learn's ``sqrt(2) cos(w . x + b)`` with a random phase b:
+``2 cos(w.x + b) cos(w.y + b) = cos(w.(x - y)) + cos(w.(x + y) + 2 b)`` carries the extra phase
+noise term ``cos(w.(x + y) + 2 b)``, which the pair does not, so for the same number of output
+columns the pair has lower variance for smooth kernels such as the Gaussian (Sutherland &
+Schneider, "On the error of random Fourier features", UAI 2015, section 2): per entry, for the
+Gaussian, ``(1 - k^2)^2 / m`` against ``(1 + k^4 / 2 - k^2) / m``.
+
+Caveat measured for kernel PCA: the double centering ``H K H`` removes most of the phase noise
+when the bandwidth is wide next to the data (that term is then nearly additive in x and y), while
+the pair spends two columns per frequency.  On digits and pendigits with the usual bandwidths the
+*centered* Gram error of pairs is then up to ~10% larger than the random-phase one at equal m,
+and the relative rank-k KPCA error 0-3% larger (e.g. 1.152 vs 1.124 on pendigits, m = 500); for
+narrow bandwidths the two are equal.  ``orf`` (orthogonal frequencies, also cos / sin pairs)
+beats both by 5-15% on the same problems.
+
+All maps are small objects holding their random parameters (registered for model files without
+pickle); ``__call__`` keeps float32 input in float32 and accepts CSR input where noted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+import scipy.fft
+import scipy.sparse as sp
+from threadpoolctl import ThreadpoolController
+
+from ._state import register_state_class
+from ._utils import DEFAULT_BLOCK_ROWS, check_int
+from .decomposition._base import BaseKPCA
+from .kernels import RBF, Kernel, Matern, Polynomial
+
+__all__ = [
+    "FEATURES",
+    "DEFAULT_N_FEATURES",
+    "FeatureMap",
+    "FourierFeatureMap",
+    "FastfoodFeatureMap",
+    "TensorSketchFeatureMap",
+    "draw_feature_map",
+    "resolve_n_features",
+    "init_feature_map",
+    "fwht",
+    "RandomFourierFeatures",
+    "OrthogonalRandomFeatures",
+    "FastfoodFeatures",
+    "TensorSketchFeatures",
+]
+
+#: The feature-map kinds accepted by ``features=`` everywhere.
+FEATURES = ("rff", "orf", "fastfood", "tensorsketch")
+
+#: ``n_features=None`` means this many output columns.  It does not depend on n: random features
+#: approximate the kernel better the more there are whatever n is, and a streaming fit cannot know
+#: n in advance (so a cap on n would make a blocked fit differ from an in-memory one).
+DEFAULT_N_FEATURES = 1000
+
+#: Rows per chunk inside the Fourier maps: a 256 x 1024 float32 chunk is 1 MiB, so the
+#: projection, the Hadamard transforms and cos / sin of one chunk all run in the L2 cache.
+_CHUNK_ROWS = 256
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------------
+def _float_dtype(X):
+    return np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
+
+
+def _as_dense_float(X, dtype):
+    if sp.issparse(X):
+        return X.toarray().astype(dtype, copy=False)
+    return np.asarray(X, dtype=dtype)
+
+
+_BLAS_LOCK = threading.RLock()
+_BLAS_CONTROLLER: list = []
+
+
+@contextmanager
+def _single_threaded_blas():
+    """Hold BLAS to one thread while inside; callers from several threads take turns.
+
+    threadpoolctl's limits are process-wide, and OpenBLAS was seen to ignore a restore issued
+    from another thread than the one that set the limit, so the limit is set and restored by the
+    same thread under a lock: concurrent callers (e.g. a threaded Dask scheduler mapping feature
+    blocks) run one at a time, which costs nothing since each call already uses every core.
+    The controller is built once (building one scans the loaded libraries).
+    """
+    with _BLAS_LOCK:
+        if not _BLAS_CONTROLLER:
+            _BLAS_CONTROLLER.append(ThreadpoolController())
+        with _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas"):
+            yield
+
+
+def _map_row_chunks(n: int, fn, *, chunk_rows: int = _CHUNK_ROWS) -> None:
+    """Call ``fn(start, stop)`` over row chunks of ``[0, n)``, spread over the cores.
+
+    Up to ``os.cpu_count()`` threads each take a contiguous share of the chunks, with BLAS held
+    to one thread: per chunk the GEMMs are small, numpy releases the GIL in them and in the
+    element-wise steps, and threads over chunks keep every step (including cos / sin, which
+    numpy runs on one core) parallel and in cache, where a multi-threaded BLAS would only
+    parallelise the products and synchronise on every small call.
+    """
+    if n == 0:
+        return
+    n_chunks = -(-n // chunk_rows)
+    n_workers = max(1, min(os.cpu_count() or 1, n_chunks))
+
+    def run(lo, hi):
+        for start in range(lo, hi, chunk_rows):
+            fn(start, min(hi, start + chunk_rows))
+
+    bounds = [(n_chunks * i // n_workers) * chunk_rows for i in range(n_workers)] + [n]
+    with _single_threaded_blas():
+        if n_workers == 1:
+            run(0, n)
+            return
+        with ThreadPoolExecutor(n_workers) as pool:
+            jobs = [pool.submit(run, lo, hi)
+                    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+            for job in jobs:
+                job.result()
+
+
+def _cos_sin(P, out, scale):
+    """``out = [cos(P), sin(P)] * scale`` for a projection chunk P (overwritten)."""
+    D = P.shape[1]
+    np.sin(P, out=out[:, D:])
+    np.cos(P, out=out[:, :D])
+    out *= scale
+
+
+def _isotropic_radii(kernel: Kernel, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    """Norms of n frequencies in R^dim drawn from an isotropic kernel's spectral density.
+
+    An isotropic density factors into a uniform direction times an independent radius, so
+    orthogonal directions (``orf``, ``fastfood``) rescaled by these radii have exactly the
+    marginal distribution of Gaussian / Student-t frequencies (Yu et al. 2016, section 3).
+    Drawn in row chunks so that no n x dim array is held for large dim.
+    """
+    if not isinstance(kernel, RBF | Matern):
+        raise ValueError(
+            f"the {kernel.name!r} kernel has no rotation-invariant spectral density, which the "
+            "orthogonal ('orf') and 'fastfood' feature maps need; use kernel='rbf' or 'matern', "
+            "or features='rff' (which handles 'laplacian')"
+        )
+    out = np.empty(n)
+    step = max(1, 2**20 // max(dim, 1))
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        out[start:stop] = np.linalg.norm(kernel.sample_frequencies(stop - start, dim, rng), axis=1)
+    return out
+
+
+def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
+    """A d x d orthogonal matrix drawn uniformly (Haar): QR of a Gaussian with R's signs fixed."""
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    signs = np.sign(np.diag(R))
+    signs[signs == 0] = 1.0
+    return Q * signs
+
+
+def _hadamard(n: int) -> np.ndarray:
+    """The unnormalised n x n Sylvester-Hadamard matrix (n a power of 2), entries +-1."""
+    H = np.ones((1, 1))
+    while H.shape[0] < n:
+        H = np.block([[H, H], [H, -H]])
+    return H
+
+
+_HADAMARD_CACHE: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _hadamard_cached(n: int, dtype) -> np.ndarray:
+    key = (n, np.dtype(dtype).str)
+    if key not in _HADAMARD_CACHE:
+        _HADAMARD_CACHE[key] = _hadamard(n).astype(dtype)
+    return _HADAMARD_CACHE[key]
+
+
+def _kron_split(D: int) -> tuple[int, int]:
+    """``D = a * b`` with a, b powers of 2 as equal as possible (b >= a)."""
+    lg = D.bit_length() - 1
+    b = 1 << ((lg + 1) // 2)
+    return D // b, b
+
+
+def fwht(A: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
+    """Unnormalised fast Walsh-Hadamard transform of every row of A, ``A @ H_D``, in place.
+
+    A is a C-contiguous ``(n, D)`` float array, D a power of 2.  Sylvester's construction gives
+    ``H_D = H_a (x) H_b`` with ``a b = D``, so with each row viewed as an a x b matrix R the
+    transform is ``H_a R H_b``: two GEMMs with small Hadamard matrices (``a, b ~ sqrt(D)``, 32 for
+    D = 1024) and two transposing copies.  That is ``2 (a + b)`` flops per entry instead of the
+    butterflies' ``log2 D`` additions, but run as BLAS kernels and whole-array copies it is
+    faster in numpy than ``log2 D`` strided butterfly passes (each a Python-level operation over
+    the whole array), and far cheaper than the ``2 D`` flops of a dense ``A @ H_D``.
+
+    Parameters
+    ----------
+    A : (n, D) float32 or float64, C-contiguous; overwritten with ``A @ H_D``.
+    work : optional (n * D,) array of A's dtype used as scratch (avoids an allocation).
+    """
+    n, D = A.shape
+    if D & (D - 1):
+        raise ValueError(f"fwht needs a power-of-2 width, got {D}")
+    if not A.flags.c_contiguous:
+        raise ValueError("fwht needs a C-contiguous array")
+    a, b = _kron_split(D)
+    if work is None or work.size < n * D:
+        work = np.empty(n * D, dtype=A.dtype)
+    T = work[:n * D].reshape(n * a, b)
+    np.matmul(A.reshape(n * a, b), _hadamard_cached(b, A.dtype), out=T)  # R H_b
+    if a == 1:
+        A.reshape(n, b)[...] = T
+        return A
+    # (n, a, b) -> (a, n, b) so that H_a multiplies one (a, n b) matrix in a single GEMM.
+    At = A.reshape(a, n, b)
+    np.copyto(At, T.reshape(n, a, b).transpose(1, 0, 2))
+    np.matmul(_hadamard_cached(a, A.dtype), At.reshape(a, n * b), out=T.reshape(a, n * b))
+    np.copyto(A.reshape(n, a, b), T.reshape(a, n, b).transpose(1, 0, 2))
+    return A
+
+
+# ------------------------------------------------------------------------------------------------
+# feature maps
+# ------------------------------------------------------------------------------------------------
+class FeatureMap:
+    """A drawn random feature map ``z: R^d -> R^m`` with ``E[z(x) . z(y)] = k(x, y)``.
+
+    Attributes
+    ----------
+    kind : str
+        One of :data:`FEATURES`.
+    n_input_features : int
+        d, the width of the rows it accepts.
+    n_output_features : int
+        m, the number of columns it produces.
+    accepts_sparse : bool
+        Whether ``__call__`` takes scipy.sparse CSR rows without densifying them.
+    """
+
+    kind: str = ""
+    accepts_sparse: bool = False
+    n_input_features: int
+    n_output_features: int
+
+    def __call__(self, X) -> np.ndarray:
+        """The features of the rows of X, shape ``(n, n_output_features)``, in X's float dtype."""
+        raise NotImplementedError
+
+    def _check_width(self, X):
+        if X.ndim != 2 or X.shape[1] != self.n_input_features:
+            raise ValueError(f"X has {X.shape[1] if X.ndim == 2 else X.shape} features, but the "
+                             f"feature map expects {self.n_input_features}")
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(kind={self.kind!r}, n_input_features="
+                f"{self.n_input_features}, n_output_features={self.n_output_features})")
+
+
+@register_state_class
+class FourierFeatureMap(FeatureMap):
+    """``z(x) = [cos(x W), sin(x W)] / sqrt(D)`` for a frequency matrix W of shape (d, D).
+
+    Used by ``rff`` (i.i.d. frequencies) and ``orf`` (orthogonal frequencies); m = 2 D.  Accepts
+    CSR input (``X @ W`` costs nnz(X) D, the input-sparsity time of Musco & Woodruff, section 3).
+    """
+
+    accepts_sparse = True
+
+    def __init__(self, frequencies: np.ndarray, kind: str = "rff"):
+        self.frequencies = np.ascontiguousarray(frequencies, dtype=np.float64)
+        self.kind = kind
+        self.n_input_features, n_freq = self.frequencies.shape
+        self.n_output_features = 2 * n_freq
+        self._w32 = None
+
+    def _weights(self, dtype):
+        if dtype == np.float32:
+            # Cast once (as RBFSampler casts its weights to X.dtype) so X @ W runs as SGEMM.
+            if self._w32 is None:
+                self._w32 = self.frequencies.astype(np.float32)
+            return self._w32
+        return self.frequencies
+
+    def __call__(self, X, *, out=None) -> np.ndarray:
+        dtype = _float_dtype(X)
+        if not sp.issparse(X):
+            X = np.asarray(X, dtype=dtype)
+        else:
+            X = X.tocsr()
+        self._check_width(X)
+        n, D = X.shape[0], self.frequencies.shape[1]
+        W = self._weights(dtype)
+        if out is None:
+            out = np.empty((n, 2 * D), dtype=dtype)
+        scale = dtype(1.0 / np.sqrt(D))
+
+        def chunk(start, stop):
+            P = X[start:stop] @ W
+            P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=dtype)
+            _cos_sin(P, out[start:stop], scale)
+
+        _map_row_chunks(n, chunk)
+        return out
+
+    def to_state(self) -> dict:
+        return {"frequencies": self.frequencies, "kind": self.kind}
+
+    @classmethod
+    def from_state(cls, state: dict) -> FourierFeatureMap:
+        return cls(np.asarray(state["frequencies"]), kind=str(state["kind"]))
+
+
+@register_state_class
+class FastfoodFeatureMap(FeatureMap):
+    """Fastfood (Le, Sarlos & Smola 2013): ``W x`` with ``W = S H G Pi H B`` blocks, then cos / sin.
+
+    The input is zero-padded to D = 2^ceil(log2 d).  Each of the ``n_blocks`` blocks of D
+    frequencies is ``V = S H G Pi H B / sqrt(D)`` with B a random +-1 diagonal, H the Walsh-
+    Hadamard matrix (applied by :func:`fwht`, O(D log D)), Pi a random permutation, G a Gaussian
+    diagonal and S a diagonal that sets row i's norm to a radius drawn from the kernel's spectral
+    density: every row of ``H G Pi H B`` has norm ``sqrt(D) ||G||_F``, so
+    ``S_ii = r_i / (sqrt(D) ||G||_F)`` (the paper's eq. (10), with the radii of the kernel instead
+    of chi(D) / sigma, which is the same thing for the Gaussian).  The first ``n_frequencies``
+    rows of the stacked blocks are used.  The map then outputs ``[cos(V x), sin(V x)] /
+    sqrt(n_frequencies)`` like ``rff``; memory is O(D n_blocks), not d x D.
+    """
+
+    kind = "fastfood"
+
+    def __init__(self, n_input_features: int, n_frequencies: int, signs: np.ndarray,
+                 permutations: np.ndarray, gaussians: np.ndarray, scales: np.ndarray):
+        self.n_input_features = int(n_input_features)
+        self.n_frequencies = int(n_frequencies)
+        self.signs = np.asarray(signs, dtype=np.float64)
+        self.permutations = np.asarray(permutations, dtype=np.int64)
+        self.gaussians = np.asarray(gaussians, dtype=np.float64)
+        self.scales = np.asarray(scales, dtype=np.float64)
+        self.n_blocks, self.padded_dim = self.signs.shape
+        self.n_output_features = 2 * self.n_frequencies
+        self._cast: dict = {}
+
+    def _params(self, dtype):
+        key = np.dtype(dtype).str
+        if key not in self._cast:
+            self._cast[key] = tuple(a.astype(dtype) for a in (self.signs, self.gaussians,
+                                                              self.scales))
+        return self._cast[key]
+
+    def _project_chunk(self, Xc, dtype, scratch) -> np.ndarray:
+        """``V x`` for the rows of one dense chunk, into ``scratch["P"]``."""
+        d, D, nf = self.n_input_features, self.padded_dim, self.n_frequencies
+        B, G, S = self._params(dtype)
+        r = Xc.shape[0]
+        A, Y, P = scratch["A"][:r], scratch["Y"][:r], scratch["P"][:r]
+        for b in range(self.n_blocks):
+            lo, hi = b * D, min(nf, (b + 1) * D)
+            A[:, d:] = 0.0
+            np.multiply(Xc, B[b, :d], out=A[:, :d])        # B x, zero-padded to D
+            fwht(A, work=scratch["work"])                    # H B x
+            np.take(A, self.permutations[b], axis=1, out=Y)  # Pi H B x
+            Y *= G[b]                                        # G Pi H B x
+            fwht(Y, work=scratch["work"])                    # H G Pi H B x
+            np.multiply(Y[:, :hi - lo], S[b, :hi - lo], out=P[:, lo:hi])
+        return P
+
+    def _scratch(self, dtype):
+        D, step = self.padded_dim, _CHUNK_ROWS
+        return {"A": np.empty((step, D), dtype=dtype), "Y": np.empty((step, D), dtype=dtype),
+                "P": np.empty((step, self.n_frequencies), dtype=dtype),
+                "work": np.empty(step * D, dtype=dtype)}
+
+    def _run(self, X, chunk_out):
+        """Drive ``chunk_out(start, stop, V x_chunk)`` over row chunks, one scratch per thread."""
+        dtype = _float_dtype(X)
+        self._check_width(X)
+        local = threading.local()
+
+        def chunk(start, stop):
+            if not hasattr(local, "scratch"):
+                local.scratch = self._scratch(dtype)
+            Xc = _as_dense_float(X[start:stop], dtype)
+            chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch))
+
+        _map_row_chunks(X.shape[0], chunk)
+
+    def projections(self, X) -> np.ndarray:
+        """``V x`` for every row of X: shape ``(n, n_frequencies)``, X's float dtype."""
+        P = np.empty((X.shape[0], self.n_frequencies), dtype=_float_dtype(X))
+
+        def store(start, stop, Pc):
+            P[start:stop] = Pc
+
+        self._run(X, store)
+        return P
+
+    def __call__(self, X, *, out=None) -> np.ndarray:
+        dtype = _float_dtype(X)
+        nf = self.n_frequencies
+        if out is None:
+            out = np.empty((X.shape[0], 2 * nf), dtype=dtype)
+        scale = dtype(1.0 / np.sqrt(nf))
+
+        def store(start, stop, Pc):
+            _cos_sin(Pc, out[start:stop], scale)
+
+        self._run(X, store)
+        return out
+
+    def to_state(self) -> dict:
+        return {"n_input_features": self.n_input_features, "n_frequencies": self.n_frequencies,
+                "signs": self.signs, "permutations": self.permutations,
+                "gaussians": self.gaussians, "scales": self.scales}
+
+    @classmethod
+    def from_state(cls, state: dict) -> FastfoodFeatureMap:
+        return cls(int(state["n_input_features"]), int(state["n_frequencies"]), state["signs"],
+                   state["permutations"], state["gaussians"], state["scales"])
+
+
+@register_state_class
+class TensorSketchFeatureMap(FeatureMap):
+    """TensorSketch (Pham & Pagh 2013) for the polynomial kernel ``(gamma <x, y> + coef0)^p``.
+
+    With ``x' = [sqrt(gamma) x, sqrt(coef0)]`` the kernel is ``<x', y'>^p``.  p independent
+    CountSketches ``C_i`` (bucket ``h_i(j)`` in [0, m), sign ``s_i(j)``) each map x' to R^m, and
+    the sketch of the p-fold tensor power ``x' (x) ... (x) x'`` is their circular convolution,
+    ``z(x) = IFFT(prod_i FFT(C_i x'))``; ``E[z(x) . z(y)] = <x', y'>^p`` (Pham & Pagh, Lemma 2).
+    Cost O(p (nnz(x) + m log m)) per row; accepts CSR input.
+    """
+
+    kind = "tensorsketch"
+    accepts_sparse = True
+
+    def __init__(self, n_input_features: int, n_output_features: int, degree: int, gamma: float,
+                 coef0: float, buckets: np.ndarray, signs: np.ndarray):
+        self.n_input_features = int(n_input_features)
+        self.n_output_features = int(n_output_features)
+        self.degree = int(degree)
+        self.gamma = float(gamma)
+        self.coef0 = float(coef0)
+        self.buckets = np.asarray(buckets, dtype=np.int64)   # (degree, d + 1)
+        self.signs = np.asarray(signs, dtype=np.float64)      # (degree, d + 1)
+        self._sketch_mats: dict = {}
+
+    def _count_sketch(self, i, dtype):
+        """C_i restricted to the d input coordinates, as a CSR (d, m) matrix, and its last row."""
+        key = (i, np.dtype(dtype).str)
+        if key not in self._sketch_mats:
+            d, m = self.n_input_features, self.n_output_features
+            vals = (self.signs[i, :d] * np.sqrt(self.gamma)).astype(dtype)
+            C = sp.csr_matrix((vals, (np.arange(d), self.buckets[i, :d])), shape=(d, m))
+            last = np.zeros(m, dtype=dtype)
+            last[self.buckets[i, d]] = self.signs[i, d] * np.sqrt(self.coef0)
+            self._sketch_mats[key] = (C, last)
+        return self._sketch_mats[key]
+
+    def __call__(self, X, *, out=None) -> np.ndarray:
+        dtype = _float_dtype(X)
+        if not sp.issparse(X):
+            X = np.asarray(X, dtype=dtype)
+        else:
+            X = X.tocsr().astype(dtype, copy=False)
+        self._check_width(X)
+        m = self.n_output_features
+        prod = None
+        for i in range(self.degree):
+            C, last = self._count_sketch(i, dtype)
+            cx = X @ C
+            cx = np.asarray(cx.toarray() if sp.issparse(cx) else cx, dtype=dtype)
+            cx += last
+            f = scipy.fft.rfft(cx, axis=1)
+            prod = f if prod is None else np.multiply(prod, f, out=prod)
+        res = scipy.fft.irfft(prod, n=m, axis=1).astype(dtype, copy=False)
+        if out is not None:
+            out[...] = res
+            return out
+        return res
+
+    def to_state(self) -> dict:
+        return {"n_input_features": self.n_input_features,
+                "n_output_features": self.n_output_features, "degree": self.degree,
+                "gamma": self.gamma, "coef0": self.coef0, "buckets": self.buckets,
+                "signs": self.signs}
+
+    @classmethod
+    def from_state(cls, state: dict) -> TensorSketchFeatureMap:
+        return cls(int(state["n_input_features"]), int(state["n_output_features"]),
+                   int(state["degree"]), float(state["gamma"]), float(state["coef0"]),
+                   state["buckets"], state["signs"])
+
+
+# ------------------------------------------------------------------------------------------------
+# drawing
+# ------------------------------------------------------------------------------------------------
+def _require_shift_invariant(kernel: Kernel, features: str):
+    if not kernel.shift_invariant:
+        raise ValueError(
+            f"features={features!r} are random Fourier features, which need a shift-invariant "
+            f"kernel ('rbf', 'laplacian' or 'matern'); the {kernel.name!r} kernel is not. "
+            "For the polynomial kernel use features='tensorsketch'"
+        )
+
+
+def _draw_rff(kernel, n_freq, d, rng):
+    return FourierFeatureMap(kernel.sample_frequencies(n_freq, d, rng).T, kind="rff")
+
+
+def _draw_orf(kernel, n_freq, d, rng):
+    """Orthogonal random features (Yu et al., NIPS 2016, eq. (2)): ``W = S Q / sigma``.
+
+    Blocks of d rows of a Haar-random orthogonal matrix Q, each row rescaled by a radius drawn
+    from the kernel's spectral density (chi(d) sqrt(2 gamma) for rbf; the Student-t radius for
+    Matern, whose density is also isotropic).  Rows within a block are exactly orthogonal, which
+    makes the kernel estimate's variance no larger than rff's (their Theorem 1) and usually much
+    smaller.  The L1 Laplacian's density (a product of Cauchys) is not rotation invariant, so
+    ``orf`` refuses it with a ValueError rather than silently drawing something else.
+    """
+    n_blocks = -(-n_freq // d)
+    Q = np.vstack([_haar_orthogonal(d, rng) for _ in range(n_blocks)])[:n_freq]
+    radii = _isotropic_radii(kernel, n_freq, d, rng)
+    return FourierFeatureMap((Q * radii[:, None]).T, kind="orf")
+
+
+def _draw_fastfood(kernel, n_freq, d, rng):
+    _isotropic_radii(kernel, 0, 1, rng)  # raises for kernels without an isotropic density
+    D = 1 << max(0, (d - 1).bit_length())
+    n_blocks = -(-n_freq // D)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_blocks, D))
+    perms = np.stack([rng.permutation(D) for _ in range(n_blocks)])
+    gauss = rng.standard_normal((n_blocks, D))
+    # Radii of D-dimensional frequencies: the padded input lives in R^D and the first d
+    # coordinates of an isotropic D-dimensional frequency have the d-dimensional marginal.
+    radii = _isotropic_radii(kernel, n_blocks * D, D, rng).reshape(n_blocks, D)
+    scales = radii / (np.sqrt(D) * np.linalg.norm(gauss, axis=1, keepdims=True))
+    return FastfoodFeatureMap(d, n_freq, signs, perms, gauss, scales)
+
+
+def _draw_tensorsketch(kernel, m, d, rng):
+    if not isinstance(kernel, Polynomial):
+        raise ValueError(
+            f"features='tensorsketch' approximates the polynomial kernel only; got the "
+            f"{kernel.name!r} kernel (use kernel='polynomial', or features='rff' for "
+            "shift-invariant kernels)"
+        )
+    p = kernel.degree
+    buckets = rng.integers(0, m, size=(p, d + 1))
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(p, d + 1))
+    return TensorSketchFeatureMap(d, m, p, kernel.gamma, kernel.coef0, buckets, signs)
+
+
+def resolve_n_features(n_features) -> int:
+    """The requested number of features, or :data:`DEFAULT_N_FEATURES` for None."""
+    if n_features is None:
+        return DEFAULT_N_FEATURES
+    return check_int("n_features", n_features, low=1)
+
+
+def draw_feature_map(features: str, kernel: Kernel, n_features: int, n_input_features: int,
+                     rng: np.random.Generator) -> FeatureMap:
+    """Draw a random feature map for ``kernel`` on inputs of width ``n_input_features``.
+
+    Parameters
+    ----------
+    features : {"rff", "orf", "fastfood", "tensorsketch"}
+    kernel : Kernel
+        Shift-invariant for ``rff`` (rbf, laplacian, matern), isotropic for ``orf`` and
+        ``fastfood`` (rbf, matern), polynomial for ``tensorsketch``; others raise ValueError.
+    n_features : int
+        The number m of output columns asked for.  ``tensorsketch`` gives exactly m; the Fourier
+        maps draw ``ceil(m / 2)`` frequencies and output their cos / sin pairs, so
+        ``n_output_features = 2 * ceil(m / 2)`` (m rounded up to even).
+    n_input_features : int
+        d, the width of the rows the map will be applied to.
+    rng : numpy.random.Generator
+        The only source of randomness; the same generator state gives the same map.
+
+    Returns
+    -------
+    FeatureMap
+        With ``E[z(x) . z(y)] = k(x, y)``.
+    """
+    if features not in FEATURES:
+        raise ValueError(f"unknown features {features!r}; choose one of {FEATURES}")
+    if not isinstance(kernel, Kernel):
+        raise ValueError(f"kernel must be a fastkpca.kernels.Kernel, got {kernel!r}")
+    m = check_int("n_features", n_features, low=1)
+    d = check_int("n_input_features", n_input_features, low=1)
+    if features == "tensorsketch":
+        return _draw_tensorsketch(kernel, m, d, rng)
+    _require_shift_invariant(kernel, features)
+    n_freq = -(-m // 2)
+    if features == "rff":
+        return _draw_rff(kernel, n_freq, d, rng)
+    if features == "orf":
+        return _draw_orf(kernel, n_freq, d, rng)
+    return _draw_fastfood(kernel, n_freq, d, rng)
+
+
+def init_feature_map(estimator, X_first, *, n_input_features=None):
+    """Resolve an estimator's kernel and draw its feature map from the first data block.
+
+    The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers below turn
+    their parameters into a map, so that the same ``random_state`` gives the same features in
+    all of them::
+
+        rng = estimator._make_rng()
+        kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
+        fmap = draw_feature_map(estimator.features, kernel,
+                                resolve_n_features(estimator.n_features), d, rng)
+
+    Data-dependent ``gamma`` (None is 1 / d and needs no data; ``"scale"`` and ``"median"`` do)
+    is resolved on at most the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of
+    ``X_first``, an in-memory array or the first block of a stream, so an array and the same
+    rows streamed in blocks of that size give the same kernel.
+
+    Parameters
+    ----------
+    estimator : object
+        Has ``_make_rng()``, ``_resolve_kernel(X, rng)`` (as
+        :class:`fastkpca.decomposition._base.BaseKPCA`), ``features`` and ``n_features``.
+    X_first : array or CSR matrix
+        The training data, or its first row block (already validated).
+    n_input_features : int, optional
+        Defaults to ``X_first.shape[1]``.
+
+    Returns
+    -------
+    fmap : FeatureMap
+    rng : numpy.random.Generator
+        The generator after drawing (for any further randomness of the fit).
+    """
+    rng = estimator._make_rng()
+    kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
+    d = X_first.shape[1] if n_input_features is None else n_input_features
+    fmap = draw_feature_map(estimator.features, kernel, resolve_n_features(estimator.n_features),
+                            d, rng)
+    return fmap, rng
+
+
+# ------------------------------------------------------------------------------------------------
+# scikit-learn transformers
+# ------------------------------------------------------------------------------------------------
+class _RandomFeatures(BaseKPCA):
+    """Base transformer: ``fit`` draws the map, ``transform`` applies it (float32 preserved)."""
+
+    _accepts_sparse = True
+    features = "rff"
+
+    def fit(self, X, y=None):
+        """Draw the feature map for X's width (and gamma resolved on X's first rows)."""
+        X = self._validate_fit_data(X)
+        self.feature_map_, _ = init_feature_map(self, X)
+        self.n_output_features_ = self.feature_map_.n_output_features
+        return self
+
+    def transform(self, X):
+        """The random features of X, shape ``(n_samples, n_output_features_)``."""
+        X = self._validate_transform_data(X)
+        if sp.issparse(X) and not self.feature_map_.accepts_sparse:
+            X = X.toarray()
+        return self.feature_map_(X)
+
+    def get_feature_names_out(self, input_features=None):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self)
+        name = type(self).__name__.lower()
+        return np.asarray([f"{name}{i}" for i in range(self.n_output_features_)], dtype=object)
+
+
+def _transformer_doc(summary, features, kernel_note):
+    return f"""{summary}
+
+    Parameters
+    ----------
+    n_features : int or None
+        Number of output columns (None: {DEFAULT_N_FEATURES}){kernel_note}.
+    kernel : str or Kernel
+    gamma, degree, coef0, nu : kernel parameters as in every fastkpca estimator.
+    random_state : int, Generator or None
+
+    Attributes
+    ----------
+    feature_map_ : FeatureMap (``features={features!r}``), drawn in ``fit``.
+    kernel_ : the resolved Kernel.
+    n_output_features_ : int
+    """
+
+
+class RandomFourierFeatures(_RandomFeatures):
+    __doc__ = _transformer_doc(
+        "Random Fourier features with cos / sin pairs (rbf, laplacian, matern kernels).", "rff",
+        "; rounded up to even (cos / sin pairs)")
+    features = "rff"
+
+    def __init__(self, n_features=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
+                 nu=1.5, random_state=None):
+        self.n_features = n_features
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.nu = nu
+        self.random_state = random_state
+
+
+class OrthogonalRandomFeatures(RandomFourierFeatures):
+    __doc__ = _transformer_doc(
+        "Orthogonal random features (Yu et al. 2016) for the rbf and matern kernels.", "orf",
+        "; rounded up to even (cos / sin pairs)")
+    features = "orf"
+
+
+class FastfoodFeatures(RandomFourierFeatures):
+    __doc__ = _transformer_doc(
+        "Fastfood random features (Le, Sarlos & Smola 2013) for the rbf and matern kernels.",
+        "fastfood", "; rounded up to even (cos / sin pairs)")
+    features = "fastfood"
+
+
+class TensorSketchFeatures(RandomFourierFeatures):
+    __doc__ = _transformer_doc(
+        "TensorSketch features (Pham & Pagh 2013) for the polynomial kernel.", "tensorsketch", "")
+    features = "tensorsketch"
+
+    def __init__(self, n_features=None, *, kernel="polynomial", gamma=None, degree=3, coef0=1.0,
+                 nu=1.5, random_state=None):
+        super().__init__(n_features, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                         nu=nu, random_state=random_state)
+
+

@@ -1,0 +1,400 @@
+"""Mergeable matrix sketches: Frequent Directions and CountSketch.
+
+Both summarise a stream of rows of a tall matrix ``A`` (n x m, n unknown in advance) in memory
+independent of n, accept rows a block at a time, and merge, so that per-block (or per-worker)
+sketches can be tree-reduced (Dask) into the sketch of the whole stream.
+
+:class:`FrequentDirections`
+    Deterministic covariance sketch (Liberty 2013; Ghashami, Liberty, Phillips & Woodruff 2016,
+    "Frequent Directions: simple and deterministic matrix sketching", Algorithm 3.1 with a
+    2 ell row buffer): an ell x m matrix B with ``B^T B <= A^T A`` and
+    ``||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell + 1 - k)`` for every k <= ell (hence the
+    usual ``/ (ell - k)`` bound).  The matrix-sketching half of SKPCA (Ghashami, Perry & Phillips
+    2016, Algorithm 1).
+:class:`CountSketch`
+    The sparse random projection ``S A`` with ``S`` a t x n CountSketch matrix (one +-1 per
+    column; Clarkson & Woodruff 2013), the input-sparsity-time low-rank tool used with random
+    features by Musco & Woodruff (2017, section 3.2).  ``S`` is defined by hashing the *global*
+    row index, so the sketch does not depend on how the rows are split into blocks.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
+
+from ._state import register_state_class
+from ._utils import as_generator, check_block, check_int
+
+__all__ = ["FrequentDirections", "CountSketch", "fd_shrink"]
+
+
+def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
+    """One Frequent Directions shrink: the ell-row matrix B and the shrinkage delta.
+
+    With ``C = U diag(s) V^T``, ``delta = s_(ell+1)^2`` (the (ell+1)-th largest squared singular
+    value, 0 if C has at most ell of them) and ``B = diag(sqrt(max(s_i^2 - delta, 0))) V^T`` for
+    the top ell singular values.  Then ``0 <= C^T C - B^T B <= delta I`` and
+    ``||C||_F^2 - ||B||_F^2 >= (ell + 1) delta``: the two facts the FD error bound rests on
+    (Ghashami et al. 2016, Lemma 3.1 / Theorem 3.1 with ell + 1 in place of ell).
+
+    Shrinking by the (ell+1)-th value rather than the ell-th (Liberty 2013) keeps ell non-zero
+    rows instead of ell - 1, which makes a sketch with ``ell >= rank(C)`` exact.
+
+    The SVD is taken through the smaller Gram.  A wide C (r <= m, the usual case: r <= 2 ell
+    rows) uses ``C C^T = U diag(s^2) U^T`` (several times faster than a LAPACK SVD of C) and
+    ``B = diag(sqrt(1 - delta / s_i^2)) U^T C``, which never divides by a small s_i; with
+    delta = 0 this is an orthogonal rotation of C, so an unshrunk sketch is exact to round-off.
+    A tall C (r > m, when ell >= m / 2) uses ``C^T C = V diag(s^2) V^T`` and
+    ``B = diag(sqrt(s_i^2 - delta)) V^T``: O(r m^2) instead of O(r^2 m).
+
+    Parameters
+    ----------
+    C : ndarray (r, m), float64
+    ell : int, 1 <= ell
+
+    Returns
+    -------
+    B : ndarray (ell, m), float64
+    delta : float
+    """
+    r, m = C.shape
+    wide = r <= m
+    lam, U = np.linalg.eigh(C @ C.T if wide else C.T @ C)
+    lam, U = lam[::-1], U[:, ::-1]  # descending
+    np.maximum(lam, 0.0, out=lam)
+    delta = float(lam[ell]) if lam.size > ell else 0.0
+    kept = min(ell, lam.size)
+    B = np.zeros((ell, m))
+    if wide:
+        scale = np.zeros(kept)
+        pos = lam[:kept] > delta
+        scale[pos] = np.sqrt(1.0 - delta / lam[:kept][pos])
+        B[:kept] = scale[:, None] * (U[:, :kept].T @ C)
+    else:
+        B[:kept] = np.sqrt(lam[:kept] - delta)[:, None] * U[:, :kept].T
+    return B, delta
+
+
+@register_state_class
+class FrequentDirections:
+    """Frequent Directions sketch of a stream of rows (Liberty 2013; Ghashami et al. 2016).
+
+    Keeps a buffer of ``2 ell`` rows (float64).  Rows are copied into it until it is full; then
+    one SVD shrinks it to ``ell`` rows (:func:`fd_shrink`: all squared singular values reduced by
+    the (ell+1)-th one) and filling resumes.  The shrink points depend only on the number of rows
+    seen, never on how the stream is split into blocks, so ``update`` over any blocking gives the
+    same sketch (bitwise, for the same rows).  One SVD of a ``2 ell x m`` matrix per ell rows:
+    O(n m ell) time, O(ell m) memory.
+
+    Guarantee (for the stream A of all rows seen, and every ``0 <= k <= ell``)::
+
+        0 <= x^T (A^T A - B^T B) x <= total_shrinkage <= ||A - A_k||_F^2 / (ell + 1 - k)
+
+    for unit x, where ``B = sketch()``.  This implies the usual FD bound
+    ``||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell - k)``.  When ``ell >= n_columns`` (or more
+    generally ``ell >= rank(A)``) nothing is ever shrunk and ``B^T B = A^T A`` up to round-off;
+    the buffer is then capped at ``2 n_columns`` rows.
+
+    Parameters
+    ----------
+    sketch_size : int
+        ell, the number of rows of the sketch.
+    n_columns : int, optional
+        m; taken from the first block when None.
+
+    Attributes
+    ----------
+    n_rows_seen : int
+        Rows seen so far (merges add them up).
+    total_shrinkage : float
+        Sum of the shrinkages delta applied so far: an a-posteriori bound on
+        ``||A^T A - B^T B||_2`` for the buffer (``sketch()`` may shrink once more).
+    """
+
+    def __init__(self, sketch_size: int, n_columns: int | None = None):
+        self.sketch_size = check_int("sketch_size", sketch_size, low=1)
+        self.n_columns = check_int("n_columns", n_columns, low=1, allow_none=True)
+        self.n_rows_seen = 0
+        self.total_shrinkage = 0.0
+        self._buffer: np.ndarray | None = None
+        self._filled = 0
+        if self.n_columns is not None:
+            self._allocate(self.n_columns)
+
+    # --- sizes --------------------------------------------------------------------------------
+    @property
+    def _ell(self) -> int:
+        """Rows kept after a shrink: ell, capped at m (ell >= m cannot lose anything)."""
+        return min(self.sketch_size, self.n_columns)
+
+    def _allocate(self, m: int) -> None:
+        self.n_columns = m
+        self._buffer = np.zeros((2 * self._ell, m))
+        self._filled = 0
+
+    # --- streaming ----------------------------------------------------------------------------
+    def update(self, rows) -> FrequentDirections:
+        """Add a block of rows (2-D array or scipy.sparse matrix); returns self.
+
+        The block is copied into the buffer in slices of at most ``2 ell`` rows, each followed by
+        one shrink when the buffer is full (no Python loop over single rows).
+        """
+        rows = check_block(rows, n_features=self.n_columns, accept_sparse=True, name="rows")
+        if self._buffer is None:
+            self._allocate(rows.shape[1])
+        buf, cap = self._buffer, self._buffer.shape[0]
+        n, pos = rows.shape[0], 0
+        # The shrinks are many small eigendecompositions (2 ell x 2 ell): with BLAS threads,
+        # right after a threaded product (e.g. the random features of the block), they ran 7x
+        # slower on the busy 2-core machine (spin-waiting threads); one thread for the whole
+        # block costs one context switch (~1 ms), entered only when a shrink will happen.
+        shrinks = self._filled + n >= cap
+        with threadpool_limits(1, user_api="blas") if shrinks else nullcontext():
+            while pos < n:
+                take = min(cap - self._filled, n - pos)
+                part = rows[pos:pos + take]
+                buf[self._filled:self._filled + take] = (part.toarray() if sp.issparse(part)
+                                                         else part)
+                self._filled += take
+                pos += take
+                if self._filled == cap:
+                    self._compress()
+        self.n_rows_seen += n
+        return self
+
+    def _compress(self) -> None:
+        ell = self._ell
+        B, delta = fd_shrink(self._buffer[:self._filled], ell)
+        self._buffer[:ell] = B
+        self._buffer[ell:] = 0.0
+        self._filled = ell
+        self.total_shrinkage += delta
+
+    def sketch(self) -> np.ndarray:
+        """The current sketch B, shape ``(min(ell, n_columns), n_columns)``, float64.
+
+        If the buffer holds more than ell rows, a shrunk copy is returned (the state is not
+        changed, so later updates are unaffected); rows beyond the rank are zero.
+        """
+        if self._buffer is None:
+            raise ValueError("the sketch has seen no rows and n_columns is unknown")
+        ell = self._ell
+        if self._filled <= ell:
+            return self._buffer[:ell].copy()
+        return fd_shrink(self._buffer[:self._filled], ell)[0]
+
+    def merge(self, other: FrequentDirections) -> FrequentDirections:
+        """A new sketch of the concatenated streams (neither input is modified).
+
+        The buffers of both sketches are fed, as a stream, into a fresh sketch.  The bound holds
+        for the merged stream: the shrinkages of the parts and of the merge add up, and so do the
+        Frobenius-norm losses they cause (mergeability of FD: Agarwal et al. 2013; Ghashami et al.
+        2016, section 3.2), so a tree of merges keeps ``||A^T A - B^T B||_2 <=
+        ||A - A_k||_F^2 / (ell + 1 - k)``.
+        """
+        if not isinstance(other, FrequentDirections):
+            raise ValueError("can only merge with a FrequentDirections, got "
+                             f"{type(other).__name__}")
+        if other.sketch_size != self.sketch_size:
+            raise ValueError(f"cannot merge sketches of different sizes "
+                             f"({self.sketch_size} and {other.sketch_size})")
+        if (self.n_columns is not None and other.n_columns is not None
+                and self.n_columns != other.n_columns):
+            raise ValueError(f"cannot merge sketches with different numbers of columns "
+                             f"({self.n_columns} and {other.n_columns})")
+        out = FrequentDirections(self.sketch_size, self.n_columns or other.n_columns)
+        for part in (self, other):
+            if part._buffer is not None and part._filled:
+                out.update(part._buffer[:part._filled])
+        out.n_rows_seen = self.n_rows_seen + other.n_rows_seen
+        out.total_shrinkage += self.total_shrinkage + other.total_shrinkage
+        return out
+
+    def copy(self) -> FrequentDirections:
+        """An independent copy."""
+        return FrequentDirections.from_state(self.to_state())
+
+    # --- persistence --------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        """Plain values (ints, floats, one array) that :meth:`from_state` turns back into self."""
+        buffer = None if self._buffer is None else self._buffer[:self._filled].copy()
+        return {"sketch_size": self.sketch_size, "n_columns": self.n_columns,
+                "n_rows_seen": int(self.n_rows_seen),
+                "total_shrinkage": float(self.total_shrinkage), "buffer": buffer}
+
+    @classmethod
+    def from_state(cls, state: dict) -> FrequentDirections:
+        out = cls(int(state["sketch_size"]), state["n_columns"])
+        buffer = state["buffer"]
+        if buffer is not None:
+            buffer = np.asarray(buffer, dtype=np.float64)
+            if buffer.ndim != 2 or buffer.shape[1] != out.n_columns \
+                    or buffer.shape[0] > 2 * out._ell:
+                raise ValueError(f"FrequentDirections state has a buffer of shape {buffer.shape}, "
+                                 f"inconsistent with sketch_size={out.sketch_size}, "
+                                 f"n_columns={out.n_columns}")
+            out._buffer[:buffer.shape[0]] = buffer
+            out._filled = buffer.shape[0]
+        out.n_rows_seen = int(state["n_rows_seen"])
+        out.total_shrinkage = float(state["total_shrinkage"])
+        return out
+
+    def __repr__(self):
+        return (f"FrequentDirections(sketch_size={self.sketch_size}, n_columns={self.n_columns}, "
+                f"n_rows_seen={self.n_rows_seen})")
+
+
+#: Mersenne prime 2^31 - 1: products of two residues fit in uint64, so the hash is vectorised.
+_PRIME = 2**31 - 1
+
+
+def _poly_hash(coefs, x: np.ndarray) -> np.ndarray:
+    """``(c_0 x^(d-1) + ... + c_(d-1)) mod p`` by Horner's rule, in uint64 without overflow.
+
+    A random polynomial of degree d - 1 over Z_p is a d-wise independent hash family
+    (Carter & Wegman 1979; Wegman & Carter 1981).
+    """
+    acc = np.full(x.shape, np.uint64(coefs[0]), dtype=np.uint64)
+    for c in coefs[1:]:
+        acc = (acc * x + np.uint64(c)) % np.uint64(_PRIME)
+    return acc
+
+
+@register_state_class
+class CountSketch:
+    """CountSketch ``S A`` of a stream of rows, with S hashed from the global row index.
+
+    ``S`` is t x n with one non-zero per column: ``S[h(i), i] = s(i)``, where the bucket
+    ``h(i) = ((a i + b) mod p) mod t`` comes from a pairwise-independent hash and the sign
+    ``s(i) = +-1`` from the parity of a 4-wise independent polynomial hash, both over the prime
+    ``p = 2^31 - 1`` with coefficients drawn from ``random_state`` (Clarkson & Woodruff 2013,
+    who need exactly these independence levels; Musco & Woodruff 2017, section 3.2).  Row
+    indices are reduced mod p, so the family is independent for streams of fewer than
+    2^31 - 1 rows; the parity of a uniform residue mod an odd p is biased by 1 / (2 p) ~ 2e-10.
+
+    ``E[(S A)^T (S A)] = A^T A`` (up to that bias), and because S depends only on the global
+    index, the sketch does not depend on how rows are split into blocks or in which order the
+    blocks arrive.
+
+    Parameters
+    ----------
+    n_buckets : int
+        t, the number of rows of the sketch.
+    n_columns : int
+        m, the width of the rows.
+    random_state : int, Generator or None
+        Draws the hash coefficients; sketches can only be merged when they share them.
+
+    Attributes
+    ----------
+    n_rows_seen : int
+    """
+
+    def __init__(self, n_buckets: int, n_columns: int, random_state=None):
+        self.n_buckets = check_int("n_buckets", n_buckets, low=1)
+        self.n_columns = check_int("n_columns", n_columns, low=1)
+        rng = as_generator(random_state)
+        # Leading coefficients non-zero so the polynomials have full degree.
+        self._bucket_coefs = [int(rng.integers(1, _PRIME)), int(rng.integers(0, _PRIME))]
+        self._sign_coefs = [int(rng.integers(1, _PRIME))] + \
+            [int(c) for c in rng.integers(0, _PRIME, size=3)]
+        self._sketch = np.zeros((self.n_buckets, self.n_columns))
+        self._signs_sum = np.zeros(self.n_buckets)
+        self.n_rows_seen = 0
+
+    def hash_rows(self, indices) -> tuple[np.ndarray, np.ndarray]:
+        """Buckets (int64 in [0, t)) and signs (float64 +-1) of the given global row indices."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and idx.min() < 0:
+            raise ValueError("row indices must be non-negative")
+        x = (idx % _PRIME).astype(np.uint64)
+        buckets = (_poly_hash(self._bucket_coefs, x) % np.uint64(self.n_buckets)).astype(np.int64)
+        signs = 1.0 - 2.0 * (_poly_hash(self._sign_coefs, x) & np.uint64(1)).astype(np.float64)
+        return buckets, signs
+
+    def sketching_matrix(self, start: int, stop: int) -> sp.csr_matrix:
+        """The columns ``start:stop`` of S as a t x (stop - start) CSR matrix."""
+        buckets, signs = self.hash_rows(np.arange(start, stop))
+        cols = np.arange(stop - start)
+        return sp.csr_matrix((signs, (buckets, cols)), shape=(self.n_buckets, stop - start))
+
+    def update(self, rows, start: int | None = None) -> CountSketch:
+        """Add ``S[:, start:start + r] @ rows`` for a block of r rows (dense or CSR); returns self.
+
+        ``start`` is the global index of the block's first row; by default the number of rows
+        seen so far (blocks given in stream order).
+        """
+        rows = check_block(rows, n_features=self.n_columns, accept_sparse=True, name="rows")
+        start = self.n_rows_seen if start is None else check_int("start", start, low=0)
+        r = rows.shape[0]
+        if r:
+            S = self.sketching_matrix(start, start + r)
+            SA = S @ rows
+            self._sketch += SA.toarray() if sp.issparse(SA) else SA
+            self._signs_sum += np.asarray(S.sum(axis=1)).ravel()
+        self.n_rows_seen += r
+        return self
+
+    def sketch(self) -> np.ndarray:
+        """``S A``, shape (t, m), float64 (a copy)."""
+        return self._sketch.copy()
+
+    def bucket_signs_sum(self) -> np.ndarray:
+        """``S 1`` for the rows seen, shape (t,): exact centering afterwards, since
+        ``S (A - 1 mu^T) = S A - (S 1) mu^T``."""
+        return self._signs_sum.copy()
+
+    def merge(self, other: CountSketch) -> CountSketch:
+        """A new sketch of both streams (``S A_1 + S A_2``); needs the same hash and shape.
+
+        The two streams must hold disjoint global row indices (e.g. the blocks of one matrix
+        given with their ``start``), as in a tree reduction over row blocks.
+        """
+        if not isinstance(other, CountSketch):
+            raise ValueError(f"can only merge with a CountSketch, got {type(other).__name__}")
+        if (other.n_buckets, other.n_columns) != (self.n_buckets, self.n_columns):
+            raise ValueError("cannot merge CountSketches of shapes "
+                             f"{(self.n_buckets, self.n_columns)} and "
+                             f"{(other.n_buckets, other.n_columns)}")
+        if (other._bucket_coefs, other._sign_coefs) != (self._bucket_coefs, self._sign_coefs):
+            raise ValueError("cannot merge CountSketches with different hash functions "
+                             "(create them with the same random_state)")
+        out = CountSketch.from_state(self.to_state())
+        out._sketch += other._sketch
+        out._signs_sum += other._signs_sum
+        out.n_rows_seen += other.n_rows_seen
+        return out
+
+    # --- persistence --------------------------------------------------------------------------
+    def to_state(self) -> dict:
+        """Plain values: shapes, hash coefficients (ints), the sketch and S 1 (arrays)."""
+        return {"n_buckets": self.n_buckets, "n_columns": self.n_columns,
+                "bucket_coefs": list(self._bucket_coefs), "sign_coefs": list(self._sign_coefs),
+                "sketch": self._sketch.copy(), "signs_sum": self._signs_sum.copy(),
+                "n_rows_seen": int(self.n_rows_seen)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> CountSketch:
+        out = cls.__new__(cls)
+        out.n_buckets = check_int("n_buckets", state["n_buckets"], low=1)
+        out.n_columns = check_int("n_columns", state["n_columns"], low=1)
+        out._bucket_coefs = [int(c) for c in state["bucket_coefs"]]
+        out._sign_coefs = [int(c) for c in state["sign_coefs"]]
+        if len(out._bucket_coefs) != 2 or len(out._sign_coefs) != 4 or not all(
+                0 <= c < _PRIME for c in out._bucket_coefs + out._sign_coefs):
+            raise ValueError("CountSketch state has invalid hash coefficients")
+        out._sketch = np.array(state["sketch"], dtype=np.float64)
+        out._signs_sum = np.array(state["signs_sum"], dtype=np.float64)
+        if out._sketch.shape != (out.n_buckets, out.n_columns) or \
+                out._signs_sum.shape != (out.n_buckets,):
+            raise ValueError("CountSketch state arrays do not match n_buckets / n_columns")
+        out.n_rows_seen = int(state["n_rows_seen"])
+        return out
+
+    def __repr__(self):
+        return (f"CountSketch(n_buckets={self.n_buckets}, n_columns={self.n_columns}, "
+                f"n_rows_seen={self.n_rows_seen})")

@@ -1,0 +1,289 @@
+"""compress_expansion: randomized rounding (section 4) and random +-1 projections (section 5).
+
+Achlioptas, McSherry & Schoelkopf (2001).  The statistical tests use many independent draws and
+compare with quantities computed exactly from the keep probabilities (variance, Hoeffding
+bound), so their tolerances are Monte-Carlo standard errors, stated next to each.
+"""
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator
+from sklearn.decomposition import PCA
+from sklearn.exceptions import NotFittedError
+
+from fastkpca import ExactKPCA, SparsifiedKPCA, compress_expansion
+from fastkpca.decomposition.compress import (
+    CompressedKPCA,
+    KernelExpansion,
+    centered_expansion,
+    kernel_expansion,
+    round_coefficients,
+)
+from fastkpca.kernels import Kernel
+
+
+def blobs(n, seed=0, d=5):
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(0).standard_normal((3, d)) * 3
+    return np.vstack([c + rng.standard_normal((n // 3, d)) for c in centers])
+
+
+@pytest.fixture(scope="module")
+def setting():
+    X, Xn = blobs(300), blobs(30, seed=1)
+    model = ExactKPCA(3, gamma=0.1, eigen_solver="dense").fit(X)
+    return X, Xn, model, model.transform(Xn)
+
+
+# --- exactness ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rounding", [None, 1.0])
+def test_no_compression_is_the_original(setting, rounding):
+    X, Xn, model, T = setting
+    for source in (model, SparsifiedKPCA(3, gamma=0.1, sample_prob=0.5, random_state=0).fit(X)):
+        fast = compress_expansion(source, rounding=rounding, random_state=0)
+        # rounding=1 keeps every term with its exact coefficient: only round-off differs.
+        np.testing.assert_allclose(fast.transform(Xn), source.transform(Xn), rtol=1e-10,
+                                   atol=1e-10 * np.abs(T).max())
+        assert fast.n_terms_ == fast.n_terms_source_ == 300
+        assert fast.eigenvalues_ is not source.eigenvalues_
+        np.testing.assert_array_equal(fast.eigenvalues_, source.eigenvalues_)
+
+
+def test_centered_expansion_equals_centered_transform(setting):
+    X, Xn, model, T = setting
+    exp = kernel_expansion(model)
+    assert isinstance(exp, KernelExpansion)
+    np.testing.assert_allclose(exp.kernel(Xn, exp.points) @ exp.coef + exp.offset, T,
+                               rtol=1e-10, atol=1e-10)
+    # weighted centering folds in the same way (what a reduced-set model needs)
+    rng = np.random.default_rng(0)
+    Z, A, w = X[:40], rng.standard_normal((40, 2)), rng.uniform(0.5, 1.5, 40)
+    w /= w.sum()
+    Kz = model.kernel_(Z)
+    c, t = w @ Kz, w @ Kz @ w
+    Kn = model.kernel_(Xn, Z)
+    direct = (Kn - (Kn @ w)[:, None] - c[None, :] + t) @ A
+    e = centered_expansion(Z, A, c, t, model.kernel_, weights=w)
+    np.testing.assert_allclose(Kn @ e.coef + e.offset, direct, rtol=1e-10, atol=1e-12)
+
+
+# --- randomized rounding --------------------------------------------------------------------------
+
+def test_rounding_is_the_papers_rule_for_one_component(setting):
+    X, _, _, _ = setting
+    model = ExactKPCA(1, gamma=0.1, eigen_solver="dense").fit(X)
+    coef = kernel_expansion(model).coef[:, 0]
+    a = coef / np.linalg.norm(coef)  # the paper's unit vector alpha
+    # at 70 % about a third of the coefficients are large enough to be kept deterministically
+    keep, new, s, probs = round_coefficients(coef[:, None], 0.7, np.random.default_rng(0))
+    np.testing.assert_allclose(probs.sum(), 0.7 * 300, rtol=1e-12)  # E[#terms] = rounding * m
+    np.testing.assert_allclose(probs, np.minimum(1.0, s * np.abs(a)), rtol=1e-12)
+    big = np.abs(a[keep]) >= 1 / s
+    # |alpha_i| >= 1/s: kept as is; otherwise sgn(alpha_i) / s (times the norm we divided by)
+    np.testing.assert_allclose(new[big, 0], coef[keep][big], rtol=1e-12)
+    np.testing.assert_allclose(new[~big, 0] / np.linalg.norm(coef),
+                               np.sign(a[keep][~big]) / s, rtol=1e-12)
+    assert big.any() and (~big).any()
+
+
+def _draws(model, Xn, n_draws, seed, **kw):
+    rng = np.random.default_rng(seed)
+    return np.stack([compress_expansion(model, random_state=rng, **kw).transform(Xn)
+                     for _ in range(n_draws)])
+
+
+def test_rounding_is_unbiased_with_the_predicted_variance(setting):
+    X, Xn, model, T = setting
+    rounding = 0.25
+    exp = kernel_expansion(model)
+    _, _, _, probs = round_coefficients(exp.coef, rounding, np.random.default_rng(0))
+    # Var T~_j(x) = sum_i (1 - pi_i) / pi_i (coef_ij k(x, z_i))^2, exactly.
+    Kn = model.kernel_(Xn, exp.points)
+    ratio = np.zeros_like(probs)
+    ratio[probs > 0] = (1 - probs[probs > 0]) / probs[probs > 0]
+    var = (Kn**2 * ratio) @ exp.coef**2
+    draws = _draws(model, Xn, 4096, seed=1, rounding=rounding)
+    # The mean of R draws has mean squared error var / R (error ~ 1 / sqrt(#draws)): checked for
+    # R = 4, 32, 256 on 1024, 128, 16 independent batches.  The ratio below is 1 in expectation;
+    # over eight seeds it stayed in 0.98-1.02, 0.89-1.11 and 0.71-1.22 respectively.
+    for R in (4, 32, 256):
+        batches = draws.reshape(-1, R, *T.shape).mean(axis=1)
+        mse = np.mean((batches - T) ** 2, axis=0)
+        assert 0.5 < mse.sum() / (var.sum() / R) < 1.6, R
+    # and the overall mean is within 4 standard errors of the original, entry by entry
+    z = (draws.mean(axis=0) - T) / np.sqrt(var / draws.shape[0])
+    assert np.abs(z).max() < 4.5
+
+
+def test_number_of_terms(setting):
+    _, _, model, _ = setting
+    counts = [compress_expansion(model, rounding=0.25, random_state=s).n_terms_
+              for s in range(200)]
+    exp = kernel_expansion(model)
+    _, _, _, probs = round_coefficients(exp.coef, 0.25, np.random.default_rng(0))
+    sd = np.sqrt(np.sum(probs * (1 - probs)))
+    # the mean of 200 Poisson-binomial counts is within 4 standard errors of rounding * m = 75
+    assert abs(np.mean(counts) - 75) < 4 * sd / np.sqrt(200)
+    assert max(counts) < 300
+
+
+def test_hoeffding_tail_bound(setting):
+    """Empirical P(|T~ - T| >= t) against Hoeffding's bound (the paper's eq. 1)."""
+    X, Xn, _, _ = setting
+    model = ExactKPCA(1, gamma=0.1, eigen_solver="dense").fit(X)
+    x = Xn[:1]
+    T = model.transform(x)[0, 0]
+    rounding = 0.2
+    exp = kernel_expansion(model)
+    _, _, s, probs = round_coefficients(exp.coef, rounding, np.random.default_rng(0))
+    n_draws = 4000
+    dev = _draws(model, x, n_draws, seed=3, rounding=rounding)[:, 0, 0] - T
+    kx = model.kernel_(x, exp.points)[0]
+    rounded = probs < 1
+    # Hoeffding with the actual ranges: term i lies in an interval of width |a_i k_i| / pi_i.
+    widths2 = np.sum((exp.coef[rounded, 0] * kx[rounded] / probs[rounded]) ** 2)
+    # The paper's form: unit-norm alpha, kernel values in [0, 1] (c = 1), m terms rounded:
+    # 2 exp(-2 t^2 s^2 / (m c^2)), t measured in units of ||coef||.
+    norm = np.linalg.norm(exp.coef)
+    m_rounded = int(rounded.sum())
+    sd = dev.std()
+    for t in (0.5 * sd, sd, 2 * sd, 3 * sd):
+        empirical = np.mean(np.abs(dev) >= t)
+        hoeffding = 2 * np.exp(-2 * t**2 / widths2)
+        paper = 2 * np.exp(-2 * (t / norm) ** 2 * s**2 / m_rounded)
+        # + 3 binomial standard errors of the empirical frequency
+        slack = 3 * np.sqrt(max(empirical * (1 - empirical), 1 / n_draws) / n_draws)
+        assert empirical <= min(1.0, hoeffding) + slack
+        assert hoeffding <= paper * (1 + 1e-12)  # the instance bound is the sharper one
+    assert np.mean(dev) == pytest.approx(0.0, abs=4 * sd / np.sqrt(n_draws))
+
+
+# --- random projections --------------------------------------------------------------------------
+
+def test_projection_is_unbiased_for_the_linear_kernel():
+    X, Xn = blobs(120, d=30), blobs(15, seed=1, d=30)
+    model = ExactKPCA(2, kernel="linear", eigen_solver="dense").fit(X)
+    T = model.transform(Xn)
+    draws = _draws(model, Xn, 1500, seed=0, projection_dim=5)
+    # <xP, zP> is an unbiased estimate of <x, z>, and the linear transform is linear in it; the
+    # mean of 1500 draws is within 4.5 standard errors (per-entry spread from the draws) of T.
+    z = (draws.mean(axis=0) - T) / (draws.std(axis=0) / np.sqrt(draws.shape[0]))
+    assert np.abs(z).max() < 4.5
+    assert np.abs(draws[0] - T).max() > 1e-3  # a single draw does differ
+
+
+def test_projection_error_falls_with_dimension():
+    X, Xn = blobs(150, d=60), blobs(30, seed=1, d=60)
+    model = ExactKPCA(2, gamma=1 / 120, eigen_solver="dense").fit(X)
+    T = model.transform(Xn)
+    errs = []
+    for q in (4, 16, 64):
+        draws = _draws(model, Xn, 20, seed=q, projection_dim=q)
+        errs.append(np.mean([np.linalg.norm(D - T) / np.linalg.norm(T) for D in draws]))
+    # distance distortion ~ 1 / sqrt(q) (Theorem 6): each 4x step should at least halve it
+    # (seen 0.52, 0.25, 0.12)
+    assert errs[0] > 1.6 * errs[1] > 1.6**2 * errs[2]
+    fast = compress_expansion(model, projection_dim=16, random_state=0)
+    assert fast.points_.shape == (150, 16) and fast.projection_.shape == (60, 16)
+    assert set(np.unique(np.abs(fast.projection_))) == {0.25}
+
+
+def test_rounding_and_projection_together(setting):
+    X, Xn, model, T = setting
+    fast = compress_expansion(model, rounding=0.5, projection_dim=4, random_state=0)
+    assert fast.points_.shape[1] == 4 and fast.n_terms_ < 300
+    assert np.linalg.norm(fast.transform(Xn) - T) / np.linalg.norm(T) < 1.0
+
+
+# --- contract: dtype, persistence, determinism, bad input ----------------------------------------
+
+def test_float32_and_determinism(setting):
+    X, Xn, model, _ = setting
+    a = compress_expansion(model, rounding=0.3, projection_dim=3, random_state=5)
+    b = compress_expansion(model, rounding=0.3, projection_dim=3, random_state=5)
+    np.testing.assert_array_equal(a.transform(Xn), b.transform(Xn))
+    T32 = a.transform(Xn.astype(np.float32))
+    assert T32.dtype == np.float32
+    np.testing.assert_allclose(T32, a.transform(Xn), rtol=1e-3, atol=1e-4)
+
+
+def test_fitted_attributes_are_persistable(setting):
+    _, _, model, _ = setting
+    fast = compress_expansion(model, rounding=0.5, projection_dim=3, random_state=0)
+    fitted = {k: v for k, v in vars(fast).items() if k.endswith("_") and not k.startswith("_")}
+    assert {"points_", "coef_", "offset_", "projection_", "kernel_", "eigenvalues_"} <= set(fitted)
+    for name, value in fitted.items():
+        assert isinstance(value, np.ndarray | int | float | str | Kernel | type(None)), name
+    assert fast.get_params() == {"rounding": 0.5, "projection_dim": 3, "random_state": 0}
+
+
+def test_save_and_load_round_trip(setting, tmp_path):
+    io = pytest.importorskip("fastkpca.io")
+    if not hasattr(io, "save_model"):
+        pytest.skip("fastkpca.io.save_model not available yet")
+    import fastkpca
+
+    _, Xn, model, _ = setting
+    fast = compress_expansion(model, rounding=0.5, random_state=0)
+    fast.save(tmp_path / "m")
+    loaded = fastkpca.load(next(tmp_path.iterdir()))
+    np.testing.assert_array_equal(loaded.transform(Xn), fast.transform(Xn))
+
+
+def test_a_model_with_the_protocol_method():
+    class Expansion(BaseEstimator):
+        """A stand-in for NystromKPCA / ReducedSetKPCA: exposes kernel_expansion()."""
+
+        def fit(self, X):
+            from fastkpca.kernels import RBF
+
+            self.kernel_ = RBF(0.5)
+            self.n_features_in_ = X.shape[1]
+            self.eigenvalues_ = np.array([2.0, 1.0])
+            self.points_ = X[:10]
+            return self
+
+        def kernel_expansion(self):
+            coef = np.arange(20.0).reshape(10, 2)
+            return KernelExpansion(self.points_, coef, np.array([1.0, -1.0]), self.kernel_)
+
+    X = blobs(30)
+    source = Expansion().fit(X)
+    fast = compress_expansion(source, rounding=1.0)
+    expected = source.kernel_(X, X[:10]) @ np.arange(20.0).reshape(10, 2) + [1.0, -1.0]
+    np.testing.assert_allclose(fast.transform(X), expected, rtol=1e-12)
+    assert fast.source_model_ == "Expansion"
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(rounding=0.0), "rounding"),
+    (dict(rounding=-0.5), "rounding"),
+    (dict(rounding=1.5), "rounding"),
+    (dict(rounding=float("nan")), "rounding"),
+    (dict(rounding="half"), "rounding"),
+    (dict(projection_dim=0), "projection_dim"),
+    (dict(projection_dim=2.5), "projection_dim"),
+])
+def test_bad_arguments(setting, kw, match):
+    _, _, model, _ = setting
+    with pytest.raises(ValueError, match=match):
+        compress_expansion(model, **kw)
+
+
+def test_bad_models_and_inputs(setting):
+    X, Xn, model, _ = setting
+    with pytest.raises(NotFittedError):
+        compress_expansion(ExactKPCA())
+    with pytest.raises(ValueError, match="expansion-based"):
+        compress_expansion(PCA(2).fit(X))
+    lap = ExactKPCA(2, kernel="laplacian", eigen_solver="dense").fit(X)
+    with pytest.raises(ValueError, match="projection_dim"):
+        compress_expansion(lap, projection_dim=3)
+    fast = compress_expansion(model, rounding=0.5, random_state=0)
+    with pytest.raises(ValueError, match="features"):
+        fast.transform(Xn[:, :2])
+    with pytest.raises(ValueError, match="compress_expansion"):
+        CompressedKPCA().fit(X)
+    with pytest.raises(NotFittedError):
+        CompressedKPCA().transform(X)

@@ -1,0 +1,392 @@
+"""Frequent Directions and CountSketch: guarantees, exact limits, blocking, merging, state."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastkpca._state import STATE_CLASSES, state_class_name
+from fastkpca.sketch import CountSketch, FrequentDirections, fd_shrink
+
+# Round-off slack for the FD inequalities: the sketch is computed in float64 from the 2 ell x 2 ell
+# Gram of the buffer, so B^T B carries absolute errors of order eps * ||A||_F^2 (summed over the
+# shrinks); 1e-10 * ||A||_F^2 is several orders above that and far below any bound tested.
+ROUND = 1e-10
+
+
+# --------------------------------------------------------------------------------------------
+# streams
+# --------------------------------------------------------------------------------------------
+def low_rank_noise(rng, n=1200, m=40, r=8):
+    return rng.standard_normal((n, r)) @ rng.standard_normal((r, m)) \
+        + 0.05 * rng.standard_normal((n, m))
+
+
+def sorted_by_norm(rng, descending=False):
+    A = low_rank_noise(rng) * rng.exponential(size=(1200, 1))
+    order = np.argsort(np.linalg.norm(A, axis=1))
+    return A[order[::-1] if descending else order]
+
+
+def repeated_directions(rng, n=1000, m=30):
+    # A few directions, each repeated in long runs: FD must not forget a direction that stops
+    # appearing (the classic adversarial stream for naive incremental PCA).
+    dirs = rng.standard_normal((4, m))
+    runs = np.repeat(np.arange(4), n // 4)
+    return dirs[runs] * (1 + 0.01 * rng.standard_normal((n, 1)))
+
+
+def low_rank_plus_spikes(rng, n=1500, m=35):
+    A = rng.standard_normal((n, 3)) @ rng.standard_normal((3, m))
+    spikes = rng.choice(n, size=12, replace=False)
+    A[spikes] = 40 * rng.standard_normal((12, m))  # rare huge rows in fresh directions
+    return A
+
+
+STREAMS = {
+    "low_rank_noise": low_rank_noise,
+    "sorted_ascending": lambda rng: sorted_by_norm(rng, descending=False),
+    "sorted_descending": lambda rng: sorted_by_norm(rng, descending=True),
+    "repeated_directions": repeated_directions,
+    "low_rank_plus_spikes": low_rank_plus_spikes,
+    "gaussian": lambda rng: rng.standard_normal((900, 25)),
+}
+
+
+def tails(A):
+    """||A - A_k||_F^2 for k = 0, 1, ..."""
+    s2 = np.linalg.svd(A, compute_uv=False) ** 2
+    return np.concatenate([np.cumsum(s2[::-1])[::-1], [0.0]])
+
+
+def check_fd_bound(A, B, ell, ks):
+    """0 <= A^T A - B^T B and ||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell - k)."""
+    D = A.T @ A - B.T @ B
+    w = np.linalg.eigvalsh((D + D.T) / 2)
+    fro2 = np.sum(A * A)
+    assert w[0] >= -ROUND * fro2, "B^T B must never exceed A^T A"
+    err = w[-1]
+    tail = tails(A)
+    for k in ks:
+        # The stated bound, and the sharper ell + 1 - k of the (ell+1)-th-value shrink.
+        assert err <= tail[k] / (ell - k) + ROUND * fro2
+        assert err <= tail[k] / (ell + 1 - k) + ROUND * fro2
+    return err
+
+
+# --------------------------------------------------------------------------------------------
+# Frequent Directions
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(STREAMS))
+@pytest.mark.parametrize("ell", [4, 10])
+def test_fd_bound_on_streams(name, ell):
+    A = STREAMS[name](np.random.default_rng(1))
+    fd = FrequentDirections(ell).update(A)
+    B = fd.sketch()
+    assert B.shape == (ell, A.shape[1]) and B.dtype == np.float64
+    assert fd.n_rows_seen == A.shape[0]
+    check_fd_bound(A, B, ell, ks=range(ell))
+
+
+def test_fd_total_shrinkage_bounds_the_error(rng):
+    ell = 6
+    # 2 ell + 9 ell rows: the last shrink leaves exactly ell rows, so sketch() adds nothing.
+    A = low_rank_noise(rng, n=11 * ell, m=20)
+    fd = FrequentDirections(ell).update(A)
+    B = fd.sketch()
+    err = np.linalg.norm(A.T @ A - B.T @ B, 2)
+    assert fd.total_shrinkage > 0
+    assert err <= fd.total_shrinkage * (1 + 1e-9)
+    assert fd.total_shrinkage <= tails(A)[2] / (ell + 1 - 2) * (1 + 1e-9)
+
+
+def test_fd_sketch_does_not_change_state(rng):
+    A = low_rank_noise(rng, n=130, m=20)
+    fd = FrequentDirections(8).update(A[:70])
+    fd.sketch()  # the buffer holds > ell rows here: sketch() shrinks a copy
+    fd.update(A[70:])
+    ref = FrequentDirections(8).update(A)
+    np.testing.assert_array_equal(fd.sketch(), ref.sketch())
+
+
+@pytest.mark.parametrize("rank, ell, m", [(5, 5, 30), (5, 12, 30), (30, 30, 30), (20, 64, 20)])
+def test_fd_exact_when_ell_at_least_rank(rng, rank, ell, m):
+    A = rng.standard_normal((500, rank)) @ rng.standard_normal((rank, m))
+    fd = FrequentDirections(ell).update(A)
+    B = fd.sketch()
+    assert B.shape == (min(ell, m), m)
+    # Exact up to round-off: relative to ||A^T A||, float64 with a few hundred rotations.
+    np.testing.assert_allclose(B.T @ B, A.T @ A, atol=1e-10 * np.abs(A.T @ A).max())
+    assert fd.total_shrinkage <= 1e-10 * np.sum(A * A)
+
+
+def test_fd_ell_above_columns_caps_memory(rng):
+    fd = FrequentDirections(10_000).update(rng.standard_normal((50, 7)))
+    assert fd._buffer.shape == (14, 7)
+    assert fd.sketch().shape == (7, 7)
+
+
+@pytest.mark.parametrize("sizes", [[1] * 40, [3, 17, 1, 50, 9], [100], [2 * 7, 7, 7, 72]])
+def test_fd_blocking_invariance(rng, sizes):
+    A = rng.standard_normal((100, 15))
+    ref = FrequentDirections(7).update(A)
+    fd = FrequentDirections(7)
+    start = 0
+    for s in sizes:
+        fd.update(A[start:start + s])
+        start += s
+    fd.update(A[start:])
+    # Shrinks happen at the same row counts whatever the blocking: bitwise equal.
+    np.testing.assert_array_equal(fd.sketch(), ref.sketch())
+    assert fd.total_shrinkage == ref.total_shrinkage
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(0, 90), max_size=8), ell=st.integers(1, 9))
+def test_fd_blocking_invariance_property(cuts, ell):
+    A = np.random.default_rng(3).standard_normal((90, 12))
+    edges = [0, *sorted(cuts), 90]
+    fd = FrequentDirections(ell)
+    for a, b in zip(edges[:-1], edges[1:], strict=True):
+        fd.update(A[a:b])
+    np.testing.assert_array_equal(fd.sketch(), FrequentDirections(ell).update(A).sketch())
+
+
+def test_fd_sparse_and_float32_rows(rng):
+    A = sp.random(300, 40, density=0.1, format="csr", random_state=2, dtype=np.float64)
+    dense = FrequentDirections(6).update(A.toarray()).sketch()
+    np.testing.assert_array_equal(FrequentDirections(6).update(A).sketch(), dense)
+    A32 = rng.standard_normal((200, 10)).astype(np.float32)
+    B = FrequentDirections(4).update(A32).sketch()
+    assert B.dtype == np.float64
+    check_fd_bound(A32.astype(np.float64), B, 4, ks=range(4))
+
+
+def test_fd_merge_two(rng):
+    A = low_rank_plus_spikes(rng)
+    a = FrequentDirections(8).update(A[:700])
+    b = FrequentDirections(8).update(A[700:])
+    before = a.sketch().copy()
+    merged = a.merge(b)
+    np.testing.assert_array_equal(a.sketch(), before)  # inputs untouched
+    assert merged is not a and merged.n_rows_seen == A.shape[0]
+    check_fd_bound(A, merged.sketch(), 8, ks=range(8))
+
+
+@pytest.mark.parametrize("name", ["low_rank_noise", "repeated_directions", "sorted_descending"])
+def test_fd_merge_tree(name):
+    A = STREAMS[name](np.random.default_rng(4))
+    ell = 6
+    parts = [FrequentDirections(ell).update(P) for P in np.array_split(A, 8)]
+    while len(parts) > 1:  # pairwise tree reduction, as a Dask tree-reduce would do it
+        parts = [parts[i].merge(parts[i + 1]) for i in range(0, len(parts), 2)]
+    merged = parts[0]
+    assert merged.n_rows_seen == A.shape[0]
+    check_fd_bound(A, merged.sketch(), ell, ks=range(ell))
+    # The a-posteriori bound adds up over the tree too.
+    err = np.linalg.norm(A.T @ A - merged.sketch().T @ merged.sketch(), 2)
+    extra = fd_shrink(merged._buffer[:merged._filled], ell)[1] if merged._filled > ell else 0.0
+    assert err <= merged.total_shrinkage + extra + ROUND * np.sum(A * A)
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(1, 80), min_size=3, max_size=3), ell=st.integers(2, 8))
+def test_fd_merge_associative_up_to_bound(sizes, ell):
+    rng = np.random.default_rng(5)
+    parts = [low_rank_noise(rng, n=s, m=12, r=4) for s in sizes]
+    A = np.vstack(parts)
+    a, b, c = (FrequentDirections(ell).update(P) for P in parts)
+    left = a.merge(b).merge(c).sketch()
+    right = a.merge(b.merge(c)).sketch()
+    bound = tails(A)[0] / ell
+    for B in (left, right):
+        check_fd_bound(A, B, ell, ks=[0])
+    # Both lie between A^T A - bound I and A^T A, so they differ by at most the bound.
+    assert np.linalg.norm(left.T @ left - right.T @ right, 2) <= bound * (1 + 1e-9)
+
+
+def test_fd_merge_exact_regime_equals_single_pass(rng):
+    A = rng.standard_normal((300, 9))
+    merged = FrequentDirections(9).update(A[:120]).merge(FrequentDirections(9).update(A[120:]))
+    B = merged.sketch()
+    np.testing.assert_allclose(B.T @ B, A.T @ A, atol=1e-10 * np.abs(A.T @ A).max())
+
+
+def test_fd_merge_errors(rng):
+    a = FrequentDirections(4).update(rng.standard_normal((10, 5)))
+    with pytest.raises(ValueError, match="different sizes"):
+        a.merge(FrequentDirections(5).update(rng.standard_normal((10, 5))))
+    with pytest.raises(ValueError, match="columns"):
+        a.merge(FrequentDirections(4).update(rng.standard_normal((10, 6))))
+    with pytest.raises(ValueError, match="FrequentDirections"):
+        a.merge(np.eye(5))
+    # Merging with an empty sketch gives the same sketch.
+    np.testing.assert_array_equal(a.merge(FrequentDirections(4)).sketch(), a.sketch())
+
+
+def test_fd_bad_input(rng):
+    with pytest.raises(ValueError, match="sketch_size"):
+        FrequentDirections(0)
+    with pytest.raises(ValueError, match="n_columns"):
+        FrequentDirections(3, n_columns=-1)
+    fd = FrequentDirections(3, n_columns=4)
+    with pytest.raises(ValueError, match="5 features"):
+        fd.update(np.ones((2, 5)))
+    with pytest.raises(ValueError, match="NaN"):
+        fd.update(np.array([[1.0, np.nan, 0, 0]]))
+    with pytest.raises(ValueError, match="infinity"):
+        fd.update(np.array([[1.0, np.inf, 0, 0]]))
+    with pytest.raises(ValueError, match="2-D"):
+        fd.update(np.ones(4))
+    with pytest.raises(ValueError, match="no rows"):
+        FrequentDirections(3).sketch()
+    assert FrequentDirections(3, n_columns=4).sketch().shape == (3, 4)
+
+
+def test_fd_state_round_trip(rng):
+    A = rng.standard_normal((150, 12))
+    fd = FrequentDirections(5).update(A[:77])
+    state = fd.to_state()
+    assert state_class_name(fd) in STATE_CLASSES
+    assert all(isinstance(v, int | float | np.ndarray | type(None)) for v in state.values())
+    restored = FrequentDirections.from_state(state)
+    np.testing.assert_array_equal(restored.sketch(), fd.sketch())
+    # A restored sketch continues the stream exactly as the original.
+    restored.update(A[77:])
+    ref = FrequentDirections(5).update(A)
+    np.testing.assert_array_equal(restored.sketch(), ref.sketch())
+    assert restored.n_rows_seen == 150 and restored.total_shrinkage == ref.total_shrinkage
+    empty = FrequentDirections.from_state(FrequentDirections(3).to_state())
+    assert empty.n_columns is None
+    bad = dict(state, buffer=np.ones((20, 12)))
+    with pytest.raises(ValueError, match="buffer"):
+        FrequentDirections.from_state(bad)
+
+
+def test_fd_shrink_facts(rng):
+    """The two inequalities the FD bound rests on, for one shrink."""
+    C = rng.standard_normal((12, 30))
+    ell = 6
+    B, delta = fd_shrink(C, ell)
+    s = np.linalg.svd(C, compute_uv=False)
+    assert delta == pytest.approx(s[ell] ** 2, rel=1e-10)
+    w = np.linalg.eigvalsh(C.T @ C - B.T @ B)
+    assert w[0] >= -1e-10 * s[0] ** 2 and w[-1] <= delta * (1 + 1e-10)
+    assert np.sum(C * C) - np.sum(B * B) >= (ell + 1) * delta * (1 - 1e-10)
+    np.testing.assert_allclose(np.linalg.svd(B, compute_uv=False) ** 2, s[:ell] ** 2 - delta,
+                               rtol=1e-9, atol=1e-9 * s[0] ** 2)
+
+
+# --------------------------------------------------------------------------------------------
+# CountSketch
+# --------------------------------------------------------------------------------------------
+def test_countsketch_unbiased_over_seeds(rng):
+    A = rng.standard_normal((40, 4)) * np.array([3.0, 1.0, 0.5, 0.1])
+    G = A.T @ A
+    n_seeds = 3000
+    samples = np.empty((n_seeds, 4, 4))
+    for seed in range(n_seeds):
+        SA = CountSketch(8, 4, random_state=seed).update(A).sketch()
+        samples[seed] = SA.T @ SA
+    mean = samples.mean(axis=0)
+    sem = samples.std(axis=0) / np.sqrt(n_seeds)
+    # E[(SA)^T SA] = A^T A: the Monte Carlo mean is within 4.5 standard errors everywhere (a
+    # fixed-seed check; a biased sketch, e.g. signs not independent, misses by many sems).
+    assert np.all(np.abs(mean - G) <= 4.5 * sem + 1e-12)
+    assert np.abs(mean - G).max() / np.abs(G).max() < 0.02
+    # The diagonal is exact in expectation; single draws still vary.
+    assert samples[:, 0, 0].std() > 0.05 * G[0, 0]
+
+
+def test_countsketch_blocking_and_order_independence(rng):
+    A = rng.standard_normal((500, 9))
+    ref = CountSketch(30, 9, random_state=7).update(A)
+    cs = CountSketch(30, 9, random_state=7)
+    edges = [0, 1, 13, 200, 201, 377, 500]
+    blocks = list(zip(edges[:-1], edges[1:], strict=True))
+    for a, b in blocks[::-1]:  # blocks in reverse order, with their global start
+        cs.update(A[a:b], start=a)
+    np.testing.assert_allclose(cs.sketch(), ref.sketch(), atol=1e-12)
+    np.testing.assert_array_equal(cs.bucket_signs_sum(), ref.bucket_signs_sum())
+    # Default start = rows seen so far: in-order blocks need no start.
+    cs2 = CountSketch(30, 9, random_state=7)
+    for a, b in blocks:
+        cs2.update(A[a:b])
+    np.testing.assert_allclose(cs2.sketch(), ref.sketch(), atol=1e-12)
+    assert cs2.n_rows_seen == 500
+
+
+def test_countsketch_matches_explicit_matrix_and_centering(rng):
+    A = rng.standard_normal((120, 6))
+    cs = CountSketch(10, 6, random_state=3).update(A)
+    S = cs.sketching_matrix(0, 120).toarray()
+    assert np.all(np.abs(S).sum(axis=0) == 1)  # one +-1 per column
+    np.testing.assert_allclose(cs.sketch(), S @ A, atol=1e-12)
+    np.testing.assert_allclose(cs.bucket_signs_sum(), S @ np.ones(120))
+    mu = A.mean(axis=0)
+    np.testing.assert_allclose(cs.sketch() - np.outer(cs.bucket_signs_sum(), mu),
+                               S @ (A - mu), atol=1e-12)
+
+
+def test_countsketch_sparse_and_float32(rng):
+    A = sp.random(200, 30, density=0.05, format="csr", random_state=1)
+    dense = CountSketch(16, 30, random_state=0).update(A.toarray()).sketch()
+    np.testing.assert_allclose(CountSketch(16, 30, random_state=0).update(A).sketch(), dense,
+                               atol=1e-12)
+    A32 = rng.standard_normal((50, 3)).astype(np.float32)
+    out = CountSketch(5, 3, random_state=0).update(A32).sketch()
+    assert out.dtype == np.float64
+
+
+def test_countsketch_hash_quality():
+    cs = CountSketch(50, 1, random_state=11)
+    buckets, signs = cs.hash_rows(np.arange(200_000))
+    counts = np.bincount(buckets, minlength=50)
+    expected = 200_000 / 50
+    chi2 = np.sum((counts - expected) ** 2 / expected)
+    assert chi2 < 49 + 6 * np.sqrt(2 * 49)  # chi^2(49): mean 49, sd ~ 9.9
+    assert abs(signs.mean()) < 4 / np.sqrt(200_000)
+    # Signs of consecutive indices are (close to) uncorrelated.
+    assert abs(np.mean(signs[1:] * signs[:-1])) < 4 / np.sqrt(200_000)
+    with pytest.raises(ValueError, match="non-negative"):
+        cs.hash_rows([-1])
+
+
+def test_countsketch_merge_and_seed(rng):
+    A = rng.standard_normal((300, 5))
+    a = CountSketch(20, 5, random_state=2).update(A[:100])
+    b = CountSketch(20, 5, random_state=2).update(A[100:], start=100)
+    merged = a.merge(b)
+    ref = CountSketch(20, 5, random_state=2).update(A)
+    np.testing.assert_allclose(merged.sketch(), ref.sketch(), atol=1e-12)
+    np.testing.assert_allclose(merged.bucket_signs_sum(), ref.bucket_signs_sum())
+    assert merged.n_rows_seen == 300 and a.n_rows_seen == 100
+    with pytest.raises(ValueError, match="hash"):
+        a.merge(CountSketch(20, 5, random_state=3))
+    with pytest.raises(ValueError, match="shapes"):
+        a.merge(CountSketch(21, 5, random_state=2))
+    # Same seed, same sketch; different seed, different sketch.
+    np.testing.assert_array_equal(CountSketch(20, 5, random_state=2).update(A).sketch(),
+                                  ref.sketch())
+    assert not np.allclose(CountSketch(20, 5, random_state=9).update(A).sketch(), ref.sketch())
+
+
+def test_countsketch_state_and_errors(rng):
+    A = rng.standard_normal((60, 4))
+    cs = CountSketch(7, 4, random_state=5).update(A[:30])
+    assert state_class_name(cs) in STATE_CLASSES
+    restored = CountSketch.from_state(cs.to_state())
+    restored.update(A[30:])
+    np.testing.assert_allclose(restored.sketch(), CountSketch(7, 4, random_state=5).update(A)
+                               .sketch(), atol=1e-12)
+    with pytest.raises(ValueError, match="n_buckets"):
+        CountSketch(0, 4)
+    with pytest.raises(ValueError, match="5 features"):
+        cs.update(np.ones((2, 5)))
+    with pytest.raises(ValueError, match="NaN"):
+        cs.update(np.full((1, 4), np.nan))
+    with pytest.raises(ValueError, match="start"):
+        cs.update(np.ones((1, 4)), start=-3)
+    with pytest.raises(ValueError, match="coefficients"):
+        CountSketch.from_state(dict(cs.to_state(), sign_coefs=[1, 2]))

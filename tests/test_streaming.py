@@ -1,0 +1,353 @@
+"""StreamingKPCA (SKPCA): exact limit, blocking, accuracy vs exact KPCA, merge, dtype, errors."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from fastkpca.datasets import make_random_noisy
+from fastkpca.decomposition.exact import ExactKPCA
+from fastkpca.decomposition.random_features import RandomFeatureKPCA
+from fastkpca.decomposition.streaming import StreamingKPCA, skpca_eigen
+from fastkpca.metrics import embedding_error
+from fastkpca.sketch import FrequentDirections
+
+
+def rel(a, b):
+    """max |a - b| / max |b|."""
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(b)))
+
+
+@pytest.fixture(scope="module")
+def noisy():
+    # RandomNoisy (the paper's synthetic set): a 5-dimensional signal in 20 dims plus noise.
+    return make_random_noisy(1200, 20, signal_dim=5, random_state=0)
+
+
+GAMMA = 1.0 / 40  # 1 / (2 d): a bandwidth at the scale of the RandomNoisy points
+
+
+# --------------------------------------------------------------------------------------------
+# contract
+# --------------------------------------------------------------------------------------------
+@parametrize_with_checks([StreamingKPCA(n_features=40, sketch_size=8, random_state=0)])
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+# --------------------------------------------------------------------------------------------
+# exact limit: sketch_size >= n_features never shrinks, so SKPCA is RNCA
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("features, kernel", [("rff", "rbf"), ("orf", "rbf"),
+                                              ("fastfood", "matern"), ("rff", "laplacian"),
+                                              ("tensorsketch", "polynomial")])
+def test_exact_limit_equals_random_feature_kpca(noisy, features, kernel):
+    X = noisy[:700]
+    params = dict(n_components=6, kernel=kernel, gamma=GAMMA, n_features=160, features=features,
+                  random_state=4)
+    ours = StreamingKPCA(sketch_size=160, **params).fit(X)
+    ref = RandomFeatureKPCA(**params).fit(X)
+    assert ours.sketch_.total_shrinkage <= 1e-10 * ours.n_samples_seen_
+    # Same features, exact PCA of them both ways; only round-off differs (float64 rotations of
+    # the FD buffer vs one shifted covariance), far below the 1e-6 asked for.
+    np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
+    X_new = noisy[700:900]
+    assert rel(ours.transform(X_new), ref.transform(X_new)) < 1e-6  # signs included
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-10, atol=1e-14)
+
+
+def test_exact_limit_matches_kernel_pca_as_features_grow(noisy):
+    """Through the exact limit, SKPCA inherits RNCA's convergence to exact KPCA."""
+    X = noisy[:500]
+    # k = 5: the signal dimension, followed by a large eigen-gap (11.9 -> 2.0), so the exact
+    # embedding is well defined (inside the signal block the eigenvalues are close together).
+    exact = ExactKPCA(5, gamma=GAMMA).fit(X)
+    errs = [embedding_error(StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=m,
+                                          random_state=0).fit(X).transform(X), exact.transform(X))
+            for m in (50, 400, 2000)]
+    # Measured [0.22, 0.11, 0.037]: RFF error ~ 1 / sqrt(m).
+    assert errs[0] > 1.5 * errs[1] > 1.5 * 1.5 * errs[2]
+    assert errs[2] < 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# the FD guarantee carries over to the centered covariance
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ell", [3, 8, 20])
+def test_centered_covariance_within_fd_bound(noisy, ell):
+    X = noisy[:600]
+    model = StreamingKPCA(3, gamma=GAMMA, n_features=120, sketch_size=ell, random_state=1).fit(X)
+    Z = model.feature_map_(X)
+    Zc = Z - Z.mean(axis=0)
+    B = model.sketch_.sketch()
+    s = model.feature_sum_
+    est = B.T @ B - np.outer(s, s) / len(X)
+    err = np.linalg.norm(Zc.T @ Zc - est, 2)
+    s2 = np.linalg.svd(Z, compute_uv=False) ** 2
+    for k in range(ell):
+        assert err <= s2[k:].sum() / (ell - k) * (1 + 1e-9)
+    # skpca_eigen returns the exact top eigenpairs of that m x m operator.
+    w, V = np.linalg.eigh(est)
+    np.testing.assert_allclose(model.eigenvalues_, np.maximum(w[::-1][:3], 0),
+                               rtol=1e-8, atol=1e-10 * w[-1])
+    assert np.allclose(np.abs(model.components_ @ V[:, ::-1][:, :3]), np.eye(3), atol=1e-6)
+    # FD only removes energy, so eigenvalues never exceed those of the features (RNCA).
+    exact_feat = np.linalg.eigvalsh(Zc.T @ Zc)[::-1][:3]
+    assert np.all(model.eigenvalues_ <= exact_feat * (1 + 1e-9))
+
+
+def test_skpca_eigen_is_exact_on_small_operators(rng):
+    B = rng.standard_normal((5, 12))
+    s = rng.standard_normal(12) * 3
+    n = 40
+    vals, comps = skpca_eigen(B, s, n, 4)
+    w, V = np.linalg.eigh(B.T @ B - np.outer(s, s) / n)
+    np.testing.assert_allclose(vals, np.maximum(w[::-1][:4], 0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(comps @ comps.T, np.eye(4), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# accuracy against exact KPCA improves with ell and m
+# --------------------------------------------------------------------------------------------
+def test_accuracy_improves_with_sketch_size(noisy):
+    X = noisy
+    exact = ExactKPCA(5, gamma=GAMMA).fit(X)
+    Te = exact.transform(X)
+    rnca = RandomFeatureKPCA(5, gamma=GAMMA, n_features=600, random_state=2).fit(X)
+    errs, eig_errs = [], []
+    for ell in (5, 8, 15, 40):
+        model = StreamingKPCA(5, gamma=GAMMA, n_features=600, sketch_size=ell,
+                              random_state=2).fit(X)
+        errs.append(embedding_error(model.transform(X), Te))
+        eig_errs.append(np.max(np.abs(model.eigenvalues_ / rnca.eigenvalues_ - 1)))
+    # ell = k is too small (FD shrinks every direction by the tail); ell of a few k is as good
+    # as exact PCA of the same features.  Measured: errs ~ [0.38, 0.07, 0.07, 0.07].
+    assert errs[0] > 2 * errs[-1]
+    assert all(a >= b - 1e-3 for a, b in zip(errs[:-1], errs[1:], strict=True))
+    assert errs[-1] <= embedding_error(rnca.transform(X), Te) + 1e-3
+    assert all(a > b for a, b in zip(eig_errs[:-1], eig_errs[1:], strict=True))
+    assert eig_errs[-1] < 0.01
+
+
+def test_accuracy_improves_with_features(noisy):
+    X = noisy[:800]
+    Te = ExactKPCA(5, gamma=GAMMA).fit(X).transform(X)
+    errs = [embedding_error(StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=30,
+                                          random_state=3).fit(X).transform(X), Te)
+            for m in (60, 300, 1500)]
+    # RFF error falls like 1 / sqrt(m): a factor ~5 in m gives ~2x (allow 1.4x).
+    assert errs[0] > 1.4 * errs[1] > 1.4 * 1.4 * errs[2]
+    assert errs[2] < 0.06
+
+
+# --------------------------------------------------------------------------------------------
+# streaming: partial_fit over any blocking equals fit
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sizes", [[3, 1, 2, 500], [37] * 10, [400, 1], [8 * 3, 8 * 5, 100]])
+def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
+    X = noisy[:600]
+    full = StreamingKPCA(3, gamma=GAMMA, n_features=100, sketch_size=8, random_state=5).fit(X)
+    part = StreamingKPCA(3, gamma=GAMMA, n_features=100, sketch_size=8, random_state=5)
+    start = 0
+    for s in sizes:
+        assert part.partial_fit(X[start:start + s]) is part
+        start += s
+    part.partial_fit(X[start:])
+    assert part.n_samples_seen_ == full.n_samples_seen_ == 600
+    # FD shrinks after the same row counts whatever the blocking, so the sketches differ only by
+    # the round-off of computing features (X @ W) on blocks of different shapes (~1e-15).
+    B1, B2 = part.sketch_.sketch(), full.sketch_.sketch()
+    assert rel(B1.T @ B1, B2.T @ B2) < 1e-9
+    np.testing.assert_allclose(part.eigenvalues_, full.eigenvalues_, rtol=1e-8)
+    assert rel(part.transform(X), full.transform(X)) < 1e-7
+
+
+def test_fit_on_block_iterables(noisy):
+    X = noisy[:500]
+    ref = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(X)
+    gen = (X[i:i + 64] for i in range(0, 500, 64))
+    model = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(gen)
+    assert model.n_samples_seen_ == 500 and model.n_features_in_ == 20
+    assert rel(model.transform(X), ref.transform(X)) < 1e-7
+    # A list of blocks, some CSR, gives the same model.
+    blocks = [X[:100], sp.csr_matrix(X[100:300]), X[300:]]
+    model2 = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10,
+                           random_state=6).fit(blocks)
+    assert rel(model2.transform(X), ref.transform(X)) < 1e-7
+
+
+def test_refit_resets(noisy):
+    model = StreamingKPCA(2, gamma=GAMMA, n_features=50, sketch_size=6, random_state=0)
+    model.fit(noisy[:300])
+    first = model.transform(noisy[:50])
+    model.partial_fit(noisy[300:600])
+    assert model.n_samples_seen_ == 600
+    model.fit(noisy[:300])
+    assert model.n_samples_seen_ == 300
+    np.testing.assert_array_equal(model.transform(noisy[:50]), first)
+
+
+# --------------------------------------------------------------------------------------------
+# merge
+# --------------------------------------------------------------------------------------------
+def test_merge_exact_regime_equals_single_fit(noisy):
+    X = noisy[:600]
+    kw = dict(n_components=4, gamma=GAMMA, n_features=60, sketch_size=60, random_state=7)
+    a = StreamingKPCA(**kw).fit(X[:250])
+    b = StreamingKPCA(**kw).fit(X[250:])
+    merged = a.merge(b)
+    assert merged is not a and merged.n_samples_seen_ == 600 and a.n_samples_seen_ == 250
+    full = StreamingKPCA(**kw).fit(X)
+    np.testing.assert_allclose(merged.eigenvalues_, full.eigenvalues_, rtol=1e-8)
+    assert rel(merged.transform(X), full.transform(X)) < 1e-6
+
+
+def test_merge_tree_keeps_fd_bound(noisy):
+    X = noisy
+    kw = dict(n_components=3, gamma=GAMMA, n_features=100, sketch_size=10, random_state=8)
+    models = [StreamingKPCA(**kw).fit(P) for P in np.array_split(X, 4)]
+    merged = models[0].merge(models[1]).merge(models[2].merge(models[3]))
+    assert merged.n_samples_seen_ == len(X)
+    Z = merged.feature_map_(X)
+    B = merged.sketch_.sketch()
+    err = np.linalg.norm(Z.T @ Z - B.T @ B, 2)
+    s2 = np.linalg.svd(Z, compute_uv=False) ** 2
+    for k in range(10):
+        assert err <= s2[k:].sum() / (10 - k) * (1 + 1e-9)
+    np.testing.assert_allclose(merged.feature_sum_, Z.sum(axis=0), rtol=1e-10)
+    # And the merged model is as accurate as one fitted on everything.
+    Te = ExactKPCA(3, gamma=GAMMA).fit(X).transform(X)
+    single = StreamingKPCA(**kw).fit(X)
+    assert embedding_error(merged.transform(X), Te) < \
+        embedding_error(single.transform(X), Te) + 0.02
+
+
+def test_merge_errors(noisy):
+    X = noisy[:200]
+    a = StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=1).fit(X)
+    with pytest.raises(ValueError, match="different parameters.*sketch_size"):
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=6,
+                              random_state=1).fit(X))
+    with pytest.raises(ValueError, match="random_state"):
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5,
+                              random_state=2).fit(X))
+    unseeded = dict(n_components=2, gamma=GAMMA, n_features=30, sketch_size=5)
+    with pytest.raises(ValueError, match="different random features"):
+        StreamingKPCA(**unseeded).fit(X).merge(StreamingKPCA(**unseeded).fit(X))
+    with pytest.raises(ValueError, match="different random features"):  # data-dependent gamma
+        kw = dict(n_components=2, gamma="scale", n_features=30, sketch_size=5, random_state=1)
+        StreamingKPCA(**kw).fit(X).merge(StreamingKPCA(**kw).fit(3 * X))
+    with pytest.raises(NotFittedError):
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=1))
+    with pytest.raises(ValueError, match="StreamingKPCA"):
+        a.merge(RandomFeatureKPCA(2, gamma=GAMMA, n_features=30, random_state=1).fit(X))
+
+
+# --------------------------------------------------------------------------------------------
+# dtype, defaults, errors, persistence
+# --------------------------------------------------------------------------------------------
+def test_float32_in_float32_out(noisy):
+    X = noisy[:400]
+    kw = dict(n_components=3, gamma=GAMMA, n_features=80, sketch_size=12, random_state=9)
+    m64 = StreamingKPCA(**kw).fit(X)
+    m32 = StreamingKPCA(**kw).fit(X.astype(np.float32))
+    T32 = m32.transform(X.astype(np.float32))
+    assert T32.dtype == np.float32
+    assert m32.fit_transform(X.astype(np.float32)).dtype == np.float32
+    assert m32.eigenvalues_.dtype == np.float64 and m32.feature_sum_.dtype == np.float64
+    # float32 features (rel. error ~1e-7 each) feed a float64 sketch: components agree to ~1e-4
+    # (Falkon's float32 tolerance), well above float32 round-off amplified by eigen-gaps.
+    assert rel(T32, m64.transform(X)) < 1e-3
+    np.testing.assert_allclose(m32.eigenvalues_, m64.eigenvalues_, rtol=1e-4)
+
+
+def test_defaults_and_caps(noisy):
+    X = noisy[:300]
+    model = StreamingKPCA(random_state=0).fit(X)
+    assert model.n_components_ == 10
+    assert model.sketch_.sketch_size == 50 and model.n_output_features_ == 1000
+    assert StreamingKPCA(40, n_features=100, random_state=0).fit(X).sketch_.sketch_size == 80
+    small = StreamingKPCA(sketch_size=4, n_features=20, random_state=0).fit(X)
+    assert small.n_components_ == 4  # capped by the sketch
+    tiny = StreamingKPCA(n_features=20, random_state=0).fit(X[:3])
+    assert tiny.n_components_ == 3  # capped by the rows seen
+
+
+def test_bad_input(noisy):
+    X = noisy[:100]
+    kw = dict(n_features=30, sketch_size=5, random_state=0)
+    with pytest.raises(ValueError, match="NaN"):
+        StreamingKPCA(**kw).fit(np.where(np.arange(20) == 3, np.nan, X))
+    with pytest.raises(ValueError, match="infinity"):
+        StreamingKPCA(**kw).fit([X[:50], np.full((2, 20), np.inf)])
+    model = StreamingKPCA(**kw).fit(X)
+    with pytest.raises(ValueError, match="features"):
+        model.transform(X[:, :5])
+    with pytest.raises(ValueError, match="features"):
+        model.partial_fit(X[:, :5])
+    with pytest.raises(ValueError, match="shift-invariant"):
+        StreamingKPCA(kernel="linear", **kw).fit(X)
+    with pytest.raises(ValueError, match="features must be one of"):
+        StreamingKPCA(features="random", sketch_size=5).fit(X)
+    with pytest.raises(ValueError, match="sketch_size"):
+        StreamingKPCA(sketch_size=0).fit(X)
+    with pytest.raises(ValueError, match="n_components=6 is larger"):
+        StreamingKPCA(6, **kw).fit(X)
+    early = StreamingKPCA(4, **kw)
+    with pytest.raises(ValueError, match="n_components=4 is larger"):
+        early.partial_fit(X[:2])  # first block smaller than n_components
+    assert not hasattr(early, "sketch_")  # the refused block was not sketched
+    with pytest.raises(ValueError, match="empty"):
+        StreamingKPCA(**kw).fit(iter([]))
+    with pytest.raises(ValueError):
+        StreamingKPCA(**kw).fit(np.empty((0, 20)))
+    with pytest.raises(NotFittedError):
+        StreamingKPCA(**kw).transform(X)
+
+
+def test_seed_determinism(noisy):
+    X = noisy[:300]
+    kw = dict(n_components=3, gamma="median", n_features=50, sketch_size=6)
+    a = StreamingKPCA(random_state=11, **kw).fit(X).transform(X)
+    np.testing.assert_array_equal(a, StreamingKPCA(random_state=11, **kw).fit(X).transform(X))
+    assert not np.allclose(a, StreamingKPCA(random_state=12, **kw).fit(X).transform(X))
+
+
+def test_save_load_round_trip(noisy, tmp_path):
+    from fastkpca.io import load
+
+    X = noisy[:300]
+    model = StreamingKPCA(3, gamma=GAMMA, n_features=60, sketch_size=7, random_state=0).fit(X)
+    path = tmp_path / "skpca.npz"
+    model.save(path)
+    loaded = load(path)
+    assert isinstance(loaded.sketch_, FrequentDirections)
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+    # The loaded model keeps streaming exactly like the original.
+    model.partial_fit(noisy[300:500])
+    loaded.partial_fit(noisy[300:500])
+    np.testing.assert_array_equal(loaded.transform(X), model.transform(X))
+
+
+@pytest.mark.slow
+def test_memory_independent_of_n():
+    """200 000 rows streamed in blocks: peak memory stays O(d m + ell m + one block).
+
+    The n x m feature matrix would be 800 MB; the model holds a 2 ell x m buffer (160 KB) and
+    the feature map (d x m / 2), and the fit one feature block at a time (2000 x 500 x 8 = 8 MB).
+    """
+    import tracemalloc
+
+    def blocks():
+        rng = np.random.default_rng(0)
+        for _ in range(100):
+            yield rng.standard_normal((2000, 20))
+
+    tracemalloc.start()
+    model = StreamingKPCA(5, gamma=GAMMA, n_features=500, sketch_size=20,
+                          random_state=0).fit(blocks())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert model.n_samples_seen_ == 200_000
+    assert peak < 64 * 2**20
