@@ -27,7 +27,7 @@ test images, each model in its own process; the error of each compressed transfo
 The exact fit needs ~3.5 GB: run under the machine-wide lock::
 
     flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/bench_sparsified.py
-    .venv/bin/python benchmarks/bench_sparsified.py --n-samples 5000 --mnist-train 3000  # quick
+    .venv/bin/python benchmarks/bench_sparsified.py --quick   # n = 4000, MNIST 2000: ~1 min
 
 Writes ``benchmarks/results/bench_sparsified.json``.
 """
@@ -259,12 +259,21 @@ def part_mnist(n_train, n_test, projection_dim=128):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-samples", type=int, default=20000)
-    parser.add_argument("--mnist-train", type=int, default=10000)
-    parser.add_argument("--mnist-test", type=int, default=5000)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (n = 4000, MNIST 2000 + 1000): under a minute")
+    parser.add_argument("--n-samples", type=int, default=None, help="default 20000 (quick 4000)")
+    parser.add_argument("--mnist-train", type=int, default=None,
+                        help="default 10000 (quick 2000)")
+    parser.add_argument("--mnist-test", type=int, default=None, help="default 5000 (quick 1000)")
     parser.add_argument("--part", choices=("all", "gram", "mnist"), default="all")
-    parser.add_argument("--out", default=os.path.join(RESULTS, "bench_sparsified.json"))
+    parser.add_argument("--out", default=None,
+                        help="default benchmarks/results/bench_sparsified[_quick].json")
     args = parser.parse_args(argv)
+    args.n_samples = args.n_samples or (4000 if args.quick else 20000)
+    args.mnist_train = args.mnist_train or (2000 if args.quick else 10000)
+    args.mnist_test = args.mnist_test or (1000 if args.quick else 5000)
+    args.out = args.out or os.path.join(
+        RESULTS, "bench_sparsified_quick.json" if args.quick else "bench_sparsified.json")
     out = {"machine": machine_info(), "command": " ".join(sys.argv)}
     if os.path.exists(args.out):  # keep the other part's figures when running one part
         import json

@@ -359,7 +359,8 @@ def plot(result, suffix):
                 ax.set_title(title, fontsize=10)
                 ax.set_xlabel("ell")
             axes[0, 0].legend(fontsize=7)
-            axes[0, 3].legend(fontsize=7)
+            if axes[0, 3].get_legend_handles_labels()[0]:
+                axes[0, 3].legend(fontsize=7)
             fig.suptitle(f"Reduced-set KPCA, {name} (n_t = {res['n_train']}, sigma = "
                          f"{res['sigma']:g}, r = {RANK}; mean +- sd over splits)")
             fig.tight_layout()

@@ -249,7 +249,7 @@ def test_same_seed_same_model_and_shared_draw(digits):
     # The documented draw (shared with StreamingKPCA): one integer for the kernel, then the map.
     rng = np.random.default_rng(11)
     rng.integers(2**31)
-    fmap = draw_feature_map("rff", RBF(1 / 64), 50, 64, rng)
+    fmap = draw_feature_map("orf", RBF(1 / 64), 50, 64, rng)  # features="auto" is orf for rbf
     np.testing.assert_array_equal(fmap(digits), a.feature_map_(digits))
 
 
@@ -263,10 +263,10 @@ def test_default_n_features_and_components(digits):
 # errors
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("params,match", [
-    (dict(kernel="polynomial"), "shift-invariant"),
+    (dict(kernel="polynomial", features="rff"), "shift-invariant"),
     (dict(kernel="laplacian", features="orf"), "rotation-invariant"),
     (dict(kernel="rbf", features="tensorsketch"), "polynomial"),
-    (dict(features="bogus"), "features must be one of"),
+    (dict(features="bogus"), "features must be 'auto' or one of"),
     (dict(solver="bogus"), "solver must be one of"),
     (dict(n_passes=3), "n_passes"),
     (dict(n_features=0), "n_features"),

@@ -87,14 +87,36 @@ def test_centered_covariance_within_fd_bound(noisy, ell):
     s2 = np.linalg.svd(Z, compute_uv=False) ** 2
     for k in range(ell):
         assert err <= s2[k:].sum() / (ell - k) * (1 + 1e-9)
-    # skpca_eigen returns the exact top eigenpairs of that m x m operator.
-    w, V = np.linalg.eigh(est)
+    # skpca_eigen returns the exact top eigenpairs of the compensated operator built from the
+    # buffered rows R: R^T R + delta P_R - s s^T / n (Desai, Ghashami & Phillips 2016).
+    R = model.sketch_.rows()
+    delta = model.sketch_.total_shrinkage
+    _, sv, Vt = np.linalg.svd(R, full_matrices=False)
+    V_R = Vt[sv > sv[0] * 1e-10]
+    comp = R.T @ R + delta * V_R.T @ V_R - np.outer(s, s) / len(X)
+    w, V = np.linalg.eigh(comp)
     np.testing.assert_allclose(model.eigenvalues_, np.maximum(w[::-1][:3], 0),
                                rtol=1e-8, atol=1e-10 * w[-1])
     assert np.allclose(np.abs(model.components_ @ V[:, ::-1][:, :3]), np.eye(3), atol=1e-6)
-    # FD only removes energy, so eigenvalues never exceed those of the features (RNCA).
+    # 0 <= Z^T Z - R^T R <= delta I and 0 <= delta P_R <= delta I: by Weyl both the true
+    # eigenvalues (RNCA's) and the compensated estimates lie in [eig(R^T R - s s^T/n),
+    # that + delta], so they differ by at most delta.
     exact_feat = np.linalg.eigvalsh(Zc.T @ Zc)[::-1][:3]
-    assert np.all(model.eigenvalues_ <= exact_feat * (1 + 1e-9))
+    assert np.all(np.abs(model.eigenvalues_ - exact_feat) <= delta * (1 + 1e-9) + 1e-9)
+
+
+def test_compensation_removes_eigenvalue_bias():
+    """A flat spectrum and a small sketch: the total shrinkage is most of lambda_1, so the
+    uncompensated eigenvalues are far too low; the compensated ones track RNCA's (measured
+    within 1.9 %, shrinkage 0.67 lambda_1)."""
+    X = make_random_noisy(4000, 50, signal_dim=20, random_state=0)
+    kw = dict(gamma=0.02, n_features=300, features="rff", random_state=0)
+    rnca = RandomFeatureKPCA(5, **kw).fit(X)
+    sk = StreamingKPCA(5, sketch_size=15, **kw).fit(X)
+    assert sk.sketch_.total_shrinkage > 0.5 * rnca.eigenvalues_[0]
+    np.testing.assert_allclose(sk.eigenvalues_, rnca.eigenvalues_, rtol=0.03)
+    raw, _ = skpca_eigen(sk.sketch_.rows(), sk.feature_sum_, len(X), 5, shrinkage=0.0)
+    assert np.all(raw < 0.8 * rnca.eigenvalues_)
 
 
 def test_skpca_eigen_is_exact_on_small_operators(rng):
@@ -288,7 +310,7 @@ def test_bad_input(noisy):
         model.partial_fit(X[:, :5])
     with pytest.raises(ValueError, match="shift-invariant"):
         StreamingKPCA(kernel="linear", **kw).fit(X)
-    with pytest.raises(ValueError, match="features must be one of"):
+    with pytest.raises(ValueError, match="features must be 'auto' or one of"):
         StreamingKPCA(features="random", sketch_size=5).fit(X)
     with pytest.raises(ValueError, match="sketch_size"):
         StreamingKPCA(sketch_size=0).fit(X)

@@ -187,6 +187,16 @@ class FrequentDirections:
             return self._buffer[:ell].copy()
         return fd_shrink(self._buffer[:self._filled], ell)[0]
 
+    def rows(self) -> np.ndarray:
+        """The buffered rows as they are (up to 2 ell, no final shrink), float64 copy.
+
+        ``rows().T @ rows()`` is between ``sketch().T @ sketch()`` and ``A^T A``, and
+        ``A^T A - rows().T @ rows()`` is bounded by :attr:`total_shrinkage` alone.
+        """
+        if self._buffer is None:
+            raise ValueError("the sketch has seen no rows and n_columns is unknown")
+        return self._buffer[:self._filled].copy()
+
     def merge(self, other: FrequentDirections) -> FrequentDirections:
         """A new sketch of the concatenated streams (neither input is modified).
 

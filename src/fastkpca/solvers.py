@@ -131,7 +131,7 @@ def _ritz(A, Q, low_precision):
 
 #: Largest Krylov basis of the ``randomized`` solver, in blocks (before a thick restart), and the
 #: memory (MiB) that V and A V may take together; the basis never gets smaller than k + 2 blocks.
-KRYLOV_MAX_BLOCKS = 8
+KRYLOV_MAX_BLOCKS = 6
 KRYLOV_MEMORY_MB = 512
 #: ``randomized`` stops after this many iterations without a 10% drop of the residual.
 STALL_ITERATIONS = 5

@@ -49,8 +49,20 @@ __all__ = ["StreamingKPCA", "skpca_eigen", "sketch_rows", "merge_sketch_stats",
 DEFAULT_SKETCH_SIZE = 50
 
 
-def skpca_eigen(B: np.ndarray, feature_sum: np.ndarray, n_samples: int, n_components: int):
-    """Top eigenpairs of the centered sketch covariance ``B^T B - s s^T / n``.
+def skpca_eigen(B: np.ndarray, feature_sum: np.ndarray, n_samples: int, n_components: int,
+                shrinkage: float = 0.0):
+    """Top eigenpairs of the centered sketch covariance ``B^T B + delta P_B - s s^T / n``.
+
+    ``delta P_B`` is the compensation of Desai, Ghashami & Phillips (2016, "Improved practical
+    matrix sketching with guarantees", compensative Frequent Directions): every shrink removes
+    the same ``delta_t`` from each direction the sketch keeps, so a direction that stays in the
+    sketch throughout -- the leading principal axes and the feature mean -- has lost exactly the
+    total shrinkage ``delta = sum_t delta_t``; adding it back on the row span P_B of B makes the
+    leading eigenvalue estimates (nearly) unbiased.  Without it the eigenvalues are biased low by
+    up to delta, which on a flat spectrum with a small sketch is most of their size (x500 at
+    n = 10^6, m = 1000, ell = 20); with it the mean direction also cancels exactly against
+    ``s s^T / n``.  The axes are unaffected by the compensation when B's rows are nearly
+    orthogonal, as after a shrink.
 
     Parameters
     ----------
@@ -62,13 +74,15 @@ def skpca_eigen(B: np.ndarray, feature_sum: np.ndarray, n_samples: int, n_compon
         n >= 1.
     n_components : int
         k <= min(ell + 1, m).
+    shrinkage : float
+        delta, the total Frequent Directions shrinkage (0 when nothing was shrunk: then the
+        result is the exact eigenpairs of ``B^T B - s s^T / n``).
 
     Returns
     -------
     eigenvalues : (k,) float64, descending, >= 0
         Estimates of the top eigenvalues of ``Zc Zc^T``, the centered approximate n x n Gram
-        (the scale of ``KernelPCA.eigenvalues_``).  FD only shrinks (``B^T B <= Z^T Z``), so
-        they never exceed those of ``Zc^T Zc``.
+        (the scale of ``KernelPCA.eigenvalues_``), compensated for the shrinkage.
     components : (k, m) float64
         Orthonormal principal axes in feature space, signs fixed by
         :func:`fastkpca.solvers.postprocess_eigen` on the m-dimensional axes.
@@ -87,6 +101,11 @@ def skpca_eigen(B: np.ndarray, feature_sum: np.ndarray, n_samples: int, n_compon
     BQ = B @ Q
     sQ = feature_sum @ Q
     M = BQ.T @ BQ - np.outer(sQ, sQ) / n_samples
+    if shrinkage > 0 and B.shape[0]:
+        # delta * P_B in the Q basis: P_B = V V^T over B's right singular vectors
+        _, sv, Vt = la.svd(BQ, full_matrices=False, check_finite=False)
+        V = Vt[sv > sv[0] * 1e-10]
+        M += shrinkage * (V.T @ V)
     M = (M + M.T) / 2
     w, U = la.eigh(M, check_finite=False)
     vals, vecs = postprocess_eigen(w, Q @ U)
@@ -153,8 +172,10 @@ class StreamingKPCA(BaseKPCA):
     sketch_size : int or None
         ell, the rows of the Frequent Directions sketch (None: ``max(50, 2 n_components)``).
         The sketch buffer holds 2 ell rows; ``ell >= n_output_features_`` never shrinks.
-    features : {"rff", "orf", "fastfood", "tensorsketch"}
-        The feature map, see :mod:`fastkpca.features`.
+    features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
+        The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
+        matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
+        (:func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
 
@@ -180,7 +201,7 @@ class StreamingKPCA(BaseKPCA):
     _accepts_sparse = True
 
     def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, n_features=None, sketch_size=None, features="rff", random_state=None):
+                 nu=1.5, n_features=None, sketch_size=None, features="auto", random_state=None):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -194,8 +215,9 @@ class StreamingKPCA(BaseKPCA):
 
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):
-        if self.features not in FEATURES:
-            raise ValueError(f"features must be one of {FEATURES}, got {self.features!r}")
+        if self.features != "auto" and self.features not in FEATURES:
+            raise ValueError(f"features must be 'auto' or one of {FEATURES}, "
+                             f"got {self.features!r}")
         check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
         if self.n_components is not None:
             check_int("n_components", self.n_components, low=1)
@@ -293,12 +315,17 @@ class StreamingKPCA(BaseKPCA):
         return self
 
     def _finalize(self):
-        """Eigenpairs of the centered sketch covariance (cheap: O(ell^2 m))."""
-        B = self.sketch_.sketch()
+        """Eigenpairs of the centered sketch covariance (cheap: O(ell^2 m)).
+
+        The buffer (up to 2 ell rows) is used as it is rather than shrunk once more: it holds
+        strictly more of the stream, and its deficit is exactly ``total_shrinkage``.
+        """
+        B = self.sketch_.rows()
         n = self.n_samples_seen_
-        k = self._resolve_n_components(min(n, B.shape[0]),
-                                       what="min(n_samples_seen, sketch rows)")
-        self.eigenvalues_, self.components_ = skpca_eigen(B, self.feature_sum_, n, k)
+        k = self._resolve_n_components(min(n, self.sketch_.sketch_size, B.shape[1]),
+                                       what="min(n_samples_seen, sketch_size, n_features)")
+        self.eigenvalues_, self.components_ = skpca_eigen(
+            B, self.feature_sum_, n, k, shrinkage=self.sketch_.total_shrinkage)
         self.mean_ = self.feature_sum_ / n
 
     # --- merging --------------------------------------------------------------------------
