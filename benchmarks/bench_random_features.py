@@ -28,6 +28,7 @@ Usage::
 
     flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/bench_random_features.py
     .venv/bin/python benchmarks/bench_random_features.py --n-samples 100000   # small run
+    .venv/bin/python benchmarks/bench_random_features.py --quick   # seconds (fastkpca bench)
 """
 
 from __future__ import annotations
@@ -271,6 +272,9 @@ def part_precision(args) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes (20000 rows, m = 200, 1 round, 2000-row parts 2-3): "
+                        "seconds")
     p.add_argument("--n-samples", type=int, default=1_000_000)
     p.add_argument("--n-features-in", type=int, default=100)
     p.add_argument("--m", type=int, default=1000, help="random features")
@@ -283,9 +287,15 @@ def main(argv=None):
     p.add_argument("--fastfood-m", type=int, nargs="+", default=[1024, 4096])
     p.add_argument("--precision-rows", type=int, default=200_000)
     p.add_argument("--parts", nargs="+", default=["1", "2", "3"])
-    p.add_argument("-o", "--output",
-                   default=os.path.join(RESULTS, "bench_random_features.json"))
+    p.add_argument("-o", "--output", default=None,
+                   help="default benchmarks/results/bench_random_features[_quick].json")
     args = p.parse_args(argv)
+    if args.quick:
+        args.n_samples, args.m, args.n_eval, args.repeats = 20_000, 200, 500, 1
+        args.fastfood_rows, args.fastfood_m, args.precision_rows = 2000, [256], 20_000
+    args.output = args.output or os.path.join(
+        RESULTS, "bench_random_features_quick.json" if args.quick else
+        "bench_random_features.json")
 
     out = {"machine": machine_info(), "command": " ".join(sys.argv),
            "started": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -79,9 +79,24 @@ def _is_dense(A) -> bool:
     return isinstance(A, np.ndarray)
 
 
+#: Rows per GEMM call of a block product with a dense matrix (see :func:`_matmat`).
+MATMAT_BLOCK_ROWS = 512
+
+
 def _matmat(A, V, low_precision):
+    """``A @ V`` in float64 (a float32 A is multiplied in float32, without a float64 copy).
+
+    A dense A times a block V is computed in row blocks of :data:`MATMAT_BLOCK_ROWS`: OpenBLAS
+    runs a tall 20000 x 20000 by 20 product a third slower in one call than in 512-row pieces
+    (0.41 s against 0.27 s on two cores; 30-35% for 10 to 30 columns, float32 and float64).
+    """
     if low_precision:
-        out = A @ V.astype(np.float32)
+        V = V.astype(np.float32)
+    if _is_dense(A) and V.ndim == 2 and A.shape[0] > MATMAT_BLOCK_ROWS:
+        out = np.empty((A.shape[0], V.shape[1]), dtype=np.result_type(A.dtype, V.dtype))
+        for start in range(0, A.shape[0], MATMAT_BLOCK_ROWS):
+            stop = start + MATMAT_BLOCK_ROWS
+            np.matmul(A[start:stop], V, out=out[start:stop])
     else:
         out = A @ V
     if sp.issparse(out):
@@ -178,10 +193,11 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
     Musco & Musco (2015, "Randomized block Krylov methods for stronger and faster approximate
     singular value decomposition", Algorithm 2): the Rayleigh-Ritz projection of A on the Krylov
     space ``[Q, A Q, A^2 Q, ...]`` of a random block Q of ``b = k + oversamples`` vectors.
-    Each iteration is one block product ``A Q`` (one pass over A for b vectors); Ritz vectors
-    converge with the square root of the relative gap ``(lambda_k - lambda_{b+1}) / lambda_k``
-    (Chebyshev acceleration) instead of the gap itself as in subspace iteration (Halko et al.
-    2011, Algorithm 4.4), which on a flat kernel spectrum cuts the passes about tenfold.
+    Each iteration is one block product ``A Q`` (one pass over A for b vectors).  The passes
+    needed grow like ``1 / sqrt(gap)`` with the relative gap ``(lambda_k - lambda_{b+1}) /
+    lambda_k`` (the Krylov space contains the Chebyshev polynomials of A), instead of
+    ``1 / gap`` for subspace iteration (Halko et al. 2011, Algorithm 4.4): on a flat kernel
+    spectrum that cuts the passes about tenfold (8 instead of 69 on RandomNoisy, n = 5000).
 
     The basis V and its image ``A V`` are kept (2 n x m floats), so the residuals
     ``||A u_i - theta_i u_i||`` of the Ritz pairs cost no extra pass; the iteration stops when the

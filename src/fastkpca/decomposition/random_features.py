@@ -22,6 +22,15 @@ Two solvers, both one streaming pass over row blocks that never holds the n x m 
     (``n_passes=2``, Rayleigh-Ritz: the exact covariance of ``Zc V`` in that small subspace,
     O(n m (k + p))) or used directly (``n_passes=1``, singular values of the sketch as the
     eigenvalues).
+
+One numerical path for arrays, streams and dask arrays
+    ``fit`` is init (kernel and feature map from the first rows, :func:`init_feature_map`) ->
+    statistics of row blocks -> an associative merge -> finalize.  The statistics are
+    :class:`FeatureMoments` around a shift fixed by the first rows (:func:`feature_shift`; exact
+    solver), and :class:`FeatureCountSketch` then the Rayleigh-Ritz scatter (countsketch solver),
+    all merged by sums.  In memory one statistic accumulates all blocks of a pass; on a dask
+    array (:mod:`fastkpca.dask`) each chunk's statistic is computed on a worker and the
+    statistics are merged up a tree: the same model up to the order of the float64 sums.
 """
 
 from __future__ import annotations
@@ -31,13 +40,14 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.linalg import blas
 
-from .._utils import DEFAULT_BLOCK_ROWS, check_block, check_int, is_block_source
+from .._utils import DEFAULT_BLOCK_ROWS, check_block, check_int, is_block_source, is_dask_array
 from ..features import FEATURES, FeatureMap, init_feature_map
 from ..kernels import chunk_rows
 from ..solvers import eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA
 
-__all__ = ["RandomFeatureKPCA", "FeatureMoments", "accumulate_moments", "rf_kpca_exact",
+__all__ = ["RandomFeatureKPCA", "FeatureMoments", "accumulate_moments", "feature_shift",
+           "rf_kpca_exact", "FeatureCountSketch", "countsketch_features", "ritz_scatter",
            "rf_kpca_countsketch", "SOLVERS"]
 
 SOLVERS = ("exact", "countsketch")
@@ -149,12 +159,32 @@ class FeatureMoments:
         return self.sum / max(self.n, 1)
 
 
-def accumulate_moments(feature_blocks, m: int) -> FeatureMoments:
-    """One pass over ``(start, Z_block)`` feature blocks; see :class:`FeatureMoments`."""
-    moments = FeatureMoments(m)
+def accumulate_moments(feature_blocks, m: int, shift: np.ndarray | None = None) -> FeatureMoments:
+    """One pass over ``(start, Z_block)`` feature blocks; see :class:`FeatureMoments`.
+
+    ``shift`` defaults to the mean of the first block's features.
+    """
+    moments = FeatureMoments(m, shift)
     for _, Z in feature_blocks:
         moments.update(Z)
     return moments
+
+
+def feature_shift(X_first, fmap: FeatureMap) -> np.ndarray:
+    """The shift of :class:`FeatureMoments`: the mean features of the first feature block.
+
+    That block is the first rows of ``X_first`` (the data, or its first row block) as
+    :func:`_feature_blocks` splits them, so every way of reading the same data (an array, a
+    stream of 8192-row blocks, the chunks of a dask array) gets the same shift, and moments
+    accumulated in parts around it merge (:meth:`FeatureMoments.merge`).
+    """
+    _, Z = next(_feature_blocks([(0, X_first[:DEFAULT_BLOCK_ROWS])], fmap))
+    return Z.mean(axis=0, dtype=np.float64)
+
+
+def _moment_stats(blocks, fmap: FeatureMap, m: int, shift: np.ndarray) -> FeatureMoments:
+    """The exact solver's statistic of ``(start, block)`` row blocks (all, or one dask chunk)."""
+    return accumulate_moments(_feature_blocks(blocks, fmap), m, shift)
 
 
 def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
@@ -200,15 +230,99 @@ def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, r
     return vals, V
 
 
-def rf_kpca_countsketch(feature_pass, m: int, n_components: int, *, n_buckets: int,
+class FeatureCountSketch:
+    """``S Z``, ``S 1``, the float64 feature sum and the count of a set of feature rows.
+
+    S is the CountSketch of the global row index (:class:`fastkpca.sketch.CountSketch`'s hash),
+    so the statistics of disjoint row ranges of one data set add up to those of all their rows
+    (:meth:`merge`).
+    """
+
+    def __init__(self, n_buckets: int, m: int):
+        self.SZ = np.zeros((n_buckets, m))
+        self.S1 = np.zeros(n_buckets)
+        self.sum = np.zeros(m)
+        self.n = 0
+
+    def merge(self, other: FeatureCountSketch) -> FeatureCountSketch:
+        """The statistic of the rows of both (a new object; neither input is modified)."""
+        out = FeatureCountSketch.__new__(FeatureCountSketch)
+        out.SZ, out.S1 = self.SZ + other.SZ, self.S1 + other.S1
+        out.sum, out.n = self.sum + other.sum, self.n + other.n
+        return out
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.sum / max(self.n, 1)
+
+
+def countsketch_features(feature_blocks, n_buckets: int, m: int, seed: int) -> FeatureCountSketch:
+    """:class:`FeatureCountSketch` of ``(start, Z_block)`` feature blocks (``start``: global
+    index of the block's first row)."""
+    from ..sketch import CountSketch
+
+    # The hash (bucket and sign of each global row index) is CountSketch's; the products are
+    # formed here so that float32 features are hashed in float32 (S has one +-1 per column, so
+    # each bucket sums ~r / t rows of a block: no precision is lost before the float64 total),
+    # 2.5x faster than CountSketch.update, which works in float64.
+    cs = CountSketch(n_buckets, m, random_state=seed)
+    out = FeatureCountSketch(n_buckets, m)
+    for start, Z in feature_blocks:
+        S = cs.sketching_matrix(start, start + Z.shape[0])
+        out.SZ += S.astype(Z.dtype) @ Z
+        out.S1 += np.asarray(S.sum(axis=1)).ravel()
+        out.sum += Z.sum(axis=0, dtype=np.float64)
+        out.n += Z.shape[0]
+    return out
+
+
+def _countsketch_stats(blocks, fmap: FeatureMap, n_buckets: int, m: int, seed: int):
+    """The countsketch solver's first-pass statistic of ``(start, block)`` row blocks."""
+    return countsketch_features(_feature_blocks(blocks, fmap), n_buckets, m, seed)
+
+
+def ritz_scatter(feature_blocks, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``M = V^T Zc^T Zc V = sum_b (Z_b V - 1 (mu^T V))^T (...)``, q x q in float64.
+
+    The Rayleigh-Ritz statistic of the countsketch solver's second pass: the scatters of
+    disjoint sets of rows add up.
+    """
+    q = V.shape[1]
+    M = np.zeros((q, q), order="F")
+    muV = mean @ V
+    V32 = None
+    for _, Z in feature_blocks:
+        if Z.dtype == np.float32:
+            V32 = V.astype(np.float32) if V32 is None else V32
+            Y = (Z @ V32).astype(np.float64)
+        else:
+            Y = Z @ V
+        Y -= muV
+        # Y.T is Fortran-ordered: DSYRK reads it without a copy.  (numpy's Y.T @ Y for this
+        # skinny shape went through a multi-threaded GEMM measured 100x slower here.)
+        M = blas.dsyrk(1.0, Y.T, beta=1.0, c=M, trans=0, overwrite_c=1)
+    return np.triu(M) + np.triu(M, 1).T  # DSYRK fills the upper triangle
+
+
+def _ritz_stats(blocks, fmap: FeatureMap, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """The countsketch solver's second-pass statistic of ``(start, block)`` row blocks."""
+    return ritz_scatter(_feature_blocks(blocks, fmap), V, mean)
+
+
+def rf_kpca_countsketch(passes, fmap: FeatureMap, n_components: int, *, n_buckets: int,
                         oversamples: int, n_passes: int, seed: int):
     """Top eigenpairs of ``Zc^T Zc`` from a CountSketch of Z (Musco & Woodruff 2017, sec. 3.2).
 
     Parameters
     ----------
-    feature_pass : callable
-        ``feature_pass()`` returns a fresh iterator of ``(start, Z_block)`` (called once per pass).
-    m, n_components : feature width and k.
+    passes : object
+        ``passes.reduce(stats, merge, *args)`` makes one pass over the data's ``(start, block)``
+        row blocks (it is called once per pass) and returns ``stats(blocks, *args)``: of all
+        blocks at once in memory (:class:`_SequentialPasses`), or of each dask chunk merged by
+        ``merge`` (:class:`fastkpca.dask.DaskRowBlocks`).
+    fmap : FeatureMap
+        The feature map; m = ``fmap.n_output_features``.
+    n_components : k.
     n_buckets : t, the CountSketch rows.
     oversamples : p; the sketch subspace has q = min(k + p, t, m) vectors.
     n_passes : 1 (sketch only) or 2 (sketch, then Rayleigh-Ritz on a second pass).
@@ -229,52 +343,33 @@ def rf_kpca_countsketch(feature_pass, m: int, n_components: int, *, n_buckets: i
     solves the q x q eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz), so its eigenvalues
     are those of the true covariance restricted to span(V) and never overestimate.
     """
-    from ..sketch import CountSketch
-
-    # The hash (bucket and sign of each global row index) is CountSketch's; the products are
-    # formed here so that float32 features are hashed in float32 (S has one +-1 per column, so
-    # each bucket sums ~r / t rows of a block: no precision is lost before the float64 total),
-    # 2.5x faster than CountSketch.update, which works in float64.
-    cs = CountSketch(n_buckets, m, random_state=seed)
-    SZ = np.zeros((n_buckets, m))
-    S1 = np.zeros(n_buckets)
-    total = np.zeros(m)
-    n = 0
-    for start, Z in feature_pass():
-        S = cs.sketching_matrix(start, start + Z.shape[0])
-        SZ += S.astype(Z.dtype) @ Z
-        S1 += np.asarray(S.sum(axis=1)).ravel()
-        total += Z.sum(axis=0, dtype=np.float64)
-        n += Z.shape[0]
-    mean = total / max(n, 1)
+    m = fmap.n_output_features
+    sk = passes.reduce(_countsketch_stats, FeatureCountSketch.merge, fmap, n_buckets, m, seed)
+    n, mean = sk.n, sk.mean
     q = min(n_components + oversamples, n_buckets, m)
     if q < n_components:
         raise ValueError(f"n_buckets={n_buckets} gives at most {q} components, fewer than "
                          f"n_components={n_components}")
-    sq, V = _sketch_subspace(SZ, S1, mean, q, np.random.default_rng(seed))
+    sq, V = _sketch_subspace(sk.SZ, sk.S1, mean, q, np.random.default_rng(seed))
     if n_passes == 1:
         vals, vecs = postprocess_eigen(sq[:n_components], V[:, :n_components])
         return vals, vecs.T, n, mean
-    # Second pass: M = V^T Zc^T Zc V = sum_b (Z_b V - 1 (mu^T V))^T (...), q x q in float64.
-    M = np.zeros((q, q), order="F")
-    muV = mean @ V
-    V32 = None
-    for _, Z in feature_pass():
-        if Z.dtype == np.float32:
-            V32 = V.astype(np.float32) if V32 is None else V32
-            Y = (Z @ V32).astype(np.float64)
-        else:
-            Y = Z @ V
-        Y -= muV
-        # Y.T is Fortran-ordered: DSYRK reads it without a copy.  (numpy's Y.T @ Y for this
-        # skinny shape went through a multi-threaded GEMM measured 100x slower here.)
-        M = blas.dsyrk(1.0, Y.T, beta=1.0, c=M, trans=0, overwrite_c=1)
-    M = np.triu(M) + np.triu(M, 1).T  # DSYRK fills the upper triangle
+    M = passes.reduce(_ritz_stats, np.add, fmap, V, mean)  # second pass
     w, U = la.eigh(M, check_finite=False)
     vals, W = postprocess_eigen(w[::-1][:n_components], U[:, ::-1][:, :n_components])
     comps = V @ W
     flip_signs(comps)  # signs fixed on the m-dimensional axes, not on the q-dimensional W
     return vals, comps.T, n, mean
+
+
+class _SequentialPasses:
+    """Passes over in-memory or streamed row blocks: each pass is one statistic of all blocks."""
+
+    def __init__(self, data_pass):
+        self._data_pass = data_pass
+
+    def reduce(self, stats, merge, *args):
+        return stats(self._data_pass(), *args)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -428,17 +523,29 @@ class RandomFeatureKPCA(BaseKPCA):
 
     # --- fit / transform ------------------------------------------------------------------
     def fit(self, X, y=None):
-        """Fit on an array / CSR matrix (n_samples, n_features) or an iterable of row blocks."""
+        """Fit on an array / CSR matrix (n_samples, n_features), an iterable of row blocks, or a
+        ``dask.array.Array`` (per-chunk statistics on the workers, see :mod:`fastkpca.dask`).
+
+        A dask array gives the model of the in-memory array with the same ``random_state`` (up
+        to the order of float64 sums): the kernel and the features are drawn from its first
+        8192 rows, as here, and the statistics of its chunks are merged up a tree.
+        """
         self._check_params()
-        first, data_pass = self._block_passes(X)
+        if is_dask_array(X):
+            from ..dask import DaskRowBlocks
+
+            passes = DaskRowBlocks(X, accept_sparse=True)
+            first = passes.head()
+            self.n_features_in_ = passes.n_features
+        else:
+            first, data_pass = self._block_passes(X)
+            passes = _SequentialPasses(data_pass)
         fmap, rng = init_feature_map(self, first)
         m = fmap.n_output_features
 
-        def feature_pass():
-            return _feature_blocks(data_pass(), fmap)
-
         if self.solver == "exact":
-            moments = accumulate_moments(feature_pass(), m)
+            moments = passes.reduce(_moment_stats, FeatureMoments.merge, fmap, m,
+                                    feature_shift(first, fmap))
             n, mean = moments.n, moments.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")
             vals, comps = rf_kpca_exact(moments, k, rng=rng)
@@ -449,7 +556,7 @@ class RandomFeatureKPCA(BaseKPCA):
             t = self._default_buckets(self._resolve_n_components(m, what="n_output_features"))
             k = self._resolve_n_components(min(m, t), what="min(n_output_features, n_buckets)")
             vals, comps, n, mean = rf_kpca_countsketch(
-                feature_pass, m, k, n_buckets=t, oversamples=self.oversamples,
+                passes, fmap, k, n_buckets=t, oversamples=self.oversamples,
                 n_passes=self.n_passes, seed=seed)
             k = self._resolve_n_components(min(n, m, t), what="min(n_samples, n_output_features, "
                                                               "n_buckets)")
@@ -463,7 +570,15 @@ class RandomFeatureKPCA(BaseKPCA):
         return self
 
     def transform(self, X):
-        """Project X on the principal axes: ``(z(X) - mean_) @ components_.T``, in row blocks."""
+        """Project X on the principal axes: ``(z(X) - mean_) @ components_.T``, in row blocks.
+
+        A dask array gives a lazy dask array, chunked by rows like X
+        (:func:`fastkpca.dask.transform`).
+        """
+        if is_dask_array(X):
+            from ..dask import transform
+
+            return transform(self, X)
         X = self._validate_transform_data(X)
         dtype = self._output_dtype(X)
         comps = self.components_.T.astype(dtype)
