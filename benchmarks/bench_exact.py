@@ -232,9 +232,15 @@ def main(argv=None):
     parser.add_argument("--breakdown", action="store_true",
                         help="also time Gram / centering / eigensolver at the largest size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (1000 and 2000 rows), for `fastkpca bench --quick`")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per process")
     parser.add_argument("--out", default=os.path.join(RESULTS, "bench_exact.json"))
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes = [1000, 2000]
+        if args.out == os.path.join(RESULTS, "bench_exact.json"):
+            args.out = os.path.join(RESULTS, "bench_exact_quick.json")
     args.gamma = args.gamma or 1.0 / args.n_features
     configs = [c for c in CONFIGS
                if args.rows is None or c[0] in args.rows or c[1] == "sklearn"]

@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from .._utils import is_dask_array
 from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, eigh_topk
 from ._base import BaseKPCA
@@ -175,6 +176,13 @@ class ExactKPCA(BaseKPCA):
         return out.astype(self._output_dtype(X), copy=False)
 
     def _fit(self, X):
+        if is_dask_array(X):
+            # Exact KPCA needs the whole n x n Gram on one machine: refuse before computing
+            # anything when it cannot fit, and point to the scalable methods.
+            from ..dask import check_exact_fits
+
+            check_exact_fits(X)
+            X = X.compute()
         X = self._validate_fit_data(X)
         if self.eigen_solver not in SOLVERS:
             raise ValueError(f"eigen_solver must be one of {SOLVERS}, got {self.eigen_solver!r}")
@@ -199,7 +207,14 @@ class ExactKPCA(BaseKPCA):
         return self.eigenvectors_ * scale
 
     def transform(self, X):
-        """Project X on the principal axes: centered ``k(X, X_fit) @ alpha / sqrt(lambda)``."""
+        """Project X on the principal axes: centered ``k(X, X_fit) @ alpha / sqrt(lambda)``.
+
+        A dask array gives a lazy dask array, transformed block by block.
+        """
+        if is_dask_array(X):
+            from ..dask import transform
+
+            return transform(self, X)
         X = self._validate_transform_data(X)
         alphas = self._scaled_alphas
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
