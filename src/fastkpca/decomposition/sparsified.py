@@ -25,11 +25,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
-from .._centering import CenteringStats, center_gram_out_of_sample, centered_operator
+from .._centering import CenteringStats, centered_operator
 from .._utils import check_float
 from ..kernels import chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, postprocess_eigen
 from ._base import BaseKPCA
+from .exact import ExactKPCA
 
 __all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca",
            "EIGEN_SOLVERS"]
@@ -430,27 +431,10 @@ class SparsifiedKPCA(BaseKPCA):
                                                         info["max_entry"], bool(self.quantize)))
         return self
 
-    @property
-    def _scaled_alphas(self):
-        scale = np.zeros_like(self.eigenvalues_)
-        nz = self.eigenvalues_ > 0
-        scale[nz] = 1.0 / np.sqrt(self.eigenvalues_[nz])
-        return self.eigenvectors_ * scale
-
-    def transform(self, X):
-        """Project X on the principal axes: centered ``k(X, X_fit) @ alpha / sqrt(lambda)``."""
-        X = self._validate_transform_data(X)
-        dtype = self._output_dtype(X)
-        alphas = self._scaled_alphas.astype(dtype)
-        stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        X_fit = self.X_fit_.astype(X.dtype, copy=False)
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        step = chunk_rows(X_fit.shape[0])
-        for start in range(0, X.shape[0], step):
-            Kb = self.kernel_(X[start:start + step], X_fit)
-            center_gram_out_of_sample(Kb, stats)
-            out[start:start + step] = Kb @ alphas
-        return out
+    # The fitted model is a kernel expansion over X_fit_ exactly like ExactKPCA's (same fitted
+    # attributes), so the out-of-sample transform is shared rather than repeated.
+    _scaled_alphas = ExactKPCA._scaled_alphas
+    transform = ExactKPCA.transform
 
     def kernel_expansion(self):
         """``transform(X) = kernel_(X, points) @ coef + offset``: see :mod:`.compress`."""
