@@ -297,7 +297,8 @@ def main(argv=None):
         RESULTS, "bench_random_features_quick.json" if args.quick else
         "bench_random_features.json")
 
-    out = {"machine": machine_info(), "command": " ".join(["benchmarks/bench_random_features.py", *sys.argv[1:]]),
+    command = " ".join(["benchmarks/bench_random_features.py", *sys.argv[1:]])
+    out = {"machine": machine_info(), "command": command,
            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if "1" in args.parts:
         out["sklearn_comparison"] = part_sklearn_comparison(args)

@@ -274,7 +274,8 @@ def main(argv=None):
     args.mnist_test = args.mnist_test or (1000 if args.quick else 5000)
     args.out = args.out or os.path.join(
         RESULTS, "bench_sparsified_quick.json" if args.quick else "bench_sparsified.json")
-    out = {"machine": machine_info(), "command": " ".join(["benchmarks/bench_sparsified.py", *sys.argv[1:]])}
+    command = " ".join(["benchmarks/bench_sparsified.py", *sys.argv[1:]])
+    out = {"machine": machine_info(), "command": command}
     if os.path.exists(args.out):  # keep the other part's figures when running one part
         import json
 
