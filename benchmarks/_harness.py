@@ -67,27 +67,44 @@ def _child(setup, work, setup_kwargs, work_kwargs, queue):
         result = work(data, **work_kwargs)
         seconds = time.perf_counter() - t0
         peak = peak_rss_mb()
-        queue.put({"ok": True, "seconds": seconds, "peak_mb": peak, "base_mb": base,
-                   "extra_peak_mb": max(0.0, peak - base), "reset_ok": reset_ok,
-                   "result": result})
+        queue.put(
+            {
+                "ok": True,
+                "seconds": seconds,
+                "peak_mb": peak,
+                "base_mb": base,
+                "extra_peak_mb": max(0.0, peak - base),
+                "reset_ok": reset_ok,
+                "result": result,
+            }
+        )
     except BaseException as exc:  # report everything, including MemoryError, to the parent
-        queue.put({"ok": False, "error": f"{type(exc).__name__}: {exc}",
-                   "traceback": traceback.format_exc()})
+        queue.put(
+            {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        )
 
 
 def measure(setup, work, *, setup_kwargs=None, work_kwargs=None, timeout=3600.0) -> dict:
     """Run ``work(setup(**setup_kwargs), **work_kwargs)`` in a fresh process; see module doc."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child,
-                       args=(setup, work, setup_kwargs or {}, work_kwargs or {}, queue))
+    proc = ctx.Process(
+        target=_child, args=(setup, work, setup_kwargs or {}, work_kwargs or {}, queue)
+    )
     proc.start()
     try:
         out = queue.get(timeout=timeout)
     except Exception:
         proc.kill()
-        out = {"ok": False, "error": f"no result within {timeout} s (or the process died: "
-                                     f"exit code {proc.exitcode})"}
+        out = {
+            "ok": False,
+            "error": f"no result within {timeout} s (or the process died: "
+            f"exit code {proc.exitcode})",
+        }
     proc.join(timeout=60)
     if proc.exitcode not in (0, None) and out.get("ok"):
         out["warning"] = f"child exited with code {proc.exitcode}"
@@ -100,9 +117,14 @@ def machine_info() -> dict:
     import scipy
     import sklearn
 
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "scipy": scipy.__version__, "sklearn": sklearn.__version__,
-            "machine": platform.machine()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "sklearn": sklearn.__version__,
+        "machine": platform.machine(),
+    }
 
 
 def save_json(obj, path) -> None:

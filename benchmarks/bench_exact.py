@@ -71,22 +71,29 @@ def fit_and_transform(data, library, solver, n_components, gamma, params):
     if library == "sklearn":
         from sklearn.decomposition import KernelPCA
 
-        model = KernelPCA(n_components, kernel="rbf", gamma=gamma, eigen_solver=solver,
-                          random_state=0, **params)
+        model = KernelPCA(
+            n_components, kernel="rbf", gamma=gamma, eigen_solver=solver, random_state=0, **params
+        )
     else:
         from fastkpca import ExactKPCA
 
-        model = ExactKPCA(n_components, kernel="rbf", gamma=gamma, eigen_solver=solver,
-                          random_state=0, **params)
+        model = ExactKPCA(
+            n_components, kernel="rbf", gamma=gamma, eigen_solver=solver, random_state=0, **params
+        )
     t0, c0 = time.perf_counter(), time.process_time()
     model.fit(X)
     fit_s, cpu_fit_s = time.perf_counter() - t0, time.process_time() - c0
     t0 = time.perf_counter()
     T = model.transform(X_new)
     transform_s = time.perf_counter() - t0
-    return {"fit_s": fit_s, "cpu_fit_s": cpu_fit_s, "transform_s": transform_s,
-            "eigenvalues": [float(v) for v in model.eigenvalues_],
-            "n_iter": getattr(model, "n_iter_", None), "embedding": np.asarray(T, np.float64)}
+    return {
+        "fit_s": fit_s,
+        "cpu_fit_s": cpu_fit_s,
+        "transform_s": transform_s,
+        "eigenvalues": [float(v) for v in model.eigenvalues_],
+        "n_iter": getattr(model, "n_iter_", None),
+        "embedding": np.asarray(T, np.float64),
+    }
 
 
 def phase_breakdown(data, library, n_components, gamma):
@@ -142,9 +149,12 @@ def _accuracy(run, reference):
     from fastkpca.metrics import embedding_error
 
     ev, ev_ref = np.asarray(run["eigenvalues"]), np.asarray(reference["eigenvalues"])
-    return {"eigenvalue_rel_diff": float(np.max(np.abs(ev - ev_ref) / ev_ref)),
-            "embedding_error_sign": float(embedding_error(run["embedding"],
-                                                          reference["embedding"], align="sign"))}
+    return {
+        "eigenvalue_rel_diff": float(np.max(np.abs(ev - ev_ref) / ev_ref)),
+        "embedding_error_sign": float(
+            embedding_error(run["embedding"], reference["embedding"], align="sign")
+        ),
+    }
 
 
 def run_size(n, args, configs):
@@ -152,22 +162,37 @@ def run_size(n, args, configs):
     for rep in range(args.repeats):
         # Alternate the order: on this kind of machine (a VM) the first large allocation after a
         # pause is slower (memory not yet backed by the host), which should not favour one row.
-        for name, library, solver, dtype, params in (configs if rep % 2 == 0 else configs[::-1]):
+        for name, library, solver, dtype, params in configs if rep % 2 == 0 else configs[::-1]:
             if rep > 0 and solver == "orthogonal":
                 continue  # minutes at n = 20000, and never close to the others: run once
-            out = measure(make_data, fit_and_transform,
-                          setup_kwargs=dict(n_samples=n, n_features=args.n_features,
-                                            n_new=args.n_new, dtype=dtype, seed=args.seed),
-                          work_kwargs=dict(library=library, solver=solver,
-                                           n_components=args.n_components, gamma=args.gamma,
-                                           params=params),
-                          timeout=args.timeout)
+            out = measure(
+                make_data,
+                fit_and_transform,
+                setup_kwargs=dict(
+                    n_samples=n,
+                    n_features=args.n_features,
+                    n_new=args.n_new,
+                    dtype=dtype,
+                    seed=args.seed,
+                ),
+                work_kwargs=dict(
+                    library=library,
+                    solver=solver,
+                    n_components=args.n_components,
+                    gamma=args.gamma,
+                    params=params,
+                ),
+                timeout=args.timeout,
+            )
             if out.get("ok"):
                 res = out.pop("result")
                 out.update({k: v for k, v in res.items()})
-                print(f"n={n} {name:26s} rep {rep}: fit {res['fit_s']:7.2f} s  transform "
-                      f"{res['transform_s']:.3f} s  extra peak {out['extra_peak_mb']:7.0f} MB  "
-                      f"n_iter {res['n_iter']}", flush=True)
+                print(
+                    f"n={n} {name:26s} rep {rep}: fit {res['fit_s']:7.2f} s  transform "
+                    f"{res['transform_s']:.3f} s  extra peak {out['extra_peak_mb']:7.0f} MB  "
+                    f"n_iter {res['n_iter']}",
+                    flush=True,
+                )
             else:
                 print(f"n={n} {name}: FAILED {out.get('error')}", flush=True)
             runs[name].append(out)
@@ -176,16 +201,32 @@ def run_size(n, args, configs):
     for name, library, solver, dtype, params in configs:
         ok = [r for r in runs[name] if r.get("ok")]
         if not ok:
-            rows.append({"name": name, "n": n, "ok": False,
-                         "error": runs[name][0].get("error") if runs[name] else "not run"})
+            rows.append(
+                {
+                    "name": name,
+                    "n": n,
+                    "ok": False,
+                    "error": runs[name][0].get("error") if runs[name] else "not run",
+                }
+            )
             continue
         best = min(ok, key=lambda r: r["fit_s"])
-        row = {"name": name, "n": n, "ok": True, "library": library, "solver": solver,
-               "dtype": dtype, "params": params, "fit_s": best["fit_s"],
-               "fit_s_all": [r["fit_s"] for r in ok], "cpu_fit_s": best["cpu_fit_s"],
-               "transform_s": min(r["transform_s"] for r in ok),
-               "extra_peak_mb": max(r["extra_peak_mb"] for r in ok),
-               "peak_mb": max(r["peak_mb"] for r in ok), "n_iter": best["n_iter"]}
+        row = {
+            "name": name,
+            "n": n,
+            "ok": True,
+            "library": library,
+            "solver": solver,
+            "dtype": dtype,
+            "params": params,
+            "fit_s": best["fit_s"],
+            "fit_s_all": [r["fit_s"] for r in ok],
+            "cpu_fit_s": best["cpu_fit_s"],
+            "transform_s": min(r["transform_s"] for r in ok),
+            "extra_peak_mb": max(r["extra_peak_mb"] for r in ok),
+            "peak_mb": max(r["peak_mb"] for r in ok),
+            "n_iter": best["n_iter"],
+        }
         if reference is not None and library != "sklearn":
             ref_fit = min(r["fit_s"] for r in runs["sklearn arpack"] if r.get("ok"))
             ref_mem = max(r["extra_peak_mb"] for r in runs["sklearn arpack"] if r.get("ok"))
@@ -200,8 +241,10 @@ def run_size(n, args, configs):
 
 
 def print_table(rows):
-    print("\n| n | row | fit s | vs sklearn | transform s (1000 rows) | extra peak MB | vs sklearn "
-          "| n_iter | eig rel diff | embedding err |")
+    print(
+        "\n| n | row | fit s | vs sklearn | transform s (1000 rows) | extra peak MB | vs sklearn "
+        "| n_iter | eig rel diff | embedding err |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r["ok"]:
@@ -211,29 +254,51 @@ def print_table(rows):
         mem = f"{r['memory_ratio_vs_sklearn']:.2f}" if "memory_ratio_vs_sklearn" in r else ""
         eig = f"{r['eigenvalue_rel_diff']:.1e}" if "eigenvalue_rel_diff" in r else ""
         emb = f"{r['embedding_error_sign']:.1e}" if "embedding_error_sign" in r else ""
-        print(f"| {r['n']} | {r['name']} | {r['fit_s']:.2f} | {ratio} | {r['transform_s']:.3f} "
-              f"| {r['extra_peak_mb']:.0f} | {mem} | {r['n_iter']} | {eig} | {emb} |")
+        print(
+            f"| {r['n']} | {r['name']} | {r['fit_s']:.2f} | {ratio} | {r['transform_s']:.3f} "
+            f"| {r['extra_peak_mb']:.0f} | {mem} | {r['n_iter']} | {eig} | {emb} |"
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 20000],
-                        help="training sizes n (default: 5000 10000 20000)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[5000, 10000, 20000],
+        help="training sizes n (default: 5000 10000 20000)",
+    )
     parser.add_argument("--n-features", type=int, default=100)
     parser.add_argument("--n-components", type=int, default=10)
     parser.add_argument("--n-new", type=int, default=1000, help="rows to transform")
-    parser.add_argument("--gamma", type=float, default=None,
-                        help="RBF gamma for both libraries (default 1 / n_features)")
-    parser.add_argument("--rows", nargs="+", default=None,
-                        help="subset of row names to run (sklearn is always run)")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="interleaved repetitions (orthogonal runs once); the fastest fit "
-                             "of each row is reported")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also time Gram / centering / eigensolver at the largest size")
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=None,
+        help="RBF gamma for both libraries (default 1 / n_features)",
+    )
+    parser.add_argument(
+        "--rows", nargs="+", default=None, help="subset of row names to run (sklearn is always run)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="interleaved repetitions (orthogonal runs once); the fastest fit "
+        "of each row is reported",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time Gram / centering / eigensolver at the largest size",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes (1000 and 2000 rows), for `fastkpca bench --quick`")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (1000 and 2000 rows), for `fastkpca bench --quick`",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per process")
     parser.add_argument("--out", default=os.path.join(RESULTS, "bench_exact.json"))
     args = parser.parse_args(argv)
@@ -242,15 +307,25 @@ def main(argv=None):
         if args.out == os.path.join(RESULTS, "bench_exact.json"):
             args.out = os.path.join(RESULTS, "bench_exact_quick.json")
     args.gamma = args.gamma or 1.0 / args.n_features
-    configs = [c for c in CONFIGS
-               if args.rows is None or c[0] in args.rows or c[1] == "sklearn"]
+    configs = [c for c in CONFIGS if args.rows is None or c[0] in args.rows or c[1] == "sklearn"]
 
-    results = {"benchmark": "bench_exact", "machine": machine_info(),
-               "settings": {"sizes": args.sizes, "n_features": args.n_features,
-                            "n_components": args.n_components, "n_new": args.n_new,
-                            "gamma": args.gamma, "kernel": "rbf", "data": "make_random_noisy",
-                            "repeats": args.repeats, "seed": args.seed},
-               "rows": [], "runs": {}}
+    results = {
+        "benchmark": "bench_exact",
+        "machine": machine_info(),
+        "settings": {
+            "sizes": args.sizes,
+            "n_features": args.n_features,
+            "n_components": args.n_components,
+            "n_new": args.n_new,
+            "gamma": args.gamma,
+            "kernel": "rbf",
+            "data": "make_random_noisy",
+            "repeats": args.repeats,
+            "seed": args.seed,
+        },
+        "rows": [],
+        "runs": {},
+    }
     for n in args.sizes:
         rows, runs = run_size(n, args, configs)
         results["rows"].extend(rows)
@@ -260,11 +335,19 @@ def main(argv=None):
         n = max(args.sizes)
         results["breakdown"] = {"n": n}
         for library in ("sklearn", "ours"):
-            out = measure(make_data, phase_breakdown,
-                          setup_kwargs=dict(n_samples=n, n_features=args.n_features, n_new=0,
-                                            dtype="float64", seed=args.seed),
-                          work_kwargs=dict(library=library, n_components=args.n_components,
-                                           gamma=args.gamma), timeout=args.timeout)
+            out = measure(
+                make_data,
+                phase_breakdown,
+                setup_kwargs=dict(
+                    n_samples=n,
+                    n_features=args.n_features,
+                    n_new=0,
+                    dtype="float64",
+                    seed=args.seed,
+                ),
+                work_kwargs=dict(library=library, n_components=args.n_components, gamma=args.gamma),
+                timeout=args.timeout,
+            )
             results["breakdown"][library] = out.get("result", out.get("error"))
             print(f"breakdown n={n} {library}: {results['breakdown'][library]}", flush=True)
         save_json(results, args.out)

@@ -115,46 +115,68 @@ def work_profile(data):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (20000 rows, 200 landmarks, 5000 transformed): seconds")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (20000 rows, 200 landmarks, 5000 transformed): seconds",
+    )
     p.add_argument("--n-samples", type=int, default=None, help="default 10^6 (quick: 20000)")
     p.add_argument("--n-features", type=int, default=100)
     p.add_argument("--n-landmarks", type=int, default=None, help="default 1000 (quick: 200)")
     p.add_argument("--n-components", type=int, default=10)
-    p.add_argument("--n-transform", type=int, default=None,
-                   help="default 100000 (quick: 5000)")
+    p.add_argument("--n-transform", type=int, default=None, help="default 100000 (quick: 5000)")
     p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     p.add_argument("--skip-sklearn", action="store_true")
     p.add_argument("--profile", action="store_true", help="also time kernel blocks vs SYRK")
-    p.add_argument("--out", default=None,
-                   help="default benchmarks/results/bench_nystrom[_quick].json")
+    p.add_argument(
+        "--out", default=None, help="default benchmarks/results/bench_nystrom[_quick].json"
+    )
     args = p.parse_args(argv)
     args.n_samples = args.n_samples or (20_000 if args.quick else 1_000_000)
     args.n_landmarks = args.n_landmarks or (200 if args.quick else 1000)
     args.n_transform = args.n_transform or (5_000 if args.quick else 100_000)
     args.out = args.out or os.path.join(
-        RESULTS, "bench_nystrom_quick.json" if args.quick else "bench_nystrom.json")
+        RESULTS, "bench_nystrom_quick.json" if args.quick else "bench_nystrom.json"
+    )
 
     n, d, c, k = args.n_samples, args.n_features, args.n_landmarks, args.n_components
     n_t = min(args.n_transform, n)
     base = dict(n_samples=n, n_features=d, dtype=args.dtype)
     config = {**vars(args), "out": os.path.relpath(args.out, os.path.dirname(RESULTS) + "/..")}
-    results = {"config": {**config, "gamma": 1.0 / d, "kernel": "rbf",
-                          "data": "make_random_noisy(random_state=0)"},
-               "machine": machine_info(), "runs": {}}
+    results = {
+        "config": {
+            **config,
+            "gamma": 1.0 / d,
+            "kernel": "rbf",
+            "data": "make_random_noisy(random_state=0)",
+        },
+        "machine": machine_info(),
+        "runs": {},
+    }
     methods = ["ours"] + ([] if args.skip_sklearn else ["sklearn"])
     for which in methods:
-        fit = measure(setup_fit, work_fit, setup_kwargs=base,
-                      work_kwargs=dict(which=which, c=c, k=k))
-        print(f"{which:8s} fit       {fit.get('seconds', float('nan')):9.2f} s  "
-              f"extra peak {fit.get('extra_peak_mb', float('nan')):9.1f} MB  "
-              f"{fit.get('error', '')}", flush=True)
-        tr = measure(setup_transform, work_transform,
-                     setup_kwargs=dict(**base, which=which, c=c, k=k, n_transform=n_t,
-                                       n_train=min(n, 100_000)))
-        print(f"{which:8s} transform {tr.get('seconds', float('nan')):9.2f} s  "
-              f"extra peak {tr.get('extra_peak_mb', float('nan')):9.1f} MB  "
-              f"({n_t} rows) {tr.get('error', '')}", flush=True)
+        fit = measure(
+            setup_fit, work_fit, setup_kwargs=base, work_kwargs=dict(which=which, c=c, k=k)
+        )
+        print(
+            f"{which:8s} fit       {fit.get('seconds', float('nan')):9.2f} s  "
+            f"extra peak {fit.get('extra_peak_mb', float('nan')):9.1f} MB  "
+            f"{fit.get('error', '')}",
+            flush=True,
+        )
+        tr = measure(
+            setup_transform,
+            work_transform,
+            setup_kwargs=dict(
+                **base, which=which, c=c, k=k, n_transform=n_t, n_train=min(n, 100_000)
+            ),
+        )
+        print(
+            f"{which:8s} transform {tr.get('seconds', float('nan')):9.2f} s  "
+            f"extra peak {tr.get('extra_peak_mb', float('nan')):9.1f} MB  "
+            f"({n_t} rows) {tr.get('error', '')}",
+            flush=True,
+        )
         results["runs"][which] = {"fit": fit, "transform": tr}
     if args.profile:
         prof = measure(setup_profile, work_profile, setup_kwargs=dict(**base, c=c))
@@ -166,8 +188,9 @@ def main(argv=None):
         for phase in ("fit", "transform"):
             if ours[phase].get("ok") and sk[phase].get("ok"):
                 ratios[f"{phase}_time"] = ours[phase]["seconds"] / sk[phase]["seconds"]
-                ratios[f"{phase}_extra_memory"] = (ours[phase]["extra_peak_mb"]
-                                                   / max(sk[phase]["extra_peak_mb"], 1e-9))
+                ratios[f"{phase}_extra_memory"] = ours[phase]["extra_peak_mb"] / max(
+                    sk[phase]["extra_peak_mb"], 1e-9
+                )
         if ours["fit"].get("ok") and sk["fit"].get("ok"):
             a = np.array(ours["fit"]["result"]["eigenvalues"])
             b = np.array(sk["fit"]["result"]["eigenvalues"])

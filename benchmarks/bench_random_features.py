@@ -85,8 +85,9 @@ def work_sklearn(X, m, k, gamma):
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.pipeline import make_pipeline
 
-    return make_pipeline(RBFSampler(gamma=gamma, n_components=m, random_state=0),
-                         PCA(k, random_state=0)).fit(X)
+    return make_pipeline(
+        RBFSampler(gamma=gamma, n_components=m, random_state=0), PCA(k, random_state=0)
+    ).fit(X)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -119,15 +120,22 @@ def part_sklearn_comparison(args) -> dict:
         ("matmul", make_data_and_weights, work_matmul, {}, dict(setup_kw, m=m)),
         ("ours_exact", make_data, work_ours, dict(common, solver="exact"), setup_kw),
         ("ours_countsketch", make_data, work_ours, dict(common, solver="countsketch"), setup_kw),
-        ("ours_countsketch_1pass", make_data, work_ours,
-         dict(common, solver="countsketch", n_passes=1), setup_kw),
+        (
+            "ours_countsketch_1pass",
+            make_data,
+            work_ours,
+            dict(common, solver="countsketch", n_passes=1),
+            setup_kw,
+        ),
     ]
     if _streaming_available():
-        runs.append(("streaming_ell20", make_data, work_streaming,
-                     dict(common, sketch_size=20), setup_kw))
+        runs.append(
+            ("streaming_ell20", make_data, work_streaming, dict(common, sketch_size=20), setup_kw)
+        )
     if not args.skip_sklearn:
-        runs.append(("sklearn", make_data, work_sklearn, {"m": m, "k": k, "gamma": gamma},
-                     setup_kw))
+        runs.append(
+            ("sklearn", make_data, work_sklearn, {"m": m, "k": k, "gamma": gamma}, setup_kw)
+        )
 
     rows, models = {}, {}
     for rep in range(args.repeats):
@@ -143,17 +151,24 @@ def part_sklearn_comparison(args) -> dict:
                 continue
             model = res.pop("result")
             res["load_average_before"] = load
-            print(f"  {res['seconds']:.2f} s, extra peak {res['extra_peak_mb']:.0f} MB "
-                  f"(load {load:.1f})", flush=True)
+            print(
+                f"  {res['seconds']:.2f} s, extra peak {res['extra_peak_mb']:.0f} MB "
+                f"(load {load:.1f})",
+                flush=True,
+            )
             row = rows.get(name)
             if row is None or not row.get("ok") or res["seconds"] < row["seconds"]:
                 rounds = row.get("rounds", []) if row else []
                 rows[name] = dict(res, params=work_kw, rounds=rounds)
                 if name != "matmul":
                     models[name] = model
-            rows[name]["rounds"].append({"seconds": res["seconds"],
-                                         "extra_peak_mb": res["extra_peak_mb"],
-                                         "load_average_before": load})
+            rows[name]["rounds"].append(
+                {
+                    "seconds": res["seconds"],
+                    "extra_peak_mb": res["extra_peak_mb"],
+                    "load_average_before": load,
+                }
+            )
 
     # Accuracy on held-out rows of the same distribution (same U, fresh S and noise).
     X_eval = make_data(args.n_eval, d, "float64")
@@ -170,10 +185,10 @@ def part_sklearn_comparison(args) -> dict:
             if name in models:
                 other = models[name]
                 rows[name]["vs_exact_solver"] = {
-                    "max_relative_eigenvalue_difference": float(np.max(
-                        np.abs(other.eigenvalues_ - ref.eigenvalues_) / ref.eigenvalues_)),
-                    "subspace_sin_theta": subspace_distance(other.components_.T,
-                                                            ref.components_.T),
+                    "max_relative_eigenvalue_difference": float(
+                        np.max(np.abs(other.eigenvalues_ - ref.eigenvalues_) / ref.eigenvalues_)
+                    ),
+                    "subspace_sin_theta": subspace_distance(other.components_.T, ref.components_.T),
                 }
 
     ratios = {}
@@ -189,9 +204,17 @@ def part_sklearn_comparison(args) -> dict:
         if base.get("ok"):
             r["time_over_matmul"] = row["seconds"] / base["seconds"]
         ratios[name] = r
-    return {"n_samples": n, "n_features_in": d, "n_random_features": m, "n_components": k,
-            "gamma": gamma, "dtype": "float32", "n_eval": args.n_eval, "rows": rows,
-            "ratios": ratios}
+    return {
+        "n_samples": n,
+        "n_features_in": d,
+        "n_random_features": m,
+        "n_components": k,
+        "gamma": gamma,
+        "dtype": "float32",
+        "n_eval": args.n_eval,
+        "rows": rows,
+        "ratios": ratios,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -235,11 +258,21 @@ def part_fastfood(args) -> dict:
             Z = fmap(X[:500]).astype(np.float64)
             row[f"{kind}_kernel_mean_abs_error"] = float(np.abs(Z @ Z.T - K).mean())
         row["fastfood_speedup_over_rff"] = row["rff_seconds"] / row["fastfood_seconds"]
-        print(f"[part 2] m={m}: rff {row['rff_seconds']:.3f} s, orf {row['orf_seconds']:.3f} s, "
-              f"fastfood {row['fastfood_seconds']:.3f} s", flush=True)
+        print(
+            f"[part 2] m={m}: rff {row['rff_seconds']:.3f} s, orf {row['orf_seconds']:.3f} s, "
+            f"fastfood {row['fastfood_seconds']:.3f} s",
+            flush=True,
+        )
         rows.append(row)
-    return {"data": source, "n_rows": int(X.shape[0]), "d": int(X.shape[1]), "gamma": gamma,
-            "dtype": "float32", "timing": "best of 3, in process, all cores", "rows": rows}
+    return {
+        "data": source,
+        "n_rows": int(X.shape[0]),
+        "d": int(X.shape[1]),
+        "gamma": gamma,
+        "dtype": "float32",
+        "timing": "best of 3, in process, all cores",
+        "rows": rows,
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,9 +285,12 @@ def part_precision(args) -> dict:
     models = {}
     for dtype in ("float32", "float64"):
         print(f"[part 3] ours_exact {dtype} ...", flush=True)
-        res = measure(make_data, work_ours,
-                      setup_kwargs={"n_samples": n, "n_features": d, "dtype": dtype},
-                      work_kwargs={"n_components": k, "n_features": m, "random_state": 0})
+        res = measure(
+            make_data,
+            work_ours,
+            setup_kwargs={"n_samples": n, "n_features": d, "dtype": dtype},
+            work_kwargs={"n_components": k, "n_features": m, "random_state": 0},
+        )
         if not res.get("ok"):
             out[dtype] = {"ok": False, "error": res.get("error")}
             continue
@@ -263,43 +299,58 @@ def part_precision(args) -> dict:
     if len(models) == 2:
         a, b = models["float32"], models["float64"]
         out["max_relative_eigenvalue_difference"] = float(
-            np.max(np.abs(a.eigenvalues_ - b.eigenvalues_) / b.eigenvalues_))
-        out["max_component_difference"] = float(np.max(np.abs(
-            np.abs(a.components_) - np.abs(b.components_))))
+            np.max(np.abs(a.eigenvalues_ - b.eigenvalues_) / b.eigenvalues_)
+        )
+        out["max_component_difference"] = float(
+            np.max(np.abs(np.abs(a.components_) - np.abs(b.components_)))
+        )
         out["float64_time_over_float32"] = out["float64"]["seconds"] / out["float32"]["seconds"]
     return out
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (20000 rows, m = 200, 1 round, 2000-row parts 2-3): "
-                        "seconds")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (20000 rows, m = 200, 1 round, 2000-row parts 2-3): seconds",
+    )
     p.add_argument("--n-samples", type=int, default=1_000_000)
     p.add_argument("--n-features-in", type=int, default=100)
     p.add_argument("--m", type=int, default=1000, help="random features")
     p.add_argument("--k", type=int, default=10, help="components")
     p.add_argument("--n-eval", type=int, default=2000, help="held-out rows for accuracy")
     p.add_argument("--skip-sklearn", action="store_true")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="rounds of part 1 (each fit in a fresh process; the fastest is kept)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="rounds of part 1 (each fit in a fresh process; the fastest is kept)",
+    )
     p.add_argument("--fastfood-rows", type=int, default=20000)
     p.add_argument("--fastfood-m", type=int, nargs="+", default=[1024, 4096])
     p.add_argument("--precision-rows", type=int, default=200_000)
     p.add_argument("--parts", nargs="+", default=["1", "2", "3"])
-    p.add_argument("-o", "--output", default=None,
-                   help="default benchmarks/results/bench_random_features[_quick].json")
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="default benchmarks/results/bench_random_features[_quick].json",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.n_samples, args.m, args.n_eval, args.repeats = 20_000, 200, 500, 1
         args.fastfood_rows, args.fastfood_m, args.precision_rows = 2000, [256], 20_000
     args.output = args.output or os.path.join(
-        RESULTS, "bench_random_features_quick.json" if args.quick else
-        "bench_random_features.json")
+        RESULTS, "bench_random_features_quick.json" if args.quick else "bench_random_features.json"
+    )
 
     command = " ".join(["benchmarks/bench_random_features.py", *sys.argv[1:]])
-    out = {"machine": machine_info(), "command": command,
-           "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    out = {
+        "machine": machine_info(),
+        "command": command,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if "1" in args.parts:
         out["sklearn_comparison"] = part_sklearn_comparison(args)
         save_json(out, args.output)

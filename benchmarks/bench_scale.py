@@ -86,8 +86,13 @@ def write_random_noisy(path, n, d, *, signal_dim=50, zeta=10.0, seed=0, block=2*
     DU = (1.0 - np.arange(signal_dim) / d)[:, None] * U.T
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(
-            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
-                "fortran_order": False, "shape": (n, d)})
+            f,
+            {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                "fortran_order": False,
+                "shape": (n, d),
+            },
+        )
         for start in range(0, n, block):
             rows = min(block, n - start)
             A = rng.standard_normal((rows, signal_dim)) @ DU
@@ -119,14 +124,17 @@ def _estimator(method, m, k, ell, seed=0):
     from fastkpca import RandomFeatureKPCA, StreamingKPCA
 
     if method == "streaming":
-        return StreamingKPCA(n_components=min(k, ell // 2), n_features=m, sketch_size=ell,
-                             random_state=seed)
+        return StreamingKPCA(
+            n_components=min(k, ell // 2), n_features=m, sketch_size=ell, random_state=seed
+        )
     return RandomFeatureKPCA(n_components=k, n_features=m, random_state=seed)
 
 
 def _summary(model):
-    return {"eigenvalues": [float(v) for v in model.eigenvalues_[:5]],
-            "n_samples_seen": int(model.n_samples_seen_)}
+    return {
+        "eigenvalues": [float(v) for v in model.eigenvalues_[:5]],
+        "n_samples_seen": int(model.n_samples_seen_),
+    }
 
 
 def _import_all():
@@ -185,8 +193,14 @@ def setup_cluster(path, threads, n_workers):
     import fastkpca.dask  # noqa: F401
 
     _import_all()
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40, memory_limit=0)
+    cluster = LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=40,
+        memory_limit=0,
+    )
     client = Client(cluster)
     client.run(lambda: __import__("fastkpca.decomposition.streaming"))  # warm the imports
     client.run(_worker_reset_peak)
@@ -215,8 +229,10 @@ def work_sklearn_memory(X, m, k):
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.pipeline import make_pipeline
 
-    pipe = make_pipeline(RBFSampler(gamma=1.0 / X.shape[1], n_components=m, random_state=0),
-                         PCA(n_components=k, random_state=0)).fit(X)
+    pipe = make_pipeline(
+        RBFSampler(gamma=1.0 / X.shape[1], n_components=m, random_state=0),
+        PCA(n_components=k, random_state=0),
+    ).fit(X)
     return {"eigenvalues": [float(v) for v in pipe[-1].explained_variance_[:5] * X.shape[0]]}
 
 
@@ -249,50 +265,112 @@ def run_dataset(name, path, n, d, args, records):
     for method in ("streaming", "rf"):
         for mode in args.modes:
             if mode == "memory":
-                runs.append((method, mode, setup_memory, work_memory,
-                             {"path": path, "threads": threads}, {"method": method, **fit_kwargs}))
+                runs.append(
+                    (
+                        method,
+                        mode,
+                        setup_memory,
+                        work_memory,
+                        {"path": path, "threads": threads},
+                        {"method": method, **fit_kwargs},
+                    )
+                )
             elif mode == "disk":
-                runs.append((method, mode, setup_none, work_disk,
-                             {"path": path, "threads": threads}, {"method": method, **fit_kwargs}))
+                runs.append(
+                    (
+                        method,
+                        mode,
+                        setup_none,
+                        work_disk,
+                        {"path": path, "threads": threads},
+                        {"method": method, **fit_kwargs},
+                    )
+                )
             elif mode.startswith("cluster-"):
-                runs.append((method, mode, setup_cluster, work_cluster,
-                             {"path": path, "threads": threads, "n_workers": int(mode[8:])},
-                             {"method": method, "chunk_rows": chunk_rows(n), **fit_kwargs}))
+                runs.append(
+                    (
+                        method,
+                        mode,
+                        setup_cluster,
+                        work_cluster,
+                        {"path": path, "threads": threads, "n_workers": int(mode[8:])},
+                        {"method": method, "chunk_rows": chunk_rows(n), **fit_kwargs},
+                    )
+                )
     if not args.no_sklearn:
         sk_memory_gb = 2 * n * m * 8 / 2**30  # float64 features + PCA's centred copy
         if sk_memory_gb <= args.sklearn_max_gb:
-            runs.append(("sklearn RBFSampler+PCA", "memory", setup_memory, work_sklearn_memory,
-                         {"path": path, "threads": threads}, {"m": m, "k": k}))
+            runs.append(
+                (
+                    "sklearn RBFSampler+PCA",
+                    "memory",
+                    setup_memory,
+                    work_sklearn_memory,
+                    {"path": path, "threads": threads},
+                    {"m": m, "k": k},
+                )
+            )
         else:
-            records.append({"dataset": name, "n_rows": n, "method": "sklearn RBFSampler+PCA",
-                            "mode": "memory", "ok": False,
-                            "error": f"not run: needs ~{sk_memory_gb:.0f} GB (n x m float64 "
-                                     "features and PCA's centred copy)"})
-        runs.append(("sklearn IncrementalPCA(RBFSampler)", "disk", setup_none,
-                     work_sklearn_incremental, {"path": path, "threads": threads},
-                     {"m": m, "k": k, "max_rows": args.sklearn_max_rows}))
+            records.append(
+                {
+                    "dataset": name,
+                    "n_rows": n,
+                    "method": "sklearn RBFSampler+PCA",
+                    "mode": "memory",
+                    "ok": False,
+                    "error": f"not run: needs ~{sk_memory_gb:.0f} GB (n x m float64 "
+                    "features and PCA's centred copy)",
+                }
+            )
+        runs.append(
+            (
+                "sklearn IncrementalPCA(RBFSampler)",
+                "disk",
+                setup_none,
+                work_sklearn_incremental,
+                {"path": path, "threads": threads},
+                {"m": m, "k": k, "max_rows": args.sklearn_max_rows},
+            )
+        )
     for method, mode, setup, work, skw, wkw in runs:
         t0 = time.perf_counter()
         res = measure(setup, work, setup_kwargs=skw, work_kwargs=wkw, timeout=args.timeout)
-        rec = {"dataset": name, "n_rows": n, "n_features_in": d, "method": method, "mode": mode,
-               "ok": res.get("ok", False)}
+        rec = {
+            "dataset": name,
+            "n_rows": n,
+            "n_features_in": d,
+            "method": method,
+            "mode": mode,
+            "ok": res.get("ok", False),
+        }
         if rec["ok"]:
             result = dict(res["result"])
             seconds = result.pop("fit_seconds", res["seconds"])
             rec["n_rows"] = result.pop("n_rows", n)  # a prefix, for a slow baseline
-            rec.update(seconds=seconds, rows_per_s=rec["n_rows"] / seconds,
-                       peak_mb=res["peak_mb"], extra_peak_mb=res["extra_peak_mb"],
-                       reset_ok=res["reset_ok"], **result)
+            rec.update(
+                seconds=seconds,
+                rows_per_s=rec["n_rows"] / seconds,
+                peak_mb=res["peak_mb"],
+                extra_peak_mb=res["extra_peak_mb"],
+                reset_ok=res["reset_ok"],
+                **result,
+            )
         else:
             rec["error"] = res.get("error")
         records.append(rec)
         extra = ""
         if rec.get("worker_peak_mb"):
             extra = " workers " + ", ".join(f"{w:.0f}" for w in rec["worker_peak_mb"]) + " MB"
-        status = (f"{rec['rows_per_s']:>12,.0f} rows/s  peak {rec['peak_mb']:7.0f} MB "
-                  f"(+{rec['extra_peak_mb']:.0f}){extra}" if rec["ok"] else rec["error"])
-        print(f"{name:>10} {method:<36}{mode:<10}{status}   [{time.perf_counter() - t0:.0f} s]",
-              flush=True)
+        status = (
+            f"{rec['rows_per_s']:>12,.0f} rows/s  peak {rec['peak_mb']:7.0f} MB "
+            f"(+{rec['extra_peak_mb']:.0f}){extra}"
+            if rec["ok"]
+            else rec["error"]
+        )
+        print(
+            f"{name:>10} {method:<36}{mode:<10}{status}   [{time.perf_counter() - t0:.0f} s]",
+            flush=True,
+        )
 
 
 def ratios(records):
@@ -305,16 +383,18 @@ def ratios(records):
             out[f"{ds} {method} {mode} / memory (rows/s)"] = r["rows_per_s"] / base["rows_per_s"]
         sk = by.get((ds, "sklearn IncrementalPCA(RBFSampler)", "disk"))
         if sk and mode == "disk" and not method.startswith("sklearn"):
-            out[f"{ds} {method} disk / sklearn IncrementalPCA (rows/s)"] = \
+            out[f"{ds} {method} disk / sklearn IncrementalPCA (rows/s)"] = (
                 r["rows_per_s"] / sk["rows_per_s"]
+            )
         mem = by.get((ds, method, "memory"))
         if mem and mode == "memory" and method == "rf":
             for other in ("disk", "cluster-1", "cluster-2"):
                 o = by.get((ds, method, other))
                 if o:
                     a, b = np.array(o["eigenvalues"]), np.array(mem["eigenvalues"])
-                    out[f"{ds} rf eigenvalues {other} vs memory (max rel diff)"] = \
-                        float(np.max(np.abs(a - b) / np.abs(b)))
+                    out[f"{ds} rf eigenvalues {other} vs memory (max rel diff)"] = float(
+                        np.max(np.abs(a - b) / np.abs(b))
+                    )
     return out
 
 
@@ -332,8 +412,14 @@ def plot(records, path):
     for j, ds in enumerate(datasets):
         rows = [r for r in records if r["dataset"] == ds and r.get("ok")]
         labels = [f"{r['method'].replace('sklearn ', 'sk ')}\n{r['mode']}" for r in rows]
-        colors = ["tab:blue" if r["method"] == "streaming" else "tab:orange"
-                  if r["method"] == "rf" else "tab:gray" for r in rows]
+        colors = [
+            "tab:blue"
+            if r["method"] == "streaming"
+            else "tab:orange"
+            if r["method"] == "rf"
+            else "tab:gray"
+            for r in rows
+        ]
         x = np.arange(len(rows))
         axes[0, j].bar(x, [r["rows_per_s"] for r in rows], color=colors)
         axes[0, j].set_yscale("log")
@@ -352,33 +438,52 @@ def plot(records, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="10^5 synthetic rows, no kddcup, modes memory/disk/cluster-2 (~1 min)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="10^5 synthetic rows, no kddcup, modes memory/disk/cluster-2 (~1 min)",
+    )
     p.add_argument("--datasets", nargs="+", default=None, choices=["kddcup", "synthetic"])
-    p.add_argument("--n-rows", type=int, default=None,
-                   help="synthetic rows (default 10^7; quick 10^5)")
+    p.add_argument(
+        "--n-rows", type=int, default=None, help="synthetic rows (default 10^7; quick 10^5)"
+    )
     p.add_argument("--n-features", type=int, default=128, help="random features m")
     p.add_argument("--n-components", type=int, default=10)
     p.add_argument("--sketch-size", type=int, default=10, help="StreamingKPCA's ell")
-    p.add_argument("--modes", nargs="+", default=None,
-                   choices=["memory", "disk", "cluster-1", "cluster-2"])
+    p.add_argument(
+        "--modes", nargs="+", default=None, choices=["memory", "disk", "cluster-1", "cluster-2"]
+    )
     p.add_argument("--no-sklearn", action="store_true")
-    p.add_argument("--sklearn-max-gb", type=float, default=6.0,
-                   help="skip RBFSampler+PCA in memory above this estimated need")
-    p.add_argument("--sklearn-max-rows", type=int, default=1_000_000,
-                   help="IncrementalPCA reads at most this many rows (its rate is per row; "
-                        "at ~20000 rows/s all 10^7 would take 8 minutes)")
+    p.add_argument(
+        "--sklearn-max-gb",
+        type=float,
+        default=6.0,
+        help="skip RBFSampler+PCA in memory above this estimated need",
+    )
+    p.add_argument(
+        "--sklearn-max-rows",
+        type=int,
+        default=1_000_000,
+        help="IncrementalPCA reads at most this many rows (its rate is per row; "
+        "at ~20000 rows/s all 10^7 would take 8 minutes)",
+    )
     p.add_argument("--threads", default="1", help="BLAS threads per process (default 1)")
-    p.add_argument("--tmp", default=None, help="folder for the .npy files (default: a new "
-                                               "temporary folder, deleted afterwards)")
+    p.add_argument(
+        "--tmp",
+        default=None,
+        help="folder for the .npy files (default: a new temporary folder, deleted afterwards)",
+    )
     p.add_argument("--data-home", default=None, help="data sets folder (FASTKPCA_DATA)")
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     datasets = args.datasets or (["synthetic"] if args.quick else ["kddcup", "synthetic"])
     n_rows = args.n_rows or (100_000 if args.quick else 10_000_000)
-    args.modes = args.modes or (["memory", "disk", "cluster-2"] if args.quick
-                                else ["memory", "disk", "cluster-1", "cluster-2"])
+    args.modes = args.modes or (
+        ["memory", "disk", "cluster-2"]
+        if args.quick
+        else ["memory", "disk", "cluster-1", "cluster-2"]
+    )
     suffix = "_quick" if args.quick else ""
     out = args.out or os.path.join(RESULTS, f"bench_scale{suffix}.json")
 
@@ -397,24 +502,39 @@ def main(argv=None):
                 need = n * d * 4 * 1.05
                 free = shutil.disk_usage(tmp).free
                 if need > free:
-                    raise SystemExit(f"{tmp}: {need / 2**30:.1f} GB needed for the synthetic "
-                                     f"file, {free / 2**30:.1f} GB free")
+                    raise SystemExit(
+                        f"{tmp}: {need / 2**30:.1f} GB needed for the synthetic "
+                        f"file, {free / 2**30:.1f} GB free"
+                    )
                 write_random_noisy(path, n, d)
             size_mb = os.path.getsize(path) / 2**20
-            print(f"{name}: {n:,} x {d} float32 -> {path} ({size_mb:,.0f} MB) in "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            print(
+                f"{name}: {n:,} x {d} float32 -> {path} ({size_mb:,.0f} MB) in "
+                f"{time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
             run_dataset(name, path, n, d, args, records)
             os.remove(path)
     finally:
         if args.tmp is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    result = {"benchmark": "bench_scale", "quick": args.quick, "machine": machine_info(),
-              "params": {"n_features": args.n_features, "n_components": args.n_components,
-                         "sketch_size": args.sketch_size, "block_rows": BLOCK_ROWS,
-                         "chunk_rows_max": CHUNK_ROWS, "threads": args.threads,
-                         "dtype": "float32"},
-              "total_seconds": time.perf_counter() - t_start,
-              "records": records, "ratios": ratios(records)}
+    result = {
+        "benchmark": "bench_scale",
+        "quick": args.quick,
+        "machine": machine_info(),
+        "params": {
+            "n_features": args.n_features,
+            "n_components": args.n_components,
+            "sketch_size": args.sketch_size,
+            "block_rows": BLOCK_ROWS,
+            "chunk_rows_max": CHUNK_ROWS,
+            "threads": args.threads,
+            "dtype": "float32",
+        },
+        "total_seconds": time.perf_counter() - t_start,
+        "records": records,
+        "ratios": ratios(records),
+    }
     save_json(result, out)
     print(f"results -> {out}")
     for key, value in result["ratios"].items():

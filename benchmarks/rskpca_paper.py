@@ -96,14 +96,28 @@ TRAIN_FRACTION = 0.8
 KNN_METHODS = ("shadow", "uniform", "nystrom", "wnystrom")
 
 #: The comparison of Figures 2-3, then the other RSDEs of Figures 7-8, then scikit-learn.
-METHODS = ("shadow", "uniform", "nystrom", "wnystrom",
-           "shadow_first", "kmeans", "paring", "herding",
-           "sk_nystroem")
+METHODS = (
+    "shadow",
+    "uniform",
+    "nystrom",
+    "wnystrom",
+    "shadow_first",
+    "kmeans",
+    "paring",
+    "herding",
+    "sk_nystroem",
+)
 LABELS = {
-    "shadow": "ShDE+RSKPCA (centroid)", "shadow_first": "ShDE+RSKPCA (first point, paper)",
-    "uniform": "subsampled KPCA", "nystrom": "Nystrom", "wnystrom": "WNystrom (k-means)",
-    "kmeans": "RSKPCA k-means", "paring": "RSKPCA paring", "herding": "RSKPCA herding",
-    "sk_nystroem": "sklearn Nystroem+PCA", "exact": "exact KPCA (fastkpca)",
+    "shadow": "ShDE+RSKPCA (centroid)",
+    "shadow_first": "ShDE+RSKPCA (first point, paper)",
+    "uniform": "subsampled KPCA",
+    "nystrom": "Nystrom",
+    "wnystrom": "WNystrom (k-means)",
+    "kmeans": "RSKPCA k-means",
+    "paring": "RSKPCA paring",
+    "herding": "RSKPCA herding",
+    "sk_nystroem": "sklearn Nystroem+PCA",
+    "exact": "exact KPCA (fastkpca)",
     "sk_kernelpca": "sklearn KernelPCA",
 }
 
@@ -154,14 +168,13 @@ def make_model(method, gamma, ell=None, m=None, seed=0):
     if method in ("uniform", "kmeans", "paring", "herding"):
         return ReducedSetKPCA(RANK, gamma=gamma, density=method, n_centers=m, random_state=seed)
     if method == "nystrom":
-        return NystromKPCA(RANK, gamma=gamma, n_landmarks=m, landmarks="uniform",
-                           random_state=seed)
+        return NystromKPCA(RANK, gamma=gamma, n_landmarks=m, landmarks="uniform", random_state=seed)
     if method == "wnystrom":
-        return NystromKPCA(RANK, gamma=gamma, n_landmarks=m, landmarks="kmeans",
-                           random_state=seed)
+        return NystromKPCA(RANK, gamma=gamma, n_landmarks=m, landmarks="kmeans", random_state=seed)
     if method == "sk_nystroem":
-        return make_pipeline(Nystroem(gamma=gamma, n_components=m, random_state=seed),
-                             PCA(RANK, random_state=seed))
+        return make_pipeline(
+            Nystroem(gamma=gamma, n_components=m, random_state=seed), PCA(RANK, random_state=seed)
+        )
     raise ValueError(method)
 
 
@@ -212,15 +225,22 @@ def run_config(data, method, ell, ms, runs, knn):
             t0 = time.perf_counter()
             emb = model.transform(X[test])
             test_s = min(test_s, time.perf_counter() - t0)
-        out.append({"fit_s": fit_s, "transform_s": test_s,
-                    "retained": n_retained(method, model, len(train)),
-                    "eigenvalues": eigenvalues(method, model, len(train)), "embedding": emb})
+        out.append(
+            {
+                "fit_s": fit_s,
+                "transform_s": test_s,
+                "retained": n_retained(method, model, len(train)),
+                "eigenvalues": eigenvalues(method, model, len(train)),
+                "embedding": emb,
+            }
+        )
     if knn:
         # m for the folds (90 % of the data): the shadow method finds its own; the others use
         # the mean m of the shadow fits scaled to the fold size.
         m_cv = None if ms is None else int(round(np.mean(ms) * 0.9 / TRAIN_FRACTION))
-        pipe = make_pipeline(make_model(method, gamma, ell=ell, m=m_cv, seed=0),
-                             KNeighborsClassifier(3))
+        pipe = make_pipeline(
+            make_model(method, gamma, ell=ell, m=m_cv, seed=0), KNeighborsClassifier(3)
+        )
         cv = StratifiedKFold(10, shuffle=True, random_state=0)
         out[0]["knn_accuracy"] = float(np.mean(cross_val_score(pipe, X, y, cv=cv)))
     return out
@@ -243,18 +263,25 @@ def run_dataset(name, ells, runs, data_home, knn_ells, log):
     kw = dict(setup_kwargs={"name": name, "data_home": data_home})
 
     def child(method, ell=None, ms=None, do_knn=False):
-        res = measure(setup_child, run_config, work_kwargs={
-            "method": method, "ell": ell, "ms": ms, "runs": runs, "knn": do_knn}, **kw)
+        res = measure(
+            setup_child,
+            run_config,
+            work_kwargs={"method": method, "ell": ell, "ms": ms, "runs": runs, "knn": do_knn},
+            **kw,
+        )
         if not res.get("ok"):
-            raise RuntimeError(f"{name} {method} ell={ell}: {res.get('error')}\n"
-                               f"{res.get('traceback', '')}")
+            raise RuntimeError(
+                f"{name} {method} ell={ell}: {res.get('error')}\n{res.get('traceback', '')}"
+            )
         per_run = res["result"]
         summary = {
             "fit_s": [p["fit_s"] for p in per_run],
             "transform_s": [p["transform_s"] for p in per_run],
             "retained": [p["retained"] for p in per_run],
-            "embedding_error": [embedding_error(p["embedding"], ref_emb[test], align="linear")
-                                for p, (_, test) in zip(per_run, sp, strict=True)],
+            "embedding_error": [
+                embedding_error(p["embedding"], ref_emb[test], align="linear")
+                for p, (_, test) in zip(per_run, sp, strict=True)
+            ],
             "eigenvalue_error": [eigenvalue_error(p["eigenvalues"], ref_eigs) for p in per_run],
             "peak_mb": res["peak_mb"],
         }
@@ -263,11 +290,15 @@ def run_dataset(name, ells, runs, data_home, knn_ells, log):
         return summary
 
     t0 = time.perf_counter()
-    baselines = {"exact": child("exact", do_knn=bool(knn_ells)),
-                 "sk_kernelpca": child("sk_kernelpca")}
-    log(f"{name}: n = {n}, gamma = {gamma:.3g}; exact fit "
+    baselines = {
+        "exact": child("exact", do_knn=bool(knn_ells)),
+        "sk_kernelpca": child("sk_kernelpca"),
+    }
+    log(
+        f"{name}: n = {n}, gamma = {gamma:.3g}; exact fit "
         f"{np.median(baselines['exact']['fit_s']):.3f} s, sklearn KernelPCA fit "
-        f"{np.median(baselines['sk_kernelpca']['fit_s']):.3f} s")
+        f"{np.median(baselines['sk_kernelpca']['fit_s']):.3f} s"
+    )
     exact_fit = np.array(baselines["exact"]["fit_s"])
     exact_test = np.array(baselines["exact"]["transform_s"])
     sk_fit = np.array(baselines["sk_kernelpca"]["fit_s"])
@@ -278,8 +309,12 @@ def run_dataset(name, ells, runs, data_home, knn_ells, log):
         rows["shadow"] = child("shadow", ell, do_knn=ell in knn_ells)
         ms = [int(m) for m in rows["shadow"]["retained"]]
         for method in METHODS[1:]:
-            rows[method] = child(method, ell, None if method == "shadow_first" else ms,
-                                 do_knn=method in KNN_METHODS and ell in knn_ells)
+            rows[method] = child(
+                method,
+                ell,
+                None if method == "shadow_first" else ms,
+                do_knn=method in KNN_METHODS and ell in knn_ells,
+            )
         for row in rows.values():
             row["train_speedup"] = list(exact_fit / np.array(row["fit_s"]))
             row["test_speedup"] = list(exact_test / np.array(row["transform_s"]))
@@ -287,11 +322,20 @@ def run_dataset(name, ells, runs, data_home, knn_ells, log):
             row["test_speedup_vs_sklearn"] = list(sk_test / np.array(row["transform_s"]))
             row["data_retained"] = list(np.array(row["retained"]) / len(sp[0][0]))
         by_ell[str(ell)] = rows
-        log(f"  ell = {ell}: m = {np.mean(ms):.0f} ({np.mean(ms) / len(sp[0][0]):.1%}); "
+        log(
+            f"  ell = {ell}: m = {np.mean(ms):.0f} ({np.mean(ms) / len(sp[0][0]):.1%}); "
             + ", ".join(f"{k} {np.mean(v['embedding_error']):.4f}" for k, v in rows.items())
-            + f"  [{time.perf_counter() - t0:.0f} s]")
-    return {"n": n, "n_train": len(sp[0][0]), "gamma": gamma, "sigma": DATA[name][0],
-            "reference_eigenvalues": list(ref_eigs), "baselines": baselines, "by_ell": by_ell}
+            + f"  [{time.perf_counter() - t0:.0f} s]"
+        )
+    return {
+        "n": n,
+        "n_train": len(sp[0][0]),
+        "gamma": gamma,
+        "sigma": DATA[name][0],
+        "reference_eigenvalues": list(ref_eigs),
+        "baselines": baselines,
+        "by_ell": by_ell,
+    }
 
 
 def summarize(result):
@@ -301,20 +345,30 @@ def summarize(result):
         table[name] = {}
         for ell, rows in res["by_ell"].items():
             table[name][ell] = {
-                method: {key: float(np.mean(row[key])) for key in
-                         ("embedding_error", "eigenvalue_error", "train_speedup", "test_speedup",
-                          "train_speedup_vs_sklearn", "test_speedup_vs_sklearn",
-                          "data_retained")} | ({"knn_accuracy": row["knn_accuracy"]}
-                                               if "knn_accuracy" in row else {})
-                for method, row in rows.items()}
+                method: {
+                    key: float(np.mean(row[key]))
+                    for key in (
+                        "embedding_error",
+                        "eigenvalue_error",
+                        "train_speedup",
+                        "test_speedup",
+                        "train_speedup_vs_sklearn",
+                        "test_speedup_vs_sklearn",
+                        "data_retained",
+                    )
+                }
+                | ({"knn_accuracy": row["knn_accuracy"]} if "knn_accuracy" in row else {})
+                for method, row in rows.items()
+            }
         b = res["baselines"]
-        table[name]["exact"] = {"embedding_error": float(np.mean(b["exact"]["embedding_error"])),
-                                "eigenvalue_error": float(np.mean(b["exact"]["eigenvalue_error"])),
-                                "fit_s": float(np.median(b["exact"]["fit_s"])),
-                                "transform_s": float(np.median(b["exact"]["transform_s"])),
-                                "knn_accuracy": b["exact"].get("knn_accuracy"),
-                                "sklearn_kernelpca_fit_s":
-                                    float(np.median(b["sk_kernelpca"]["fit_s"]))}
+        table[name]["exact"] = {
+            "embedding_error": float(np.mean(b["exact"]["embedding_error"])),
+            "eigenvalue_error": float(np.mean(b["exact"]["eigenvalue_error"])),
+            "fit_s": float(np.median(b["exact"]["fit_s"])),
+            "transform_s": float(np.median(b["exact"]["transform_s"])),
+            "knn_accuracy": b["exact"].get("knn_accuracy"),
+            "sklearn_kernelpca_fit_s": float(np.median(b["sk_kernelpca"]["fit_s"])),
+        }
     return table
 
 
@@ -324,36 +378,50 @@ def plot(result, suffix):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("embedding_error", "eigen-embedding error"),
-              ("eigenvalue_error", "eigenvalue error"),
-              ("data_retained", "data retained (m / n_train)"),
-              ("knn_accuracy", "3-NN accuracy (10-fold CV)"),
-              ("train_speedup", "train speed-up vs fastkpca ExactKPCA"),
-              ("test_speedup", "test speed-up vs fastkpca ExactKPCA"),
-              ("train_speedup_vs_sklearn", "train speed-up vs sklearn KernelPCA"),
-              ("test_speedup_vs_sklearn", "test speed-up vs sklearn KernelPCA")]
-    groups = {"": ("shadow", "uniform", "nystrom", "wnystrom", "shadow_first"),
-              "_rsde": ("shadow", "kmeans", "paring", "herding", "uniform")}
+    panels = [
+        ("embedding_error", "eigen-embedding error"),
+        ("eigenvalue_error", "eigenvalue error"),
+        ("data_retained", "data retained (m / n_train)"),
+        ("knn_accuracy", "3-NN accuracy (10-fold CV)"),
+        ("train_speedup", "train speed-up vs fastkpca ExactKPCA"),
+        ("test_speedup", "test speed-up vs fastkpca ExactKPCA"),
+        ("train_speedup_vs_sklearn", "train speed-up vs sklearn KernelPCA"),
+        ("test_speedup_vs_sklearn", "test speed-up vs sklearn KernelPCA"),
+    ]
+    groups = {
+        "": ("shadow", "uniform", "nystrom", "wnystrom", "shadow_first"),
+        "_rsde": ("shadow", "kmeans", "paring", "herding", "uniform"),
+    }
     for name, res in result["datasets"].items():
         for tag, methods in groups.items():
             fig, axes = plt.subplots(2, 4, figsize=(18, 8))
             for ax, (key, title) in zip(axes.ravel(), panels, strict=True):
                 for method in methods:
-                    pts = [(float(e), rows[method][key]) for e, rows in res["by_ell"].items()
-                           if key in rows[method]]
+                    pts = [
+                        (float(e), rows[method][key])
+                        for e, rows in res["by_ell"].items()
+                        if key in rows[method]
+                    ]
                     if not pts:
                         continue
                     x = [p[0] for p in pts]
                     vals = [np.mean(p[1]) for p in pts]
                     err = [np.std(p[1]) if np.ndim(p[1]) else 0.0 for p in pts]
-                    ax.errorbar(x, vals, yerr=err, marker="o", ms=3, capsize=2,
-                                label=LABELS[method])
+                    ax.errorbar(
+                        x, vals, yerr=err, marker="o", ms=3, capsize=2, label=LABELS[method]
+                    )
                 exact = res["baselines"]["exact"]
-                if key in ("embedding_error", "eigenvalue_error", "knn_accuracy") \
-                        and exact.get(key) is not None:
+                if (
+                    key in ("embedding_error", "eigenvalue_error", "knn_accuracy")
+                    and exact.get(key) is not None
+                ):
                     # the floor: exact KPCA trained on the same 80 % (or, for k-NN, each fold)
-                    ax.axhline(np.mean(exact[key]), color="k", ls="--",
-                               label=LABELS["exact"] + " (same training rows)")
+                    ax.axhline(
+                        np.mean(exact[key]),
+                        color="k",
+                        ls="--",
+                        label=LABELS["exact"] + " (same training rows)",
+                    )
                 if key in ("embedding_error", "eigenvalue_error") or "speedup" in key:
                     ax.set_yscale("log")
                 ax.set_title(title, fontsize=10)
@@ -361,8 +429,10 @@ def plot(result, suffix):
             axes[0, 0].legend(fontsize=7)
             if axes[0, 3].get_legend_handles_labels()[0]:
                 axes[0, 3].legend(fontsize=7)
-            fig.suptitle(f"Reduced-set KPCA, {name} (n_t = {res['n_train']}, sigma = "
-                         f"{res['sigma']:g}, r = {RANK}; mean +- sd over splits)")
+            fig.suptitle(
+                f"Reduced-set KPCA, {name} (n_t = {res['n_train']}, sigma = "
+                f"{res['sigma']:g}, r = {RANK}; mean +- sd over splits)"
+            )
             fig.tight_layout()
             fig.savefig(RESULTS / f"rskpca_paper_{name}{tag}{suffix}.png", dpi=110)
             plt.close(fig)
@@ -370,11 +440,17 @@ def plot(result, suffix):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="ell in {3, 4, 5}, 2 splits, no k-NN (about 2 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="ell in {3, 4, 5}, 2 splits, no k-NN (about 2 minutes)"
+    )
     parser.add_argument("--runs", type=int, default=None, help="random splits (default 3)")
-    parser.add_argument("--knn-ells", type=float, nargs="*", default=[3.0, 4.0, 5.0],
-                        help="ells at which the 3-NN accuracy is measured (none: skip)")
+    parser.add_argument(
+        "--knn-ells",
+        type=float,
+        nargs="*",
+        default=[3.0, 4.0, 5.0],
+        help="ells at which the 3-NN accuracy is measured (none: skip)",
+    )
     parser.add_argument("--ell-step", type=float, default=0.5)
     parser.add_argument("--datasets", nargs="+", default=list(DATA), choices=list(DATA))
     parser.add_argument("--no-knn", action="store_true", help="skip the 3-NN cross-validation")
@@ -393,10 +469,16 @@ def main(argv=None):
         print(msg, flush=True)
 
     t0 = time.perf_counter()
-    result = {"paper": "Kingravi, Vela & Gray, Reduced set KPCA (section 6, Figures 2-3, 7-8)",
-              "command": "benchmarks/rskpca_paper.py " + " ".join(sys.argv[1:]),
-              "machine": machine_info(), "rank": RANK, "ells": ells, "runs": runs,
-              "labels": LABELS, "datasets": {}}
+    result = {
+        "paper": "Kingravi, Vela & Gray, Reduced set KPCA (section 6, Figures 2-3, 7-8)",
+        "command": "benchmarks/rskpca_paper.py " + " ".join(sys.argv[1:]),
+        "machine": machine_info(),
+        "rank": RANK,
+        "ells": ells,
+        "runs": runs,
+        "labels": LABELS,
+        "datasets": {},
+    }
     for name in args.datasets:
         result["datasets"][name] = run_dataset(name, ells, runs, args.data_home, knn_ells, log)
     result["summary"] = summarize(result)

@@ -152,19 +152,23 @@ def make_model(method, m, gamma, seed):
 
     kind, ell = method if isinstance(method, tuple) else (method, None)
     if kind == "skpca":
-        return StreamingKPCA(min(N_COMPONENTS, ell, m), gamma=gamma, n_features=m, sketch_size=ell,
-                             random_state=seed)
+        return StreamingKPCA(
+            min(N_COMPONENTS, ell, m), gamma=gamma, n_features=m, sketch_size=ell, random_state=seed
+        )
     if kind == "rnca":
-        return RandomFeatureKPCA(min(N_COMPONENTS, m), gamma=gamma, n_features=m,
-                                 random_state=seed)
+        return RandomFeatureKPCA(min(N_COMPONENTS, m), gamma=gamma, n_features=m, random_state=seed)
     if kind == "nystrom":
         return NystromKPCA(min(N_COMPONENTS, m), gamma=gamma, n_landmarks=m, random_state=seed)
     if kind == "sk_rff":
-        return make_pipeline(RBFSampler(gamma=gamma, n_components=m, random_state=seed),
-                             PCA(min(N_COMPONENTS, m), random_state=seed))
+        return make_pipeline(
+            RBFSampler(gamma=gamma, n_components=m, random_state=seed),
+            PCA(min(N_COMPONENTS, m), random_state=seed),
+        )
     if kind == "sk_nys":
-        return make_pipeline(Nystroem(gamma=gamma, n_components=m, random_state=seed),
-                             PCA(min(N_COMPONENTS, m), random_state=seed))
+        return make_pipeline(
+            Nystroem(gamma=gamma, n_components=m, random_state=seed),
+            PCA(min(N_COMPONENTS, m), random_state=seed),
+        )
     raise ValueError(method)
 
 
@@ -204,8 +208,12 @@ def space(method, m, d):
 def label(method):
     if isinstance(method, tuple):
         return f"SKPCA l={method[1]}"
-    return {"rnca": "RNCA (RandomFeatureKPCA)", "nystrom": "Nystrom (NystromKPCA)",
-            "sk_rff": "sklearn RBFSampler+PCA", "sk_nys": "sklearn Nystroem+PCA"}[method]
+    return {
+        "rnca": "RNCA (RandomFeatureKPCA)",
+        "nystrom": "Nystrom (NystromKPCA)",
+        "sk_rff": "sklearn RBFSampler+PCA",
+        "sk_nys": "sklearn Nystroem+PCA",
+    }[method]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -222,8 +230,11 @@ def run_dataset(name, args, rng):
     kernel = RBF(gamma)
     eval_idx = np.sort(rng.choice(n, size=min(args.n_eval, n), replace=False))
     X_eval = X_train[eval_idx]
-    print(f"[{name}] train {n} x {d}, test {X_test.shape[0]}, gamma = {gamma:.4g}, "
-          f"error on {len(eval_idx)} training rows", flush=True)
+    print(
+        f"[{name}] train {n} x {d}, test {X_test.shape[0]}, gamma = {gamma:.4g}, "
+        f"error on {len(eval_idx)} training rows",
+        flush=True,
+    )
 
     methods = [("skpca", ell) for ell in args.ells] + ["rnca", "nystrom"]
     if not args.no_sklearn:
@@ -237,13 +248,19 @@ def run_dataset(name, args, rng):
                 if isinstance(method, tuple) and method[1] >= m:
                     continue  # exact sketch: equals RNCA
                 t0 = time.perf_counter()
-                out = measure(setup_child, fit_model,
-                              setup_kwargs={"path": path, "method": method, "gamma": gamma},
-                              work_kwargs={"method": method, "m": m, "gamma": gamma,
-                                           "seed": args.seed})
-                row = {"data": name, "method": label(method), "sample_size": m,
-                       "ell": method[1] if isinstance(method, tuple) else None,
-                       "space": space(method, m, d)}
+                out = measure(
+                    setup_child,
+                    fit_model,
+                    setup_kwargs={"path": path, "method": method, "gamma": gamma},
+                    work_kwargs={"method": method, "m": m, "gamma": gamma, "seed": args.seed},
+                )
+                row = {
+                    "data": name,
+                    "method": label(method),
+                    "sample_size": m,
+                    "ell": method[1] if isinstance(method, tuple) else None,
+                    "space": space(method, m, d),
+                }
                 if not out.get("ok"):
                     row["error"] = out.get("error")
                     print(f"  m={m:5d} {label(method):28s} FAILED: {row['error']}", flush=True)
@@ -257,19 +274,29 @@ def run_dataset(name, args, rng):
                     model.transform(X_test)
                     test_times.append(time.perf_counter() - t)
                 T = uncentered_embedding(method, model, X_eval)
-                row.update({
-                    "train_s": out["seconds"], "train_extra_peak_mb": out["extra_peak_mb"],
-                    "test_s": min(test_times),
-                    "spectral_error": gram_spectral_error(X_eval, T, kernel, center=False),
-                    "frobenius_error": gram_frobenius_error(X_eval, T, kernel, center=False),
-                })
+                row.update(
+                    {
+                        "train_s": out["seconds"],
+                        "train_extra_peak_mb": out["extra_peak_mb"],
+                        "test_s": min(test_times),
+                        "spectral_error": gram_spectral_error(X_eval, T, kernel, center=False),
+                        "frobenius_error": gram_frobenius_error(X_eval, T, kernel, center=False),
+                    }
+                )
                 rows.append(row)
-                print(f"  m={m:5d} {label(method):28s} spec {row['spectral_error']:.3e} "
-                      f"frob {row['frobenius_error']:.3e} train {row['train_s']:.3f}s "
-                      f"test {row['test_s'] * 1e3:.2f}ms  ({time.perf_counter() - t0:.1f}s)",
-                      flush=True)
-    info = {"n_train": n, "n_test": int(X_test.shape[0]), "n_features": d, "gamma": gamma,
-            "n_eval": int(len(eval_idx))}
+                print(
+                    f"  m={m:5d} {label(method):28s} spec {row['spectral_error']:.3e} "
+                    f"frob {row['frobenius_error']:.3e} train {row['train_s']:.3f}s "
+                    f"test {row['test_s'] * 1e3:.2f}ms  ({time.perf_counter() - t0:.1f}s)",
+                    flush=True,
+                )
+    info = {
+        "n_train": n,
+        "n_test": int(X_test.shape[0]),
+        "n_features": d,
+        "gamma": gamma,
+        "n_eval": int(len(eval_idx)),
+    }
     return rows, info
 
 
@@ -280,15 +307,21 @@ def plot(name, rows, path):
     import matplotlib.pyplot as plt
 
     rows = [r for r in rows if "error" not in r]
-    labels = sorted(dict.fromkeys(r["method"] for r in rows),
-                    key=lambda lab: (not lab.startswith("SKPCA"),
-                                     int(lab.split("=")[1]) if lab.startswith("SKPCA") else 0))
-    panels = [("sample_size", "spectral_error", "kernel spectral error"),
-              ("sample_size", "frobenius_error", "kernel Frobenius error"),
-              ("sample_size", "train_s", "train time (s)"),
-              ("sample_size", "test_s", "test time (s)"),
-              ("space", "spectral_error", "kernel spectral error"),
-              ("space", "frobenius_error", "kernel Frobenius error")]
+    labels = sorted(
+        dict.fromkeys(r["method"] for r in rows),
+        key=lambda lab: (
+            not lab.startswith("SKPCA"),
+            int(lab.split("=")[1]) if lab.startswith("SKPCA") else 0,
+        ),
+    )
+    panels = [
+        ("sample_size", "spectral_error", "kernel spectral error"),
+        ("sample_size", "frobenius_error", "kernel Frobenius error"),
+        ("sample_size", "train_s", "train time (s)"),
+        ("sample_size", "test_s", "test time (s)"),
+        ("space", "spectral_error", "kernel spectral error"),
+        ("space", "frobenius_error", "kernel Frobenius error"),
+    ]
     fig, axes = plt.subplots(2, 3, figsize=(16, 9))
     cmap = plt.get_cmap("viridis")
     skpca = [lab for lab in labels if lab.startswith("SKPCA")]
@@ -298,13 +331,19 @@ def plot(name, rows, path):
             if not pts:
                 continue
             if lab.startswith("SKPCA"):
-                style = dict(color=cmap(skpca.index(lab) / max(1, len(skpca) - 1) * 0.85),
-                             marker="o", ms=3, lw=1.2)
+                style = dict(
+                    color=cmap(skpca.index(lab) / max(1, len(skpca) - 1) * 0.85),
+                    marker="o",
+                    ms=3,
+                    lw=1.2,
+                )
             else:
-                style = {"RNCA (RandomFeatureKPCA)": dict(color="red", marker="s"),
-                         "Nystrom (NystromKPCA)": dict(color="black", marker="^"),
-                         "sklearn RBFSampler+PCA": dict(color="red", ls="--", marker="x"),
-                         "sklearn Nystroem+PCA": dict(color="gray", ls="--", marker="x")}[lab]
+                style = {
+                    "RNCA (RandomFeatureKPCA)": dict(color="red", marker="s"),
+                    "Nystrom (NystromKPCA)": dict(color="black", marker="^"),
+                    "sklearn RBFSampler+PCA": dict(color="red", ls="--", marker="x"),
+                    "sklearn Nystroem+PCA": dict(color="gray", ls="--", marker="x"),
+                }[lab]
                 style.update(ms=4, lw=1.5)
             ax.plot(*zip(*pts, strict=True), label=lab, **style)
         ax.set_xscale("log")
@@ -313,8 +352,7 @@ def plot(name, rows, path):
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{name}: SKPCA vs RNCA vs Nystrom (Ghashami, Perry & Phillips 2016, "
-                 "section 3)")
+    fig.suptitle(f"{name}: SKPCA vs RNCA vs Nystrom (Ghashami, Perry & Phillips 2016, section 3)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -322,21 +360,32 @@ def plot(name, rows, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="small run: m in {32, 128, 512}, ell in {5, 20}, Adult 5000 rows")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small run: m in {32, 128, 512}, ell in {5, 20}, Adult 5000 rows",
+    )
     p.add_argument("--datasets", nargs="+", default=["cpu", "adult"], choices=["cpu", "adult"])
-    p.add_argument("--n-eval", type=int, default=None,
-                   help="training rows the errors are evaluated on (default 3000; quick 1000)")
-    p.add_argument("--max-train", type=int, default=None,
-                   help="subsample the training set (default: all; quick: 5000)")
+    p.add_argument(
+        "--n-eval",
+        type=int,
+        default=None,
+        help="training rows the errors are evaluated on (default 3000; quick 1000)",
+    )
+    p.add_argument(
+        "--max-train",
+        type=int,
+        default=None,
+        help="subsample the training set (default: all; quick: 5000)",
+    )
     p.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn baselines")
     p.add_argument("--threads", default="1", help="BLAS threads (default 1; see the docstring)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-home", default=None,
-                   help="data folder (default: $FASTKPCA_DATA or ../shared/data)")
+    p.add_argument(
+        "--data-home", default=None, help="data folder (default: $FASTKPCA_DATA or ../shared/data)"
+    )
     p.add_argument("--out", default=str(RESULTS))
-    p.add_argument("--replot", action="store_true",
-                   help="only redraw the PNGs from the saved JSON")
+    p.add_argument("--replot", action="store_true", help="only redraw the PNGs from the saved JSON")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.ells = (32, 128, 512), (5, 20)
@@ -353,16 +402,27 @@ def main(argv=None):
 
         saved = json.loads((out_dir / f"skpca_paper{suffix}.json").read_text())
         for name in saved["datasets"]:
-            plot(name, [r for r in saved["rows"] if r["data"] == name],
-                 out_dir / f"skpca_paper_{name}{suffix}.png")
+            plot(
+                name,
+                [r for r in saved["rows"] if r["data"] == name],
+                out_dir / f"skpca_paper_{name}{suffix}.png",
+            )
         return
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
-    results = {"benchmark": "skpca_paper", "paper": "Ghashami, Perry & Phillips, AISTATS 2016",
-               "machine": machine_info(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-               "command": " ".join(["benchmarks/skpca_paper.py", *(argv or sys.argv[1:])]),
-               "sample_sizes": list(args.sizes), "ells": list(args.ells),
-               "n_components": N_COMPONENTS, "seed": args.seed, "datasets": {}, "rows": []}
+    results = {
+        "benchmark": "skpca_paper",
+        "paper": "Ghashami, Perry & Phillips, AISTATS 2016",
+        "machine": machine_info(),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "command": " ".join(["benchmarks/skpca_paper.py", *(argv or sys.argv[1:])]),
+        "sample_sizes": list(args.sizes),
+        "ells": list(args.ells),
+        "n_components": N_COMPONENTS,
+        "seed": args.seed,
+        "datasets": {},
+        "rows": [],
+    }
     for name in args.datasets:
         rows, info = run_dataset(name, args, rng)
         results["datasets"][name] = info

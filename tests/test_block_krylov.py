@@ -81,8 +81,9 @@ def test_randomized_stops_at_rounding_floor(dtype, tol, floor):
     # a tolerance below what the products can resolve stops on stagnation, not at max_iter
     B = np.random.default_rng(0).standard_normal((1000, 1000)) / 30
     A = B @ B.T
-    w, V, n_iter = eigh_topk(A.astype(dtype), 5, method="randomized", rng=0, tol=tol,
-                             max_iter=400, return_n_iter=True)
+    w, V, n_iter = eigh_topk(
+        A.astype(dtype), 5, method="randomized", rng=0, tol=tol, max_iter=400, return_n_iter=True
+    )
     assert n_iter < 150, n_iter
     res = np.linalg.norm(A @ V - V * w, axis=0).max() / w[0]
     assert res < floor
@@ -97,8 +98,7 @@ def test_randomized_max_iter_returns_consistent_pairs():
     assert np.all(w <= 0.99 ** np.arange(4) + 1e-12)
 
 
-@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern", "polynomial", "linear",
-                                  "cosine"])
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern", "polynomial", "linear", "cosine"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_symmetric_gram_matches_kernel(name, dtype):
     X = np.random.default_rng(0).standard_normal((301, 5)).astype(dtype)
@@ -111,8 +111,12 @@ def test_symmetric_gram_matches_kernel(name, dtype):
         np.testing.assert_array_equal(np.diag(K), np.diag(ref))  # the kernel's diagonal rule
         # the upper triangle is the same GEMM on a different row split: round-off only
         # (float32: the float64 block rounded to float32 either way, 1 ulp)
-        np.testing.assert_allclose(K, ref, rtol=1e-6 if dtype == np.float32 else 1e-13,
-                                   atol=1e-6 if dtype == np.float32 else 1e-13)
+        np.testing.assert_allclose(
+            K,
+            ref,
+            rtol=1e-6 if dtype == np.float32 else 1e-13,
+            atol=1e-6 if dtype == np.float32 else 1e-13,
+        )
 
 
 @pytest.fixture(scope="module")

@@ -35,8 +35,9 @@ def test_inplace_matches_sklearn(grams):
     Kc = K.copy()
     stats = center_gram_inplace(Kc)
     np.testing.assert_allclose(Kc, ref.transform(K), atol=1e-13)
-    np.testing.assert_allclose(center_gram_out_of_sample(Kn.copy(), stats), ref.transform(Kn),
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        center_gram_out_of_sample(Kn.copy(), stats), ref.transform(Kn), atol=1e-13
+    )
 
 
 def test_weighted_matches_explicit(grams):
@@ -49,8 +50,9 @@ def test_weighted_matches_explicit(grams):
     np.testing.assert_allclose(Kc @ wn, 0, atol=1e-13)
     # out of sample: k~(x, x_j) = k(x, x_j) - (k(x, .) w) - (K w)_j + w^T K w
     ref = Kn - (Kn @ wn)[:, None] - (K @ wn)[None, :] + wn @ K @ wn
-    np.testing.assert_allclose(center_gram_out_of_sample(Kn.copy(), stats, weights=w), ref,
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        center_gram_out_of_sample(Kn.copy(), stats, weights=w), ref, atol=1e-13
+    )
 
 
 def test_uniform_weights_equal_unweighted(grams):

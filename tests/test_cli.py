@@ -15,8 +15,13 @@ from fastkpca.cli import main
 
 def run_cli(*args, cwd=None):
     """``python -m fastkpca ARGS`` in a fresh interpreter (stdin/stderr are not terminals)."""
-    return subprocess.run([sys.executable, "-m", "fastkpca", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "fastkpca", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +50,28 @@ def _available(method):
 
 # --- end to end in a subprocess -------------------------------------------------------------------
 
+
 def test_fit_transform_match_python_api(data, tmp_path):
     from fastkpca import ExactKPCA
 
     X, _, csv, _ = data
     model = tmp_path / "m.npz"
-    r = run_cli("fit", csv, "--method", "exact", "-k", 3, "--gamma", 0.3, "--seed", 0,
-                "--label-column", "label", "-o", model)
+    r = run_cli(
+        "fit",
+        csv,
+        "--method",
+        "exact",
+        "-k",
+        3,
+        "--gamma",
+        0.3,
+        "--seed",
+        0,
+        "--label-column",
+        "label",
+        "-o",
+        model,
+    )
     assert r.returncode == 0, r.stderr
     assert "fitted ExactKPCA (3 components" in r.stdout and "120 rows x 4 features" in r.stdout
     assert r.stderr == ""  # no progress bar when stderr is not a terminal
@@ -71,8 +91,9 @@ def test_fit_transform_match_python_api(data, tmp_path):
 def test_errors_are_one_line(tmp_path):
     r = run_cli("fit", tmp_path / "nope.csv", "-o", tmp_path / "m.npz")
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == [f"fastkpca: error: data file not found: "
-                                             f"{tmp_path / 'nope.csv'}"]
+    assert r.stderr.strip().splitlines() == [
+        f"fastkpca: error: data file not found: {tmp_path / 'nope.csv'}"
+    ]
     r = run_cli("fit", tmp_path / "nope.csv", "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr and "FileNotFoundError" in r.stderr
     r = run_cli("fit")  # usage errors: argparse's message, exit status 2
@@ -80,8 +101,9 @@ def test_errors_are_one_line(tmp_path):
 
 
 def test_demo_subprocess(tmp_path):
-    r = run_cli("demo", "--n-samples", 150, "--methods", "exact", "-k", 3, "--output",
-                tmp_path / "demo.png")
+    r = run_cli(
+        "demo", "--n-samples", 150, "--methods", "exact", "-k", 3, "--output", tmp_path / "demo.png"
+    )
     assert r.returncode == 0, r.stderr
     assert "ExactKPCA" in r.stdout and "rank-k err" in r.stdout
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -99,56 +121,134 @@ def test_console_script_and_help():
 
 # --- in-process -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("method,options,params", [
-    ("random-features", ["--n-features", "64"], {"n_features": 64}),
-    ("rf", ["--n-features", "64", "--features", "orf"], {"n_features": 64, "features": "orf"}),
-    ("streaming", ["--n-features", "64", "--sketch-size", "16"],
-     {"n_features": 64, "sketch_size": 16}),
-])
+
+@pytest.mark.parametrize(
+    "method,options,params",
+    [
+        ("random-features", ["--n-features", "64"], {"n_features": 64}),
+        ("rf", ["--n-features", "64", "--features", "orf"], {"n_features": 64, "features": "orf"}),
+        (
+            "streaming",
+            ["--n-features", "64", "--sketch-size", "16"],
+            {"n_features": 64, "sketch_size": 16},
+        ),
+    ],
+)
 def test_streamed_fit_matches_api(data, tmp_path, capsys, method, options, params):
     """One-pass methods fit on the file's row blocks: the same model as fit on the array."""
     X, _, _, npy = data
     cls = _available(method)
-    rc = main(["fit", str(npy), "-m", method, "-k", "3", "--gamma", "0.3", "--seed", "4",
-               "--block-rows", "8192", *options, "-o", str(tmp_path / "m.npz")])
+    rc = main(
+        [
+            "fit",
+            str(npy),
+            "-m",
+            method,
+            "-k",
+            "3",
+            "--gamma",
+            "0.3",
+            "--seed",
+            "4",
+            "--block-rows",
+            "8192",
+            *options,
+            "-o",
+            str(tmp_path / "m.npz"),
+        ]
+    )
     assert rc == 0
     assert "(streamed)" in capsys.readouterr().out
     from fastkpca import load
 
     expected = cls(n_components=3, gamma=0.3, random_state=4, **params).fit(X)
-    np.testing.assert_allclose(load(tmp_path / "m.npz").transform(X), expected.transform(X),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        load(tmp_path / "m.npz").transform(X), expected.transform(X), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_nystrom_with_landmark_file_streams(data, tmp_path, capsys):
     X, _, csv, _ = data
     cls = _available("nystrom")
     np.save(tmp_path / "land.npy", X[::5])
-    rc = main(["fit", str(csv), "-m", "nystrom", "--landmarks", str(tmp_path / "land.npy"),
-               "-k", "3", "--gamma", "0.3", "--label-column", "label",
-               "-o", str(tmp_path / "ny.npz")])
+    rc = main(
+        [
+            "fit",
+            str(csv),
+            "-m",
+            "nystrom",
+            "--landmarks",
+            str(tmp_path / "land.npy"),
+            "-k",
+            "3",
+            "--gamma",
+            "0.3",
+            "--label-column",
+            "label",
+            "-o",
+            str(tmp_path / "ny.npz"),
+        ]
+    )
     assert rc == 0 and "(streamed)" in capsys.readouterr().out
     from fastkpca import load
 
     expected = cls(n_components=3, landmarks=X[::5], gamma=0.3, random_state=0).fit(X)
-    np.testing.assert_allclose(load(tmp_path / "ny.npz").transform(X), expected.transform(X),
-                               rtol=1e-10, atol=1e-12)
-    rc = main(["fit", str(csv), "-m", "nystrom", "--landmarks", "kmeans", "--n-landmarks", "20",
-               "-k", "3", "--label-column", "label", "-o", str(tmp_path / "ny2.npz")])
+    np.testing.assert_allclose(
+        load(tmp_path / "ny.npz").transform(X), expected.transform(X), rtol=1e-10, atol=1e-12
+    )
+    rc = main(
+        [
+            "fit",
+            str(csv),
+            "-m",
+            "nystrom",
+            "--landmarks",
+            "kmeans",
+            "--n-landmarks",
+            "20",
+            "-k",
+            "3",
+            "--label-column",
+            "label",
+            "-o",
+            str(tmp_path / "ny2.npz"),
+        ]
+    )
     assert rc == 0 and "(in memory)" in capsys.readouterr().out
 
 
 def test_param_and_float32(data, tmp_path, capsys):
     X, _, _, npy = data
-    rc = main(["fit", str(npy), "-k", "2", "--param", "eigen_solver=lanczos", "--dtype",
-               "float32", "-o", str(tmp_path / "m.npz")])
+    rc = main(
+        [
+            "fit",
+            str(npy),
+            "-k",
+            "2",
+            "--param",
+            "eigen_solver=lanczos",
+            "--dtype",
+            "float32",
+            "-o",
+            str(tmp_path / "m.npz"),
+        ]
+    )
     assert rc == 0
     from fastkpca import load
 
     model = load(tmp_path / "m.npz")
     assert model.eigen_solver == "lanczos" and model.X_fit_.dtype == np.float32
-    rc = main(["transform", str(tmp_path / "m.npz"), str(npy), "--dtype", "float32",
-               "-o", str(tmp_path / "t.npy")])
+    rc = main(
+        [
+            "transform",
+            str(tmp_path / "m.npz"),
+            str(npy),
+            "--dtype",
+            "float32",
+            "-o",
+            str(tmp_path / "t.npy"),
+        ]
+    )
     assert rc == 0 and np.load(tmp_path / "t.npy").dtype == np.float32
 
 
@@ -168,8 +268,10 @@ def test_info(data, tmp_path, capsys):
 def test_evaluate_exact_model_on_its_training_data(data, tmp_path, capsys):
     X, _, csv, _ = data
     model = str(tmp_path / "m.npz")
-    assert main(["fit", str(csv), "-k", "3", "--gamma", "0.3", "--label-column", "label",
-                 "-o", model]) == 0
+    assert (
+        main(["fit", str(csv), "-k", "3", "--gamma", "0.3", "--label-column", "label", "-o", model])
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", model, str(csv), "--label-column", "label", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -180,15 +282,22 @@ def test_evaluate_exact_model_on_its_training_data(data, tmp_path, capsys):
     assert m["relative_rank_k_error"]["exact"] == pytest.approx(1.0, abs=1e-6)
     assert m["embedding_error"]["model"] < 1e-8
     assert m["eigenvalue_error"]["model"] < 1e-8
-    assert m["gram_spectral_error"]["model"] == pytest.approx(m["gram_spectral_error"]["exact"],
-                                                              rel=1e-6)
+    assert m["gram_spectral_error"]["model"] == pytest.approx(
+        m["gram_spectral_error"]["exact"], rel=1e-6
+    )
     # a random subsample, as a table
-    assert main(["evaluate", model, str(csv), "--label-column", "label", "--max-samples",
-                 "50"]) == 0
+    assert (
+        main(["evaluate", model, str(csv), "--label-column", "label", "--max-samples", "50"]) == 0
+    )
     out = capsys.readouterr().out
     assert "on 50 of 120 rows" in out
-    for name in ("relative_rank_k_error", "gram_spectral_error", "gram_frobenius_error",
-                 "embedding_error", "eigenvalue_error"):
+    for name in (
+        "relative_rank_k_error",
+        "gram_spectral_error",
+        "gram_frobenius_error",
+        "embedding_error",
+        "eigenvalue_error",
+    ):
         assert name in out
 
 
@@ -205,12 +314,15 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
         return err
 
     assert "--sketch-size does not apply to --method exact" in error_of(
-        ["fit", str(npy), "--sketch-size", "5"])
+        ["fit", str(npy), "--sketch-size", "5"]
+    )
     assert "has no parameter 'bogus'" in error_of(["fit", str(npy), "--param", "bogus=1"])
-    assert "use --label-column" in error_of(["transform", model, str(csv), "-o",
-                                             str(tmp_path / "t.npy")])
-    assert "write .npy, .csv or .tsv" in error_of(["transform", model, str(npy), "-o",
-                                                   str(tmp_path / "t.parquet")])
+    assert "use --label-column" in error_of(
+        ["transform", model, str(csv), "-o", str(tmp_path / "t.npy")]
+    )
+    assert "write .npy, .csv or .tsv" in error_of(
+        ["transform", model, str(npy), "-o", str(tmp_path / "t.parquet")]
+    )
     assert "n_components=500 is larger" in error_of(["fit", str(npy), "-k", "500"])
     assert "not a fastkpca model file" in error_of(["info", str(npy)])
     # a method whose module has not landed yet: one line, not a traceback
@@ -219,18 +331,21 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setitem(dec._LAZY, "FutureKPCA", "future_method")
     assert "method 'future' (FutureKPCA) is not available" in error_of(
-        ["fit", str(npy), "-m", "future"])
+        ["fit", str(npy), "-m", "future"]
+    )
 
 
 # --- bench ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def bench_dir(tmp_path):
     folder = tmp_path / "benchmarks"
     folder.mkdir()
     (folder / "_harness.py").write_text("")
-    (folder / "hello.py").write_text('"""Say hello."""\nimport sys\n'
-                                     'print("hello", *sys.argv[1:])\n')
+    (folder / "hello.py").write_text(
+        '"""Say hello."""\nimport sys\nprint("hello", *sys.argv[1:])\n'
+    )
     (folder / "broken.py").write_text('"""Fail."""\nraise SystemExit(3)\n')
     return folder
 
@@ -253,8 +368,10 @@ def test_bench_without_checkout(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_find_benchmarks", lambda directory=None: None)
     for argv in (["bench"], ["bench", "--list"]):
         assert main(argv) == 1
-        assert "not installed with the package: run it from a source checkout" in \
-            capsys.readouterr().err
+        assert (
+            "not installed with the package: run it from a source checkout"
+            in capsys.readouterr().err
+        )
     with pytest.raises(SystemExit) as exc:  # "--" passes arguments to benchmark scripts only
         main(["fit", "x.npy", "--", "y"])
     assert exc.value.code == 2
@@ -262,15 +379,16 @@ def test_bench_without_checkout(monkeypatch, capsys):
 
 # --- demo -----------------------------------------------------------------------------------------
 
+
 def test_run_demo_tiny(tmp_path):
     from fastkpca._demo import run_demo
 
-    methods = ["exact"] + [m for m in ("nystrom", "reduced-set")
-                           if m in cli.available_methods()]
+    methods = ["exact"] + [m for m in ("nystrom", "reduced-set") if m in cli.available_methods()]
     out_file = tmp_path / "table.txt"
     with open(out_file, "w") as f:
-        rows = run_demo(output=tmp_path / "d.png", n_samples=200, n_components=3,
-                        methods=methods, file=f)
+        rows = run_demo(
+            output=tmp_path / "d.png", n_samples=200, n_components=3, methods=methods, file=f
+        )
     assert [r["method"] for r in rows] == methods
     exact = rows[0]
     assert not exact.get("error")
@@ -291,8 +409,11 @@ def test_demo_reports_failures(tmp_path, capsys, monkeypatch):
     from fastkpca import _demo
 
     original = _demo.method_settings
-    monkeypatch.setattr(_demo, "method_settings",
-                        lambda n: {**original(n), "exact": {"eigen_solver": "no-such-solver"}})
+    monkeypatch.setattr(
+        _demo,
+        "method_settings",
+        lambda n: {**original(n), "exact": {"eigen_solver": "no-such-solver"}},
+    )
     assert main(["demo", "--n-samples", "60", "--methods", "exact", "--no-plot", "-k", "2"]) == 1
     captured = capsys.readouterr()
     assert "failed: ValueError" in captured.out
@@ -349,9 +470,32 @@ def test_libsvm_files_of_different_widths(tmp_path, capsys):
     X_test = X[:10].copy()
     X_test[:, 5:] = 0  # the widest row of this file reaches feature 5 only
     dump_svmlight_file(X_test, y[:10], str(tmp_path / "test.svm"), zero_based=False)
-    assert main(["fit", str(tmp_path / "train.svm"), "-k", "2", "--gamma", "0.5",
-                 "-o", str(tmp_path / "m.npz")]) == 0
-    assert main(["transform", str(tmp_path / "m.npz"), str(tmp_path / "test.svm"),
-                 "-o", str(tmp_path / "t.npy")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(tmp_path / "train.svm"),
+                "-k",
+                "2",
+                "--gamma",
+                "0.5",
+                "-o",
+                str(tmp_path / "m.npz"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "transform",
+                str(tmp_path / "m.npz"),
+                str(tmp_path / "test.svm"),
+                "-o",
+                str(tmp_path / "t.npy"),
+            ]
+        )
+        == 0
+    )
     expected = ExactKPCA(n_components=2, gamma=0.5, random_state=0).fit(X).transform(X_test)
     np.testing.assert_allclose(np.load(tmp_path / "t.npy"), expected, rtol=1e-10, atol=1e-12)

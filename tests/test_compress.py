@@ -37,14 +37,16 @@ def setting():
 
 # --- exactness ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("rounding", [None, 1.0])
 def test_no_compression_is_the_original(setting, rounding):
     X, Xn, model, T = setting
     for source in (model, SparsifiedKPCA(3, gamma=0.1, sample_prob=0.5, random_state=0).fit(X)):
         fast = compress_expansion(source, rounding=rounding, random_state=0)
         # rounding=1 keeps every term with its exact coefficient: only round-off differs.
-        np.testing.assert_allclose(fast.transform(Xn), source.transform(Xn), rtol=1e-10,
-                                   atol=1e-10 * np.abs(T).max())
+        np.testing.assert_allclose(
+            fast.transform(Xn), source.transform(Xn), rtol=1e-10, atol=1e-10 * np.abs(T).max()
+        )
         assert fast.n_terms_ == fast.n_terms_source_ == 300
         assert fast.eigenvalues_ is not source.eigenvalues_
         np.testing.assert_array_equal(fast.eigenvalues_, source.eigenvalues_)
@@ -54,8 +56,9 @@ def test_centered_expansion_equals_centered_transform(setting):
     X, Xn, model, T = setting
     exp = kernel_expansion(model)
     assert isinstance(exp, KernelExpansion)
-    np.testing.assert_allclose(exp.kernel(Xn, exp.points) @ exp.coef + exp.offset, T,
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        exp.kernel(Xn, exp.points) @ exp.coef + exp.offset, T, rtol=1e-10, atol=1e-10
+    )
     # weighted centering folds in the same way (what a reduced-set model needs)
     rng = np.random.default_rng(0)
     Z, A, w = X[:40], rng.standard_normal((40, 2)), rng.uniform(0.5, 1.5, 40)
@@ -70,6 +73,7 @@ def test_centered_expansion_equals_centered_transform(setting):
 
 # --- randomized rounding --------------------------------------------------------------------------
 
+
 def test_rounding_is_the_papers_rule_for_one_component(setting):
     X, _, _, _ = setting
     model = ExactKPCA(1, gamma=0.1, eigen_solver="dense").fit(X)
@@ -82,15 +86,17 @@ def test_rounding_is_the_papers_rule_for_one_component(setting):
     big = np.abs(a[keep]) >= 1 / s
     # |alpha_i| >= 1/s: kept as is; otherwise sgn(alpha_i) / s (times the norm we divided by)
     np.testing.assert_allclose(new[big, 0], coef[keep][big], rtol=1e-12)
-    np.testing.assert_allclose(new[~big, 0] / np.linalg.norm(coef),
-                               np.sign(a[keep][~big]) / s, rtol=1e-12)
+    np.testing.assert_allclose(
+        new[~big, 0] / np.linalg.norm(coef), np.sign(a[keep][~big]) / s, rtol=1e-12
+    )
     assert big.any() and (~big).any()
 
 
 def _draws(model, Xn, n_draws, seed, **kw):
     rng = np.random.default_rng(seed)
-    return np.stack([compress_expansion(model, random_state=rng, **kw).transform(Xn)
-                     for _ in range(n_draws)])
+    return np.stack(
+        [compress_expansion(model, random_state=rng, **kw).transform(Xn) for _ in range(n_draws)]
+    )
 
 
 def test_rounding_is_unbiased_with_the_predicted_variance(setting):
@@ -118,8 +124,7 @@ def test_rounding_is_unbiased_with_the_predicted_variance(setting):
 
 def test_number_of_terms(setting):
     _, _, model, _ = setting
-    counts = [compress_expansion(model, rounding=0.25, random_state=s).n_terms_
-              for s in range(200)]
+    counts = [compress_expansion(model, rounding=0.25, random_state=s).n_terms_ for s in range(200)]
     exp = kernel_expansion(model)
     _, _, _, probs = round_coefficients(exp.coef, 0.25, np.random.default_rng(0))
     sd = np.sqrt(np.sum(probs * (1 - probs)))
@@ -161,6 +166,7 @@ def test_hoeffding_tail_bound(setting):
 
 # --- random projections --------------------------------------------------------------------------
 
+
 def test_projection_is_unbiased_for_the_linear_kernel():
     X, Xn = blobs(120, d=30), blobs(15, seed=1, d=30)
     model = ExactKPCA(2, kernel="linear", eigen_solver="dense").fit(X)
@@ -197,6 +203,7 @@ def test_rounding_and_projection_together(setting):
 
 
 # --- contract: dtype, persistence, determinism, bad input ----------------------------------------
+
 
 def test_float32_and_determinism(setting):
     X, Xn, model, _ = setting
@@ -256,15 +263,18 @@ def test_a_model_with_the_protocol_method():
     assert fast.source_model_ == "Expansion"
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(rounding=0.0), "rounding"),
-    (dict(rounding=-0.5), "rounding"),
-    (dict(rounding=1.5), "rounding"),
-    (dict(rounding=float("nan")), "rounding"),
-    (dict(rounding="half"), "rounding"),
-    (dict(projection_dim=0), "projection_dim"),
-    (dict(projection_dim=2.5), "projection_dim"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(rounding=0.0), "rounding"),
+        (dict(rounding=-0.5), "rounding"),
+        (dict(rounding=1.5), "rounding"),
+        (dict(rounding=float("nan")), "rounding"),
+        (dict(rounding="half"), "rounding"),
+        (dict(projection_dim=0), "projection_dim"),
+        (dict(projection_dim=2.5), "projection_dim"),
+    ],
+)
 def test_bad_arguments(setting, kw, match):
     _, _, model, _ = setting
     with pytest.raises(ValueError, match=match):

@@ -98,8 +98,15 @@ def test_random_features_exact_solver_equals_in_memory(X, chunks):
 def test_random_features_countsketch_equals_in_memory(X, n_passes):
     # The CountSketch hashes the global row index, so per-chunk sketches add up to the
     # in-memory one; the Rayleigh-Ritz pass is a second reduction.
-    params = dict(n_components=4, gamma=GAMMA, n_features=120, solver="countsketch",
-                  n_buckets=300, n_passes=n_passes, random_state=1)
+    params = dict(
+        n_components=4,
+        gamma=GAMMA,
+        n_features=120,
+        solver="countsketch",
+        n_buckets=300,
+        n_passes=n_passes,
+        random_state=1,
+    )
     ref = RandomFeatureKPCA(**params).fit(X)
     ours = RandomFeatureKPCA(**params).fit(da.from_array(X, chunks=(600, 12)))
     assert_same_model(ours, ref, X[:300])
@@ -122,18 +129,22 @@ def test_random_features_float32_and_gamma_heuristics(X):
 # ------------------------------------------------------------------------------------------------
 # NystromKPCA: equals the in-memory fit
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params", [
-    dict(landmarks="uniform", n_landmarks=150, gamma=GAMMA),
-    dict(landmarks="uniform", n_landmarks=150, gamma="scale"),
-    dict(landmarks="uniform", n_landmarks=100, gamma="median", covariance="landmarks"),
-    # at most LANDMARK_SUBSAMPLE rows: k-means / rls run on all of them, as in memory
-    dict(landmarks="kmeans", n_landmarks=40, gamma=GAMMA),
-    dict(landmarks="rls", n_landmarks=60, gamma=GAMMA),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(landmarks="uniform", n_landmarks=150, gamma=GAMMA),
+        dict(landmarks="uniform", n_landmarks=150, gamma="scale"),
+        dict(landmarks="uniform", n_landmarks=100, gamma="median", covariance="landmarks"),
+        # at most LANDMARK_SUBSAMPLE rows: k-means / rls run on all of them, as in memory
+        dict(landmarks="kmeans", n_landmarks=40, gamma=GAMMA),
+        dict(landmarks="rls", n_landmarks=60, gamma=GAMMA),
+    ],
+)
 def test_nystrom_equals_in_memory(X, params):
     ref = NystromKPCA(n_components=5, random_state=2, **params).fit(X)
     ours = NystromKPCA(n_components=5, random_state=2, **params).fit(
-        da.from_array(X, chunks=(450, 12)))
+        da.from_array(X, chunks=(450, 12))
+    )
     # uniform landmarks are drawn by index: the same rows as in memory
     np.testing.assert_array_equal(ours.landmarks_, ref.landmarks_)
     assert_same_model(ours, ref, X[:300])
@@ -143,7 +154,8 @@ def test_nystrom_given_landmarks_equals_in_memory(X):
     L = X[::50]
     ref = NystromKPCA(n_components=4, landmarks=L, gamma=GAMMA).fit(X)
     ours = NystromKPCA(n_components=4, landmarks=L, gamma=GAMMA).fit(
-        da.from_array(X, chunks=(1000, 12)))
+        da.from_array(X, chunks=(1000, 12))
+    )
     assert_same_model(ours, ref, X[:300])
 
 
@@ -151,8 +163,9 @@ def test_nystrom_large_array_subsamples_for_kmeans(X, monkeypatch):
     import fastkpca.dask as fkd
 
     monkeypatch.setattr(fkd, "LANDMARK_SUBSAMPLE", 1000)
-    model = NystromKPCA(n_components=3, landmarks="kmeans", n_landmarks=30, gamma=GAMMA,
-                        random_state=0).fit(da.from_array(X, chunks=(500, 12)))
+    model = NystromKPCA(
+        n_components=3, landmarks="kmeans", n_landmarks=30, gamma=GAMMA, random_state=0
+    ).fit(da.from_array(X, chunks=(500, 12)))
     # landmarks from a 1000-row subsample, covariance over all 2500 rows
     assert model.landmarks_.shape == (30, 12) and model.n_samples_seen_ == 2500
     ref = ExactKPCA(n_components=3, gamma=GAMMA).fit(X)
@@ -202,12 +215,15 @@ def test_streaming_merged_sketch_within_fd_bound(X):
 # ------------------------------------------------------------------------------------------------
 # transform: lazy, chunked like X
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cls, params", [
-    (RandomFeatureKPCA, dict(n_features=80)),
-    (StreamingKPCA, dict(n_features=80, sketch_size=20)),
-    (NystromKPCA, dict(n_landmarks=80)),
-    (ExactKPCA, dict()),
-])
+@pytest.mark.parametrize(
+    "cls, params",
+    [
+        (RandomFeatureKPCA, dict(n_features=80)),
+        (StreamingKPCA, dict(n_features=80, sketch_size=20)),
+        (NystromKPCA, dict(n_landmarks=80)),
+        (ExactKPCA, dict()),
+    ],
+)
 def test_transform_is_lazy_and_equals_numpy(X, cls, params):
     model = cls(n_components=3, gamma=GAMMA, random_state=0, **params).fit(X[:600])
     Xd = da.from_array(X, chunks=(700, 12))
@@ -240,7 +256,8 @@ def test_exact_small_dask_array_equals_in_memory(X):
     ours = ExactKPCA(n_components=3, gamma=GAMMA).fit(da.from_array(X[:800], chunks=(300, 12)))
     np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-12)
     T = ExactKPCA(n_components=3, gamma=GAMMA).fit_transform(
-        da.from_array(X[:800], chunks=(300, 12)))
+        da.from_array(X[:800], chunks=(300, 12))
+    )
     assert rel(np.asarray(T), ref.transform(X[:800])) < 1e-8
 
 
@@ -305,8 +322,9 @@ def test_read_npy_reads_rows_lazily(tmp_path, X):
 def client():
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=40)
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    )
     client = Client(cluster, set_as_default=False)
     yield client
     client.close()
@@ -330,8 +348,9 @@ def test_cluster_fit_and_transform_equal_in_memory(X, client):
     with on_cluster(client):
         rf = RandomFeatureKPCA(n_components=4, gamma=GAMMA, n_features=100, random_state=7)
         ny = NystromKPCA(n_components=4, gamma=GAMMA, n_landmarks=100, random_state=7)
-        sk = StreamingKPCA(n_components=4, gamma=GAMMA, n_features=100, sketch_size=100,
-                           random_state=7)
+        sk = StreamingKPCA(
+            n_components=4, gamma=GAMMA, n_features=100, sketch_size=100, random_state=7
+        )
         fitted = [m.fit(Xd) for m in (rf, ny, sk)]
         T = [np.asarray(m.transform(Xd).compute()) for m in fitted]
     for model, T_cluster in zip(fitted, T, strict=True):
@@ -362,8 +381,9 @@ def test_cluster_fit_survives_a_killed_worker(X, client, tmp_path):
         # 10 chunks of 1000 rows; the fit reads the first 8192 rows on the client first, so the
         # last chunk is first computed by the tree reduction on the workers.
         X4 = np.vstack([X, X[::-1], X, X[::-1]])
-        Xd = da.from_array(X4, chunks=(1000, 12)).map_blocks(_kill_worker_once, marker,
-                                                             dtype=X.dtype)
+        Xd = da.from_array(X4, chunks=(1000, 12)).map_blocks(
+            _kill_worker_once, marker, dtype=X.dtype
+        )
         params = dict(n_components=4, gamma=GAMMA, n_features=100, random_state=11)
         pids_before = set(client.run(os.getpid).values())
         with on_cluster(client):

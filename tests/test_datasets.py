@@ -14,11 +14,13 @@ from conftest import REPO, SHARED_DATA
 from fastkpca import datasets
 from fastkpca.datasets import get_data_home, load, load_demo
 
-needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(),
-                                reason=f"shared data not found at {SHARED_DATA}")
+needs_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"shared data not found at {SHARED_DATA}"
+)
 
 
 # --- the real files ------------------------------------------------------------------------------
+
 
 @needs_data
 def test_checksums_of_shared_files():
@@ -30,14 +32,17 @@ def test_checksums_of_shared_files():
 
 
 @needs_data
-@pytest.mark.parametrize("name,subset,shape,labels", [
-    ("pendigits", "train", (7494, 16), set(range(10))),
-    ("pendigits", "test", (3498, 16), set(range(10))),
-    ("pendigits", "all", (10992, 16), set(range(10))),
-    ("german", "all", (1000, 24), {1, 2}),
-    ("adult", "train", (32561, 123), {-1, 1}),
-    ("adult", "test", (16281, 123), {-1, 1}),
-])
+@pytest.mark.parametrize(
+    "name,subset,shape,labels",
+    [
+        ("pendigits", "train", (7494, 16), set(range(10))),
+        ("pendigits", "test", (3498, 16), set(range(10))),
+        ("pendigits", "all", (10992, 16), set(range(10))),
+        ("german", "all", (1000, 24), {1, 2}),
+        ("adult", "train", (32561, 123), {-1, 1}),
+        ("adult", "test", (16281, 123), {-1, 1}),
+    ],
+)
 def test_real_shapes_and_labels(name, subset, shape, labels):
     X, y = load(name, SHARED_DATA, subset=subset)
     assert X.shape == shape and y.shape == (shape[0],)
@@ -47,8 +52,10 @@ def test_real_shapes_and_labels(name, subset, shape, labels):
         assert sp.issparse(X) and X.format == "csr"
         # binary indicator features (a9a.t stores one explicit "123:0" to fix the width)
         assert set(np.unique(X.data).tolist()) <= {0.0, 1.0}
-        first = {"train": [3, 11, 14, 19, 39, 42, 55, 64, 67, 73, 75, 76, 80, 83],  # 1-based
-                 "test": [1, 6, 17, 21, 35, 42, 54, 62, 71, 73, 74, 76, 80, 83]}[subset]
+        first = {
+            "train": [3, 11, 14, 19, 39, 42, 55, 64, 67, 73, 75, 76, 80, 83],  # 1-based
+            "test": [1, 6, 17, 21, 35, 42, 54, 62, 71, 73, 74, 76, 80, 83],
+        }[subset]
         np.testing.assert_array_equal(np.sort(X[0].indices) + 1, first)
     else:
         assert np.isfinite(X).all()
@@ -57,8 +64,9 @@ def test_real_shapes_and_labels(name, subset, shape, labels):
 @needs_data
 def test_pendigits_values_match_the_file():
     X, y = load("pendigits", SHARED_DATA, subset="train")
-    np.testing.assert_array_equal(X[0], [47, 100, 27, 81, 57, 37, 26, 0, 0, 23, 56, 53, 100, 90,
-                                         40, 98])
+    np.testing.assert_array_equal(
+        X[0], [47, 100, 27, 81, 57, 37, 26, 0, 0, 23, 56, 53, 100, 90, 40, 98]
+    )
     assert y[0] == 8
     Xa, ya = load("pendigits", SHARED_DATA)  # "all" is train then test
     np.testing.assert_array_equal(Xa[:7494], X)
@@ -106,6 +114,7 @@ def test_demo_set_is_pendigits_test():
 
 # --- a synthetic layout (runs without the shared data) --------------------------------------------
 
+
 def _idx_bytes(arr):
     head = bytes([0, 0, 0x08, arr.ndim]) + b"".join(struct.pack(">i", d) for d in arr.shape)
     return head + arr.astype(np.uint8).tobytes()
@@ -129,9 +138,11 @@ def fake_home(tmp_path):
     images = np.arange(3 * 28 * 28).reshape(3, 28, 28) % 256
     for prefix, n in (("train", 3), ("t10k", 2)):
         (home / f"mnist/{prefix}-images-idx3-ubyte.gz").write_bytes(
-            gzip.compress(_idx_bytes(images[:n])))
+            gzip.compress(_idx_bytes(images[:n]))
+        )
         (home / f"mnist/{prefix}-labels-idx1-ubyte.gz").write_bytes(
-            gzip.compress(_idx_bytes(np.arange(n) + 4)))
+            gzip.compress(_idx_bytes(np.arange(n) + 4))
+        )
     return home
 
 
@@ -188,6 +199,7 @@ def test_truncated_idx(fake_home):
 
 # --- where the data live --------------------------------------------------------------------------
 
+
 def test_data_home_search_order(fake_home, tmp_path, monkeypatch):
     monkeypatch.setenv("FASTKPCA_DATA", str(fake_home))
     assert get_data_home() == fake_home  # the environment variable
@@ -228,6 +240,7 @@ def test_data_home_default_finds_shared_data(tmp_path, monkeypatch):
 
 
 # --- the embedded demo set ------------------------------------------------------------------------
+
 
 def test_load_demo():
     X, y = load_demo()

@@ -98,7 +98,7 @@ def test_shadow_block_source_and_dtype():
     X = clusters(dtype=np.float32)
     rs = shadow_density(X, 1.0)
     assert rs.centers.dtype == np.float32
-    streamed = shadow_density((X[s:s + 100] for s in range(0, len(X), 100)), 1.0)
+    streamed = shadow_density((X[s : s + 100] for s in range(0, len(X), 100)), 1.0)
     np.testing.assert_array_equal(streamed.labels, rs.labels)
     np.testing.assert_allclose(streamed.centers, rs.centers, rtol=1e-6)
 

@@ -16,14 +16,20 @@ from tests.conftest import rel_err
 # (our kernel spec, sklearn KernelPCA kwargs or a precomputed-kernel function)
 KERNELS = {
     "rbf": (dict(kernel="rbf", gamma=0.15), dict(kernel="rbf", gamma=0.15)),
-    "polynomial": (dict(kernel="polynomial", gamma=0.1, degree=3, coef0=1.0),
-                   dict(kernel="poly", gamma=0.1, degree=3, coef0=1.0)),
+    "polynomial": (
+        dict(kernel="polynomial", gamma=0.1, degree=3, coef0=1.0),
+        dict(kernel="poly", gamma=0.1, degree=3, coef0=1.0),
+    ),
     "linear": (dict(kernel="linear"), dict(kernel="linear")),
     "cosine": (dict(kernel="cosine"), dict(kernel="cosine")),
-    "laplacian": (dict(kernel="laplacian", gamma=0.1),
-                  lambda X, Y: laplacian_kernel(X, Y, gamma=0.1)),
-    "matern": (dict(kernel="matern", gamma=0.1, nu=2.5),
-               lambda X, Y: SkMatern(length_scale=1 / np.sqrt(0.2), nu=2.5)(X, Y)),
+    "laplacian": (
+        dict(kernel="laplacian", gamma=0.1),
+        lambda X, Y: laplacian_kernel(X, Y, gamma=0.1),
+    ),
+    "matern": (
+        dict(kernel="matern", gamma=0.1, nu=2.5),
+        lambda X, Y: SkMatern(length_scale=1 / np.sqrt(0.2), nu=2.5)(X, Y),
+    ),
 }
 # dense / lanczos converge to machine precision (1e-6 relative is the contract); the block
 # iterations stop at a 1e-8 residual, far inside the 1e-3 contract.
@@ -77,7 +83,9 @@ def test_float32_stays_float32(data):
     X, Xn = data
     m64 = ExactKPCA(3, gamma=0.15, eigen_solver="dense").fit(X)
     for solver in TOL:
-        m32 = ExactKPCA(3, gamma=0.15, eigen_solver=solver, random_state=0).fit(X.astype(np.float32))
+        m32 = ExactKPCA(3, gamma=0.15, eigen_solver=solver, random_state=0).fit(
+            X.astype(np.float32)
+        )
         T = m32.transform(Xn.astype(np.float32))
         assert T.dtype == np.float32
         assert m32.fit_transform(X.astype(np.float32)).dtype == np.float32
@@ -111,23 +119,29 @@ def test_holds_one_gram(solver, monkeypatch):
     assert peak < 1.35 * gram_bytes, peak / gram_bytes
 
 
-@pytest.mark.parametrize("X,match", [
-    (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN"),
-    (np.array([[1.0, np.inf], [0.0, 1.0]]), "infinity"),
-    (np.empty((0, 3)), "0 sample"),
-])
+@pytest.mark.parametrize(
+    "X,match",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "infinity"),
+        (np.empty((0, 3)), "0 sample"),
+    ],
+)
 def test_bad_fit_input(X, match):
     with pytest.raises(ValueError, match=match):
         ExactKPCA(1).fit(X)
 
 
-@pytest.mark.parametrize("params,match", [
-    (dict(n_components=50), "n_components=50 is larger"),
-    (dict(n_components=0), "n_components must be a positive"),
-    (dict(kernel="sigmoid"), "unknown kernel"),
-    (dict(gamma=-2.0), "gamma must be > 0"),
-    (dict(eigen_solver="qr"), "eigen_solver must be one of"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(n_components=50), "n_components=50 is larger"),
+        (dict(n_components=0), "n_components must be a positive"),
+        (dict(kernel="sigmoid"), "unknown kernel"),
+        (dict(gamma=-2.0), "gamma must be > 0"),
+        (dict(eigen_solver="qr"), "eigen_solver must be one of"),
+    ],
+)
 def test_bad_parameters(params, match):
     X = np.random.default_rng(0).standard_normal((20, 3))
     with pytest.raises(ValueError, match=match):
@@ -145,7 +159,11 @@ def test_transform_checks(data):
         model.transform(np.full((2, 6), np.nan))
 
 
-@parametrize_with_checks([ExactKPCA(n_components=2, random_state=0),
-                          ExactKPCA(n_components=2, eigen_solver="randomized", random_state=0)])
+@parametrize_with_checks(
+    [
+        ExactKPCA(n_components=2, random_state=0),
+        ExactKPCA(n_components=2, eigen_solver="randomized", random_state=0),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)

@@ -186,15 +186,18 @@ def test_rff_pairs_have_unit_norm():
     np.testing.assert_allclose((Z**2).sum(axis=1), 1.0, rtol=1e-12)
 
 
-@pytest.mark.parametrize("features,kernel,match", [
-    ("rff", Polynomial(2), "shift-invariant"),
-    ("rff", Linear(), "shift-invariant"),
-    ("orf", Laplacian(1.0), "rotation-invariant"),
-    ("fastfood", Laplacian(1.0), "rotation-invariant"),
-    ("fastfood", Polynomial(2), "shift-invariant"),
-    ("tensorsketch", RBF(1.0), "polynomial"),
-    ("nope", RBF(1.0), "unknown features"),
-])
+@pytest.mark.parametrize(
+    "features,kernel,match",
+    [
+        ("rff", Polynomial(2), "shift-invariant"),
+        ("rff", Linear(), "shift-invariant"),
+        ("orf", Laplacian(1.0), "rotation-invariant"),
+        ("fastfood", Laplacian(1.0), "rotation-invariant"),
+        ("fastfood", Polynomial(2), "shift-invariant"),
+        ("tensorsketch", RBF(1.0), "polynomial"),
+        ("nope", RBF(1.0), "unknown features"),
+    ],
+)
 def test_refuses_wrong_kernels(features, kernel, match):
     with pytest.raises(ValueError, match=match):
         draw_feature_map(features, kernel, 10, 3, np.random.default_rng(0))
@@ -223,11 +226,16 @@ def test_init_feature_map_matches_manual_draw(X):
     np.testing.assert_array_equal(fmap(X), manual(X))
 
 
-@pytest.mark.parametrize("cls,kernel", [
-    (RandomFourierFeatures, "rbf"), (RandomFourierFeatures, "laplacian"),
-    (OrthogonalRandomFeatures, "rbf"), (FastfoodFeatures, "matern"),
-    (TensorSketchFeatures, "polynomial"),
-])
+@pytest.mark.parametrize(
+    "cls,kernel",
+    [
+        (RandomFourierFeatures, "rbf"),
+        (RandomFourierFeatures, "laplacian"),
+        (OrthogonalRandomFeatures, "rbf"),
+        (FastfoodFeatures, "matern"),
+        (TensorSketchFeatures, "polynomial"),
+    ],
+)
 def test_transformers(cls, kernel, X):
     t = cls(n_features=400, kernel=kernel, gamma=0.5, random_state=0)
     Z = t.fit_transform(X)
@@ -253,12 +261,14 @@ def test_features_tuple():
     assert FEATURES == ("rff", "orf", "fastfood", "tensorsketch")
 
 
-@parametrize_with_checks([
-    RandomFourierFeatures(n_features=32, random_state=0),
-    OrthogonalRandomFeatures(n_features=32, random_state=0),
-    FastfoodFeatures(n_features=32, random_state=0),
-    TensorSketchFeatures(n_features=32, random_state=0),
-])
+@parametrize_with_checks(
+    [
+        RandomFourierFeatures(n_features=32, random_state=0),
+        OrthogonalRandomFeatures(n_features=32, random_state=0),
+        FastfoodFeatures(n_features=32, random_state=0),
+        TensorSketchFeatures(n_features=32, random_state=0),
+    ]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

@@ -35,6 +35,7 @@ def blocks_of(reader):
 
 # --- npy -----------------------------------------------------------------------------------------
 
+
 def test_npy_blocks_reiterable_and_exact(tmp_path, data):
     X, _ = data
     path = tmp_path / "x.npy"
@@ -98,8 +99,11 @@ def test_missing_file_names_path(tmp_path):
 
 # --- delimited text ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,delimiter,gz", [("d.csv", ",", False), ("d.csv.gz", ",", True),
-                                              ("d.tsv", "\t", False), ("d.txt", " ", False)])
+
+@pytest.mark.parametrize(
+    "name,delimiter,gz",
+    [("d.csv", ",", False), ("d.csv.gz", ",", True), ("d.tsv", "\t", False), ("d.txt", " ", False)],
+)
 def test_text_formats_roundtrip(tmp_path, data, name, delimiter, gz):
     X, y = data
     path = tmp_path / name
@@ -172,8 +176,11 @@ def test_text_empty_cell_and_nan(tmp_path):
 def test_text_ragged_rows(tmp_path):
     path = tmp_path / "ragged.csv"
     path.write_text("1,2,3\n4,5,6\n7,8\n")
-    with pytest.raises(ValueError, match=r"ragged\.csv: line 3 \(data row 3\) has 2 columns, "
-                                         r"expected 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"ragged\.csv: line 3 \(data row 3\) has 2 columns, "
+        r"expected 3",
+    ):
         read_data(path)
     path.write_text("1,2,3\n4,5,6,7\n")
     with pytest.raises(ValueError, match="has 4 columns, expected 3"):
@@ -220,15 +227,23 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 def test_parquet_roundtrip(tmp_path, data):
     X, y = data
-    table = pa.table({"a": X[:, 0], "b": X[:, 1], "c": X[:, 2].astype(np.float32),
-                      "d": (X[:, 3] * 100).astype(np.int64), "label": y.astype(np.int64)})
+    table = pa.table(
+        {
+            "a": X[:, 0],
+            "b": X[:, 1],
+            "c": X[:, 2].astype(np.float32),
+            "d": (X[:, 3] * 100).astype(np.int64),
+            "label": y.astype(np.int64),
+        }
+    )
     path = tmp_path / "d.parquet"
     pq.write_table(table, path, row_group_size=20)
     reader = open_data(path, label_column="label", block_rows=16)
     assert reader.format == "parquet" and reader.n_samples == 50 and reader.n_features == 4
     Xr, yr = read_data(path, label_column="label", block_rows=16)
-    expected = np.column_stack([X[:, 0], X[:, 1], X[:, 2].astype(np.float32),
-                                (X[:, 3] * 100).astype(np.int64)])
+    expected = np.column_stack(
+        [X[:, 0], X[:, 1], X[:, 2].astype(np.float32), (X[:, 3] * 100).astype(np.int64)]
+    )
     np.testing.assert_array_equal(Xr, expected)
     np.testing.assert_array_equal(yr, y)
     np.testing.assert_array_equal(np.concatenate(list(reader)), expected)
@@ -263,6 +278,7 @@ def test_parquet_without_pyarrow(tmp_path, monkeypatch):
 
 
 # --- LIBSVM --------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def sparse_data(rng):
@@ -328,6 +344,7 @@ def test_libsvm_malformed(tmp_path):
 
 # --- readers feed the estimators -----------------------------------------------------------------
 
+
 def _try_import(name):
     import fastkpca.decomposition as dec
 
@@ -346,8 +363,9 @@ def test_reader_fits_one_pass_estimator_like_the_array(tmp_path, rng):
     params = dict(n_components=3, n_features=64, gamma=0.2, random_state=0)
     from_array = cls(**params).fit(X)
     from_file = cls(**params).fit(open_data(path))
-    np.testing.assert_allclose(from_file.transform(X), from_array.transform(X),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        from_file.transform(X), from_array.transform(X), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_reader_feeds_two_pass_method(tmp_path, rng):

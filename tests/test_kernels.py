@@ -28,7 +28,10 @@ def XY():
 REFERENCES = [
     (fk.RBF(0.3), lambda X, Y: rbf_kernel(X, Y, gamma=0.3)),
     (fk.Laplacian(0.2), lambda X, Y: laplacian_kernel(X, Y, gamma=0.2)),
-    (fk.Polynomial(3, 0.1, 1.0), lambda X, Y: polynomial_kernel(X, Y, degree=3, gamma=0.1, coef0=1.0)),
+    (
+        fk.Polynomial(3, 0.1, 1.0),
+        lambda X, Y: polynomial_kernel(X, Y, degree=3, gamma=0.1, coef0=1.0),
+    ),
     (fk.Linear(), linear_kernel),
     (fk.Cosine(), cosine_similarity),
 ] + [
@@ -61,9 +64,12 @@ def test_float32_in_float32_out(kernel, reference, XY):
     K32 = kernel(X.astype(np.float32), Y.astype(np.float32))
     assert K32.dtype == np.float32
     assert kernel.diag(X.astype(np.float32)).dtype == np.float32
-    np.testing.assert_allclose(K32, reference(X.astype(np.float32).astype(np.float64),
-                                              Y.astype(np.float32).astype(np.float64)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        K32,
+        reference(X.astype(np.float32).astype(np.float64), Y.astype(np.float32).astype(np.float64)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_float32_distances_do_not_cancel():
@@ -77,8 +83,9 @@ def test_float32_distances_do_not_cancel():
     K = fk.RBF(100.0)(X)
     assert K.dtype == np.float32
     # float32 naive: distance errors ~ 1e8 * 6e-8 = 6 -> exp(-100*6) ~ 0, i.e. error ~ 1
-    naive = np.exp(-100.0 * np.maximum(
-        (X * X).sum(1)[:, None] + (X * X).sum(1)[None] - 2 * X @ X.T, 0))
+    naive = np.exp(
+        -100.0 * np.maximum((X * X).sum(1)[:, None] + (X * X).sum(1)[None] - 2 * X @ X.T, 0)
+    )
     assert np.max(np.abs(naive - ref)) > 0.1
     np.testing.assert_allclose(K, ref, atol=1e-5)
 
@@ -86,14 +93,25 @@ def test_float32_distances_do_not_cancel():
 def test_sparse_input_matches_dense(XY):
     X, Y = XY
     X[np.abs(X) < 1] = 0
-    for kernel in (fk.RBF(0.3), fk.Polynomial(2, 0.5, 1.0), fk.Linear(), fk.Cosine(), fk.Laplacian(0.1)):
-        np.testing.assert_allclose(kernel(sp.csr_matrix(X), Y), kernel(X, Y), rtol=1e-10, atol=1e-12)
+    for kernel in (
+        fk.RBF(0.3),
+        fk.Polynomial(2, 0.5, 1.0),
+        fk.Linear(),
+        fk.Cosine(),
+        fk.Laplacian(0.1),
+    ):
+        np.testing.assert_allclose(
+            kernel(sp.csr_matrix(X), Y), kernel(X, Y), rtol=1e-10, atol=1e-12
+        )
 
 
 @settings(max_examples=30, deadline=None)
 @given(
-    X=arrays(np.float64, st.tuples(st.integers(1, 25), st.integers(1, 5)),
-             elements=st.floats(-5, 5, allow_nan=False, width=64)),
+    X=arrays(
+        np.float64,
+        st.tuples(st.integers(1, 25), st.integers(1, 5)),
+        elements=st.floats(-5, 5, allow_nan=False, width=64),
+    ),
     name=st.sampled_from(["rbf", "laplacian", "matern", "polynomial", "linear", "cosine"]),
     gamma=st.floats(0.01, 3.0),
 )
@@ -107,8 +125,11 @@ def test_gram_properties(X, name, gamma):
     assert eig.min() >= -1e-9 * max(1.0, np.abs(eig).max()) * len(X)
 
 
-@pytest.mark.parametrize("kernel", [fk.RBF(0.5), fk.Laplacian(0.4), fk.Matern(0.5, 1.5),
-                                    fk.Matern(0.5, 0.5), fk.Matern(0.5, 2.5)], ids=repr)
+@pytest.mark.parametrize(
+    "kernel",
+    [fk.RBF(0.5), fk.Laplacian(0.4), fk.Matern(0.5, 1.5), fk.Matern(0.5, 0.5), fk.Matern(0.5, 2.5)],
+    ids=repr,
+)
 def test_spectral_sampler_reproduces_kernel(kernel):
     # Bochner: k(x - y) = E_w cos(w . (x - y)); Monte Carlo with N draws has standard error
     # <= 1 / sqrt(2N) per entry, so 5 standard errors is a safe bound.
@@ -139,15 +160,18 @@ def test_gamma_specs():
     assert make_kernel("rbf", gamma="scale", X=X).gamma == pytest.approx(1 / (4 * X.var()))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(spec="gaussian"), "unknown kernel"),
-    (dict(spec="rbf", gamma=-1.0), "gamma must be > 0"),
-    (dict(spec="rbf", gamma="auto", X=np.ones((3, 2))), "gamma must be"),
-    (dict(spec="rbf", gamma=float("nan")), "gamma must be a finite"),
-    (dict(spec="polynomial", gamma=1.0, degree=0), "degree"),
-    (dict(spec="matern", gamma=1.0, nu=-1.0), "nu must be > 0"),
-    (dict(spec="rbf", gamma="scale"), "needs the data"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(spec="gaussian"), "unknown kernel"),
+        (dict(spec="rbf", gamma=-1.0), "gamma must be > 0"),
+        (dict(spec="rbf", gamma="auto", X=np.ones((3, 2))), "gamma must be"),
+        (dict(spec="rbf", gamma=float("nan")), "gamma must be a finite"),
+        (dict(spec="polynomial", gamma=1.0, degree=0), "degree"),
+        (dict(spec="matern", gamma=1.0, nu=-1.0), "nu must be > 0"),
+        (dict(spec="rbf", gamma="scale"), "needs the data"),
+    ],
+)
 def test_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_kernel(**kwargs)

@@ -19,13 +19,14 @@ def _one_blas_thread():
     with threadpool_limits(1):
         yield
 
+
 def _split(X, sizes):
     """Row blocks of X with the given sizes (cycled)."""
     out, start = [], 0
     for size in itertools.cycle(sizes):
         if start >= X.shape[0]:
             return out
-        out.append(X[start:start + size])
+        out.append(X[start : start + size])
         start += size
 
 
@@ -105,8 +106,9 @@ def blobs():
     rng = np.random.default_rng(0)
     centers = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
     sizes = [300, 100, 20]
-    X = np.vstack([c + 0.3 * rng.standard_normal((m, 2))
-                   for c, m in zip(centers, sizes, strict=True)])
+    X = np.vstack(
+        [c + 0.3 * rng.standard_normal((m, 2)) for c, m in zip(centers, sizes, strict=True)]
+    )
     return X, centers, np.array(sizes) / sum(sizes)
 
 

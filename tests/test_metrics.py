@@ -46,8 +46,12 @@ def test_against_explicit_matrices(fitted):
     assert gram_frobenius_error(X, T, kernel) == pytest.approx(la.norm(D) / n**2, rel=1e-10)
     assert gram_spectral_error(X, T, kernel) == pytest.approx(la.norm(D, 2) / n, rel=1e-10)
     U = G - T @ T.T
-    assert gram_frobenius_error(X, T, kernel, center=False) == pytest.approx(la.norm(U) / n**2, rel=1e-10)
-    assert gram_spectral_error(X, T, kernel, center=False) == pytest.approx(la.norm(U, 2) / n, rel=1e-10)
+    assert gram_frobenius_error(X, T, kernel, center=False) == pytest.approx(
+        la.norm(U) / n**2, rel=1e-10
+    )
+    assert gram_spectral_error(X, T, kernel, center=False) == pytest.approx(
+        la.norm(U, 2) / n, rel=1e-10
+    )
     # a worse embedding: ratio to the optimal residual
     T2 = T[:, :2]
     w = np.sort(la.eigvalsh(HGH))[::-1]
@@ -67,7 +71,8 @@ def test_estimated_branch_above_threshold(fitted):
     est = gram_spectral_error(X, noisy, kernel, max_exact_n=10)
     assert exact * (1 - 1e-2) <= est <= exact * (1 + 1e-9)
     assert relative_rank_k_error(X, noisy, kernel, max_exact_n=10) == pytest.approx(
-        relative_rank_k_error(X, noisy, kernel), rel=1e-6)
+        relative_rank_k_error(X, noisy, kernel), rel=1e-6
+    )
 
 
 def test_embedding_error_alignments():
@@ -76,7 +81,9 @@ def test_embedding_error_alignments():
     Q, _ = la.qr(rng.standard_normal((3, 3)))
     assert embedding_error(R @ Q, R) == pytest.approx(0, abs=1e-12)
     assert embedding_error(R * [1, -1, 1], R, align="sign") == pytest.approx(0, abs=1e-12)
-    assert embedding_error(R @ rng.standard_normal((3, 3)), R, align="linear") == pytest.approx(0, abs=1e-10)
+    assert embedding_error(R @ rng.standard_normal((3, 3)), R, align="linear") == pytest.approx(
+        0, abs=1e-10
+    )
     assert embedding_error(R @ Q, R, align="sign") > 0.1
     E = R + 0.1 * rng.standard_normal(R.shape)
     assert embedding_error(E, R, align="sign") == pytest.approx(la.norm(E - R) / la.norm(R))
@@ -93,7 +100,9 @@ def test_eigenvalue_and_subspace():
     U = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
     V = np.array([[1.0, 0.0], [0.0, np.cos(theta)], [0.0, np.sin(theta)]])
     assert subspace_distance(U, V) == pytest.approx(np.sin(theta))
-    assert subspace_distance(U, 5 * U @ np.array([[1.0, 2.0], [0.0, 1.0]])) == pytest.approx(0, abs=1e-12)
+    assert subspace_distance(U, 5 * U @ np.array([[1.0, 2.0], [0.0, 1.0]])) == pytest.approx(
+        0, abs=1e-12
+    )
 
 
 def test_mmd():

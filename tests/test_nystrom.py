@@ -29,12 +29,15 @@ def _one_blas_thread():
     with threadpool_limits(1):
         yield
 
-@parametrize_with_checks([
-    NystromKPCA(n_landmarks=20, random_state=0),
-    NystromKPCA(landmarks="rls", n_landmarks=10, random_state=0),
-    NystromKPCA(landmarks="kmeans", n_landmarks=8, random_state=0),
-    NystromKPCA(covariance="landmarks", random_state=0),
-])
+
+@parametrize_with_checks(
+    [
+        NystromKPCA(n_landmarks=20, random_state=0),
+        NystromKPCA(landmarks="rls", n_landmarks=10, random_state=0),
+        NystromKPCA(landmarks="kmeans", n_landmarks=8, random_state=0),
+        NystromKPCA(covariance="landmarks", random_state=0),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)
 
@@ -93,8 +96,9 @@ def test_same_landmarks_as_sklearn_nystroem_pca_gives_the_same_transform(cluster
     pipe = make_pipeline(ny, PCA(4, svd_solver="full")).fit(X)
     model = NystromKPCA(4, gamma=0.1, landmarks=X[ny.component_indices_]).fit(X)
     assert rel_err(pipe.transform(Xn), model.transform(Xn)) < 1e-8
-    np.testing.assert_allclose(model.eigenvalues_,
-                               pipe[-1].explained_variance_ * (len(X) - 1), rtol=1e-8)
+    np.testing.assert_allclose(
+        model.eigenvalues_, pipe[-1].explained_variance_ * (len(X) - 1), rtol=1e-8
+    )
 
 
 # --- accuracy -----------------------------------------------------------------------------------
@@ -116,8 +120,9 @@ def mixture():
     rng = np.random.default_rng(0)
     d = 8
     centers = rng.standard_normal((6, d)) * 2.5
-    return np.vstack([c + rng.standard_normal((160, d)) * rng.uniform(0.3, 1.2, d)
-                      for c in centers])
+    return np.vstack(
+        [c + rng.standard_normal((160, d)) * rng.uniform(0.3, 1.2, d) for c in centers]
+    )
 
 
 def test_accuracy_at_least_sklearn_nystroem_pca(mixture):
@@ -128,11 +133,29 @@ def test_accuracy_at_least_sklearn_nystroem_pca(mixture):
     T0 = NystromKPCA(k, gamma=gamma, n_landmarks=c, random_state=0).fit(X).transform(X)
     assert err(T0) == pytest.approx(relative_rank_k_error(X, T0, fk.RBF(gamma)), rel=1e-9)
 
-    sk = np.mean([err(make_pipeline(Nystroem(gamma=gamma, n_components=c, random_state=s),
-                                    PCA(k)).fit_transform(X)) for s in seeds])
-    ours = {m: np.mean([err(NystromKPCA(k, gamma=gamma, n_landmarks=c, landmarks=m,
-                                        random_state=s).fit(X).transform(X)) for s in seeds])
-            for m in ("uniform", "kmeans", "rls")}
+    sk = np.mean(
+        [
+            err(
+                make_pipeline(
+                    Nystroem(gamma=gamma, n_components=c, random_state=s), PCA(k)
+                ).fit_transform(X)
+            )
+            for s in seeds
+        ]
+    )
+    ours = {
+        m: np.mean(
+            [
+                err(
+                    NystromKPCA(k, gamma=gamma, n_landmarks=c, landmarks=m, random_state=s)
+                    .fit(X)
+                    .transform(X)
+                )
+                for s in seeds
+            ]
+        )
+        for m in ("uniform", "kmeans", "rls")
+    }
     # Measured (6 seeds): sklearn 1.118, uniform 1.081, kmeans 1.001, rls 1.079.  Uniform landmarks
     # are the same estimator as sklearn's in distribution, so it may not lose by more than the
     # seed-to-seed spread of a 6-seed mean (~3%); the adaptive landmarks must not lose at all.
@@ -144,8 +167,15 @@ def test_accuracy_at_least_sklearn_nystroem_pca(mixture):
 def test_error_shrinks_as_landmarks_grow(mixture):
     X = mixture
     err = RankKError(X, fk.RBF(0.05), 5)
-    means = [np.mean([err(NystromKPCA(5, gamma=0.05, n_landmarks=c, random_state=s)
-                          .fit(X).transform(X)) for s in range(4)]) for c in (15, 60, 240)]
+    means = [
+        np.mean(
+            [
+                err(NystromKPCA(5, gamma=0.05, n_landmarks=c, random_state=s).fit(X).transform(X))
+                for s in range(4)
+            ]
+        )
+        for c in (15, 60, 240)
+    ]
     assert means[0] > means[1] > means[2] and means[2] < 1.005
 
 
@@ -159,8 +189,9 @@ def rare_cluster_data(seed=0):
     rng = np.random.default_rng(seed)
     blob = rng.standard_normal((1000, 2)) * 0.3
     angles = np.arange(5) * 2 * np.pi / 5
-    tiny = [5 * np.array([np.cos(a), np.sin(a)]) + 0.05 * rng.standard_normal((10, 2))
-            for a in angles]
+    tiny = [
+        5 * np.array([np.cos(a), np.sin(a)]) + 0.05 * rng.standard_normal((10, 2)) for a in angles
+    ]
     X = np.vstack([blob] + tiny)
     return X[rng.permutation(len(X))]
 
@@ -168,9 +199,17 @@ def rare_cluster_data(seed=0):
 def test_rls_and_kmeans_find_rare_structure_uniform_misses():
     X = rare_cluster_data()
     err = RankKError(X, fk.RBF(0.5), 7)
-    errors = {m: [err(NystromKPCA(7, gamma=0.5, n_landmarks=50, landmarks=m, random_state=s)
-                      .fit(X).transform(X)) for s in range(4)]
-              for m in ("uniform", "kmeans", "rls")}
+    errors = {
+        m: [
+            err(
+                NystromKPCA(7, gamma=0.5, n_landmarks=50, landmarks=m, random_state=s)
+                .fit(X)
+                .transform(X)
+            )
+            for s in range(4)
+        ]
+        for m in ("uniform", "kmeans", "rls")
+    }
     # Uniform puts ~2.4 of 50 landmarks on the rare points and misses clusters (measured
     # errors 1.5-2.2); every k-means / rls fit covers all five (measured 1.00000-1.00001).
     assert np.mean(errors["uniform"]) > 1.4
@@ -183,8 +222,9 @@ def test_landmark_covariance_is_zhang_kwok_density_weighted_eigenproblem(cluster
     # P^{1/2} v = mu v (Zhang & Kwok's S^{1/2} W S^{1/2} with S = n P, centered with the same
     # weights), eigenvalues n mu, and the Nystrom extension of its eigenvectors to new points.
     X, Xn = clusters
-    model = NystromKPCA(4, gamma=0.3, n_landmarks=25, landmarks="kmeans", covariance="landmarks",
-                        random_state=0).fit(X)
+    model = NystromKPCA(
+        4, gamma=0.3, n_landmarks=25, landmarks="kmeans", covariance="landmarks", random_state=0
+    ).fit(X)
     L, p, n = model.landmarks_, model.landmark_weights_, len(X)
     assert np.all(p > 0) and p.sum() == pytest.approx(1.0) and len(np.unique(p)) > 1
     W = fk.RBF(0.3)(L)
@@ -218,7 +258,7 @@ def test_landmark_covariance_with_all_points_and_uniform_weights_is_exact(cluste
 
 # --- streams of row blocks --------------------------------------------------------------------
 def blocks_of(X, size):
-    return [X[i:i + size] for i in range(0, len(X), size)]
+    return [X[i : i + size] for i in range(0, len(X), size)]
 
 
 class Reader:
@@ -258,7 +298,8 @@ def test_stream_one_pass_cases(clusters):
     # covariance="landmarks" needs only the reservoir pass
     ref = NystromKPCA(4, n_landmarks=30, covariance="landmarks", random_state=1).fit(X)
     model = NystromKPCA(4, n_landmarks=30, covariance="landmarks", random_state=1).fit(
-        b for b in blocks_of(X, 33))
+        b for b in blocks_of(X, 33)
+    )
     np.testing.assert_allclose(model.transform(Xn), ref.transform(Xn), rtol=1e-8, atol=1e-10)
 
 
@@ -298,16 +339,18 @@ def test_dask_array_fit_equals_in_memory_fit(clusters):
     X, Xn = clusters
     Xd = da.from_array(X, chunks=(37, -1))
     with dask.config.set(scheduler="synchronous"):
-        for kw in (dict(n_landmarks=30), dict(landmarks=X[::7]),
-                   dict(n_landmarks=30, landmarks="rls", gamma="median")):
+        for kw in (
+            dict(n_landmarks=30),
+            dict(landmarks=X[::7]),
+            dict(n_landmarks=30, landmarks="rls", gamma="median"),
+        ):
             ref = NystromKPCA(4, random_state=5, **kw).fit(X)
             model = NystromKPCA(4, random_state=5, **kw).fit(Xd)
             np.testing.assert_array_equal(model.landmarks_, ref.landmarks_)
             np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
             lazy = model.transform(da.from_array(Xn, chunks=(10, -1)))
             assert type(lazy).__module__.startswith("dask")
-            np.testing.assert_allclose(lazy.compute(), ref.transform(Xn), rtol=1e-8,
-                                       atol=1e-10)
+            np.testing.assert_allclose(lazy.compute(), ref.transform(Xn), rtol=1e-8, atol=1e-10)
 
 
 # --- dtypes, sparse input, determinism, memory ------------------------------------------------
@@ -330,10 +373,12 @@ def test_sparse_input_equals_dense(clusters, landmarks):
     Xs[np.abs(Xs) < 1.0] = 0.0
     dense = NystromKPCA(3, n_landmarks=20, landmarks=landmarks, random_state=0).fit(Xs)
     sparse = NystromKPCA(3, n_landmarks=20, landmarks=landmarks, random_state=0).fit(
-        sp.csr_matrix(Xs))
+        sp.csr_matrix(Xs)
+    )
     np.testing.assert_allclose(sparse.landmarks_, dense.landmarks_, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(sparse.transform(sp.csr_matrix(Xn)), dense.transform(Xn),
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        sparse.transform(sp.csr_matrix(Xn)), dense.transform(Xn), rtol=1e-9, atol=1e-9
+    )
 
 
 def test_seed_determinism_and_signs(clusters):
@@ -390,19 +435,23 @@ def test_kernel_expansion_protocol_for_compress(clusters):
     model = NystromKPCA(3, gamma=0.1, n_landmarks=40, random_state=0).fit(X)
     ex = kernel_expansion(model)
     assert ex.points.shape == (40, 6) and ex.coef.shape == (40, 3)
-    np.testing.assert_allclose(ex.kernel(Xn, ex.points) @ ex.coef + ex.offset,
-                               model.transform(Xn), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        ex.kernel(Xn, ex.points) @ ex.coef + ex.offset, model.transform(Xn), rtol=1e-10, atol=1e-12
+    )
     compressed = compress_expansion(model, rounding=1.0, random_state=0)
-    np.testing.assert_allclose(compressed.transform(Xn), model.transform(Xn), rtol=1e-8,
-                               atol=1e-10)
+    np.testing.assert_allclose(compressed.transform(Xn), model.transform(Xn), rtol=1e-8, atol=1e-10)
     with pytest.raises(NotFittedError):
         NystromKPCA().kernel_expansion()
 
 
 # --- properties ---------------------------------------------------------------------------------
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(3, 40), d=st.integers(1, 5), log_gamma=st.floats(-2, 1),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(3, 40),
+    d=st.integers(1, 5),
+    log_gamma=st.floats(-2, 1),
+    seed=st.integers(0, 2**16),
+)
 def test_property_all_landmarks_match_exact_eigenvalues(n, d, log_gamma, seed):
     # Any small data set: all points as landmarks reproduce the exact centered-Gram spectrum
     # to 1e-8 of its largest eigenvalue (round-off of two eigendecompositions plus the 1e-10
@@ -422,14 +471,18 @@ def test_property_moments_merge_in_any_split_equals_one_pass(cuts, seed):
     # merged left to right or as a tree, gives the one-pass mean and scatter up to round-off.
     K = np.random.default_rng(seed).random((60, 7))
     edges = [0, *sorted(cuts), 60]
-    parts = [KernelMoments.empty(7).update(K[a:b].copy())
-             for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    parts = [
+        KernelMoments.empty(7).update(K[a:b].copy())
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+    ]
     left = KernelMoments.empty(7)
     for part in parts:
         left.merge(KernelMoments(part.count, part.mean.copy(), part.scatter.copy()))
     while len(parts) > 1:  # tree reduction, as a Dask reduction would do it
-        parts = [parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
+        parts = [
+            parts[i].merge(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
     Kc = K - K.mean(axis=0)
     for m in (left, parts[0]):
         assert m.count == 60

@@ -43,8 +43,9 @@ def _write(X, path):
     elif fmt == ".parquet":
         pa = pytest.importorskip("pyarrow")
         pq = pytest.importorskip("pyarrow.parquet")
-        pq.write_table(pa.table({f"x{j}": X[:, j] for j in range(X.shape[1])}), path,
-                       row_group_size=5000)
+        pq.write_table(
+            pa.table({f"x{j}": X[:, j] for j in range(X.shape[1])}), path, row_group_size=5000
+        )
     elif fmt == ".svm":
         from sklearn.datasets import dump_svmlight_file
 
@@ -65,17 +66,23 @@ def assert_same_model(a, b, X_new, rtol=RTOL):
 
 
 MODELS = {
-    "streaming": lambda: StreamingKPCA(n_components=4, gamma=0.1, n_features=64, sketch_size=12,
-                                       random_state=3),
-    "rf-exact": lambda: RandomFeatureKPCA(n_components=4, gamma=0.1, n_features=64,
-                                          random_state=3),
+    "streaming": lambda: StreamingKPCA(
+        n_components=4, gamma=0.1, n_features=64, sketch_size=12, random_state=3
+    ),
+    "rf-exact": lambda: RandomFeatureKPCA(n_components=4, gamma=0.1, n_features=64, random_state=3),
     # the second pass (Rayleigh-Ritz) reads the file again
-    "rf-countsketch": lambda: RandomFeatureKPCA(n_components=4, gamma=0.1, n_features=64,
-                                                solver="countsketch", n_buckets=200,
-                                                random_state=3),
+    "rf-countsketch": lambda: RandomFeatureKPCA(
+        n_components=4,
+        gamma=0.1,
+        n_features=64,
+        solver="countsketch",
+        n_buckets=200,
+        random_state=3,
+    ),
     # reservoir sampling, then the covariance: two passes over the file
-    "nystrom-uniform": lambda: NystromKPCA(n_components=4, gamma=0.1, n_landmarks=80,
-                                           random_state=3),
+    "nystrom-uniform": lambda: NystromKPCA(
+        n_components=4, gamma=0.1, n_landmarks=80, random_state=3
+    ),
 }
 
 
@@ -108,17 +115,41 @@ def test_streaming_does_not_depend_on_the_block_size(data, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # command line
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("method, options, model", [
-    ("streaming", ["--n-features", "64", "--sketch-size", "12"], "streaming"),
-    ("random-features", ["--n-features", "64", "--solver", "countsketch",
-                         "--param", "n_buckets=200"], "rf-countsketch"),
-    ("nystrom", ["--n-landmarks", "80"], "nystrom-uniform"),
-])
+@pytest.mark.parametrize(
+    "method, options, model",
+    [
+        ("streaming", ["--n-features", "64", "--sketch-size", "12"], "streaming"),
+        (
+            "random-features",
+            ["--n-features", "64", "--solver", "countsketch", "--param", "n_buckets=200"],
+            "rf-countsketch",
+        ),
+        ("nystrom", ["--n-landmarks", "80"], "nystrom-uniform"),
+    ],
+)
 def test_cli_fit_streams_the_file(data, tmp_path, capsys, method, options, model):
     path = _write(data, tmp_path / "x.csv")
     out = tmp_path / "model.npz"
-    assert main(["fit", str(path), "-m", method, "-k", "4", "--gamma", "0.1", "--seed", "3",
-                 *options, "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(path),
+                "-m",
+                method,
+                "-k",
+                "4",
+                "--gamma",
+                "0.1",
+                "--seed",
+                "3",
+                *options,
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "(streamed)" in capsys.readouterr().out
     X, _ = read_data(path)
     assert_same_model(load(out), MODELS[model]().fit(X), X[:500])
@@ -142,8 +173,9 @@ _PEAK_SCRIPT = textwrap.dedent("""
 
 def _cli_peak_mb(args):
     """Run ``fastkpca ARGS`` in a fresh process; (exit status, RSS before, peak RSS) in MiB."""
-    r = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, *args], capture_output=True,
-                       text=True, timeout=3600)
+    r = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, *args], capture_output=True, text=True, timeout=3600
+    )
     assert r.returncode == 0, r.stderr
     rc, base, peak = r.stdout.split()[-3:]
     return int(rc), float(base), float(peak)
@@ -153,8 +185,9 @@ def _write_gaussian_npy(path, n, d, block=100_000):
     """An n x d float64 .npy of N(0, 1) rows, written block by block (never whole in memory)."""
     rng = np.random.default_rng(0)
     with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False,
-                                                 "shape": (n, d)})
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f8", "fortran_order": False, "shape": (n, d)}
+        )
         for s in range(0, n, block):
             f.write(rng.standard_normal((min(block, n - s), d)).tobytes())
     return path
@@ -169,17 +202,33 @@ def _can_reset_peak():
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _can_reset_peak(),
-                    reason="peak RSS measured through /proc")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _can_reset_peak(),
+    reason="peak RSS measured through /proc",
+)
 def test_cli_streamed_fit_memory_does_not_grow_with_the_file(tmp_path):
     # 300000 x 50 float64: a 114 MiB file.  The streamed fit holds one 8192-row block (3 MiB),
     # its features (8192 x 64, 4 MiB), the model and what the fit imports on the way (measured:
     # 15 MiB in all); reading the file whole, or through one memory map, adds its 114 MiB.
     path = _write_gaussian_npy(tmp_path / "x.npy", 300_000, 50)
     file_mb = path.stat().st_size / 2**20
-    rc, base, peak = _cli_peak_mb(["fit", str(path), "-m", "streaming", "-k", "3",
-                                   "--n-features", "64", "--sketch-size", "8", "-q",
-                                   "-o", str(tmp_path / "m.npz")])
+    rc, base, peak = _cli_peak_mb(
+        [
+            "fit",
+            str(path),
+            "-m",
+            "streaming",
+            "-k",
+            "3",
+            "--n-features",
+            "64",
+            "--sketch-size",
+            "8",
+            "-q",
+            "-o",
+            str(tmp_path / "m.npz"),
+        ]
+    )
     assert rc == 0
     assert peak - base < min(40.0, file_mb / 3), (peak, base, file_mb)
 
@@ -192,9 +241,23 @@ def test_cli_streaming_fit_of_a_2_4_gb_file_under_1_gb(tmp_path):
         pytest.skip("not enough free disk space for the 2.4 GB file")
     path = _write_gaussian_npy(tmp_path / "big.npy", n, d)
     try:
-        rc, base, peak = _cli_peak_mb(["fit", str(path), "-m", "streaming", "-k", "5",
-                                       "--n-features", "128", "--sketch-size", "10", "-q",
-                                       "-o", str(tmp_path / "m.npz")])
+        rc, base, peak = _cli_peak_mb(
+            [
+                "fit",
+                str(path),
+                "-m",
+                "streaming",
+                "-k",
+                "5",
+                "--n-features",
+                "128",
+                "--sketch-size",
+                "10",
+                "-q",
+                "-o",
+                str(tmp_path / "m.npz"),
+            ]
+        )
     finally:
         path.unlink()
     assert rc == 0
@@ -208,10 +271,12 @@ def test_cli_streaming_fit_of_a_2_4_gb_file_under_1_gb(tmp_path):
 def test_bench_quick_passes_the_flag_and_skips_scripts_without_it(tmp_path, capfd):
     folder = tmp_path / "benchmarks"
     folder.mkdir()
-    (folder / "fast.py").write_text('"""Has a quick mode."""\nimport argparse, sys\n'
-                                    'p = argparse.ArgumentParser()\n'
-                                    'p.add_argument("--quick", action="store_true")\n'
-                                    'print("quick" if p.parse_args().quick else "full")\n')
+    (folder / "fast.py").write_text(
+        '"""Has a quick mode."""\nimport argparse, sys\n'
+        "p = argparse.ArgumentParser()\n"
+        'p.add_argument("--quick", action="store_true")\n'
+        'print("quick" if p.parse_args().quick else "full")\n'
+    )
     (folder / "slow.py").write_text('"""No quick mode."""\nprint("ran full size")\n')
     assert main(["bench", "--quick", "--dir", str(folder)]) == 0
     out = capfd.readouterr().out
@@ -235,10 +300,25 @@ def test_every_benchmark_script_has_a_quick_mode():
 def test_bench_scale_quick_smoke(tmp_path):
     # The scale benchmark's own code on 3000 rows (no cluster: that is test_dask's job).
     pytest.importorskip("dask")
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_scale.py"), "--quick",
-                        "--n-rows", "3000", "--modes", "memory", "disk", "--no-sklearn",
-                        "--out", str(tmp_path / "scale.json")],
-                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_scale.py"),
+            "--quick",
+            "--n-rows",
+            "3000",
+            "--modes",
+            "memory",
+            "disk",
+            "--no-sklearn",
+            "--out",
+            str(tmp_path / "scale.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     import json
 
@@ -246,5 +326,6 @@ def test_bench_scale_quick_smoke(tmp_path):
     recs = {(r["method"], r["mode"]): r for r in result["records"]}
     assert all(r["ok"] for r in recs.values()) and len(recs) == 4
     # the same fit in memory and from disk: same eigenvalues
-    np.testing.assert_allclose(recs["rf", "disk"]["eigenvalues"],
-                               recs["rf", "memory"]["eigenvalues"], rtol=1e-6)
+    np.testing.assert_allclose(
+        recs["rf", "disk"]["eigenvalues"], recs["rf", "memory"]["eigenvalues"], rtol=1e-6
+    )

@@ -17,8 +17,11 @@ from fastkpca.kernels import RBF
 # CompressedKPCA has no fit (it is built by compress_expansion); tests/test_compress.py
 # round-trips it.
 ESTIMATORS = sorted(name for name in _LAZY if name[0].isupper() and name != "CompressedKPCA") + [
-    "features.RandomFourierFeatures", "features.OrthogonalRandomFeatures",
-    "features.FastfoodFeatures", "features.TensorSketchFeatures"]
+    "features.RandomFourierFeatures",
+    "features.OrthogonalRandomFeatures",
+    "features.FastfoodFeatures",
+    "features.TensorSketchFeatures",
+]
 
 
 def _class(name):
@@ -102,8 +105,9 @@ def test_float32_fit_and_array_and_kernel_params(X, tmp_path):
     loaded = load(tmp_path / "m.npz")
     assert loaded.kernel == RBF(0.25) and isinstance(loaded.kernel, RBF)
     assert loaded.X_fit_.dtype == np.float32
-    np.testing.assert_array_equal(loaded.transform(X.astype(np.float32)),
-                                  model.transform(X.astype(np.float32)))
+    np.testing.assert_array_equal(
+        loaded.transform(X.astype(np.float32)), model.transform(X.astype(np.float32))
+    )
 
 
 def test_array_constructor_parameter(X, tmp_path):
@@ -205,6 +209,7 @@ def test_model_info(X, tmp_path):
 
 # --- damaged and foreign files --------------------------------------------------------------------
 
+
 @pytest.fixture
 def saved(X, tmp_path):
     path = tmp_path / "m.npz"
@@ -265,20 +270,24 @@ def test_tampered_metadata(saved):
 
 
 def test_unknown_format_version(saved):
-    _rewrite(saved, meta=lambda m: m.update(format_version=FORMAT_VERSION + 1,
-                                            fastkpca_version="9.9"))
+    _rewrite(
+        saved, meta=lambda m: m.update(format_version=FORMAT_VERSION + 1, fastkpca_version="9.9")
+    )
     with pytest.raises(ValueError, match=r"unknown model file format version 2 .*fastkpca 9\.9"):
         load(saved)
     with pytest.raises(ValueError, match="format version"):
         model_info(saved)
 
 
-@pytest.mark.parametrize("estimator,module", [
-    ("Popen", "subprocess"),                       # an arbitrary import path is never followed
-    ("NoSuchKPCA", None),                          # not a fastkpca estimator name
-    ("np", "fastkpca.decomposition.exact"),        # a fastkpca module, but not a class in it
-    ("BaseKPCA", "fastkpca.decomposition._base"),  # not one of the estimator modules
-])
+@pytest.mark.parametrize(
+    "estimator,module",
+    [
+        ("Popen", "subprocess"),  # an arbitrary import path is never followed
+        ("NoSuchKPCA", None),  # not a fastkpca estimator name
+        ("np", "fastkpca.decomposition.exact"),  # a fastkpca module, but not a class in it
+        ("BaseKPCA", "fastkpca.decomposition._base"),  # not one of the estimator modules
+    ],
+)
 def test_unknown_estimator_class(saved, estimator, module):
     _rewrite(saved, meta=lambda m: m.update(estimator=estimator, module=module))
     with pytest.raises(ValueError, match="unknown estimator class"):
@@ -288,8 +297,12 @@ def test_unknown_estimator_class(saved, estimator, module):
 def test_unknown_state_class(saved, monkeypatch):
     calls = []
     monkeypatch.setattr("os.system", lambda *a: calls.append(a))
-    _rewrite(saved, meta=lambda m: m["fitted"].update(
-        evil_={"kind": "state", "class": "os.system", "state": "echo hi"}))
+    _rewrite(
+        saved,
+        meta=lambda m: m["fitted"].update(
+            evil_={"kind": "state", "class": "os.system", "state": "echo hi"}
+        ),
+    )
     with pytest.raises(ValueError, match="unknown class 'os.system'"):
         load(saved)
     assert calls == []

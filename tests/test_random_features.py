@@ -46,15 +46,18 @@ def digits():
 # ------------------------------------------------------------------------------------------------
 # exactness: it is linear PCA of the features
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("features,kernel", [("rff", "rbf"), ("orf", "matern"),
-                                             ("fastfood", "rbf"), ("tensorsketch", "polynomial")])
+@pytest.mark.parametrize(
+    "features,kernel",
+    [("rff", "rbf"), ("orf", "matern"), ("fastfood", "rbf"), ("tensorsketch", "polynomial")],
+)
 def test_equals_linear_pca_of_the_features(features, kernel, digits):
     # RNCA is exact PCA of Z: same eigenvalues as PCA of the explicit feature matrix (times
     # n - 1, since PCA reports covariances and we report eigenvalues of the centered Gram) and
     # the same projections up to column signs.  Both are float64 eigen-solutions of the same
     # matrix, so 1e-8 relative covers round-off (the shifted accumulation is exact algebra).
-    est = RandomFeatureKPCA(4, kernel=kernel, gamma=0.05, n_features=200, features=features,
-                            random_state=3).fit(digits)
+    est = RandomFeatureKPCA(
+        4, kernel=kernel, gamma=0.05, n_features=200, features=features, random_state=3
+    ).fit(digits)
     Z = est.feature_map_(digits)
     pca = PCA(4, svd_solver="full").fit(Z)
     n = len(digits)
@@ -69,8 +72,9 @@ def test_eigenvalues_on_the_gram_scale(digits):
     # orthogonal features the top-3 match ExactKPCA's within 2% (measured <= 0.8% over 4 seeds;
     # i.i.d. rff scatter ~5% at this m, which is why orf is used here).
     exact = ExactKPCA(3, gamma=0.05).fit(digits)
-    est = RandomFeatureKPCA(3, gamma=0.05, n_features=2000, features="orf",
-                            random_state=0).fit(digits)
+    est = RandomFeatureKPCA(3, gamma=0.05, n_features=2000, features="orf", random_state=0).fit(
+        digits
+    )
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=0.02)
     T = est.transform(digits)
     # Training projections have column variances lambda / n, like KernelPCA's.
@@ -86,8 +90,15 @@ def test_embedding_error_falls_as_m_grows(digits):
     ref = exact.transform(digits)
     errs = []
     for m in (50, 200, 800, 3200):
-        e = [embedding_error(RandomFeatureKPCA(3, gamma=0.05, n_features=m, random_state=s)
-                             .fit(digits).transform(digits), ref) for s in range(3)]
+        e = [
+            embedding_error(
+                RandomFeatureKPCA(3, gamma=0.05, n_features=m, random_state=s)
+                .fit(digits)
+                .transform(digits),
+                ref,
+            )
+            for s in range(3)
+        ]
         errs.append(np.mean(e))
     assert np.all(np.diff(errs) < 0), errs
     assert errs[-1] < errs[0] / 3, errs
@@ -100,8 +111,11 @@ def _compare_with_sklearn(X, gamma, m, k, features, seeds):
     kernel = RBF(gamma)
     ours, theirs = [], []
     for s in seeds:
-        T = RandomFeatureKPCA(k, gamma=gamma, n_features=m, features=features,
-                              random_state=s).fit(X).transform(X)
+        T = (
+            RandomFeatureKPCA(k, gamma=gamma, n_features=m, features=features, random_state=s)
+            .fit(X)
+            .transform(X)
+        )
         ours.append(relative_rank_k_error(X, T, kernel))
         pipe = make_pipeline(RBFSampler(gamma=gamma, n_components=m, random_state=s), PCA(k))
         theirs.append(relative_rank_k_error(X, pipe.fit(X).transform(X), kernel))
@@ -110,8 +124,10 @@ def _compare_with_sklearn(X, gamma, m, k, features, seeds):
 
 # Bandwidths: digits scaled to [0, 1] with gamma = "scale" (1 / (d var) = 0.11); pendigits raw
 # (0-100) with the reduced-set paper's sigma = 120, gamma = 1 / (2 sigma^2).
-DATASETS = {"digits": (lambda: _digits(600), 0.11),
-            "pendigits": (lambda: _pendigits(600), 1 / (2 * 120**2))}
+DATASETS = {
+    "digits": (lambda: _digits(600), 0.11),
+    "pendigits": (lambda: _pendigits(600), 1 / (2 * 120**2)),
+}
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
@@ -178,8 +194,15 @@ def test_countsketch_sparse_input_and_blocking():
     # CSR input (features from X @ W in nnz(X) m time) equals dense input, and a one-pass
     # stream of blocks equals the array: CountSketch hashes by global row index.
     X = sp.random(400, 30, density=0.1, format="csr", random_state=0)
-    kw = dict(n_components=3, gamma=0.5, n_features=100, solver="countsketch", n_buckets=64,
-              n_passes=1, random_state=0)
+    kw = dict(
+        n_components=3,
+        gamma=0.5,
+        n_features=100,
+        solver="countsketch",
+        n_buckets=64,
+        n_passes=1,
+        random_state=0,
+    )
     a = RandomFeatureKPCA(**kw).fit(X)
     b = RandomFeatureKPCA(**kw).fit(X.toarray())
     c = RandomFeatureKPCA(**kw).fit(iter([X[:150], X[150:170], X[170:]]))
@@ -262,18 +285,21 @@ def test_default_n_features_and_components(digits):
 # ------------------------------------------------------------------------------------------------
 # errors
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("params,match", [
-    (dict(kernel="polynomial", features="rff"), "shift-invariant"),
-    (dict(kernel="laplacian", features="orf"), "rotation-invariant"),
-    (dict(kernel="rbf", features="tensorsketch"), "polynomial"),
-    (dict(features="bogus"), "features must be 'auto' or one of"),
-    (dict(solver="bogus"), "solver must be one of"),
-    (dict(n_passes=3), "n_passes"),
-    (dict(n_features=0), "n_features"),
-    (dict(n_components=50, n_features=40), "n_components=50"),
-    (dict(n_components=0), "n_components"),
-    (dict(solver="countsketch", n_buckets=3, n_components=5), "n_components=5"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(kernel="polynomial", features="rff"), "shift-invariant"),
+        (dict(kernel="laplacian", features="orf"), "rotation-invariant"),
+        (dict(kernel="rbf", features="tensorsketch"), "polynomial"),
+        (dict(features="bogus"), "features must be 'auto' or one of"),
+        (dict(solver="bogus"), "solver must be one of"),
+        (dict(n_passes=3), "n_passes"),
+        (dict(n_features=0), "n_features"),
+        (dict(n_components=50, n_features=40), "n_components=50"),
+        (dict(n_components=0), "n_components"),
+        (dict(solver="countsketch", n_buckets=3, n_components=5), "n_components=5"),
+    ],
+)
 def test_bad_parameters(params, match, digits):
     with pytest.raises(ValueError, match=match):
         RandomFeatureKPCA(**params).fit(digits)
@@ -300,10 +326,12 @@ def test_bad_data(digits):
         RandomFeatureKPCA().transform(digits)
 
 
-@parametrize_with_checks([
-    RandomFeatureKPCA(n_features=64, random_state=0),
-    RandomFeatureKPCA(n_features=64, solver="countsketch", n_buckets=64, random_state=0),
-])
+@parametrize_with_checks(
+    [
+        RandomFeatureKPCA(n_features=64, random_state=0),
+        RandomFeatureKPCA(n_features=64, solver="countsketch", n_buckets=64, random_state=0),
+    ]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
@@ -328,16 +356,22 @@ def test_feature_moments_merge_equals_one_pass(digits):
         a.merge(FeatureMoments(64, shift + 1).update(Z[:5].copy()))
 
 
-@pytest.mark.parametrize("features,kernel,solver", [("rff", "rbf", "exact"),
-                                                    ("fastfood", "matern", "countsketch"),
-                                                    ("tensorsketch", "polynomial", "exact")])
+@pytest.mark.parametrize(
+    "features,kernel,solver",
+    [
+        ("rff", "rbf", "exact"),
+        ("fastfood", "matern", "countsketch"),
+        ("tensorsketch", "polynomial", "exact"),
+    ],
+)
 def test_save_and_load(features, kernel, solver, digits, tmp_path):
     try:
         from fastkpca import load
     except (ImportError, AttributeError):  # pragma: no cover - io not there yet
         pytest.skip("fastkpca.load not available")
-    est = RandomFeatureKPCA(3, kernel=kernel, features=features, n_features=64, solver=solver,
-                            random_state=0).fit(digits)
+    est = RandomFeatureKPCA(
+        3, kernel=kernel, features=features, n_features=64, solver=solver, random_state=0
+    ).fit(digits)
     path = tmp_path / "model.fkpca"
     est.save(path)
     again = load(path)

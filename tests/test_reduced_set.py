@@ -106,11 +106,18 @@ def test_centroid_beats_first():
         exact = ExactKPCA(5, gamma=0.05).fit(Xtr)
         ref = exact.transform(Xte)
         for center in emb:
-            models = [ReducedSetKPCA(5, gamma=0.05, ell=ell, center=center).fit(Xtr)
-                      for ell in (2.0, 3.0, 4.0)]
+            models = [
+                ReducedSetKPCA(5, gamma=0.05, ell=ell, center=center).fit(Xtr)
+                for ell in (2.0, 3.0, 4.0)
+            ]
             emb[center].append([embedding_error(m.transform(Xte), ref) for m in models])
-            eig[center].append([np.linalg.norm(m.eigenvalues_ - exact.eigenvalues_)
-                                / np.linalg.norm(exact.eigenvalues_) for m in models])
+            eig[center].append(
+                [
+                    np.linalg.norm(m.eigenvalues_ - exact.eigenvalues_)
+                    / np.linalg.norm(exact.eigenvalues_)
+                    for m in models
+                ]
+            )
     first, centroid = np.mean(emb["first"], axis=0), np.mean(emb["centroid"], axis=0)
     assert np.all(centroid < first / 2)
     # at ell = 4 the eigenvalue errors agree within a factor 1.5 (both about 0.003)
@@ -127,10 +134,17 @@ def test_densities_vs_uniform(split):
     m = 60
     err = {}
     for density in ("uniform", "kmeans", "herding", "paring"):
-        err[density] = np.mean([
-            embedding_error(ReducedSetKPCA(5, gamma=0.05, density=density, n_centers=m,
-                                           random_state=s).fit(Xtr).transform(Xte), ref)
-            for s in range(3)])
+        err[density] = np.mean(
+            [
+                embedding_error(
+                    ReducedSetKPCA(5, gamma=0.05, density=density, n_centers=m, random_state=s)
+                    .fit(Xtr)
+                    .transform(Xte),
+                    ref,
+                )
+                for s in range(3)
+            ]
+        )
     assert err["kmeans"] < err["uniform"] / 2
     assert err["herding"] < err["uniform"] / 2
     assert err["paring"] < 2.5 * err["uniform"]
@@ -141,8 +155,9 @@ def test_densities_vs_uniform(split):
 def test_weights_and_state(split, density):
     Xtr = split[0]
     n = len(Xtr)
-    model = ReducedSetKPCA(4, gamma=0.05, density=density, n_centers=50, ell=2.0,
-                           random_state=0).fit(Xtr)
+    model = ReducedSetKPCA(
+        4, gamma=0.05, density=density, n_centers=50, ell=2.0, random_state=0
+    ).fit(Xtr)
     m = model.n_centers_
     assert model.centers_.shape == (m, Xtr.shape[1])
     assert model.weights_.shape == (m,) and np.all(model.weights_ > 0)
@@ -169,9 +184,16 @@ def test_eigenvalue_scale(split):
     # are within 3 % of exact on the top four (measured 0.5-1.6 %) and 10 % on the fifth
     # (measured 6.9 %; it is 5 times smaller).  Without the n scaling they would be 2x off.
     Xtr, _, exact, _ = split
-    ratio = np.mean([ReducedSetKPCA(5, gamma=0.05, density="uniform", n_centers=300,
-                                    random_state=s).fit(Xtr).eigenvalues_ / exact.eigenvalues_
-                     for s in range(8)], axis=0)
+    ratio = np.mean(
+        [
+            ReducedSetKPCA(5, gamma=0.05, density="uniform", n_centers=300, random_state=s)
+            .fit(Xtr)
+            .eigenvalues_
+            / exact.eigenvalues_
+            for s in range(8)
+        ],
+        axis=0,
+    )
     np.testing.assert_allclose(ratio[:4], 1.0, atol=0.03)
     np.testing.assert_allclose(ratio[4], 1.0, atol=0.10)
 
@@ -212,8 +234,9 @@ def test_save_load_and_expansion(split, tmp_path):
     # the kernel expansion (centering folded into the coefficients) is the same map, to rounding
     exp = kernel_expansion(model)
     assert exp.points.shape[0] == model.n_centers_
-    np.testing.assert_allclose(exp.kernel(Xte, exp.points) @ exp.coef + exp.offset, T,
-                               atol=1e-10 * np.abs(T).max())
+    np.testing.assert_allclose(
+        exp.kernel(Xte, exp.points) @ exp.coef + exp.offset, T, atol=1e-10 * np.abs(T).max()
+    )
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -248,17 +271,20 @@ def test_bad_input(split):
     with pytest.raises(NotFittedError):
         ReducedSetKPCA().transform(X)
     # the non-shadow densities take any kernel
-    T = ReducedSetKPCA(3, kernel="polynomial", density="kmeans", n_centers=20,
-                       random_state=0).fit_transform(X)
+    T = ReducedSetKPCA(
+        3, kernel="polynomial", density="kmeans", n_centers=20, random_state=0
+    ).fit_transform(X)
     assert T.shape == (50, 3)
 
 
 # --- scikit-learn contract ------------------------------------------------------------------
-@parametrize_with_checks([
-    ReducedSetKPCA(),
-    ReducedSetKPCA(density="kmeans", n_centers=10, random_state=0),
-    ReducedSetKPCA(density="herding", n_centers=10, random_state=0),
-    ReducedSetKPCA(density="paring", n_centers=10, random_state=0),
-])
+@parametrize_with_checks(
+    [
+        ReducedSetKPCA(),
+        ReducedSetKPCA(density="kmeans", n_centers=10, random_state=0),
+        ReducedSetKPCA(density="herding", n_centers=10, random_state=0),
+        ReducedSetKPCA(density="paring", n_centers=10, random_state=0),
+    ]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)

@@ -19,8 +19,9 @@ ROUND = 1e-10
 # streams
 # --------------------------------------------------------------------------------------------
 def low_rank_noise(rng, n=1200, m=40, r=8):
-    return rng.standard_normal((n, r)) @ rng.standard_normal((r, m)) \
-        + 0.05 * rng.standard_normal((n, m))
+    return rng.standard_normal((n, r)) @ rng.standard_normal((r, m)) + 0.05 * rng.standard_normal(
+        (n, m)
+    )
 
 
 def sorted_by_norm(rng, descending=False):
@@ -134,7 +135,7 @@ def test_fd_blocking_invariance(rng, sizes):
     fd = FrequentDirections(7)
     start = 0
     for s in sizes:
-        fd.update(A[start:start + s])
+        fd.update(A[start : start + s])
         start += s
     fd.update(A[start:])
     # Shrinks happen at the same row counts whatever the blocking: bitwise equal.
@@ -186,7 +187,7 @@ def test_fd_merge_tree(name):
     check_fd_bound(A, merged.sketch(), ell, ks=range(ell))
     # The a-posteriori bound adds up over the tree too.
     err = np.linalg.norm(A.T @ A - merged.sketch().T @ merged.sketch(), 2)
-    extra = fd_shrink(merged._buffer[:merged._filled], ell)[1] if merged._filled > ell else 0.0
+    extra = fd_shrink(merged._buffer[: merged._filled], ell)[1] if merged._filled > ell else 0.0
     assert err <= merged.total_shrinkage + extra + ROUND * np.sum(A * A)
 
 
@@ -274,8 +275,12 @@ def test_fd_shrink_facts(rng):
     w = np.linalg.eigvalsh(C.T @ C - B.T @ B)
     assert w[0] >= -1e-10 * s[0] ** 2 and w[-1] <= delta * (1 + 1e-10)
     assert np.sum(C * C) - np.sum(B * B) >= (ell + 1) * delta * (1 - 1e-10)
-    np.testing.assert_allclose(np.linalg.svd(B, compute_uv=False) ** 2, s[:ell] ** 2 - delta,
-                               rtol=1e-9, atol=1e-9 * s[0] ** 2)
+    np.testing.assert_allclose(
+        np.linalg.svd(B, compute_uv=False) ** 2,
+        s[:ell] ** 2 - delta,
+        rtol=1e-9,
+        atol=1e-9 * s[0] ** 2,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,15 +330,17 @@ def test_countsketch_matches_explicit_matrix_and_centering(rng):
     np.testing.assert_allclose(cs.sketch(), S @ A, atol=1e-12)
     np.testing.assert_allclose(cs.bucket_signs_sum(), S @ np.ones(120))
     mu = A.mean(axis=0)
-    np.testing.assert_allclose(cs.sketch() - np.outer(cs.bucket_signs_sum(), mu),
-                               S @ (A - mu), atol=1e-12)
+    np.testing.assert_allclose(
+        cs.sketch() - np.outer(cs.bucket_signs_sum(), mu), S @ (A - mu), atol=1e-12
+    )
 
 
 def test_countsketch_sparse_and_float32(rng):
     A = sp.random(200, 30, density=0.05, format="csr", random_state=1)
     dense = CountSketch(16, 30, random_state=0).update(A.toarray()).sketch()
-    np.testing.assert_allclose(CountSketch(16, 30, random_state=0).update(A).sketch(), dense,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        CountSketch(16, 30, random_state=0).update(A).sketch(), dense, atol=1e-12
+    )
     A32 = rng.standard_normal((50, 3)).astype(np.float32)
     out = CountSketch(5, 3, random_state=0).update(A32).sketch()
     assert out.dtype == np.float64
@@ -367,8 +374,9 @@ def test_countsketch_merge_and_seed(rng):
     with pytest.raises(ValueError, match="shapes"):
         a.merge(CountSketch(21, 5, random_state=2))
     # Same seed, same sketch; different seed, different sketch.
-    np.testing.assert_array_equal(CountSketch(20, 5, random_state=2).update(A).sketch(),
-                                  ref.sketch())
+    np.testing.assert_array_equal(
+        CountSketch(20, 5, random_state=2).update(A).sketch(), ref.sketch()
+    )
     assert not np.allclose(CountSketch(20, 5, random_state=9).update(A).sketch(), ref.sketch())
 
 
@@ -378,8 +386,9 @@ def test_countsketch_state_and_errors(rng):
     assert state_class_name(cs) in STATE_CLASSES
     restored = CountSketch.from_state(cs.to_state())
     restored.update(A[30:])
-    np.testing.assert_allclose(restored.sketch(), CountSketch(7, 4, random_state=5).update(A)
-                               .sketch(), atol=1e-12)
+    np.testing.assert_allclose(
+        restored.sketch(), CountSketch(7, 4, random_state=5).update(A).sketch(), atol=1e-12
+    )
     with pytest.raises(ValueError, match="n_buckets"):
         CountSketch(0, 4)
     with pytest.raises(ValueError, match="5 features"):

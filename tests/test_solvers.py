@@ -41,8 +41,11 @@ def test_matches_eigh(psd, method):
 def test_operator_sparse_float32(psd, method, form):
     A, vals, Q = psd
     k = 4
-    B = {"operator": aslinearoperator(A), "sparse": sp.csr_matrix(A),
-         "float32": A.astype(np.float32)}[form]
+    B = {
+        "operator": aslinearoperator(A),
+        "sparse": sp.csr_matrix(A),
+        "float32": A.astype(np.float32),
+    }[form]
     w, V = eigh_topk(B, k, method=method, rng=1)
     tol = 1e-5 if form == "float32" else TOL[method]
     np.testing.assert_allclose(w, vals[:k], rtol=tol)
@@ -79,9 +82,14 @@ def test_postprocess_clips_and_sorts():
     assert np.all(flip_signs(np.array([[1.0], [-2.0]])) == [[-1.0], [2.0]])
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(k=0), "must be in"), (dict(k=301), "must be in"), (dict(k=3, method="qr"), "unknown"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(k=0), "must be in"),
+        (dict(k=301), "must be in"),
+        (dict(k=3, method="qr"), "unknown"),
+    ],
+)
 def test_bad_arguments(psd, kwargs, match):
     with pytest.raises(ValueError, match=match):
         eigh_topk(psd[0], **kwargs)

@@ -29,8 +29,9 @@ def clusters(n, seed=0, d=5, spread=0.5):
     rng = np.random.default_rng(seed)
     centers = np.random.default_rng(0).standard_normal((4, d)) * 4
     sizes = [int(n * f) for f in (0.4, 0.3, 0.2, 0.1)]
-    return np.vstack([c + spread * rng.standard_normal((m, d))
-                      for c, m in zip(centers, sizes, strict=True)])
+    return np.vstack(
+        [c + spread * rng.standard_normal((m, d)) for c, m in zip(centers, sizes, strict=True)]
+    )
 
 
 GAMMA = 0.1
@@ -45,6 +46,7 @@ def regime():
 
 
 # --- the random matrix --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kernel", [RBF(0.2), Polynomial(degree=2, gamma=0.5, coef0=1.0)])
 def test_sample_prob_one_is_the_gram(kernel):
@@ -96,20 +98,23 @@ def test_kept_fraction_and_both_evaluation_paths_agree():
 
 # --- the exact limit ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("solver,kernel,tol", [
-    # Lanczos runs to machine precision on the same matrix: the contract's 1e-6.
-    ("lanczos", dict(kernel="rbf", gamma=GAMMA), 1e-6),
-    ("lanczos", dict(kernel="laplacian", gamma=0.05), 1e-6),
-    ("lanczos", dict(kernel="polynomial", gamma=0.05, degree=2), 1e-6),
-    # Orthogonal iteration stops at a 1e-8 subspace change with a ratio lambda_4/lambda_3 ~ 0.2:
-    # subspace error ~ 1e-8 / (1 - 0.2), eigenvalues to its square.
-    ("orthogonal", dict(kernel="rbf", gamma=GAMMA), 1e-6),
-])
+
+@pytest.mark.parametrize(
+    "solver,kernel,tol",
+    [
+        # Lanczos runs to machine precision on the same matrix: the contract's 1e-6.
+        ("lanczos", dict(kernel="rbf", gamma=GAMMA), 1e-6),
+        ("lanczos", dict(kernel="laplacian", gamma=0.05), 1e-6),
+        ("lanczos", dict(kernel="polynomial", gamma=0.05, degree=2), 1e-6),
+        # Orthogonal iteration stops at a 1e-8 subspace change with a ratio lambda_4/lambda_3 ~ 0.2:
+        # subspace error ~ 1e-8 / (1 - 0.2), eigenvalues to its square.
+        ("orthogonal", dict(kernel="rbf", gamma=GAMMA), 1e-6),
+    ],
+)
 def test_sample_prob_one_equals_exact(solver, kernel, tol):
     X, Xn = clusters(400, seed=2), clusters(50, seed=3)
     exact = ExactKPCA(K, eigen_solver="dense", **kernel).fit(X)
-    model = SparsifiedKPCA(K, sample_prob=1.0, eigen_solver=solver, random_state=0,
-                           **kernel).fit(X)
+    model = SparsifiedKPCA(K, sample_prob=1.0, eigen_solver=solver, random_state=0, **kernel).fit(X)
     np.testing.assert_allclose(model.eigenvalues_, exact.eigenvalues_, rtol=tol)
     assert rel_err(exact.transform(Xn), model.transform(Xn)) < tol
     assert rel_err(exact.fit_transform(X), model.fit_transform(X)) < tol
@@ -118,13 +123,18 @@ def test_sample_prob_one_equals_exact(solver, kernel, tol):
 
 # --- the approximate regime -----------------------------------------------------------------------
 
+
 def test_error_falls_with_sample_prob(regime):
     X, Xn, exact, T_ref = regime
     lam_k = exact.eigenvalues_[-1]
     errors, eig_errors = {}, {}
     for p in (0.05, 0.2, 0.8):
-        runs = [SparsifiedKPCA(K, gamma=GAMMA, sample_prob=p, eigen_solver="lanczos",
-                               random_state=seed).fit(X) for seed in range(4)]
+        runs = [
+            SparsifiedKPCA(
+                K, gamma=GAMMA, sample_prob=p, eigen_solver="lanczos", random_state=seed
+            ).fit(X)
+            for seed in range(4)
+        ]
         errors[p] = [embedding_error(m.transform(Xn), T_ref) for m in runs]
         eig_errors[p] = [np.max(np.abs(m.eigenvalues_ / exact.eigenvalues_ - 1)) for m in runs]
         noise = np.mean([m.noise_norm_ for m in runs])
@@ -147,12 +157,21 @@ def test_quantization_in_the_separated_regime(regime):
     X, Xn, exact, T_ref = regime
     errors, eig_errors = {}, {}
     for p in (0.1, 0.4, 1.0):
-        runs = [SparsifiedKPCA(K, gamma=GAMMA, sample_prob=p, quantize=True,
-                               eigen_solver="lanczos", random_state=seed).fit(X)
-                for seed in range(3)]
+        runs = [
+            SparsifiedKPCA(
+                K,
+                gamma=GAMMA,
+                sample_prob=p,
+                quantize=True,
+                eigen_solver="lanczos",
+                random_state=seed,
+            ).fit(X)
+            for seed in range(3)
+        ]
         errors[p] = np.mean([embedding_error(m.transform(Xn), T_ref) for m in runs])
-        eig_errors[p] = np.mean([np.max(np.abs(m.eigenvalues_ / exact.eigenvalues_ - 1))
-                                 for m in runs])
+        eig_errors[p] = np.mean(
+            [np.max(np.abs(m.eigenvalues_ / exact.eigenvalues_ - 1)) for m in runs]
+        )
         # Quantization noise b^2 / p even where K ~ 0: noise_norm_ = 2 b sqrt(n / p).
         assert runs[0].noise_norm_ == pytest.approx(2 * np.sqrt(999 / p))
     # 1 bit per entry (p = 1): the noise norm (63) is below lambda_3 (95); errors seen 0.06
@@ -177,8 +196,7 @@ def test_orthogonal_iteration_is_not_fooled_by_negative_noise(regime):
 def test_float32_in_float32_out(regime):
     X, Xn, _, _ = regime
     m64 = SparsifiedKPCA(K, gamma=GAMMA, sample_prob=0.3, random_state=0).fit(X)
-    m32 = SparsifiedKPCA(K, gamma=GAMMA, sample_prob=0.3, random_state=0).fit(
-        X.astype(np.float32))
+    m32 = SparsifiedKPCA(K, gamma=GAMMA, sample_prob=0.3, random_state=0).fit(X.astype(np.float32))
     T32 = m32.transform(Xn.astype(np.float32))
     assert T32.dtype == np.float32 and m32.fit_transform(X.astype(np.float32)).dtype == np.float32
     # same kept pairs (the seed), entries rounded to float32 and products in float32
@@ -211,17 +229,21 @@ def test_fit_never_holds_an_n_by_n_array():
 
 # --- input checking -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("params,match", [
-    (dict(sample_prob=0.0), "sample_prob"),
-    (dict(sample_prob=-0.1), "sample_prob"),
-    (dict(sample_prob=1.5), "sample_prob"),
-    (dict(sample_prob=float("nan")), "sample_prob"),
-    (dict(sample_prob="half"), "sample_prob"),
-    (dict(quantize="yes"), "quantize"),
-    (dict(eigen_solver="dense"), "eigen_solver"),
-    (dict(n_components=50), "n_components"),
-    (dict(n_components=21, eigen_solver="lanczos"), "n_components"),
-])
+
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(sample_prob=0.0), "sample_prob"),
+        (dict(sample_prob=-0.1), "sample_prob"),
+        (dict(sample_prob=1.5), "sample_prob"),
+        (dict(sample_prob=float("nan")), "sample_prob"),
+        (dict(sample_prob="half"), "sample_prob"),
+        (dict(quantize="yes"), "quantize"),
+        (dict(eigen_solver="dense"), "eigen_solver"),
+        (dict(n_components=50), "n_components"),
+        (dict(n_components=21, eigen_solver="lanczos"), "n_components"),
+    ],
+)
 def test_bad_parameters(params, match):
     X = clusters(20)
     with pytest.raises(ValueError, match=match):
@@ -241,10 +263,12 @@ def test_bad_input():
         model.transform(X[:, :3])
 
 
-@parametrize_with_checks([
-    SparsifiedKPCA(n_components=2, sample_prob=0.5, random_state=0),
-    SparsifiedKPCA(n_components=2, quantize=True, eigen_solver="orthogonal", random_state=0),
-])
+@parametrize_with_checks(
+    [
+        SparsifiedKPCA(n_components=2, sample_prob=0.5, random_state=0),
+        SparsifiedKPCA(n_components=2, quantize=True, eigen_solver="orthogonal", random_state=0),
+    ]
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

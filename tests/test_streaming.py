@@ -39,13 +39,26 @@ def test_sklearn_compatible(estimator, check):
 # --------------------------------------------------------------------------------------------
 # exact limit: sketch_size >= n_features never shrinks, so SKPCA is RNCA
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("features, kernel", [("rff", "rbf"), ("orf", "rbf"),
-                                              ("fastfood", "matern"), ("rff", "laplacian"),
-                                              ("tensorsketch", "polynomial")])
+@pytest.mark.parametrize(
+    "features, kernel",
+    [
+        ("rff", "rbf"),
+        ("orf", "rbf"),
+        ("fastfood", "matern"),
+        ("rff", "laplacian"),
+        ("tensorsketch", "polynomial"),
+    ],
+)
 def test_exact_limit_equals_random_feature_kpca(noisy, features, kernel):
     X = noisy[:700]
-    params = dict(n_components=6, kernel=kernel, gamma=GAMMA, n_features=160, features=features,
-                  random_state=4)
+    params = dict(
+        n_components=6,
+        kernel=kernel,
+        gamma=GAMMA,
+        n_features=160,
+        features=features,
+        random_state=4,
+    )
     ours = StreamingKPCA(sketch_size=160, **params).fit(X)
     ref = RandomFeatureKPCA(**params).fit(X)
     assert ours.sketch_.total_shrinkage <= 1e-10 * ours.n_samples_seen_
@@ -63,9 +76,15 @@ def test_exact_limit_matches_kernel_pca_as_features_grow(noisy):
     # k = 5: the signal dimension, followed by a large eigen-gap (11.9 -> 2.0), so the exact
     # embedding is well defined (inside the signal block the eigenvalues are close together).
     exact = ExactKPCA(5, gamma=GAMMA).fit(X)
-    errs = [embedding_error(StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=m,
-                                          random_state=0).fit(X).transform(X), exact.transform(X))
-            for m in (50, 400, 2000)]
+    errs = [
+        embedding_error(
+            StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=m, random_state=0)
+            .fit(X)
+            .transform(X),
+            exact.transform(X),
+        )
+        for m in (50, 400, 2000)
+    ]
     # Measured [0.22, 0.11, 0.037]: RFF error ~ 1 / sqrt(m).
     assert errs[0] > 1.5 * errs[1] > 1.5 * 1.5 * errs[2]
     assert errs[2] < 0.05
@@ -95,8 +114,9 @@ def test_centered_covariance_within_fd_bound(noisy, ell):
     V_R = Vt[sv > sv[0] * 1e-10]
     comp = R.T @ R + delta * V_R.T @ V_R - np.outer(s, s) / len(X)
     w, V = np.linalg.eigh(comp)
-    np.testing.assert_allclose(model.eigenvalues_, np.maximum(w[::-1][:3], 0),
-                               rtol=1e-8, atol=1e-10 * w[-1])
+    np.testing.assert_allclose(
+        model.eigenvalues_, np.maximum(w[::-1][:3], 0), rtol=1e-8, atol=1e-10 * w[-1]
+    )
     assert np.allclose(np.abs(model.components_ @ V[:, ::-1][:, :3]), np.eye(3), atol=1e-6)
     # 0 <= Z^T Z - R^T R <= delta I and 0 <= delta P_R <= delta I: by Weyl both the true
     # eigenvalues (RNCA's) and the compensated estimates lie in [eig(R^T R - s s^T/n),
@@ -139,8 +159,9 @@ def test_accuracy_improves_with_sketch_size(noisy):
     rnca = RandomFeatureKPCA(5, gamma=GAMMA, n_features=600, random_state=2).fit(X)
     errs, eig_errs = [], []
     for ell in (5, 8, 15, 40):
-        model = StreamingKPCA(5, gamma=GAMMA, n_features=600, sketch_size=ell,
-                              random_state=2).fit(X)
+        model = StreamingKPCA(5, gamma=GAMMA, n_features=600, sketch_size=ell, random_state=2).fit(
+            X
+        )
         errs.append(embedding_error(model.transform(X), Te))
         eig_errs.append(np.max(np.abs(model.eigenvalues_ / rnca.eigenvalues_ - 1)))
     # ell = k is too small (FD shrinks every direction by the tail); ell of a few k is as good
@@ -155,9 +176,15 @@ def test_accuracy_improves_with_sketch_size(noisy):
 def test_accuracy_improves_with_features(noisy):
     X = noisy[:800]
     Te = ExactKPCA(5, gamma=GAMMA).fit(X).transform(X)
-    errs = [embedding_error(StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=30,
-                                          random_state=3).fit(X).transform(X), Te)
-            for m in (60, 300, 1500)]
+    errs = [
+        embedding_error(
+            StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=30, random_state=3)
+            .fit(X)
+            .transform(X),
+            Te,
+        )
+        for m in (60, 300, 1500)
+    ]
     # RFF error falls like 1 / sqrt(m): a factor ~5 in m gives ~2x (allow 1.4x).
     assert errs[0] > 1.4 * errs[1] > 1.4 * 1.4 * errs[2]
     assert errs[2] < 0.06
@@ -173,7 +200,7 @@ def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
     part = StreamingKPCA(3, gamma=GAMMA, n_features=100, sketch_size=8, random_state=5)
     start = 0
     for s in sizes:
-        assert part.partial_fit(X[start:start + s]) is part
+        assert part.partial_fit(X[start : start + s]) is part
         start += s
     part.partial_fit(X[start:])
     assert part.n_samples_seen_ == full.n_samples_seen_ == 600
@@ -188,14 +215,15 @@ def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
 def test_fit_on_block_iterables(noisy):
     X = noisy[:500]
     ref = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(X)
-    gen = (X[i:i + 64] for i in range(0, 500, 64))
+    gen = (X[i : i + 64] for i in range(0, 500, 64))
     model = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(gen)
     assert model.n_samples_seen_ == 500 and model.n_features_in_ == 20
     assert rel(model.transform(X), ref.transform(X)) < 1e-7
     # A list of blocks, some CSR, gives the same model.
     blocks = [X[:100], sp.csr_matrix(X[100:300]), X[300:]]
-    model2 = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10,
-                           random_state=6).fit(blocks)
+    model2 = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(
+        blocks
+    )
     assert rel(model2.transform(X), ref.transform(X)) < 1e-7
 
 
@@ -241,19 +269,18 @@ def test_merge_tree_keeps_fd_bound(noisy):
     # And the merged model is as accurate as one fitted on everything.
     Te = ExactKPCA(3, gamma=GAMMA).fit(X).transform(X)
     single = StreamingKPCA(**kw).fit(X)
-    assert embedding_error(merged.transform(X), Te) < \
-        embedding_error(single.transform(X), Te) + 0.02
+    assert (
+        embedding_error(merged.transform(X), Te) < embedding_error(single.transform(X), Te) + 0.02
+    )
 
 
 def test_merge_errors(noisy):
     X = noisy[:200]
     a = StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=1).fit(X)
     with pytest.raises(ValueError, match="different parameters.*sketch_size"):
-        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=6,
-                              random_state=1).fit(X))
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=6, random_state=1).fit(X))
     with pytest.raises(ValueError, match="random_state"):
-        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5,
-                              random_state=2).fit(X))
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=2).fit(X))
     unseeded = dict(n_components=2, gamma=GAMMA, n_features=30, sketch_size=5)
     with pytest.raises(ValueError, match="different random features"):
         StreamingKPCA(**unseeded).fit(X).merge(StreamingKPCA(**unseeded).fit(X))
@@ -367,8 +394,9 @@ def test_memory_independent_of_n():
             yield rng.standard_normal((2000, 20))
 
     tracemalloc.start()
-    model = StreamingKPCA(5, gamma=GAMMA, n_features=500, sketch_size=20,
-                          random_state=0).fit(blocks())
+    model = StreamingKPCA(5, gamma=GAMMA, n_features=500, sketch_size=20, random_state=0).fit(
+        blocks()
+    )
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert model.n_samples_seen_ == 200_000

@@ -61,8 +61,8 @@ def _weighted_row_means(K, w, block=None):
     block = block or _block_rows(n)
     out = np.empty(n)
     for s in range(0, n, block):
-        Kb = np.asarray(K[s:s + block], dtype=np.float64)
-        out[s:s + block] = Kb.mean(axis=1) if w is None else Kb @ w
+        Kb = np.asarray(K[s : s + block], dtype=np.float64)
+        out[s : s + block] = Kb.mean(axis=1) if w is None else Kb @ w
     return out
 
 
@@ -78,8 +78,8 @@ def center_gram_inplace(K: np.ndarray, weights=None, *, block: int | None = None
     row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
     total = float(row_means.mean() if w is None else row_means @ w)
     for s in range(0, n, block):
-        Kb = K[s:s + block]
-        corr = row_means[s:s + block, None] + row_means[None, :] - total
+        Kb = K[s : s + block]
+        corr = row_means[s : s + block, None] + row_means[None, :] - total
         Kb -= corr.astype(K.dtype, copy=False)
     return CenteringStats(col_means=row_means, total_mean=total)
 

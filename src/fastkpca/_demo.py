@@ -58,8 +58,15 @@ def _fit_and_measure(cls, params, X):
     return model, np.asarray(T, dtype=np.float64), fit_s, transform_s, peak / 2**20
 
 
-def run_demo(output="fastkpca-demo.png", *, n_samples=None, n_components=5, methods=None,
-             random_state=0, file=None):
+def run_demo(
+    output="fastkpca-demo.png",
+    *,
+    n_samples=None,
+    n_components=5,
+    methods=None,
+    random_state=0,
+    file=None,
+):
     """Fit every available method on the embedded pendigits sample; print a table, plot.
 
     Parameters
@@ -103,23 +110,31 @@ def run_demo(output="fastkpca-demo.png", *, n_samples=None, n_components=5, meth
         classes = {"exact": _estimator_class("exact"), **classes}
     settings = method_settings(X.shape[0])
 
-    print(f"fastkpca demo: pendigits sample, {X.shape[0]} x {X.shape[1]}, RBF kernel "
-          f"sigma = {DEMO_SIGMA:g} (gamma = {gamma:.3g}), k = {n_components}", file=out)
+    print(
+        f"fastkpca demo: pendigits sample, {X.shape[0]} x {X.shape[1]}, RBF kernel "
+        f"sigma = {DEMO_SIGMA:g} (gamma = {gamma:.3g}), k = {n_components}",
+        file=out,
+    )
     rows, embeddings = [], {}
     reference = None
     for method, cls in classes.items():
         accepted = cls().get_params()
         params = {k: v for k, v in settings.get(method, {}).items() if k in accepted}
-        params.update(n_components=n_components, kernel="rbf", gamma=gamma,
-                      random_state=random_state)
+        params.update(
+            n_components=n_components, kernel="rbf", gamma=gamma, random_state=random_state
+        )
         row = {"method": method, "estimator": cls.__name__, "params": params}
         try:
             model, T, fit_s, transform_s, peak = _fit_and_measure(cls, params, X)
             if reference is None:
                 reference = T  # exact comes first
-            row.update(fit_s=fit_s, transform_s=transform_s, peak_mib=peak,
-                       rank_k_error=metrics.relative_rank_k_error(X, T, model.kernel_),
-                       embedding_error=metrics.embedding_error(T, reference))
+            row.update(
+                fit_s=fit_s,
+                transform_s=transform_s,
+                peak_mib=peak,
+                rank_k_error=metrics.relative_rank_k_error(X, T, model.kernel_),
+                embedding_error=metrics.embedding_error(T, reference),
+            )
             embeddings[method] = T
         except Exception as exc:  # report the failure in the table, go on with the others
             row["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
@@ -128,24 +143,37 @@ def run_demo(output="fastkpca-demo.png", *, n_samples=None, n_components=5, meth
 
     if output is not None and embeddings:
         written = _plot(embeddings, reference, y, output, n_components)
-        print(f"plot: {written}" if written else
-              "plot skipped: matplotlib is not installed (pip install 'fastkpca[plot]')",
-              file=out)
-    print("peak MiB: tracemalloc peak of a separate fit (Python + NumPy allocations, "
-          "not BLAS internals); errors against exact KPCA on the same rows", file=out)
+        print(
+            f"plot: {written}"
+            if written
+            else "plot skipped: matplotlib is not installed (pip install 'fastkpca[plot]')",
+            file=out,
+        )
+    print(
+        "peak MiB: tracemalloc peak of a separate fit (Python + NumPy allocations, "
+        "not BLAS internals); errors against exact KPCA on the same rows",
+        file=out,
+    )
     return rows
 
 
 def _print_row(row, out, header):
     if header:
-        print(f"{'method':<16}{'estimator':<20}{'fit s':>8}{'transform s':>13}"
-              f"{'peak MiB':>10}{'rank-k err':>12}{'embed err':>11}", file=out)
+        print(
+            f"{'method':<16}{'estimator':<20}{'fit s':>8}{'transform s':>13}"
+            f"{'peak MiB':>10}{'rank-k err':>12}{'embed err':>11}",
+            file=out,
+        )
     if row.get("error"):
         print(f"{row['method']:<16}{row['estimator']:<20}  failed: {row['error']}", file=out)
         return
-    print(f"{row['method']:<16}{row['estimator']:<20}{row['fit_s']:>8.3f}"
-          f"{row['transform_s']:>13.3f}{row['peak_mib']:>10.1f}{row['rank_k_error']:>12.4f}"
-          f"{row['embedding_error']:>11.2e}", file=out, flush=True)
+    print(
+        f"{row['method']:<16}{row['estimator']:<20}{row['fit_s']:>8.3f}"
+        f"{row['transform_s']:>13.3f}{row['peak_mib']:>10.1f}{row['rank_k_error']:>12.4f}"
+        f"{row['embedding_error']:>11.2e}",
+        file=out,
+        flush=True,
+    )
 
 
 def _plot(embeddings, reference, y, output, n_components):
@@ -159,26 +187,32 @@ def _plot(embeddings, reference, y, output, n_components):
     names = list(embeddings)
     ncols = min(3, len(names))
     nrows = -(-len(names) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.0 * ncols + 1.0, 3.8 * nrows + 0.6),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(4.0 * ncols + 1.0, 3.8 * nrows + 0.6),
+        squeeze=False,
+        layout="constrained",
+    )
     for ax, name in zip(axes.flat, names, strict=False):
         T = embeddings[name][:, :2].copy()
         if T.shape[1] < 2:
             T = np.column_stack([T, np.zeros(len(T))])
         # Column signs are arbitrary per method: match them to exact KPCA so panels compare.
-        signs = np.sign(np.sum(T * reference[:, :T.shape[1]], axis=0))
+        signs = np.sign(np.sum(T * reference[:, : T.shape[1]], axis=0))
         signs[signs == 0] = 1.0
         T *= signs
-        sc = ax.scatter(T[:, 0], T[:, 1], c=y, cmap="tab10", vmin=-0.5, vmax=9.5, s=4,
-                        linewidths=0)
+        sc = ax.scatter(T[:, 0], T[:, 1], c=y, cmap="tab10", vmin=-0.5, vmax=9.5, s=4, linewidths=0)
         ax.set_title(name)
         ax.set_xlabel("component 1")
         ax.set_ylabel("component 2")
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.colorbar(sc, ax=axes.ravel().tolist(), ticks=range(10), label="digit", shrink=0.6)
-    fig.suptitle(f"Kernel PCA of pendigits (RBF, sigma = {DEMO_SIGMA:g}), first 2 of "
-                 f"{n_components} components")
+    fig.suptitle(
+        f"Kernel PCA of pendigits (RBF, sigma = {DEMO_SIGMA:g}), first 2 of "
+        f"{n_components} components"
+    )
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output

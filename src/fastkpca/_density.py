@@ -118,7 +118,8 @@ def kernel_bandwidth(kernel: Kernel) -> tuple[float, str]:
         return 1.0 / kernel.gamma, "manhattan"
     raise ValueError(
         f"the shadow density needs a radial kernel with a bandwidth (rbf, laplacian, matern); "
-        f"the {name!r} kernel has none. Use density='kmeans', 'herding' or 'uniform'")
+        f"the {name!r} kernel has none. Use density='kmeans', 'herding' or 'uniform'"
+    )
 
 
 def _within(A, B, metric, threshold, A_sq=None, B_sq=None):
@@ -152,13 +153,19 @@ def _leader_pass(within: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         owner[members] = i
         leaders.append(i)
         # the next centre is the next point no earlier centre has taken
-        rest = np.flatnonzero(owner[i + 1:] < 0)
+        rest = np.flatnonzero(owner[i + 1 :] < 0)
         i = i + 1 + int(rest[0]) if rest.size else r
     return np.asarray(leaders, dtype=np.intp), owner
 
 
-def shadow_density(X, radius: float, *, metric: str = "euclidean", center: str = "centroid",
-                   block_rows: int = _SHADOW_BLOCK) -> ReducedSet:
+def shadow_density(
+    X,
+    radius: float,
+    *,
+    metric: str = "euclidean",
+    center: str = "centroid",
+    block_rows: int = _SHADOW_BLOCK,
+) -> ReducedSet:
     """Shadow density estimate: one pass, centres eps = ``radius`` apart (Kingravi et al., Alg. 2).
 
     Algorithm 2 repeatedly takes the first remaining point as a centre and removes its shadow
@@ -219,8 +226,13 @@ def shadow_density(X, radius: float, *, metric: str = "euclidean", center: str =
             todo = np.flatnonzero(owner < 0)
             if todo.size == 0:
                 break
-            hit = _within(Xb[todo], C[s:s + _SHADOW_CENTER_CHUNK], metric, threshold,
-                          B_sq=C_sq[s:s + _SHADOW_CENTER_CHUNK])
+            hit = _within(
+                Xb[todo],
+                C[s : s + _SHADOW_CENTER_CHUNK],
+                metric,
+                threshold,
+                B_sq=C_sq[s : s + _SHADOW_CENTER_CHUNK],
+            )
             found = hit.any(axis=1)
             owner[todo[found]] = s + np.argmax(hit[found], axis=1)
         # 2. Algorithm 2 among the points of this block that no earlier centre took
@@ -248,8 +260,9 @@ def shadow_density(X, radius: float, *, metric: str = "euclidean", center: str =
         raise ValueError("shadow_density: X has no rows")
     if center == "centroid":
         C = sums / counts[:, None]
-    return ReducedSet(centers=C.astype(dtype, copy=False), weights=counts,
-                      labels=np.concatenate(labels))
+    return ReducedSet(
+        centers=C.astype(dtype, copy=False), weights=counts, labels=np.concatenate(labels)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,8 +272,9 @@ def _check_m(n_centers, n):
     return check_int("n_centers", n_centers, low=1, high=n)
 
 
-def kmeans_density(X, n_centers: int, *, rng: np.random.Generator,
-                   minibatch_above: int = 50_000) -> ReducedSet:
+def kmeans_density(
+    X, n_centers: int, *, rng: np.random.Generator, minibatch_above: int = 50_000
+) -> ReducedSet:
     """k-means centroids weighted by their cluster sizes (Zhang & Kwok 2010's density).
 
     scikit-learn's ``KMeans`` (one k-means++ start), or ``MiniBatchKMeans`` for more than
@@ -287,8 +301,11 @@ def kmeans_density(X, n_centers: int, *, rng: np.random.Generator,
     counts = np.bincount(labels, minlength=m).astype(np.float64)
     keep = counts > 0
     relabel = np.cumsum(keep) - 1
-    return ReducedSet(centers=np.asarray(km.cluster_centers_[keep], dtype=X.dtype),
-                      weights=counts[keep], labels=relabel[labels])
+    return ReducedSet(
+        centers=np.asarray(km.cluster_centers_[keep], dtype=X.dtype),
+        weights=counts[keep],
+        labels=relabel[labels],
+    )
 
 
 def uniform_density(X, n_centers: int, *, rng: np.random.Generator) -> ReducedSet:
@@ -302,8 +319,14 @@ def uniform_density(X, n_centers: int, *, rng: np.random.Generator) -> ReducedSe
     return ReducedSet(centers=np.array(X[idx]), weights=np.full(m, n / m))
 
 
-def paring_density(X, n_centers: int, kernel: Kernel | None = None, *,
-                   rng: np.random.Generator, bandwidth: float = 0.0) -> ReducedSet:
+def paring_density(
+    X,
+    n_centers: int,
+    kernel: Kernel | None = None,
+    *,
+    rng: np.random.Generator,
+    bandwidth: float = 0.0,
+) -> ReducedSet:
     """KDE paring: ``n_centers`` draws from the data's kernel density estimate.
 
     The KDE ``(1/n) sum_i k(x_i, .)`` is a mixture of n kernels with equal weights; paring
@@ -340,8 +363,15 @@ def paring_density(X, n_centers: int, kernel: Kernel | None = None, *,
     return ReducedSet(centers=noisy.astype(X.dtype, copy=False), weights=np.full(m, n / m))
 
 
-def herding_density(X, n_centers: int, kernel: Kernel, *, rng: np.random.Generator,
-                    n_candidates: int | None = None, max_steps: int | None = None) -> ReducedSet:
+def herding_density(
+    X,
+    n_centers: int,
+    kernel: Kernel,
+    *,
+    rng: np.random.Generator,
+    n_candidates: int | None = None,
+    max_steps: int | None = None,
+) -> ReducedSet:
     """Kernel herding: greedy points whose mean embedding tracks the data's (Chen et al. 2010).
 
     Chen, Welling & Smola ("Super-samples from kernel herding", UAI 2010, eq. 7) choose
@@ -364,17 +394,20 @@ def herding_density(X, n_centers: int, kernel: Kernel, *, rng: np.random.Generat
     """
     n = X.shape[0]
     m = _check_m(n_centers, n)
-    n_cand = min(n, max(2000, 5 * m)) if n_candidates is None else \
-        check_int("n_candidates", n_candidates, low=m, high=n)
+    n_cand = (
+        min(n, max(2000, 5 * m))
+        if n_candidates is None
+        else check_int("n_candidates", n_candidates, low=m, high=n)
+    )
     T_max = 4 * m if max_steps is None else check_int("max_steps", max_steps, low=m)
     cand_idx = np.arange(n) if n_cand == n else np.sort(rng.choice(n, n_cand, replace=False))
     cand = np.asarray(X[cand_idx], dtype=np.float64)
     # mu_p on the candidates: row blocks of X against chunks of candidates
     mu = np.zeros(n_cand)
     for s in range(0, n_cand, _HERDING_CANDIDATE_CHUNK):
-        chunk = cand[s:s + _HERDING_CANDIDATE_CHUNK]
+        chunk = cand[s : s + _HERDING_CANDIDATE_CHUNK]
         for _, _, Kb in kernel.blocks(X, chunk):
-            mu[s:s + chunk.shape[0]] += Kb.sum(axis=0)
+            mu[s : s + chunk.shape[0]] += Kb.sum(axis=0)
     mu /= n
     running = np.zeros(n_cand)  # sum_{t <= T} k(candidate, x_t)
     chosen = np.zeros(n_cand, dtype=np.int64)
@@ -386,7 +419,6 @@ def herding_density(X, n_centers: int, kernel: Kernel, *, rng: np.random.Generat
             n_distinct += 1
         chosen[j] += 1
         T += 1
-        running += kernel(cand, cand[j:j + 1])[:, 0]
+        running += kernel(cand, cand[j : j + 1])[:, 0]
     keep = np.flatnonzero(chosen)
-    return ReducedSet(centers=np.asarray(X[cand_idx[keep]]),
-                      weights=chosen[keep] * (n / T))
+    return ReducedSet(centers=np.asarray(X[cand_idx[keep]]), weights=chosen[keep] * (n / T))

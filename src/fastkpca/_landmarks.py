@@ -137,7 +137,7 @@ class ReservoirSampler:
             all_keys = np.concatenate([self._keys, keys[candidates]])
             all_index = np.concatenate([self._index, self.n_seen + candidates])
             if all_keys.size > self.size:
-                keep = np.argpartition(all_keys, self.size - 1)[:self.size]
+                keep = np.argpartition(all_keys, self.size - 1)[: self.size]
                 all_rows, all_keys, all_index = all_rows[keep], all_keys[keep], all_index[keep]
             self._rows, self._keys, self._index = all_rows, all_keys, all_index
         self.n_seen += m
@@ -177,8 +177,7 @@ def kmeans_landmarks(X, n_landmarks: int, rng: np.random.Generator):
     if n <= KMEANS_FULL_MAX_ROWS:
         km = KMeans(n_clusters=c, n_init=1, random_state=seed)
     else:
-        km = MiniBatchKMeans(n_clusters=c, n_init=1, batch_size=max(1024, 3 * c),
-                             random_state=seed)
+        km = MiniBatchKMeans(n_clusters=c, n_init=1, batch_size=max(1024, 3 * c), random_state=seed)
     labels = km.fit_predict(X)
     counts = np.bincount(labels, minlength=c).astype(np.float64)
     centers = np.asarray(km.cluster_centers_, dtype=X.dtype)
@@ -210,8 +209,9 @@ def _ridge_regularizer(K_SS, prob, rank):
     return max(tail / rank, floor)
 
 
-def ridge_leverage_scores(X, rows, sample, prob, kernel: Kernel, lam: float, *,
-                          block_rows=None, K_SS=None) -> np.ndarray:
+def ridge_leverage_scores(
+    X, rows, sample, prob, kernel: Kernel, lam: float, *, block_rows=None, K_SS=None
+) -> np.ndarray:
     """Approximate lambda-ridge leverage scores of ``X[rows]`` from a weighted Nystrom sample.
 
     ``l_i = (K_ii - K_iS (K_SS + lambda diag(p))^{-1} K_Si) / lambda`` (Musco & Musco 2017,
@@ -238,8 +238,15 @@ def ridge_leverage_scores(X, rows, sample, prob, kernel: Kernel, lam: float, *,
     return np.maximum(scores, 0.0)
 
 
-def rls_indices(X, n_landmarks: int, kernel: Kernel, rng: np.random.Generator, *,
-                target_rank=None, block_rows=None):
+def rls_indices(
+    X,
+    n_landmarks: int,
+    kernel: Kernel,
+    rng: np.random.Generator,
+    *,
+    target_rank=None,
+    block_rows=None,
+):
     """Recursive ridge-leverage-score sampling of ``n_landmarks`` rows (Musco & Musco 2017).
 
     The practical fixed-size form of their RECURSIVE-RLS-NYSTROM: nested uniform halvings
@@ -267,18 +274,19 @@ def rls_indices(X, n_landmarks: int, kernel: Kernel, rng: np.random.Generator, *
     sizes = [n]
     while sizes[-1] > c:
         sizes.append((sizes[-1] + 1) // 2)
-    sel = perm[:sizes[-1]]
+    sel = perm[: sizes[-1]]
     prob = np.ones(sel.size)
     oversample = max(1.0, float(np.log(c)))
     rank = min(c, max(1, int(c / (4.0 * oversample)), int(target_rank or 0)))
     for level in range(len(sizes) - 2, -1, -1):
-        current = perm[:sizes[level]]
+        current = perm[: sizes[level]]
         # float64 landmarks make every kernel block below float64 (float32 X included)
         sample = _take_rows(X, sel).astype(np.float64, copy=False)
         K_SS = np.asarray(kernel(sample), dtype=np.float64)
         lam = _ridge_regularizer(K_SS, prob, rank)
-        scores = ridge_leverage_scores(X, current, sample, prob, kernel, lam,
-                                       block_rows=block_rows, K_SS=K_SS)
+        scores = ridge_leverage_scores(
+            X, current, sample, prob, kernel, lam, block_rows=block_rows, K_SS=K_SS
+        )
         if level > 0:
             p = np.minimum(1.0, oversample * scores)
             keep = rng.random(current.size) < p
@@ -299,8 +307,9 @@ def rls_indices(X, n_landmarks: int, kernel: Kernel, rng: np.random.Generator, *
     raise AssertionError("unreachable: the top level always returns")  # pragma: no cover
 
 
-def select_landmarks(X, method: str, n_landmarks: int, kernel: Kernel, rng: np.random.Generator,
-                     *, target_rank=None):
+def select_landmarks(
+    X, method: str, n_landmarks: int, kernel: Kernel, rng: np.random.Generator, *, target_rank=None
+):
     """Landmark rows and weights from an in-memory X with one of :data:`LANDMARK_METHODS`.
 
     ``target_rank`` (the number of components wanted) only informs ``rls``.
@@ -321,5 +330,7 @@ def select_landmarks(X, method: str, n_landmarks: int, kernel: Kernel, rng: np.r
         idx, inclusion = rls_indices(X, c, kernel, rng, target_rank=target_rank)
         weights = 1.0 / inclusion
         return _take_rows(X, idx), weights / weights.sum()
-    raise ValueError(f"unknown landmarks method {method!r}; choose one of {LANDMARK_METHODS} "
-                     "or pass an array of landmark rows")
+    raise ValueError(
+        f"unknown landmarks method {method!r}; choose one of {LANDMARK_METHODS} "
+        "or pass an array of landmark rows"
+    )

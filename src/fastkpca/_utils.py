@@ -25,7 +25,7 @@ DEFAULT_BLOCK_ROWS = 8192
 
 
 def as_generator(random_state) -> np.random.Generator:
-    """Turn a ``random_state`` (None, int, Generator or RandomState) into a ``numpy.random.Generator``.
+    """Turn a ``random_state`` (None, int, Generator or RandomState) into a numpy ``Generator``.
 
     A RandomState is used only to draw a seed, so nothing touches numpy's global state.
     """
@@ -35,20 +35,21 @@ def as_generator(random_state) -> np.random.Generator:
         return np.random.default_rng(random_state.randint(0, 2**32 - 1, dtype=np.uint64))
     if random_state is None or isinstance(random_state, numbers.Integral):
         return np.random.default_rng(random_state)
-    raise ValueError(f"random_state must be None, an int or a numpy Generator, got {random_state!r}")
+    raise ValueError(
+        f"random_state must be None, an int or a numpy Generator, got {random_state!r}"
+    )
 
 
 def row_blocks(X, block_rows: int = DEFAULT_BLOCK_ROWS) -> Iterator[tuple[int, object]]:
     """Yield ``(start, X[start:start + block_rows])`` over an array or sparse matrix."""
     n = X.shape[0]
     for start in range(0, n, block_rows):
-        yield start, X[start:start + block_rows]
+        yield start, X[start : start + block_rows]
 
 
 def is_dask_array(X) -> bool:
     """True for a ``dask.array.Array``, told from its type's module so dask is never imported."""
-    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") \
-        and hasattr(X, "dask")
+    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "dask")
 
 
 def is_block_source(X) -> bool:
@@ -68,8 +69,9 @@ def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=
     """Validate one row block: 2-D, finite, numeric, the expected width."""
     if sp.issparse(block):
         if not accept_sparse:
-            raise ValueError(f"{name}: sparse input is not supported by this method; "
-                             "pass a dense array")
+            raise ValueError(
+                f"{name}: sparse input is not supported by this method; pass a dense array"
+            )
         block = block.tocsr()
         data = block.data
     else:
@@ -87,8 +89,10 @@ def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=
         what = "NaN" if np.isnan(data).any() else "infinity"
         raise ValueError(f"Input {name} contains {what}.")
     if n_features is not None and block.shape[1] != n_features:
-        raise ValueError(f"{name} has {block.shape[1]} features, but the model is expecting "
-                         f"{n_features} features as input")
+        raise ValueError(
+            f"{name} has {block.shape[1]} features, but the model is expecting "
+            f"{n_features} features as input"
+        )
     return block
 
 

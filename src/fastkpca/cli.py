@@ -56,8 +56,12 @@ _METHOD_OPTIONS = [
     ("--solver", "solver", str, "random-features solver: exact or countsketch"),
     ("--sketch-size", "sketch_size", int, "Frequent Directions sketch size ell (streaming)"),
     ("--n-landmarks", "n_landmarks", int, "number of landmarks (nystrom)"),
-    ("--landmarks", "landmarks", str,
-     "landmark choice (uniform, kmeans, rls) or a data file of landmark rows (nystrom)"),
+    (
+        "--landmarks",
+        "landmarks",
+        str,
+        "landmark choice (uniform, kmeans, rls) or a data file of landmark rows (nystrom)",
+    ),
     ("--density", "density", str, "reduced-set density: shadow, kmeans, paring, herding"),
     ("--n-centers", "n_centers", int, "number of centers (reduced-set)"),
     ("--ell", "ell", float, "shadow density parameter ell (reduced-set)"),
@@ -73,6 +77,7 @@ class CLIError(Exception):
 
 
 # --- small helpers --------------------------------------------------------------------------------
+
 
 def _parse_value(text: str):
     """A command-line value: int, float, true/false/none, else the string itself."""
@@ -97,8 +102,9 @@ def _parse_gamma(text: str):
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be a number, 'scale' or 'median', "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"gamma must be a number, 'scale' or 'median', got {text!r}"
+        ) from None
 
 
 def _parse_column(text: str):
@@ -118,8 +124,9 @@ def _bar(args, total=None, desc=""):
         try:
             from tqdm import tqdm
 
-            return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr,
-                        leave=False)
+            return tqdm(
+                total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, leave=False
+            )
         except ImportError:
             pass
     return _NoBar()
@@ -151,8 +158,10 @@ def _estimator_class(method: str):
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
-            raise CLIError(f"method {method!r} ({name}) is not available in this version of "
-                           f"fastkpca ({module} is missing)") from None
+            raise CLIError(
+                f"method {method!r} ({name}) is not available in this version of "
+                f"fastkpca ({module} is missing)"
+            ) from None
         raise
     return getattr(mod, name)
 
@@ -171,6 +180,7 @@ def available_methods() -> dict:
 
 
 # --- data -----------------------------------------------------------------------------------------
+
 
 def _reader_options(args) -> dict:
     opts = {"block_rows": args.block_rows, "dtype": np.dtype(args.dtype)}
@@ -236,7 +246,7 @@ def _read_all(reader, args, *, dense, desc="reading"):
         X = np.empty((reader.n_samples, reader.n_features), dtype=reader.dtype)
         start = 0
         for block in stream:
-            X[start:start + block.shape[0]] = block
+            X[start : start + block.shape[0]] = block
             start += block.shape[0]
         return X
     blocks = list(stream)
@@ -248,6 +258,7 @@ def _read_all(reader, args, *, dense, desc="reading"):
 
 
 # --- fit ------------------------------------------------------------------------------------------
+
 
 def _fit_params(args, cls) -> dict:
     accepted = cls().get_params()
@@ -271,12 +282,15 @@ def _fit_params(args, cls) -> dict:
             raise CLIError(f"--param expects NAME=VALUE, got {item!r}")
         name = name.strip().replace("-", "_")
         if name not in accepted:
-            raise CLIError(f"{cls.__name__} has no parameter {name!r} (parameters: "
-                           f"{', '.join(sorted(accepted))})")
+            raise CLIError(
+                f"{cls.__name__} has no parameter {name!r} (parameters: "
+                f"{', '.join(sorted(accepted))})"
+            )
         params[name] = _parse_value(text)
     landmarks = params.get("landmarks")
-    if isinstance(landmarks, str) and (Path(landmarks).is_file() or os.sep in landmarks
-                                       or Path(landmarks).suffix):
+    if isinstance(landmarks, str) and (
+        Path(landmarks).is_file() or os.sep in landmarks or Path(landmarks).suffix
+    ):
         from .io import read_data
 
         X_land, _ = read_data(landmarks, dtype=np.dtype(args.dtype))
@@ -314,12 +328,15 @@ def cmd_fit(args):
     seconds = time.perf_counter() - t0
     model.save(args.output)
     k = getattr(model, "n_components_", None)
-    print(f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
-          f"{reader.n_features} features ({how}) in {seconds:.2f} s -> {args.output}")
+    print(
+        f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
+        f"{reader.n_features} features ({how}) in {seconds:.2f} s -> {args.output}"
+    )
     return 0
 
 
 # --- transform ------------------------------------------------------------------------------------
+
 
 class _NpyWriter:
     """Writes a .npy file block by block without knowing the row count in advance.
@@ -341,8 +358,11 @@ class _NpyWriter:
     def _header(self, rows):
         from numpy.lib.format import dtype_to_descr
 
-        d = {"descr": dtype_to_descr(self.dtype), "fortran_order": False,
-             "shape": (rows, self.width)}
+        d = {
+            "descr": dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (rows, self.width),
+        }
         text = repr(d).encode("latin1")
         room = self._HEADER_BYTES - 10 - 1
         if len(text) > room:
@@ -410,8 +430,10 @@ def _check_width(model, reader):
         hint = ""
         if reader.n_features == expected + 1 and not reader.has_labels:
             hint = " (is one column a label? use --label-column)"
-        raise CLIError(f"{reader.path} has {reader.n_features} feature columns, the model was "
-                       f"fitted on {expected}{hint}")
+        raise CLIError(
+            f"{reader.path} has {reader.n_features} feature columns, the model was "
+            f"fitted on {expected}{hint}"
+        )
 
 
 def cmd_transform(args):
@@ -433,12 +455,14 @@ def cmd_transform(args):
     writer.close()
     seconds = time.perf_counter() - t0
     rows = getattr(writer, "rows", None) or reader.n_samples
-    print(f"transformed {rows} rows with {type(model).__name__} in {seconds:.2f} s -> "
-          f"{args.output}")
+    print(
+        f"transformed {rows} rows with {type(model).__name__} in {seconds:.2f} s -> {args.output}"
+    )
     return 0
 
 
 # --- evaluate -------------------------------------------------------------------------------------
+
 
 def _subsample(reader, args, m, rng):
     """A uniform random subsample of at most m rows (two passes when the row count is unknown)."""
@@ -473,14 +497,17 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     R = np.asarray(ref.fit_transform(X), dtype=np.float64)
     Tc = T - T.mean(axis=0)
     rows = {}
-    for name, fn in (("relative_rank_k_error", metrics.relative_rank_k_error),
-                     ("gram_spectral_error", metrics.gram_spectral_error),
-                     ("gram_frobenius_error", metrics.gram_frobenius_error)):
+    for name, fn in (
+        ("relative_rank_k_error", metrics.relative_rank_k_error),
+        ("gram_spectral_error", metrics.gram_spectral_error),
+        ("gram_frobenius_error", metrics.gram_frobenius_error),
+    ):
         rows[name] = {"model": fn(X, T, kernel), "exact": fn(X, R, kernel)}
     rows["embedding_error"] = {"model": metrics.embedding_error(T, R), "exact": 0.0}
-    rows["eigenvalue_error"] = {"model": metrics.eigenvalue_error((Tc**2).sum(axis=0),
-                                                                  ref.eigenvalues_),
-                                "exact": 0.0}
+    rows["eigenvalue_error"] = {
+        "model": metrics.eigenvalue_error((Tc**2).sum(axis=0), ref.eigenvalues_),
+        "exact": 0.0,
+    }
     return rows
 
 
@@ -506,12 +533,24 @@ def cmd_evaluate(args):
         raise CLIError(f"{X.shape[0]} rows are too few to evaluate {k} components")
     rows = evaluate_model(model, X, random_state=args.seed)
     if args.json:
-        print(json.dumps({"model": args.model, "data": args.data, "n_rows": n,
-                          "n_evaluated": X.shape[0], "n_components": k, "metrics": rows},
-                         indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "data": args.data,
+                    "n_rows": n,
+                    "n_evaluated": X.shape[0],
+                    "n_components": k,
+                    "metrics": rows,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"{type(model).__name__} ({k} components) on {X.shape[0]} of {n} rows of "
-          f"{args.data}, against exact KPCA of those rows:")
+    print(
+        f"{type(model).__name__} ({k} components) on {X.shape[0]} of {n} rows of "
+        f"{args.data}, against exact KPCA of those rows:"
+    )
     print(f"  {'metric':<24}{'model':>12}{'exact':>12}  meaning")
     for name, r in rows.items():
         print(f"  {name:<24}{r['model']:>12.4g}{r['exact']:>12.4g}  {_METRIC_NOTES[name]}")
@@ -519,6 +558,7 @@ def cmd_evaluate(args):
 
 
 # --- info -----------------------------------------------------------------------------------------
+
 
 def _render(node):
     """A model-file metadata value, briefly."""
@@ -551,20 +591,26 @@ def cmd_info(args):
     kernel_text = ", ".join(f"{k}={v}" for k, v in kernel.items() if k != "kernel")
     fitted = meta.get("fitted", {})
     print(f"file:            {args.model} ({meta['file_bytes'] / 1024:.1f} KiB)")
-    print(f"format:          {meta['format']} version {meta['format_version']} (fastkpca "
-          f"{meta.get('fastkpca_version')}, numpy {meta.get('numpy_version')})")
+    print(
+        f"format:          {meta['format']} version {meta['format_version']} (fastkpca "
+        f"{meta.get('fastkpca_version')}, numpy {meta.get('numpy_version')})"
+    )
     print(f"estimator:       {meta['estimator']}")
     if kernel:
-        print(f"kernel:          {kernel.get('kernel')}" + (f" ({kernel_text})" if kernel_text
-                                                        else ""))
+        print(
+            f"kernel:          {kernel.get('kernel')}"
+            + (f" ({kernel_text})" if kernel_text else "")
+        )
     for name in ("n_features_in_", "n_components_", "n_samples_seen_"):
         if name in fitted:
             print(f"{name + ':':<17}{_render(fitted[name])}")
     eig = meta.get("eigenvalues")
     if eig is not None:
         print("eigenvalues:     " + " ".join(f"{v:.6g}" for v in eig))
-    print("parameters:      " + ", ".join(f"{k}={_render(v)}"
-                                      for k, v in sorted(meta["params"].items())))
+    print(
+        "parameters:      "
+        + ", ".join(f"{k}={_render(v)}" for k, v in sorted(meta["params"].items()))
+    )
     print("attributes:")
     for name, kind in sorted(meta.get("fitted_kinds", {}).items()):
         print(f"  {name:<24}{kind}")
@@ -572,6 +618,7 @@ def cmd_info(args):
 
 
 # --- bench ----------------------------------------------------------------------------------------
+
 
 def _find_benchmarks(directory=None) -> Path | None:
     """The repository's ``benchmarks/`` folder (it is not part of the installed package)."""
@@ -614,9 +661,11 @@ def _has_quick_mode(path: Path) -> bool:
 def cmd_bench(args):
     folder = _find_benchmarks(args.dir)
     if folder is None:
-        raise CLIError("fastkpca bench runs the scripts in the repository's benchmarks/ folder, "
-                       "which is not installed with the package: run it from a source checkout "
-                       "of fastkpca (or pass --dir PATH)")
+        raise CLIError(
+            "fastkpca bench runs the scripts in the repository's benchmarks/ folder, "
+            "which is not installed with the package: run it from a source checkout "
+            "of fastkpca (or pass --dir PATH)"
+        )
     scripts = _benchmark_scripts(folder)
     if not scripts:
         raise CLIError(f"no benchmark scripts in {folder}")
@@ -628,8 +677,7 @@ def cmd_bench(args):
     names = [n[:-3] if n.endswith(".py") else n for n in args.names] or list(scripts)
     unknown = [n for n in names if n not in scripts]
     if unknown:
-        raise CLIError(f"unknown benchmark {', '.join(unknown)}; available: "
-                       f"{', '.join(scripts)}")
+        raise CLIError(f"unknown benchmark {', '.join(unknown)}; available: {', '.join(scripts)}")
     extra = list(args.script_args)
     if args.quick:
         extra = ["--quick", *extra]
@@ -649,8 +697,11 @@ def cmd_bench(args):
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.call(cmd, cwd=folder.parent, env=env)
-        print(f"== {name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"== {name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         if rc != 0:
             failed.append(name)
     if failed:
@@ -662,12 +713,18 @@ def cmd_bench(args):
 
 # --- demo -----------------------------------------------------------------------------------------
 
+
 def cmd_demo(args):
     from ._demo import run_demo
 
     methods = args.methods.split(",") if args.methods else None
-    rows = run_demo(output=None if args.no_plot else args.output, n_samples=args.n_samples,
-                    n_components=args.components, methods=methods, random_state=args.seed)
+    rows = run_demo(
+        output=None if args.no_plot else args.output,
+        n_samples=args.n_samples,
+        n_components=args.components,
+        methods=methods,
+        random_state=args.seed,
+    )
     failed = [r["method"] for r in rows if r.get("error")]
     if failed:
         raise CLIError(f"demo: method(s) failed: {', '.join(failed)}")
@@ -676,125 +733,231 @@ def cmd_demo(args):
 
 # --- parser ---------------------------------------------------------------------------------------
 
+
 def _add_data_options(p):
     g = p.add_argument_group("data file")
-    g.add_argument("--label-column", metavar="COL",
-                   help="column holding labels, left out of the features (number or name; "
-                        "-1 = last)")
-    g.add_argument("--columns", metavar="COLS",
-                   help="comma-separated feature columns to use (numbers or names)")
-    g.add_argument("--format", choices=["npy", "csv", "tsv", "text", "parquet", "libsvm"],
-                   help="file format (default: from the name and content)")
-    g.add_argument("--header", choices=["auto", "yes", "no"], default="auto",
-                   help="whether a text file starts with a header line (default: auto, a "
-                        "header when no field of the first line is a number)")
-    g.add_argument("--block-rows", type=int, default=None, metavar="N",
-                   help="rows per block when streaming (default 8192)")
-    g.add_argument("--dtype", choices=["float64", "float32"], default="float64",
-                   help="working precision (float32 output for float32 input)")
+    g.add_argument(
+        "--label-column",
+        metavar="COL",
+        help="column holding labels, left out of the features (number or name; -1 = last)",
+    )
+    g.add_argument(
+        "--columns",
+        metavar="COLS",
+        help="comma-separated feature columns to use (numbers or names)",
+    )
+    g.add_argument(
+        "--format",
+        choices=["npy", "csv", "tsv", "text", "parquet", "libsvm"],
+        help="file format (default: from the name and content)",
+    )
+    g.add_argument(
+        "--header",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="whether a text file starts with a header line (default: auto, a "
+        "header when no field of the first line is a number)",
+    )
+    g.add_argument(
+        "--block-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rows per block when streaming (default 8192)",
+    )
+    g.add_argument(
+        "--dtype",
+        choices=["float64", "float32"],
+        default="float64",
+        help="working precision (float32 output for float32 input)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show the full traceback on errors")
-    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
-                        help="no progress bars")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the full traceback on errors",
+    )
+    common.add_argument(
+        "--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bars"
+    )
 
     parser = argparse.ArgumentParser(
-        prog="fastkpca", parents=[common],
-        description="Kernel PCA at scale: fit, apply and evaluate approximate KPCA models.")
+        prog="fastkpca",
+        parents=[common],
+        description="Kernel PCA at scale: fit, apply and evaluate approximate KPCA models.",
+    )
     parser.set_defaults(debug=False, quiet=False)
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"fastkpca {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("fit", parents=[common], help="fit a model on a data file",
-                       description="Fit a kernel PCA model on DATA and save it.")
+    p = sub.add_parser(
+        "fit",
+        parents=[common],
+        help="fit a model on a data file",
+        description="Fit a kernel PCA model on DATA and save it.",
+    )
     p.add_argument("data", metavar="DATA")
-    p.add_argument("--method", "-m", default="exact", choices=list(METHODS),
-                   help="approximation method (default: exact)")
-    p.add_argument("--components", "-k", type=int, default=None, metavar="K",
-                   help="number of components (default: min(10, what the method allows))")
-    p.add_argument("--kernel", choices=["rbf", "laplacian", "matern", "polynomial", "linear",
-                                        "cosine"], default=None)
-    p.add_argument("--gamma", type=_parse_gamma, default=None,
-                   help="kernel coefficient: a number, 'scale' or 'median' "
-                        "(default: 1 / n_features)")
+    p.add_argument(
+        "--method",
+        "-m",
+        default="exact",
+        choices=list(METHODS),
+        help="approximation method (default: exact)",
+    )
+    p.add_argument(
+        "--components",
+        "-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="number of components (default: min(10, what the method allows))",
+    )
+    p.add_argument(
+        "--kernel",
+        choices=["rbf", "laplacian", "matern", "polynomial", "linear", "cosine"],
+        default=None,
+    )
+    p.add_argument(
+        "--gamma",
+        type=_parse_gamma,
+        default=None,
+        help="kernel coefficient: a number, 'scale' or 'median' (default: 1 / n_features)",
+    )
     p.add_argument("--degree", type=int, default=None, help="polynomial degree")
     p.add_argument("--coef0", type=float, default=None, help="polynomial coef0")
     p.add_argument("--nu", type=float, default=None, help="Matern smoothness")
     p.add_argument("--seed", type=int, default=0, help="random_state (default 0)")
     g = p.add_argument_group("method options")
     for flag, name, conv, text in _METHOD_OPTIONS:
-        g.add_argument(flag, dest=name, type=_parse_value if conv == "value" else conv,
-                       default=None, help=text)
-    g.add_argument("--param", action="append", metavar="NAME=VALUE",
-                   help="any other estimator parameter (repeatable)")
-    p.add_argument("--in-memory", action="store_true",
-                   help="read the whole file even for one-pass methods")
-    p.add_argument("--output", "-o", default="model.npz", metavar="MODEL",
-                   help="model file to write (default model.npz)")
+        g.add_argument(
+            flag, dest=name, type=_parse_value if conv == "value" else conv, default=None, help=text
+        )
+    g.add_argument(
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="any other estimator parameter (repeatable)",
+    )
+    p.add_argument(
+        "--in-memory", action="store_true", help="read the whole file even for one-pass methods"
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        default="model.npz",
+        metavar="MODEL",
+        help="model file to write (default model.npz)",
+    )
     _add_data_options(p)
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("transform", parents=[common], help="project a data file on a model",
-                       description="Project the rows of DATA on the principal axes of MODEL.")
+    p = sub.add_parser(
+        "transform",
+        parents=[common],
+        help="project a data file on a model",
+        description="Project the rows of DATA on the principal axes of MODEL.",
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("data", metavar="DATA")
-    p.add_argument("--output", "-o", required=True, metavar="OUT",
-                   help="output file: .npy, .csv or .tsv (optionally .gz)")
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        metavar="OUT",
+        help="output file: .npy, .csv or .tsv (optionally .gz)",
+    )
     _add_data_options(p)
     p.set_defaults(func=cmd_transform)
 
-    p = sub.add_parser("evaluate", parents=[common],
-                       help="errors of a model against exact KPCA on a subsample",
-                       description="Compare MODEL with exact kernel PCA on (a random subsample "
-                                   "of) DATA, with the model's kernel and number of components.")
+    p = sub.add_parser(
+        "evaluate",
+        parents=[common],
+        help="errors of a model against exact KPCA on a subsample",
+        description="Compare MODEL with exact kernel PCA on (a random subsample "
+        "of) DATA, with the model's kernel and number of components.",
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("data", metavar="DATA")
-    p.add_argument("--max-samples", type=int, default=2000, metavar="N",
-                   help="rows of DATA to evaluate on (default 2000; exact KPCA is O(N^2))")
+    p.add_argument(
+        "--max-samples",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="rows of DATA to evaluate on (default 2000; exact KPCA is O(N^2))",
+    )
     p.add_argument("--seed", type=int, default=0, help="subsample seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_data_options(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("info", parents=[common], help="describe a model file",
-                       description="Print what a model file holds (checksums verified).")
+    p = sub.add_parser(
+        "info",
+        parents=[common],
+        help="describe a model file",
+        description="Print what a model file holds (checksums verified).",
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("bench", parents=[common], help="run the benchmark scripts",
-                       description="Run the scripts of the repository's benchmarks/ folder "
-                                   "(needs a source checkout), each writing JSON and PNG "
-                                   "results to benchmarks/results/. Arguments after -- are "
-                                   "passed to each script.")
+    p = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="run the benchmark scripts",
+        description="Run the scripts of the repository's benchmarks/ folder "
+        "(needs a source checkout), each writing JSON and PNG "
+        "results to benchmarks/results/. Arguments after -- are "
+        "passed to each script.",
+    )
     p.add_argument("names", nargs="*", metavar="NAME", help="scripts to run (default: all)")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes (a few minutes in all; results named *_quick); scripts "
-                        "without a --quick mode are skipped. Default: the full-size runs, "
-                        "which take long and much memory")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (a few minutes in all; results named *_quick); scripts "
+        "without a --quick mode are skipped. Default: the full-size runs, "
+        "which take long and much memory",
+    )
     p.add_argument("--list", action="store_true", help="list the scripts and exit")
-    p.add_argument("--dir", default=None, help="the benchmarks folder (default: ./benchmarks, "
-                                               "then the checkout's)")
+    p.add_argument(
+        "--dir",
+        default=None,
+        help="the benchmarks folder (default: ./benchmarks, then the checkout's)",
+    )
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("demo", parents=[common],
-                       help="fit every method on the embedded pendigits sample",
-                       description="Fit every available method on the pendigits sample shipped "
-                                   "with fastkpca, print a comparison table and plot the first "
-                                   "two components of each.")
-    p.add_argument("--output", "-o", default="fastkpca-demo.png", metavar="PNG",
-                   help="plot file (default fastkpca-demo.png)")
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="fit every method on the embedded pendigits sample",
+        description="Fit every available method on the pendigits sample shipped "
+        "with fastkpca, print a comparison table and plot the first "
+        "two components of each.",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        default="fastkpca-demo.png",
+        metavar="PNG",
+        help="plot file (default fastkpca-demo.png)",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
-    p.add_argument("--n-samples", type=int, default=None, metavar="N",
-                   help="use a random subsample of N rows (default: all 3498)")
+    p.add_argument(
+        "--n-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="use a random subsample of N rows (default: all 3498)",
+    )
     p.add_argument("--components", "-k", type=int, default=5, metavar="K")
-    p.add_argument("--methods", default=None,
-                   help="comma-separated methods (default: every available one)")
+    p.add_argument(
+        "--methods", default=None, help="comma-separated methods (default: every available one)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
     return parser
@@ -816,7 +979,7 @@ def main(argv=None) -> int:
     script_args = []
     if "--" in argv:  # `fastkpca bench NAME -- ARGS`: ARGS go to the benchmark scripts
         cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
     if script_args and args.command != "bench":
         parser.error("arguments after -- are passed to benchmark scripts: only for bench")

@@ -119,7 +119,7 @@ def tree_reduce(parts: list, merge: Callable, *, split_every: int = DEFAULT_SPLI
         raise ValueError(f"split_every must be at least 2, got {split_every}")
     merge_all = dask.delayed(_merge_all, pure=True)
     while len(parts) > 1:
-        groups = [parts[i:i + split_every] for i in range(0, len(parts), split_every)]
+        groups = [parts[i : i + split_every] for i in range(0, len(parts), split_every)]
         parts = [merge_all(merge, *group) if len(group) > 1 else group[0] for group in groups]
     return parts[0]
 
@@ -127,8 +127,12 @@ def tree_reduce(parts: list, merge: Callable, *, split_every: int = DEFAULT_SPLI
 def _chunk_stats(block, offset, n_features, accept_sparse, stats, *args):
     """Statistics of one chunk (on a worker): validate it, then ``stats([(offset, block)])``."""
     stop = offset + block.shape[0]
-    block = check_block(block, n_features=n_features, accept_sparse=accept_sparse,
-                        name=f"X (rows {offset} to {stop - 1})")
+    block = check_block(
+        block,
+        n_features=n_features,
+        accept_sparse=accept_sparse,
+        name=f"X (rows {offset} to {stop - 1})",
+    )
     return stats(iter([(offset, block)]), *args)
 
 
@@ -158,19 +162,25 @@ class DaskRowBlocks:
         if not is_dask_array(X):
             raise ValueError(f"expected a dask array, got {type(X).__name__}")
         if X.ndim != 2:
-            raise ValueError(f"Expected a 2-D dask array (n_samples, n_features), got "
-                             f"{X.ndim}-D with shape {X.shape}")
+            raise ValueError(
+                f"Expected a 2-D dask array (n_samples, n_features), got "
+                f"{X.ndim}-D with shape {X.shape}"
+            )
         if any(np.isnan(s) for s in X.shape):
-            raise ValueError("the dask array has unknown chunk sizes (NaN in its shape); call "
-                             "X.compute_chunk_sizes() first, or build it with known lengths "
-                             "(e.g. dask.dataframe's to_dask_array(lengths=True))")
+            raise ValueError(
+                "the dask array has unknown chunk sizes (NaN in its shape); call "
+                "X.compute_chunk_sizes() first, or build it with known lengths "
+                "(e.g. dask.dataframe's to_dask_array(lengths=True))"
+            )
         n, d = (int(s) for s in X.shape)
         if n < 1:
-            raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of "
-                             "1 is required.")
+            raise ValueError(
+                f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 is required."
+            )
         if d < 1:
-            raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum "
-                             "of 1 is required.")
+            raise ValueError(
+                f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required."
+            )
         if X.dtype.kind not in "fiub":
             raise ValueError(f"X: expected numeric data, got dtype {X.dtype}")
         if X.dtype not in (np.float32, np.float64):
@@ -192,28 +202,40 @@ class DaskRowBlocks:
         """The first ``n_rows`` rows, computed and validated (what the in-memory fit's first block
         is, so kernel heuristics and feature draws match)."""
         block = self.X[:n_rows].compute()
-        return check_block(block, n_features=self.n_features, accept_sparse=self.accept_sparse,
-                           name="X (first rows)")
+        return check_block(
+            block,
+            n_features=self.n_features,
+            accept_sparse=self.accept_sparse,
+            name="X (first rows)",
+        )
 
     def take(self, indices):
         """Rows ``X[indices]`` (sorted indices), computed and validated."""
         idx = np.asarray(indices, dtype=np.int64)
         rows = self.X[idx].compute()
-        return check_block(rows, n_features=self.n_features, accept_sparse=self.accept_sparse,
-                           name="X (sampled rows)")
+        return check_block(
+            rows,
+            n_features=self.n_features,
+            accept_sparse=self.accept_sparse,
+            name="X (sampled rows)",
+        )
 
     def compute(self):
         """The whole array in memory (validated)."""
-        return check_block(self.X.compute(), n_features=self.n_features,
-                           accept_sparse=self.accept_sparse, name="X")
+        return check_block(
+            self.X.compute(), n_features=self.n_features, accept_sparse=self.accept_sparse, name="X"
+        )
 
     def reduce_delayed(self, stats: Callable, merge: Callable, *args):
         """Delayed merged statistic; see :meth:`reduce`."""
         args_d = [a if _is_plain(a) else dask.delayed(a, pure=True) for a in args]
         blocks = self.X.to_delayed().ravel()
-        parts = [dask.delayed(_chunk_stats, pure=True)(block, offset, self.n_features,
-                                                       self.accept_sparse, stats, *args_d)
-                 for block, offset in zip(blocks, self.offsets, strict=True)]
+        parts = [
+            dask.delayed(_chunk_stats, pure=True)(
+                block, offset, self.n_features, self.accept_sparse, stats, *args_d
+            )
+            for block, offset in zip(blocks, self.offsets, strict=True)
+        ]
         return tree_reduce(parts, merge, split_every=self.split_every)
 
     def reduce(self, stats: Callable, merge: Callable, *args):
@@ -264,14 +286,21 @@ def resolve_kernel(estimator, data: DaskRowBlocks, rng=None):
     if isinstance(gamma, str) and gamma == "scale" and isinstance(estimator.kernel, str):
         var = float(data.X.astype(np.float64).var().compute())
         gamma = 1.0 / (data.n_features * var) if var > 0 else 1.0  # as resolve_gamma("scale")
-    estimator.kernel_ = make_kernel(estimator.kernel, gamma=gamma, degree=estimator.degree,
-                                    coef0=estimator.coef0, nu=estimator.nu,
-                                    X=_RowsByIndex(data), rng=seed)
+    estimator.kernel_ = make_kernel(
+        estimator.kernel,
+        gamma=gamma,
+        degree=estimator.degree,
+        coef0=estimator.coef0,
+        nu=estimator.nu,
+        X=_RowsByIndex(data),
+        rng=seed,
+    )
     return estimator.kernel_
 
 
-def select_landmarks(data: DaskRowBlocks, method: str, n_landmarks: int, kernel, rng, *,
-                     target_rank=None):
+def select_landmarks(
+    data: DaskRowBlocks, method: str, n_landmarks: int, kernel, rng, *, target_rank=None
+):
     """Landmark rows and weights from a dask array, as ``fastkpca._landmarks.select_landmarks``.
 
     ``"uniform"`` draws the indices the in-memory selector draws (same ``rng`` calls) and gathers
@@ -313,13 +342,23 @@ def transform(estimator, X):
     data = DaskRowBlocks(X, accept_sparse=getattr(estimator, "_accepts_sparse", False))
     expected = estimator.n_features_in_
     if data.n_features != expected:
-        raise ValueError(f"X has {data.n_features} features, but {type(estimator).__name__} is "
-                         f"expecting {expected} features as input.")
+        raise ValueError(
+            f"X has {data.n_features} features, but {type(estimator).__name__} is "
+            f"expecting {expected} features as input."
+        )
     k = int(estimator.n_components_)
     dtype = np.dtype(np.float32 if data.dtype == np.float32 else np.float64)
     model = dask.delayed(copy.deepcopy(estimator), pure=True)
-    return da.map_blocks(_transform_block, data.X, model, k, dtype, dtype=dtype,
-                         chunks=(data.X.chunks[0], (k,)), meta=np.empty((0, 0), dtype=dtype))
+    return da.map_blocks(
+        _transform_block,
+        data.X,
+        model,
+        k,
+        dtype,
+        dtype=dtype,
+        chunks=(data.X.chunks[0], (k,)),
+        meta=np.empty((0, 0), dtype=dtype),
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -357,7 +396,8 @@ def check_exact_fits(X, *, fraction: float = EXACT_MEMORY_FRACTION, available=No
             f"{fraction:.0%} of the {available / 2**30:.3g} GiB of memory available here; this "
             "dask array is too large for exact kernel PCA.  Use a scalable method that reduces "
             "the array block by block on the workers: RandomFeatureKPCA, StreamingKPCA or "
-            "NystromKPCA.")
+            "NystromKPCA."
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -392,7 +432,12 @@ def read_npy(path, *, chunk_rows: int = 100_000):
     del arr
     chunk_rows = max(1, int(chunk_rows))
     read = dask.delayed(_read_npy_rows, pure=True)
-    blocks = [da.from_delayed(read(path, offset, dtype, d, s, min(s + chunk_rows, n)),
-                              shape=(min(s + chunk_rows, n) - s, d), dtype=dtype)
-              for s in range(0, n, chunk_rows)]
+    blocks = [
+        da.from_delayed(
+            read(path, offset, dtype, d, s, min(s + chunk_rows, n)),
+            shape=(min(s + chunk_rows, n) - s, d),
+            dtype=dtype,
+        )
+        for s in range(0, n, chunk_rows)
+    ]
     return da.concatenate(blocks, axis=0)

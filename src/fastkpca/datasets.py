@@ -26,8 +26,9 @@ from ._utils import as_generator, check_int
 __all__ = ["load", "get_data_home", "load_demo", "make_random_noisy", "DATASETS"]
 
 
-def make_random_noisy(n_samples, n_features, signal_dim=50, zeta=10.0, random_state=None,
-                      dtype=np.float64):
+def make_random_noisy(
+    n_samples, n_features, signal_dim=50, zeta=10.0, random_state=None, dtype=np.float64
+):
     """The RandomNoisy set of the streaming KPCA paper: ``A = S D U + F / zeta``.
 
     Ghashami, Perry & Phillips (2016, section 5, after Liberty's Frequent Directions paper):
@@ -59,6 +60,7 @@ def make_random_noisy(n_samples, n_features, signal_dim=50, zeta=10.0, random_st
 
 # --- real data sets ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Spec:
     """Where a data set lives under the data home and how to read it."""
@@ -72,22 +74,46 @@ class _Spec:
 
 #: The data sets :func:`load` knows, with the file layout of ``../shared/data``.
 DATASETS: dict[str, _Spec] = {
-    "pendigits": _Spec({"train": "pendigits/pendigits.tra", "test": "pendigits/pendigits.tes"},
-                       "text", 16, description="UCI pen digits, 7494 + 3498 x 16, labels 0-9"),
-    "german": _Spec({"all": "german/german.data-numeric"}, "text", 24,
-                    description="UCI Statlog German credit (numeric), 1000 x 24, labels 1/2"),
-    "cpu_act": _Spec({"all": "cpu_act/pmlb_197_cpu_act.tsv.gz"}, "text", 21, np.float64,
-                     description="Delve comp-activ via PMLB, 8192 x 21, real target"),
-    "adult": _Spec({"train": "a9a/a9a", "test": "a9a/a9a.t"}, "libsvm", 123,
-                   description="UCI Adult as LIBSVM a9a, 32561 + 16281 x 123 sparse binary, "
-                               "labels -1/+1"),
-    "mnist": _Spec({"train": ("mnist/train-images-idx3-ubyte.gz",
-                              "mnist/train-labels-idx1-ubyte.gz"),
-                    "test": ("mnist/t10k-images-idx3-ubyte.gz",
-                             "mnist/t10k-labels-idx1-ubyte.gz")},
-                   "idx", 784, description="MNIST, 60000 + 10000 x 784 pixels 0-255, labels 0-9"),
-    "kddcup": _Spec({"all": "kddcup/pmlb_kddcup.tsv.gz"}, "text", 41,
-                    description="KDD Cup 1999 via PMLB, 494020 x 41, 23 classes"),
+    "pendigits": _Spec(
+        {"train": "pendigits/pendigits.tra", "test": "pendigits/pendigits.tes"},
+        "text",
+        16,
+        description="UCI pen digits, 7494 + 3498 x 16, labels 0-9",
+    ),
+    "german": _Spec(
+        {"all": "german/german.data-numeric"},
+        "text",
+        24,
+        description="UCI Statlog German credit (numeric), 1000 x 24, labels 1/2",
+    ),
+    "cpu_act": _Spec(
+        {"all": "cpu_act/pmlb_197_cpu_act.tsv.gz"},
+        "text",
+        21,
+        np.float64,
+        description="Delve comp-activ via PMLB, 8192 x 21, real target",
+    ),
+    "adult": _Spec(
+        {"train": "a9a/a9a", "test": "a9a/a9a.t"},
+        "libsvm",
+        123,
+        description="UCI Adult as LIBSVM a9a, 32561 + 16281 x 123 sparse binary, labels -1/+1",
+    ),
+    "mnist": _Spec(
+        {
+            "train": ("mnist/train-images-idx3-ubyte.gz", "mnist/train-labels-idx1-ubyte.gz"),
+            "test": ("mnist/t10k-images-idx3-ubyte.gz", "mnist/t10k-labels-idx1-ubyte.gz"),
+        },
+        "idx",
+        784,
+        description="MNIST, 60000 + 10000 x 784 pixels 0-255, labels 0-9",
+    ),
+    "kddcup": _Spec(
+        {"all": "kddcup/pmlb_kddcup.tsv.gz"},
+        "text",
+        41,
+        description="KDD Cup 1999 via PMLB, 494020 x 41, 23 classes",
+    ),
 }
 
 #: The environment variable naming the data home.
@@ -129,8 +155,10 @@ def get_data_home(data_home=None) -> Path:
         if path.is_dir():
             return path
     raise FileNotFoundError(
-        "data home not found: looked for " + " and ".join(str(p.resolve()) for p in candidates)
-        + f"; set {DATA_ENV} or pass data_home=")
+        "data home not found: looked for "
+        + " and ".join(str(p.resolve()) for p in candidates)
+        + f"; set {DATA_ENV} or pass data_home="
+    )
 
 
 def _require(path: Path) -> Path:
@@ -170,14 +198,15 @@ def _load_file(spec: _Spec, home: Path, rel, dtype, max_rows):
         return images.reshape(images.shape[0], -1).astype(dtype), labels.astype(np.int64)
     path = _require(home / rel)
     if spec.kind == "libsvm":
-        reader = open_data(path, format="libsvm", n_features=spec.n_features, zero_based=False,
-                           dtype=dtype)
+        reader = open_data(
+            path, format="libsvm", n_features=spec.n_features, zero_based=False, dtype=dtype
+        )
     else:
         reader = open_data(path, format="text", label_column=-1, dtype=dtype)
     Xs, ys, n = [], [], 0
     for X, y in reader.iter_labeled():
         if max_rows is not None and n + X.shape[0] > max_rows:
-            X, y = X[:max_rows - n], y[:max_rows - n]
+            X, y = X[: max_rows - n], y[: max_rows - n]
         Xs.append(X)
         ys.append(y)
         n += X.shape[0]

@@ -143,8 +143,9 @@ def _map_row_chunks(n: int, fn, *, chunk_rows: int = _CHUNK_ROWS) -> None:
             run(0, n)
             return
         with ThreadPoolExecutor(n_workers) as pool:
-            jobs = [pool.submit(run, lo, hi)
-                    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+            jobs = [
+                pool.submit(run, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
             for job in jobs:
                 job.result()
 
@@ -236,7 +237,7 @@ def fwht(A: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
     a, b = _kron_split(D)
     if work is None or work.size < n * D:
         work = np.empty(n * D, dtype=A.dtype)
-    T = work[:n * D].reshape(n * a, b)
+    T = work[: n * D].reshape(n * a, b)
     np.matmul(A.reshape(n * a, b), _hadamard_cached(b, A.dtype), out=T)  # R H_b
     if a == 1:
         A.reshape(n, b)[...] = T
@@ -278,12 +279,16 @@ class FeatureMap:
 
     def _check_width(self, X):
         if X.ndim != 2 or X.shape[1] != self.n_input_features:
-            raise ValueError(f"X has {X.shape[1] if X.ndim == 2 else X.shape} features, but the "
-                             f"feature map expects {self.n_input_features}")
+            raise ValueError(
+                f"X has {X.shape[1] if X.ndim == 2 else X.shape} features, but the "
+                f"feature map expects {self.n_input_features}"
+            )
 
     def __repr__(self):
-        return (f"{type(self).__name__}(kind={self.kind!r}, n_input_features="
-                f"{self.n_input_features}, n_output_features={self.n_output_features})")
+        return (
+            f"{type(self).__name__}(kind={self.kind!r}, n_input_features="
+            f"{self.n_input_features}, n_output_features={self.n_output_features})"
+        )
 
 
 @register_state_class
@@ -357,8 +362,15 @@ class FastfoodFeatureMap(FeatureMap):
 
     kind = "fastfood"
 
-    def __init__(self, n_input_features: int, n_frequencies: int, signs: np.ndarray,
-                 permutations: np.ndarray, gaussians: np.ndarray, scales: np.ndarray):
+    def __init__(
+        self,
+        n_input_features: int,
+        n_frequencies: int,
+        signs: np.ndarray,
+        permutations: np.ndarray,
+        gaussians: np.ndarray,
+        scales: np.ndarray,
+    ):
         self.n_input_features = int(n_input_features)
         self.n_frequencies = int(n_frequencies)
         self.signs = np.asarray(signs, dtype=np.float64)
@@ -372,8 +384,9 @@ class FastfoodFeatureMap(FeatureMap):
     def _params(self, dtype):
         key = np.dtype(dtype).str
         if key not in self._cast:
-            self._cast[key] = tuple(a.astype(dtype) for a in (self.signs, self.gaussians,
-                                                              self.scales))
+            self._cast[key] = tuple(
+                a.astype(dtype) for a in (self.signs, self.gaussians, self.scales)
+            )
         return self._cast[key]
 
     def _project_chunk(self, Xc, dtype, scratch) -> np.ndarray:
@@ -385,19 +398,22 @@ class FastfoodFeatureMap(FeatureMap):
         for b in range(self.n_blocks):
             lo, hi = b * D, min(nf, (b + 1) * D)
             A[:, d:] = 0.0
-            np.multiply(Xc, B[b, :d], out=A[:, :d])        # B x, zero-padded to D
-            fwht(A, work=scratch["work"])                    # H B x
+            np.multiply(Xc, B[b, :d], out=A[:, :d])  # B x, zero-padded to D
+            fwht(A, work=scratch["work"])  # H B x
             np.take(A, self.permutations[b], axis=1, out=Y)  # Pi H B x
-            Y *= G[b]                                        # G Pi H B x
-            fwht(Y, work=scratch["work"])                    # H G Pi H B x
-            np.multiply(Y[:, :hi - lo], S[b, :hi - lo], out=P[:, lo:hi])
+            Y *= G[b]  # G Pi H B x
+            fwht(Y, work=scratch["work"])  # H G Pi H B x
+            np.multiply(Y[:, : hi - lo], S[b, : hi - lo], out=P[:, lo:hi])
         return P
 
     def _scratch(self, dtype):
         D, step = self.padded_dim, _CHUNK_ROWS
-        return {"A": np.empty((step, D), dtype=dtype), "Y": np.empty((step, D), dtype=dtype),
-                "P": np.empty((step, self.n_frequencies), dtype=dtype),
-                "work": np.empty(step * D, dtype=dtype)}
+        return {
+            "A": np.empty((step, D), dtype=dtype),
+            "Y": np.empty((step, D), dtype=dtype),
+            "P": np.empty((step, self.n_frequencies), dtype=dtype),
+            "work": np.empty(step * D, dtype=dtype),
+        }
 
     def _run(self, X, chunk_out):
         """Drive ``chunk_out(start, stop, V x_chunk)`` over row chunks, one scratch per thread."""
@@ -437,14 +453,25 @@ class FastfoodFeatureMap(FeatureMap):
         return out
 
     def to_state(self) -> dict:
-        return {"n_input_features": self.n_input_features, "n_frequencies": self.n_frequencies,
-                "signs": self.signs, "permutations": self.permutations,
-                "gaussians": self.gaussians, "scales": self.scales}
+        return {
+            "n_input_features": self.n_input_features,
+            "n_frequencies": self.n_frequencies,
+            "signs": self.signs,
+            "permutations": self.permutations,
+            "gaussians": self.gaussians,
+            "scales": self.scales,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> FastfoodFeatureMap:
-        return cls(int(state["n_input_features"]), int(state["n_frequencies"]), state["signs"],
-                   state["permutations"], state["gaussians"], state["scales"])
+        return cls(
+            int(state["n_input_features"]),
+            int(state["n_frequencies"]),
+            state["signs"],
+            state["permutations"],
+            state["gaussians"],
+            state["scales"],
+        )
 
 
 @register_state_class
@@ -461,15 +488,23 @@ class TensorSketchFeatureMap(FeatureMap):
     kind = "tensorsketch"
     accepts_sparse = True
 
-    def __init__(self, n_input_features: int, n_output_features: int, degree: int, gamma: float,
-                 coef0: float, buckets: np.ndarray, signs: np.ndarray):
+    def __init__(
+        self,
+        n_input_features: int,
+        n_output_features: int,
+        degree: int,
+        gamma: float,
+        coef0: float,
+        buckets: np.ndarray,
+        signs: np.ndarray,
+    ):
         self.n_input_features = int(n_input_features)
         self.n_output_features = int(n_output_features)
         self.degree = int(degree)
         self.gamma = float(gamma)
         self.coef0 = float(coef0)
-        self.buckets = np.asarray(buckets, dtype=np.int64)   # (degree, d + 1)
-        self.signs = np.asarray(signs, dtype=np.float64)      # (degree, d + 1)
+        self.buckets = np.asarray(buckets, dtype=np.int64)  # (degree, d + 1)
+        self.signs = np.asarray(signs, dtype=np.float64)  # (degree, d + 1)
         self._sketch_mats: dict = {}
 
     def _count_sketch(self, i, dtype):
@@ -507,16 +542,27 @@ class TensorSketchFeatureMap(FeatureMap):
         return res
 
     def to_state(self) -> dict:
-        return {"n_input_features": self.n_input_features,
-                "n_output_features": self.n_output_features, "degree": self.degree,
-                "gamma": self.gamma, "coef0": self.coef0, "buckets": self.buckets,
-                "signs": self.signs}
+        return {
+            "n_input_features": self.n_input_features,
+            "n_output_features": self.n_output_features,
+            "degree": self.degree,
+            "gamma": self.gamma,
+            "coef0": self.coef0,
+            "buckets": self.buckets,
+            "signs": self.signs,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> TensorSketchFeatureMap:
-        return cls(int(state["n_input_features"]), int(state["n_output_features"]),
-                   int(state["degree"]), float(state["gamma"]), float(state["coef0"]),
-                   state["buckets"], state["signs"])
+        return cls(
+            int(state["n_input_features"]),
+            int(state["n_output_features"]),
+            int(state["degree"]),
+            float(state["gamma"]),
+            float(state["coef0"]),
+            state["buckets"],
+            state["signs"],
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -606,8 +652,9 @@ def resolve_features(features: str, kernel: Kernel) -> str:
     return features
 
 
-def draw_feature_map(features: str, kernel: Kernel, n_features: int, n_input_features: int,
-                     rng: np.random.Generator) -> FeatureMap:
+def draw_feature_map(
+    features: str, kernel: Kernel, n_features: int, n_input_features: int, rng: np.random.Generator
+) -> FeatureMap:
     """Draw a random feature map for ``kernel`` on inputs of width ``n_input_features``.
 
     Parameters
@@ -683,8 +730,9 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     rng = estimator._make_rng()
     kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
     d = X_first.shape[1] if n_input_features is None else n_input_features
-    fmap = draw_feature_map(estimator.features, kernel, resolve_n_features(estimator.n_features),
-                            d, rng)
+    fmap = draw_feature_map(
+        estimator.features, kernel, resolve_n_features(estimator.n_features), d, rng
+    )
     return fmap, rng
 
 
@@ -740,12 +788,23 @@ def _transformer_doc(summary, features, kernel_note):
 
 class RandomFourierFeatures(_RandomFeatures):
     __doc__ = _transformer_doc(
-        "Random Fourier features with cos / sin pairs (rbf, laplacian, matern kernels).", "rff",
-        "; rounded up to even (cos / sin pairs)")
+        "Random Fourier features with cos / sin pairs (rbf, laplacian, matern kernels).",
+        "rff",
+        "; rounded up to even (cos / sin pairs)",
+    )
     features = "rff"
 
-    def __init__(self, n_features=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, random_state=None):
+    def __init__(
+        self,
+        n_features=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        random_state=None,
+    ):
         self.n_features = n_features
         self.kernel = kernel
         self.gamma = gamma
@@ -757,26 +816,45 @@ class RandomFourierFeatures(_RandomFeatures):
 
 class OrthogonalRandomFeatures(RandomFourierFeatures):
     __doc__ = _transformer_doc(
-        "Orthogonal random features (Yu et al. 2016) for the rbf and matern kernels.", "orf",
-        "; rounded up to even (cos / sin pairs)")
+        "Orthogonal random features (Yu et al. 2016) for the rbf and matern kernels.",
+        "orf",
+        "; rounded up to even (cos / sin pairs)",
+    )
     features = "orf"
 
 
 class FastfoodFeatures(RandomFourierFeatures):
     __doc__ = _transformer_doc(
         "Fastfood random features (Le, Sarlos & Smola 2013) for the rbf and matern kernels.",
-        "fastfood", "; rounded up to even (cos / sin pairs)")
+        "fastfood",
+        "; rounded up to even (cos / sin pairs)",
+    )
     features = "fastfood"
 
 
 class TensorSketchFeatures(RandomFourierFeatures):
     __doc__ = _transformer_doc(
-        "TensorSketch features (Pham & Pagh 2013) for the polynomial kernel.", "tensorsketch", "")
+        "TensorSketch features (Pham & Pagh 2013) for the polynomial kernel.", "tensorsketch", ""
+    )
     features = "tensorsketch"
 
-    def __init__(self, n_features=None, *, kernel="polynomial", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, random_state=None):
-        super().__init__(n_features, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                         nu=nu, random_state=random_state)
-
-
+    def __init__(
+        self,
+        n_features=None,
+        *,
+        kernel="polynomial",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        random_state=None,
+    ):
+        super().__init__(
+            n_features,
+            kernel=kernel,
+            gamma=gamma,
+            degree=degree,
+            coef0=coef0,
+            nu=nu,
+            random_state=random_state,
+        )

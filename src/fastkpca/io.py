@@ -197,11 +197,22 @@ class DataReader:
 
     format = "?"
 
-    def __init__(self, path, *, block_rows=DEFAULT_BLOCK_ROWS, columns=None, label_column=None,
-                 dtype=np.float64, check_finite=True):
+    def __init__(
+        self,
+        path,
+        *,
+        block_rows=DEFAULT_BLOCK_ROWS,
+        columns=None,
+        label_column=None,
+        dtype=np.float64,
+        check_finite=True,
+    ):
         self.path = _check_exists(path)
-        if not isinstance(block_rows, numbers.Integral) or isinstance(block_rows, bool) \
-                or block_rows < 1:
+        if (
+            not isinstance(block_rows, numbers.Integral)
+            or isinstance(block_rows, bool)
+            or block_rows < 1
+        ):
             raise ValueError(f"block_rows must be a positive integer, got {block_rows!r}")
         self.block_rows = int(block_rows)
         self.dtype = np.dtype(dtype)
@@ -281,32 +292,43 @@ class DataReader:
         return sum(X.shape[0] for X, _ in self._blocks())
 
     def __repr__(self):
-        return (f"{type(self).__name__}({str(self.path)!r}, n_features={self.n_features}, "
-                f"n_samples={self.n_samples}, block_rows={self.block_rows})")
+        return (
+            f"{type(self).__name__}({str(self.path)!r}, n_features={self.n_features}, "
+            f"n_samples={self.n_samples}, block_rows={self.block_rows})"
+        )
 
     # --- columns ---------------------------------------------------------------------------------
     def _column_index(self, spec, what) -> int:
         n = self._n_columns
         if isinstance(spec, str):
             if self.column_names is None:
-                raise ValueError(f"{self.path}: {what} {spec!r} is a name, but the file has no "
-                                 "header; give a column number")
+                raise ValueError(
+                    f"{self.path}: {what} {spec!r} is a name, but the file has no "
+                    "header; give a column number"
+                )
             if spec not in self.column_names:
-                raise ValueError(f"{self.path}: no column named {spec!r} (columns: "
-                                 f"{', '.join(self.column_names[:20])}"
-                                 f"{', ...' if len(self.column_names) > 20 else ''})")
+                raise ValueError(
+                    f"{self.path}: no column named {spec!r} (columns: "
+                    f"{', '.join(self.column_names[:20])}"
+                    f"{', ...' if len(self.column_names) > 20 else ''})"
+                )
             return self.column_names.index(spec)
         if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
             if not -n <= spec < n:
-                raise ValueError(f"{self.path}: {what} {spec} is out of range for a file with "
-                                 f"{n} columns (columns are numbered from 0; -1 is the last)")
+                raise ValueError(
+                    f"{self.path}: {what} {spec} is out of range for a file with "
+                    f"{n} columns (columns are numbered from 0; -1 is the last)"
+                )
             return int(spec) % n
         raise ValueError(f"{what} must be a column number or name, got {spec!r}")
 
     def _resolve_columns(self):
         n = self._n_columns
-        self._label_idx = (None if self._label_spec is None
-                           else self._column_index(self._label_spec, "label_column"))
+        self._label_idx = (
+            None
+            if self._label_spec is None
+            else self._column_index(self._label_spec, "label_column")
+        )
         if self._columns_spec is None:
             self._feature_idx = [j for j in range(n) if j != self._label_idx]
         else:
@@ -335,8 +357,9 @@ class DataReader:
         else:
             i, j, what = _first_nonfinite(X)
         col = self._feature_idx[j]
-        raise ValueError(f"{self.path}: {self._where(row0 + i, where, i)}, "
-                         f"{self._col_text(col)}: {what}")
+        raise ValueError(
+            f"{self.path}: {self._where(row0 + i, where, i)}, {self._col_text(col)}: {what}"
+        )
 
     def _where(self, row, where=None, i=None) -> str:
         """'row R' (1-based) plus the file line when the format has lines."""
@@ -350,6 +373,7 @@ class DataReader:
 
 
 # --- npy ---------------------------------------------------------------------------------------
+
 
 class NpyReader(DataReader):
     """Row blocks of a 2-D ``.npy`` array (only one block is read at a time)."""
@@ -367,8 +391,9 @@ class NpyReader(DataReader):
             raise ValueError(f"{self.path}: the file is empty")
         arr = self._open()
         if arr.ndim != 2:
-            raise ValueError(f"{self.path}: expected a 2-D array (rows x features), got shape "
-                             f"{arr.shape}")
+            raise ValueError(
+                f"{self.path}: expected a 2-D array (rows x features), got shape {arr.shape}"
+            )
         if arr.dtype.kind not in "fiub":
             raise ValueError(f"{self.path}: expected numeric data, got dtype {arr.dtype}")
         if arr.shape[0] == 0 or arr.shape[1] == 0:
@@ -384,7 +409,7 @@ class NpyReader(DataReader):
         if arr.flags.c_contiguous:
             chunks = self._read_chunks(arr)
         else:  # Fortran order: rows are not contiguous in the file, slice the map
-            chunks = (arr[s:s + self.block_rows] for s in range(0, arr.shape[0], self.block_rows))
+            chunks = (arr[s : s + self.block_rows] for s in range(0, arr.shape[0], self.block_rows))
         for start, chunk in zip(range(0, arr.shape[0], self.block_rows), chunks, strict=True):
             if self._all_features:
                 X = np.array(chunk, dtype=self.dtype)
@@ -404,8 +429,9 @@ class NpyReader(DataReader):
                 rows = min(self.block_rows, n - start)
                 chunk = np.fromfile(f, dtype=dtype, count=rows * width)
                 if chunk.size != rows * width:
-                    raise ValueError(f"{self.path}: the file is truncated (row {start + 1} "
-                                     f"onwards is missing)")
+                    raise ValueError(
+                        f"{self.path}: the file is truncated (row {start + 1} onwards is missing)"
+                    )
                 yield chunk.reshape(rows, width)
 
     def _count_rows(self):
@@ -413,6 +439,7 @@ class NpyReader(DataReader):
 
 
 # --- delimited text ----------------------------------------------------------------------------
+
 
 class TextReader(DataReader):
     """Row blocks of delimited text (CSV, TSV, whitespace), optionally gzipped.
@@ -498,8 +525,10 @@ class TextReader(DataReader):
             counts = [t.count(self.delimiter) + 1 for t in texts]
         if any(c != n for c in counts):
             i = next(i for i, c in enumerate(counts) if c != n)
-            raise ValueError(f"{self.path}: {self._where(row0 + i, linenos, i)} has {counts[i]} "
-                             f"columns, expected {n} (ragged rows)")
+            raise ValueError(
+                f"{self.path}: {self._where(row0 + i, linenos, i)} has {counts[i]} "
+                f"columns, expected {n} (ragged rows)"
+            )
         opts = dict(delimiter=self.delimiter, comments=None, quotechar='"', ndmin=2)
         try:
             X = np.loadtxt(texts, usecols=self._feature_idx, dtype=self.dtype, **opts)
@@ -520,20 +549,24 @@ class TextReader(DataReader):
             fields = self._split(text)
             for j in self._feature_idx:
                 if not _is_number(fields[j]):
-                    raise ValueError(f"{self.path}: {self._where(row0 + i, linenos, i)}, "
-                                     f"{self._col_text(j)}: cannot read {fields[j].strip()!r} "
-                                     "as a number")
+                    raise ValueError(
+                        f"{self.path}: {self._where(row0 + i, linenos, i)}, "
+                        f"{self._col_text(j)}: cannot read {fields[j].strip()!r} "
+                        "as a number"
+                    )
 
 
 # --- parquet -----------------------------------------------------------------------------------
+
 
 def _import_parquet():
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ImportError("reading Parquet files needs pyarrow; install it with "
-                          "pip install 'fastkpca[parquet]'") from None
+        raise ImportError(
+            "reading Parquet files needs pyarrow; install it with pip install 'fastkpca[parquet]'"
+        ) from None
     return pa, pq
 
 
@@ -565,10 +598,13 @@ class ParquetReader(DataReader):
         pa, _ = _import_parquet()
         for j in self._feature_idx:
             t = self._types[j]
-            if not (pa.types.is_integer(t) or pa.types.is_floating(t)
-                    or pa.types.is_boolean(t) or pa.types.is_decimal(t)):
-                raise ValueError(f"{self.path}: {self._col_text(j)} has type {t}, "
-                                 "not a number")
+            if not (
+                pa.types.is_integer(t)
+                or pa.types.is_floating(t)
+                or pa.types.is_boolean(t)
+                or pa.types.is_decimal(t)
+            ):
+                raise ValueError(f"{self.path}: {self._col_text(j)} has type {t}, not a number")
 
     def _blocks(self):
         pf = self._file()
@@ -581,8 +617,10 @@ class ParquetReader(DataReader):
                 col = batch.column(name)
                 if col.null_count:
                     i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-                    raise ValueError(f"{self.path}: row {row0 + i + 1}, "
-                                     f"{self._col_text(self._feature_idx[k])}: missing value")
+                    raise ValueError(
+                        f"{self.path}: row {row0 + i + 1}, "
+                        f"{self._col_text(self._feature_idx[k])}: missing value"
+                    )
                 X[:, k] = col.to_numpy(zero_copy_only=False)
             self._finite_check(X, row0)
             y = None
@@ -596,6 +634,7 @@ class ParquetReader(DataReader):
 
 
 # --- LIBSVM ------------------------------------------------------------------------------------
+
 
 class LibsvmReader(DataReader):
     """CSR row blocks of a LIBSVM / SVMlight text file (labels first, ``index:value`` pairs).
@@ -611,8 +650,9 @@ class LibsvmReader(DataReader):
     format = "libsvm"
 
     def __init__(self, path, *, n_features=None, zero_based="auto", **kwargs):
-        if n_features is not None and (not isinstance(n_features, numbers.Integral)
-                                       or n_features < 1):
+        if n_features is not None and (
+            not isinstance(n_features, numbers.Integral) or n_features < 1
+        ):
             raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
         if zero_based not in ("auto", True, False):
             raise ValueError(f"zero_based must be 'auto', True or False, got {zero_based!r}")
@@ -622,8 +662,10 @@ class LibsvmReader(DataReader):
 
     def _inspect(self):
         if self._label_spec is not None:
-            raise ValueError("label_column does not apply to LIBSVM files (the label is the "
-                             "first token of each line)")
+            raise ValueError(
+                "label_column does not apply to LIBSVM files (the label is the "
+                "first token of each line)"
+            )
         if _first_content_line(self.path) is None:
             raise ValueError(f"{self.path}: the file is empty (no data rows)")
         if self._n_features_spec is None:
@@ -672,13 +714,15 @@ class LibsvmReader(DataReader):
         from sklearn.datasets import load_svmlight_file
 
         try:
-            X, y = load_svmlight_file(_io.BytesIO(b"\n".join(lines) + b"\n"),
-                                      n_features=n_features, dtype=self.dtype,
-                                      zero_based=zero_based)
+            X, y = load_svmlight_file(
+                _io.BytesIO(b"\n".join(lines) + b"\n"),
+                n_features=n_features,
+                dtype=self.dtype,
+                zero_based=zero_based,
+            )
         except ValueError as exc:
             self._locate_bad_line(lines, linenos, row0, n_features, zero_based, exc)
-            raise ValueError(f"{self.path}: rows {row0 + 1}-{row0 + len(lines)}: "
-                             f"{exc}") from None
+            raise ValueError(f"{self.path}: rows {row0 + 1}-{row0 + len(lines)}: {exc}") from None
         self._last_labels = y
         return X
 
@@ -687,29 +731,33 @@ class LibsvmReader(DataReader):
 
         for i, line in enumerate(lines):
             try:
-                load_svmlight_file(_io.BytesIO(line + b"\n"), n_features=n_features,
-                                   zero_based=zero_based)
+                load_svmlight_file(
+                    _io.BytesIO(line + b"\n"), n_features=n_features, zero_based=zero_based
+                )
                 continue
             except ValueError as line_exc:
                 reason = str(line_exc)
             where = self._where(row0 + i, linenos, i)
             tokens = line.decode("utf-8", "replace").split()
             if not _is_number(tokens[0]):
-                raise ValueError(f"{self.path}: {where}, column 1 (label): cannot read "
-                                 f"{tokens[0]!r} as a number")
+                raise ValueError(
+                    f"{self.path}: {where}, column 1 (label): cannot read {tokens[0]!r} as a number"
+                )
             for k, tok in enumerate(tokens[1:], 2):
                 idx, _, val = tok.partition(":")
                 if idx == "qid":
                     continue
                 if not idx.isdigit() or not _is_number(val):
-                    raise ValueError(f"{self.path}: {where}, column {k} (token {tok!r}): "
-                                     "expected index:value")
+                    raise ValueError(
+                        f"{self.path}: {where}, column {k} (token {tok!r}): expected index:value"
+                    )
             raise ValueError(f"{self.path}: {where}: {reason}")
 
     def _blocks(self):
         for chunk, linenos, row0 in self._chunks():
-            X = self._parse(chunk, linenos, row0, n_features=self._n_columns,
-                            zero_based=self.zero_based)
+            X = self._parse(
+                chunk, linenos, row0, n_features=self._n_columns, zero_based=self.zero_based
+            )
             y = self._last_labels
             if not self._all_features:
                 X = X[:, self._feature_idx]
@@ -720,14 +768,26 @@ class LibsvmReader(DataReader):
         return sum(len(chunk) for chunk, _, _ in self._chunks())
 
 
-_READERS = {"npy": NpyReader, "text": TextReader, "parquet": ParquetReader,
-            "libsvm": LibsvmReader}
-_FORMAT_OPTIONS = {"npy": set(), "parquet": set(), "text": {"delimiter", "header"},
-                   "libsvm": {"n_features", "zero_based"}}
+_READERS = {"npy": NpyReader, "text": TextReader, "parquet": ParquetReader, "libsvm": LibsvmReader}
+_FORMAT_OPTIONS = {
+    "npy": set(),
+    "parquet": set(),
+    "text": {"delimiter", "header"},
+    "libsvm": {"n_features", "zero_based"},
+}
 
 
-def open_data(path, *, format=None, block_rows=DEFAULT_BLOCK_ROWS, columns=None,
-              label_column=None, dtype=np.float64, check_finite=True, **options) -> DataReader:
+def open_data(
+    path,
+    *,
+    format=None,
+    block_rows=DEFAULT_BLOCK_ROWS,
+    columns=None,
+    label_column=None,
+    dtype=np.float64,
+    check_finite=True,
+    **options,
+) -> DataReader:
     """Open a data file as a re-iterable reader of row blocks.
 
     Parameters
@@ -764,10 +824,18 @@ def open_data(path, *, format=None, block_rows=DEFAULT_BLOCK_ROWS, columns=None,
         raise ValueError(f"unknown format {format!r}; choose one of {FORMATS}")
     unknown = set(options) - _FORMAT_OPTIONS[fmt]
     if unknown:
-        raise ValueError(f"option(s) {', '.join(sorted(unknown))} do not apply to {fmt} files "
-                         f"({path})")
-    return _READERS[fmt](path, block_rows=block_rows, columns=columns, label_column=label_column,
-                         dtype=dtype, check_finite=check_finite, **options)
+        raise ValueError(
+            f"option(s) {', '.join(sorted(unknown))} do not apply to {fmt} files ({path})"
+        )
+    return _READERS[fmt](
+        path,
+        block_rows=block_rows,
+        columns=columns,
+        label_column=label_column,
+        dtype=dtype,
+        check_finite=check_finite,
+        **options,
+    )
 
 
 def read_data(path, **kwargs):
@@ -783,7 +851,7 @@ def read_data(path, **kwargs):
         ys = []
         start = 0
         for Xb, yb in reader.iter_labeled():
-            X[start:start + Xb.shape[0]] = Xb
+            X[start : start + Xb.shape[0]] = Xb
             start += Xb.shape[0]
             ys.append(yb)
         y = None if not reader.has_labels else np.concatenate(ys)
@@ -838,22 +906,28 @@ class _Encoder:
         if isinstance(value, np.ndarray):
             if value.dtype.hasobject:
                 if all(isinstance(v, str) for v in value.flat):  # e.g. feature_names_in_
-                    return {"kind": "array", "key": self._store(value.astype(str)),
-                            "object": True}
+                    return {"kind": "array", "key": self._store(value.astype(str)), "object": True}
                 raise ValueError(f"{where} is an object array, which model files cannot store")
             return {"kind": "array", "key": self._store(value)}
         if sp.issparse(value):
             fmt = value.format if value.format in ("csr", "csc") else "csr"
             m = value.asformat(fmt)
-            return {"kind": "sparse", "format": fmt, "shape": list(m.shape),
-                    "array": not isinstance(m, sp.spmatrix),
-                    "data": self._store(m.data), "indices": self._store(m.indices),
-                    "indptr": self._store(m.indptr)}
+            return {
+                "kind": "sparse",
+                "format": fmt,
+                "shape": list(m.shape),
+                "array": not isinstance(m, sp.spmatrix),
+                "data": self._store(m.data),
+                "indices": self._store(m.indices),
+                "indptr": self._store(m.indptr),
+            }
         if isinstance(value, Kernel):
             config = value.to_config()
             if type(value) not in KERNELS.values() or kernel_from_config(config) != value:
-                raise ValueError(f"{where} is a custom kernel ({type(value).__name__}); model "
-                                 "files can store only fastkpca's built-in kernels")
+                raise ValueError(
+                    f"{where} is a custom kernel ({type(value).__name__}); model "
+                    "files can store only fastkpca's built-in kernels"
+                )
             return {"kind": "kernel", "config": self.encode(config, where)}
         name = state_class_name(value)
         if name is not None:
@@ -862,21 +936,27 @@ class _Encoder:
                 raise ValueError(f"{where}: {name}.to_state() must return a dict")
             return {"kind": "state", "class": name, "state": self.encode(state, where)}
         if isinstance(value, list | tuple):
-            return {"kind": type(value).__name__,
-                    "items": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+            return {
+                "kind": type(value).__name__,
+                "items": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)],
+            }
         if isinstance(value, dict):
             if not all(isinstance(k, str) for k in value):
                 raise ValueError(f"{where} is a dict with non-string keys")
-            return {"kind": "dict",
-                    "items": {k: self.encode(v, f"{where}[{k!r}]") for k, v in value.items()}}
+            return {
+                "kind": "dict",
+                "items": {k: self.encode(v, f"{where}[{k!r}]") for k, v in value.items()},
+            }
         if isinstance(value, np.dtype):
             return {"kind": "dtype", "value": value.str}
         if isinstance(value, type) and issubclass(value, np.generic):
             return {"kind": "dtype_type", "value": np.dtype(value).str}
-        raise ValueError(f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
-                         "which model files cannot store (allowed: arrays, numbers, strings, "
-                         "None, lists of those, a Kernel, or a class registered with "
-                         "fastkpca._state.register_state_class)")
+        raise ValueError(
+            f"{where} is a {type(value).__module__}.{type(value).__qualname__}, "
+            "which model files cannot store (allowed: arrays, numbers, strings, "
+            "None, lists of those, a Kernel, or a class registered with "
+            "fastkpca._state.register_state_class)"
+        )
 
 
 class _Decoder:
@@ -897,11 +977,20 @@ class _Decoder:
         if kind == "float":
             return float(node["value"])
         if kind == "sparse":
-            cls = {("csr", False): sp.csr_matrix, ("csc", False): sp.csc_matrix,
-                   ("csr", True): sp.csr_array, ("csc", True): sp.csc_array}[
-                       (node["format"], bool(node["array"]))]
-            return cls((self.arrays[node["data"]], self.arrays[node["indices"]],
-                        self.arrays[node["indptr"]]), shape=tuple(node["shape"]))
+            cls = {
+                ("csr", False): sp.csr_matrix,
+                ("csc", False): sp.csc_matrix,
+                ("csr", True): sp.csr_array,
+                ("csc", True): sp.csc_array,
+            }[(node["format"], bool(node["array"]))]
+            return cls(
+                (
+                    self.arrays[node["data"]],
+                    self.arrays[node["indices"]],
+                    self.arrays[node["indptr"]],
+                ),
+                shape=tuple(node["shape"]),
+            )
         if kind == "kernel":
             from .kernels import kernel_from_config
 
@@ -935,8 +1024,10 @@ def _state_class(name: str):
             except ImportError:
                 module = module.rsplit(".", 1)[0]  # nested class: the module is a prefix
     if name not in STATE_CLASSES:
-        raise ValueError(f"the model file holds an object of unknown class {name!r} (not a "
-                         "registered fastkpca state class)")
+        raise ValueError(
+            f"the model file holds an object of unknown class {name!r} (not a "
+            "registered fastkpca state class)"
+        )
     return STATE_CLASSES[name]
 
 
@@ -960,13 +1051,17 @@ def _estimator_class(name: str, module: str | None = None):
     known, allowed = _estimator_modules()
     module = module or known.get(name)
     if not isinstance(name, str) or module not in allowed:
-        raise ValueError(f"unknown estimator class {name!r} in the model file (fastkpca "
-                         f"estimators: {', '.join(sorted(k for k in known if k[0].isupper()))})")
+        raise ValueError(
+            f"unknown estimator class {name!r} in the model file (fastkpca "
+            f"estimators: {', '.join(sorted(k for k in known if k[0].isupper()))})"
+        )
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ValueError(f"the model file needs {name} from {module}, which this installation "
-                         f"of fastkpca lacks ({exc})") from None
+        raise ValueError(
+            f"the model file needs {name} from {module}, which this installation "
+            f"of fastkpca lacks ({exc})"
+        ) from None
     cls = getattr(mod, name, None)
     if not (isinstance(cls, type) and issubclass(cls, BaseKPCA) and cls.__module__ == module):
         raise ValueError(f"unknown estimator class {name!r} in the model file")
@@ -999,8 +1094,10 @@ def save_model(model, path) -> None:
         if isinstance(value, np.random.Generator | np.random.RandomState):
             value = None  # the generator's state is not part of the fitted model
         params[name] = enc.encode(value, f"parameter {name!r}")
-    fitted = {name: enc.encode(value, f"fitted attribute {name!r}")
-              for name, value in _fitted_attributes(model).items()}
+    fitted = {
+        name: enc.encode(value, f"fitted attribute {name!r}")
+        for name, value in _fitted_attributes(model).items()
+    }
     kernel = getattr(model, "kernel_", None)
     meta = {
         "format": FORMAT_NAME,
@@ -1010,12 +1107,15 @@ def save_model(model, path) -> None:
         "estimator": cls.__name__,
         "module": cls.__module__,
         "params": params,
-        "kernel": kernel.to_config() if kernel is not None and hasattr(kernel, "to_config")
+        "kernel": kernel.to_config()
+        if kernel is not None and hasattr(kernel, "to_config")
         else None,
         "fitted": fitted,
         "fitted_kinds": {name: _kind(value) for name, value in _fitted_attributes(model).items()},
-        "arrays": {key: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": _array_digest(a)}
-                   for key, a in enc.arrays.items()},
+        "arrays": {
+            key: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": _array_digest(a)}
+            for key, a in enc.arrays.items()
+        },
     }
     text = json.dumps(meta, allow_nan=False, sort_keys=True)
     contents = dict(enc.arrays)
@@ -1084,14 +1184,18 @@ def _read_verified(path):
             except json.JSONDecodeError as exc:
                 raise _damaged(path, f"unreadable metadata: {exc}") from None
             if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-                raise ValueError(f"{path} is not a fastkpca model file (format "
-                                 f"{meta.get('format') if isinstance(meta, dict) else None!r})")
+                raise ValueError(
+                    f"{path} is not a fastkpca model file (format "
+                    f"{meta.get('format') if isinstance(meta, dict) else None!r})"
+                )
             version = meta.get("format_version")
             if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
-                raise ValueError(f"{path}: unknown model file format version {version!r} (this "
-                                 f"fastkpca {_version()} reads versions 1 to {FORMAT_VERSION}; "
-                                 f"the file was written by fastkpca "
-                                 f"{meta.get('fastkpca_version', '?')})")
+                raise ValueError(
+                    f"{path}: unknown model file format version {version!r} (this "
+                    f"fastkpca {_version()} reads versions 1 to {FORMAT_VERSION}; "
+                    f"the file was written by fastkpca "
+                    f"{meta.get('fastkpca_version', '?')})"
+                )
             if _CHECKSUM_KEY not in npz.files:
                 raise _damaged(path, "no metadata checksum")
             if str(npz[_CHECKSUM_KEY][()]) != hashlib.sha256(text.encode()).hexdigest():
@@ -1141,8 +1245,9 @@ def load(path):
                 raise ValueError(f"fitted attribute name {name!r} does not end with '_'")
             setattr(model, name, dec.decode(node))
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: malformed model metadata ({type(exc).__name__}: "
-                         f"{exc})") from None
+        raise ValueError(
+            f"{path}: malformed model metadata ({type(exc).__name__}: {exc})"
+        ) from None
     return model
 
 

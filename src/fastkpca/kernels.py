@@ -49,8 +49,13 @@ __all__ = [
 WORKING_MEMORY_MB = 256
 
 
-def chunk_rows(n_cols: int, *, itemsize: int = 8, n_temporaries: int = 3,
-               working_memory_mb: float | None = None) -> int:
+def chunk_rows(
+    n_cols: int,
+    *,
+    itemsize: int = 8,
+    n_temporaries: int = 3,
+    working_memory_mb: float | None = None,
+) -> int:
     """Number of rows of an ``(rows, n_cols)`` block that fits the working-memory budget."""
     budget = (working_memory_mb or WORKING_MEMORY_MB) * 2**20
     per_row = max(1, n_cols) * itemsize * n_temporaries
@@ -143,8 +148,9 @@ class Kernel:
         """Yield ``(start, stop, K[start:stop])`` row blocks of the Gram matrix, in float64."""
         Y = X if Y is None else Y
         ctx = self._prepare(Y)
-        for start, stop in self.iter_chunks(X.shape[0], Y.shape[0],
-                                            working_memory_mb=working_memory_mb):
+        for start, stop in self.iter_chunks(
+            X.shape[0], Y.shape[0], working_memory_mb=working_memory_mb
+        ):
             yield start, stop, self._block(X[start:stop], Y, ctx)
 
     @staticmethod
@@ -249,7 +255,10 @@ class RBF(_Radial):
 
 
 class Laplacian(Kernel):
-    """Laplacian kernel ``exp(-gamma ||x - y||_1)`` (L1, as ``sklearn.metrics.pairwise.laplacian_kernel``)."""
+    """Laplacian kernel ``exp(-gamma ||x - y||_1)``.
+
+    The L1 distance, as ``sklearn.metrics.pairwise.laplacian_kernel``.
+    """
 
     name = "laplacian"
     shift_invariant = True
@@ -418,14 +427,19 @@ def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
             return 1.0 / (d * var) if var > 0 else 1.0
         if gamma == "median":
             rng = np.random.default_rng(rng)
-            idx = rng.choice(n, size=min(n, n_subsample), replace=False) if n > n_subsample \
+            idx = (
+                rng.choice(n, size=min(n, n_subsample), replace=False)
+                if n > n_subsample
                 else np.arange(n)
+            )
             S = X[np.sort(idx)]
             D2 = squared_euclidean(S, S)
             vals = D2[np.triu_indices(len(idx), k=1)]
             vals = vals[vals > 0]
             return 1.0 / float(np.median(vals)) if vals.size else 1.0
-        raise ValueError(f"gamma must be a positive float, None, 'scale' or 'median', got {gamma!r}")
+        raise ValueError(
+            f"gamma must be a positive float, None, 'scale' or 'median', got {gamma!r}"
+        )
     return _check_positive("gamma", gamma)
 
 
@@ -444,8 +458,10 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
     if isinstance(spec, Kernel):
         return spec
     if not isinstance(spec, str) or spec not in KERNELS:
-        raise ValueError(f"unknown kernel {spec!r}; choose one of {sorted(KERNELS)} "
-                         "or pass a fastkpca.kernels.Kernel")
+        raise ValueError(
+            f"unknown kernel {spec!r}; choose one of {sorted(KERNELS)} "
+            "or pass a fastkpca.kernels.Kernel"
+        )
     cls = KERNELS[spec]
     if cls in (Linear, Cosine):
         return cls()

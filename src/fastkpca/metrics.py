@@ -42,12 +42,15 @@ MAX_EXACT_N = 20000
 
 def _check_pair(X, embedding, kernel):
     if not isinstance(kernel, Kernel):
-        raise ValueError(f"kernel must be a fastkpca.kernels.Kernel (e.g. model.kernel_), "
-                         f"got {type(kernel).__name__}")
+        raise ValueError(
+            f"kernel must be a fastkpca.kernels.Kernel (e.g. model.kernel_), "
+            f"got {type(kernel).__name__}"
+        )
     T = np.asarray(embedding, dtype=np.float64)
     if T.ndim != 2 or T.shape[0] != X.shape[0]:
-        raise ValueError(f"embedding must have shape (n_samples, k) with n_samples = "
-                         f"{X.shape[0]}, got {T.shape}")
+        raise ValueError(
+            f"embedding must have shape (n_samples, k) with n_samples = {X.shape[0]}, got {T.shape}"
+        )
     if X.shape[0] == 0:
         raise ValueError("X has no rows")
     return T
@@ -99,7 +102,6 @@ def gram_frobenius_error(X, embedding, kernel, *, center=True) -> float:
 def _difference_operator(X, kernel, T, center):
     """``v -> (HGH - T T^T) v`` as a LinearOperator recomputing Gram blocks on every product."""
     n = X.shape[0]
-    r = _gram_row_means(X, kernel) if center else None
 
     def matmat(V):
         V = np.asarray(V, dtype=np.float64)
@@ -121,8 +123,17 @@ def _difference_operator(X, kernel, T, center):
     return LinearOperator((n, n), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
 
 
-def gram_spectral_error(X, embedding, kernel, *, center=True, max_exact_n=MAX_EXACT_N,
-                        random_state=0, rtol=1e-2, max_passes=30) -> float:
+def gram_spectral_error(
+    X,
+    embedding,
+    kernel,
+    *,
+    center=True,
+    max_exact_n=MAX_EXACT_N,
+    random_state=0,
+    rtol=1e-2,
+    max_passes=30,
+) -> float:
     """``||HGH - T T^T||_2 / n``: the worst-case kernel error.
 
     For ``n <= max_exact_n`` the difference matrix is formed once (one n x n array) and its
@@ -162,8 +173,9 @@ def gram_spectral_error(X, embedding, kernel, *, center=True, max_exact_n=MAX_EX
     return estimate / n
 
 
-def relative_rank_k_error(X, embedding, kernel, *, center=True, max_exact_n=MAX_EXACT_N,
-                          random_state=0) -> float:
+def relative_rank_k_error(
+    X, embedding, kernel, *, center=True, max_exact_n=MAX_EXACT_N, random_state=0
+) -> float:
     """``||HGH - T T^T||_F / ||HGH - (HGH)_k||_F`` with k = embedding.shape[1]; 1.0 is optimal.
 
     The denominator is ``sqrt(||HGH||_F^2 - sum_{i<=k} lambda_i^2)``.  For ``n <= max_exact_n``
@@ -181,7 +193,7 @@ def relative_rank_k_error(X, embedding, kernel, *, center=True, max_exact_n=MAX_
         step = chunk_rows(n)
         num2 = 0.0
         for start in range(0, n, step):
-            D = G[start:start + step] - T[start:start + step] @ T.T
+            D = G[start : start + step] - T[start : start + step] @ T.T
             num2 += float(np.einsum("ij,ij->", D, D))
         fro2 = float(np.einsum("ij,ij->", G, G))
         method = "dense" if n <= 3000 else "lanczos"
@@ -222,8 +234,9 @@ def embedding_error(embedding, reference, *, align="procrustes") -> float:
         raise ValueError(f"embedding has {E.shape[0]} rows, reference {R.shape[0]}")
     if align == "procrustes":
         if E.shape[1] != R.shape[1]:
-            raise ValueError("align='procrustes' needs embeddings of the same width; "
-                             "use align='linear'")
+            raise ValueError(
+                "align='procrustes' needs embeddings of the same width; use align='linear'"
+            )
         U, _, Vt = la.svd(E.T @ R, full_matrices=False)
         aligned = E @ (U @ Vt)
     elif align == "linear":
@@ -244,7 +257,10 @@ def embedding_error(embedding, reference, *, align="procrustes") -> float:
 
 
 def eigenvalue_error(eigenvalues, reference) -> float:
-    """Relative l2 error ``||lambda_hat - lambda||_2 / ||lambda||_2`` over the common leading entries."""
+    """Relative l2 error ``||lambda_hat - lambda||_2 / ||lambda||_2``.
+
+    Over the leading entries the two arrays have in common.
+    """
     a = np.asarray(eigenvalues, dtype=np.float64).ravel()
     b = np.asarray(reference, dtype=np.float64).ravel()
     k = min(a.size, b.size)
@@ -264,8 +280,9 @@ def subspace_distance(U, V) -> float:
     U = _as_2d("U", U)
     V = _as_2d("V", V)
     if U.shape[0] != V.shape[0]:
-        raise ValueError(f"U and V must have the same number of rows, got {U.shape[0]} and "
-                         f"{V.shape[0]}")
+        raise ValueError(
+            f"U and V must have the same number of rows, got {U.shape[0]} and {V.shape[0]}"
+        )
     Qu = la.orth(U)
     Qv = la.orth(V)
     a = la.norm(Qv - Qu @ (Qu.T @ Qv), 2) if Qv.size else 0.0

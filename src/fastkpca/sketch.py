@@ -156,9 +156,10 @@ class FrequentDirections:
         with threadpool_limits(1, user_api="blas") if shrinks else nullcontext():
             while pos < n:
                 take = min(cap - self._filled, n - pos)
-                part = rows[pos:pos + take]
-                buf[self._filled:self._filled + take] = (part.toarray() if sp.issparse(part)
-                                                         else part)
+                part = rows[pos : pos + take]
+                buf[self._filled : self._filled + take] = (
+                    part.toarray() if sp.issparse(part) else part
+                )
                 self._filled += take
                 pos += take
                 if self._filled == cap:
@@ -168,7 +169,7 @@ class FrequentDirections:
 
     def _compress(self) -> None:
         ell = self._ell
-        B, delta = fd_shrink(self._buffer[:self._filled], ell)
+        B, delta = fd_shrink(self._buffer[: self._filled], ell)
         self._buffer[:ell] = B
         self._buffer[ell:] = 0.0
         self._filled = ell
@@ -185,7 +186,7 @@ class FrequentDirections:
         ell = self._ell
         if self._filled <= ell:
             return self._buffer[:ell].copy()
-        return fd_shrink(self._buffer[:self._filled], ell)[0]
+        return fd_shrink(self._buffer[: self._filled], ell)[0]
 
     def rows(self) -> np.ndarray:
         """The buffered rows as they are (up to 2 ell, no final shrink), float64 copy.
@@ -195,7 +196,7 @@ class FrequentDirections:
         """
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
-        return self._buffer[:self._filled].copy()
+        return self._buffer[: self._filled].copy()
 
     def merge(self, other: FrequentDirections) -> FrequentDirections:
         """A new sketch of the concatenated streams (neither input is modified).
@@ -207,19 +208,27 @@ class FrequentDirections:
         ||A - A_k||_F^2 / (ell + 1 - k)``.
         """
         if not isinstance(other, FrequentDirections):
-            raise ValueError("can only merge with a FrequentDirections, got "
-                             f"{type(other).__name__}")
+            raise ValueError(
+                f"can only merge with a FrequentDirections, got {type(other).__name__}"
+            )
         if other.sketch_size != self.sketch_size:
-            raise ValueError(f"cannot merge sketches of different sizes "
-                             f"({self.sketch_size} and {other.sketch_size})")
-        if (self.n_columns is not None and other.n_columns is not None
-                and self.n_columns != other.n_columns):
-            raise ValueError(f"cannot merge sketches with different numbers of columns "
-                             f"({self.n_columns} and {other.n_columns})")
+            raise ValueError(
+                f"cannot merge sketches of different sizes "
+                f"({self.sketch_size} and {other.sketch_size})"
+            )
+        if (
+            self.n_columns is not None
+            and other.n_columns is not None
+            and self.n_columns != other.n_columns
+        ):
+            raise ValueError(
+                f"cannot merge sketches with different numbers of columns "
+                f"({self.n_columns} and {other.n_columns})"
+            )
         out = FrequentDirections(self.sketch_size, self.n_columns or other.n_columns)
         for part in (self, other):
             if part._buffer is not None and part._filled:
-                out.update(part._buffer[:part._filled])
+                out.update(part._buffer[: part._filled])
         out.n_rows_seen = self.n_rows_seen + other.n_rows_seen
         out.total_shrinkage += self.total_shrinkage + other.total_shrinkage
         return out
@@ -231,10 +240,14 @@ class FrequentDirections:
     # --- persistence --------------------------------------------------------------------------
     def to_state(self) -> dict:
         """Plain values (ints, floats, one array) that :meth:`from_state` turns back into self."""
-        buffer = None if self._buffer is None else self._buffer[:self._filled].copy()
-        return {"sketch_size": self.sketch_size, "n_columns": self.n_columns,
-                "n_rows_seen": int(self.n_rows_seen),
-                "total_shrinkage": float(self.total_shrinkage), "buffer": buffer}
+        buffer = None if self._buffer is None else self._buffer[: self._filled].copy()
+        return {
+            "sketch_size": self.sketch_size,
+            "n_columns": self.n_columns,
+            "n_rows_seen": int(self.n_rows_seen),
+            "total_shrinkage": float(self.total_shrinkage),
+            "buffer": buffer,
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> FrequentDirections:
@@ -242,20 +255,27 @@ class FrequentDirections:
         buffer = state["buffer"]
         if buffer is not None:
             buffer = np.asarray(buffer, dtype=np.float64)
-            if buffer.ndim != 2 or buffer.shape[1] != out.n_columns \
-                    or buffer.shape[0] > 2 * out._ell:
-                raise ValueError(f"FrequentDirections state has a buffer of shape {buffer.shape}, "
-                                 f"inconsistent with sketch_size={out.sketch_size}, "
-                                 f"n_columns={out.n_columns}")
-            out._buffer[:buffer.shape[0]] = buffer
+            if (
+                buffer.ndim != 2
+                or buffer.shape[1] != out.n_columns
+                or buffer.shape[0] > 2 * out._ell
+            ):
+                raise ValueError(
+                    f"FrequentDirections state has a buffer of shape {buffer.shape}, "
+                    f"inconsistent with sketch_size={out.sketch_size}, "
+                    f"n_columns={out.n_columns}"
+                )
+            out._buffer[: buffer.shape[0]] = buffer
             out._filled = buffer.shape[0]
         out.n_rows_seen = int(state["n_rows_seen"])
         out.total_shrinkage = float(state["total_shrinkage"])
         return out
 
     def __repr__(self):
-        return (f"FrequentDirections(sketch_size={self.sketch_size}, n_columns={self.n_columns}, "
-                f"n_rows_seen={self.n_rows_seen})")
+        return (
+            f"FrequentDirections(sketch_size={self.sketch_size}, n_columns={self.n_columns}, "
+            f"n_rows_seen={self.n_rows_seen})"
+        )
 
 
 #: Mersenne prime 2^31 - 1: products of two residues fit in uint64, so the hash is vectorised.
@@ -310,8 +330,9 @@ class CountSketch:
         rng = as_generator(random_state)
         # Leading coefficients non-zero so the polynomials have full degree.
         self._bucket_coefs = [int(rng.integers(1, _PRIME)), int(rng.integers(0, _PRIME))]
-        self._sign_coefs = [int(rng.integers(1, _PRIME))] + \
-            [int(c) for c in rng.integers(0, _PRIME, size=3)]
+        self._sign_coefs = [int(rng.integers(1, _PRIME))] + [
+            int(c) for c in rng.integers(0, _PRIME, size=3)
+        ]
         self._sketch = np.zeros((self.n_buckets, self.n_columns))
         self._signs_sum = np.zeros(self.n_buckets)
         self.n_rows_seen = 0
@@ -367,12 +388,16 @@ class CountSketch:
         if not isinstance(other, CountSketch):
             raise ValueError(f"can only merge with a CountSketch, got {type(other).__name__}")
         if (other.n_buckets, other.n_columns) != (self.n_buckets, self.n_columns):
-            raise ValueError("cannot merge CountSketches of shapes "
-                             f"{(self.n_buckets, self.n_columns)} and "
-                             f"{(other.n_buckets, other.n_columns)}")
+            raise ValueError(
+                "cannot merge CountSketches of shapes "
+                f"{(self.n_buckets, self.n_columns)} and "
+                f"{(other.n_buckets, other.n_columns)}"
+            )
         if (other._bucket_coefs, other._sign_coefs) != (self._bucket_coefs, self._sign_coefs):
-            raise ValueError("cannot merge CountSketches with different hash functions "
-                             "(create them with the same random_state)")
+            raise ValueError(
+                "cannot merge CountSketches with different hash functions "
+                "(create them with the same random_state)"
+            )
         out = CountSketch.from_state(self.to_state())
         out._sketch += other._sketch
         out._signs_sum += other._signs_sum
@@ -382,10 +407,15 @@ class CountSketch:
     # --- persistence --------------------------------------------------------------------------
     def to_state(self) -> dict:
         """Plain values: shapes, hash coefficients (ints), the sketch and S 1 (arrays)."""
-        return {"n_buckets": self.n_buckets, "n_columns": self.n_columns,
-                "bucket_coefs": list(self._bucket_coefs), "sign_coefs": list(self._sign_coefs),
-                "sketch": self._sketch.copy(), "signs_sum": self._signs_sum.copy(),
-                "n_rows_seen": int(self.n_rows_seen)}
+        return {
+            "n_buckets": self.n_buckets,
+            "n_columns": self.n_columns,
+            "bucket_coefs": list(self._bucket_coefs),
+            "sign_coefs": list(self._sign_coefs),
+            "sketch": self._sketch.copy(),
+            "signs_sum": self._signs_sum.copy(),
+            "n_rows_seen": int(self.n_rows_seen),
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> CountSketch:
@@ -394,17 +424,23 @@ class CountSketch:
         out.n_columns = check_int("n_columns", state["n_columns"], low=1)
         out._bucket_coefs = [int(c) for c in state["bucket_coefs"]]
         out._sign_coefs = [int(c) for c in state["sign_coefs"]]
-        if len(out._bucket_coefs) != 2 or len(out._sign_coefs) != 4 or not all(
-                0 <= c < _PRIME for c in out._bucket_coefs + out._sign_coefs):
+        if (
+            len(out._bucket_coefs) != 2
+            or len(out._sign_coefs) != 4
+            or not all(0 <= c < _PRIME for c in out._bucket_coefs + out._sign_coefs)
+        ):
             raise ValueError("CountSketch state has invalid hash coefficients")
         out._sketch = np.array(state["sketch"], dtype=np.float64)
         out._signs_sum = np.array(state["signs_sum"], dtype=np.float64)
-        if out._sketch.shape != (out.n_buckets, out.n_columns) or \
-                out._signs_sum.shape != (out.n_buckets,):
+        if out._sketch.shape != (out.n_buckets, out.n_columns) or out._signs_sum.shape != (
+            out.n_buckets,
+        ):
             raise ValueError("CountSketch state arrays do not match n_buckets / n_columns")
         out.n_rows_seen = int(state["n_rows_seen"])
         return out
 
     def __repr__(self):
-        return (f"CountSketch(n_buckets={self.n_buckets}, n_columns={self.n_columns}, "
-                f"n_rows_seen={self.n_rows_seen})")
+        return (
+            f"CountSketch(n_buckets={self.n_buckets}, n_columns={self.n_columns}, "
+            f"n_rows_seen={self.n_rows_seen})"
+        )

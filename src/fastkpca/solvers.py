@@ -111,16 +111,18 @@ def _dense(A, k, overwrite):
     # LAPACK wants Fortran order; A is symmetric, so its transpose is the same matrix as a
     # Fortran-ordered view, and no n x n copy is made.
     A_f = A.T if A.flags.c_contiguous and not A.flags.f_contiguous else A
-    vals, vecs = la.eigh(A_f, subset_by_index=[n - k, n - 1], overwrite_a=overwrite,
-                         check_finite=False, driver="evr")
+    vals, vecs = la.eigh(
+        A_f, subset_by_index=[n - k, n - 1], overwrite_a=overwrite, check_finite=False, driver="evr"
+    )
     return vals, vecs
 
 
 def _lanczos(A, k, rng, tol, max_iter):
     n = A.shape[0]
     if k >= n:
-        raise ValueError(f"eigen_solver='lanczos' needs n_components < n ({k} >= {n}); "
-                         "use eigen_solver='dense'")
+        raise ValueError(
+            f"eigen_solver='lanczos' needs n_components < n ({k} >= {n}); use eigen_solver='dense'"
+        )
     v0 = rng.uniform(-1.0, 1.0, n)
     low_precision = getattr(A, "dtype", None) == np.float32 and not isinstance(A, LinearOperator)
     n_products = 0
@@ -220,12 +222,12 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
         W = _matmat(A, Q, low_precision)  # the pass over A
         with _one_blas_thread():
             p = Q.shape[1]
-            V[:, m:m + p] = Q
-            AV[:, m:m + p] = W
+            V[:, m : m + p] = Q
+            AV[:, m : m + p] = W
             # A symmetric: the new row block of V^T A V is the transpose of the new column block.
-            C = V[:, :m + p].T @ W
-            H[:m + p, m:m + p] = C
-            H[m:m + p, :m + p] = C.T
+            C = V[:, : m + p].T @ W
+            H[: m + p, m : m + p] = C
+            H[m : m + p, : m + p] = C.T
             m += p
             theta, Y = la.eigh((H[:m, :m] + H[:m, :m].T) / 2)
             theta, Y = theta[::-1], Y[:, ::-1]
@@ -271,8 +273,18 @@ def _orthogonal(A, k, rng, tol, max_iter, low_precision):
     return vals, vecs, it
 
 
-def eigh_topk(A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversamples=10,
-              overwrite=False, return_n_iter=False):
+def eigh_topk(
+    A,
+    k,
+    *,
+    method="auto",
+    rng=None,
+    tol=None,
+    max_iter=None,
+    oversamples=10,
+    overwrite=False,
+    return_n_iter=False,
+):
     """The k largest eigenpairs of a symmetric PSD matrix or operator.
 
     Parameters
@@ -325,15 +337,15 @@ def eigh_topk(A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversam
         vals, vecs = _dense(A, k, overwrite)
         n_iter = 1
     elif method == "lanczos":
-        vals, vecs, n_iter = _lanczos(A, k, rng, tols["lanczos"] if tol is None else tol,
-                                      max_iter)
+        vals, vecs, n_iter = _lanczos(A, k, rng, tols["lanczos"] if tol is None else tol, max_iter)
     else:
         if not (_is_dense(A) or sp.issparse(A)):
             A = aslinearoperator(A)
         tol = tols["iterative"] if tol is None else tol
         if method == "randomized":
-            vals, vecs, n_iter = _randomized(A, k, rng, tol, max_iter or 500, oversamples,
-                                             low_precision)
+            vals, vecs, n_iter = _randomized(
+                A, k, rng, tol, max_iter or 500, oversamples, low_precision
+            )
         else:
             vals, vecs, n_iter = _orthogonal(A, k, rng, tol, max_iter or 1000, low_precision)
     vals, vecs = postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])

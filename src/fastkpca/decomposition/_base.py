@@ -31,10 +31,17 @@ class BaseKPCA(TransformerMixin, BaseEstimator):
         return as_generator(self.random_state)
 
     def _resolve_kernel(self, X, rng=None) -> Kernel:
-        """Set ``kernel_`` from the kernel spec; numeric gamma resolved on X (``gamma`` untouched)."""
+        """Set ``kernel_`` from the kernel spec, a numeric gamma resolved on X (``gamma`` kept)."""
         seed = None if rng is None else int(rng.integers(2**31))
-        self.kernel_ = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree,
-                                   coef0=self.coef0, nu=self.nu, X=X, rng=seed)
+        self.kernel_ = make_kernel(
+            self.kernel,
+            gamma=self.gamma,
+            degree=self.degree,
+            coef0=self.coef0,
+            nu=self.nu,
+            X=X,
+            rng=seed,
+        )
         return self.kernel_
 
     def _resolve_n_components(self, max_components: int, what: str = "n_samples") -> int:
@@ -48,21 +55,32 @@ class BaseKPCA(TransformerMixin, BaseEstimator):
         if not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 1:
             raise ValueError(f"n_components must be a positive integer or None, got {k!r}")
         if k > max_components:
-            raise ValueError(f"n_components={k} is larger than this method can give "
-                             f"({what} = {max_components})")
+            raise ValueError(
+                f"n_components={k} is larger than this method can give ({what} = {max_components})"
+            )
         self.n_components_ = int(k)
         return self.n_components_
 
     # --- validation -----------------------------------------------------------------------
     def _validate_fit_data(self, X):
-        return validate_data(self, X, reset=True, dtype=[np.float64, np.float32],
-                             accept_sparse="csr" if self._accepts_sparse else False,
-                             ensure_min_samples=1)
+        return validate_data(
+            self,
+            X,
+            reset=True,
+            dtype=[np.float64, np.float32],
+            accept_sparse="csr" if self._accepts_sparse else False,
+            ensure_min_samples=1,
+        )
 
     def _validate_transform_data(self, X):
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32],
-                             accept_sparse="csr" if self._accepts_sparse else False)
+        return validate_data(
+            self,
+            X,
+            reset=False,
+            dtype=[np.float64, np.float32],
+            accept_sparse="csr" if self._accepts_sparse else False,
+        )
 
     def _output_dtype(self, X):
         return np.float32 if X.dtype == np.float32 else np.float64

@@ -42,8 +42,15 @@ from .._utils import as_generator, check_float, check_int
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
 from ._base import BaseKPCA
 
-__all__ = ["compress_expansion", "CompressedKPCA", "KernelExpansion", "kernel_expansion",
-           "centered_expansion", "round_coefficients", "sign_projection"]
+__all__ = [
+    "compress_expansion",
+    "CompressedKPCA",
+    "KernelExpansion",
+    "kernel_expansion",
+    "centered_expansion",
+    "round_coefficients",
+    "sign_projection",
+]
 
 #: Kernels that depend on the inputs only through Euclidean distances and dot products, which
 #: random projections preserve (section 5).  The Laplacian kernel (L1 distance) is not one.
@@ -97,11 +104,18 @@ def kernel_expansion(model) -> KernelExpansion:
         ev = model.eigenvalues_
         scale = np.zeros_like(ev)
         scale[ev > 0] = 1.0 / np.sqrt(ev[ev > 0])
-        return centered_expansion(model.X_fit_, model.eigenvectors_ * scale,
-                                  model.gram_col_means_, model.gram_total_mean_, model.kernel_)
-    raise ValueError(f"{type(model).__name__} is not an expansion-based model: "
-                     "compress_expansion needs ExactKPCA or a model with a kernel_expansion() "
-                     "method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)")
+        return centered_expansion(
+            model.X_fit_,
+            model.eigenvectors_ * scale,
+            model.gram_col_means_,
+            model.gram_total_mean_,
+            model.kernel_,
+        )
+    raise ValueError(
+        f"{type(model).__name__} is not an expansion-based model: "
+        "compress_expansion needs ExactKPCA or a model with a kernel_expansion() "
+        "method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)"
+    )
 
 
 def _solve_rounding_s(rho, target):
@@ -193,8 +207,10 @@ class CompressedKPCA(BaseKPCA):
         self.random_state = random_state
 
     def fit(self, X=None, y=None):
-        raise ValueError("CompressedKPCA has no fit: build it from a fitted model with "
-                         "fastkpca.compress_expansion(model, rounding=..., projection_dim=...)")
+        raise ValueError(
+            "CompressedKPCA has no fit: build it from a fitted model with "
+            "fastkpca.compress_expansion(model, rounding=..., projection_dim=...)"
+        )
 
     def transform(self, X):
         """Estimate the source model's projections of X."""
@@ -206,10 +222,10 @@ class CompressedKPCA(BaseKPCA):
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         step = chunk_rows(max(1, points.shape[0]))
         for start in range(0, X.shape[0], step):
-            Xb = X[start:start + step]
+            Xb = X[start : start + step]
             if self.projection_ is not None:
                 Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
-            out[start:start + step] = self.kernel_(Xb, points) @ coef + offset
+            out[start : start + step] = self.kernel_(Xb, points) @ coef + offset
         return out
 
 
@@ -251,8 +267,10 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     projection_dim = check_int("projection_dim", projection_dim, low=1, allow_none=True)
     kernel = expansion.kernel
     if projection_dim is not None and not isinstance(kernel, PROJECTABLE_KERNELS):
-        raise ValueError(f"projection_dim needs a kernel of Euclidean distances or dot products "
-                         f"(rbf, matern, polynomial, linear, cosine); got {kernel!r}")
+        raise ValueError(
+            f"projection_dim needs a kernel of Euclidean distances or dot products "
+            f"(rbf, matern, polynomial, linear, cosine); got {kernel!r}"
+        )
     rng = as_generator(random_state)
     coef = np.asarray(expansion.coef, dtype=np.float64)
     m = points.shape[0]
@@ -264,9 +282,11 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     if projection_dim is not None:
         projection = sign_projection(points.shape[1], projection_dim, rng)
         points = points @ projection
-    out = CompressedKPCA(rounding=rounding, projection_dim=projection_dim,
-                         random_state=random_state if not isinstance(
-                             random_state, np.random.Generator) else None)
+    out = CompressedKPCA(
+        rounding=rounding,
+        projection_dim=projection_dim,
+        random_state=random_state if not isinstance(random_state, np.random.Generator) else None,
+    )
     out.points_ = np.ascontiguousarray(points)
     out.coef_ = np.ascontiguousarray(coef)
     out.offset_ = np.asarray(expansion.offset, dtype=np.float64)

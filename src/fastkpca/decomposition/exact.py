@@ -32,8 +32,10 @@ CENTER_BLOCK_MB = 16
 
 def _center_block_rows(n):
     # The kernels' global budget still caps the block (tests shrink it to bound peak memory).
-    return min(chunk_rows(n, n_temporaries=2),
-               chunk_rows(n, n_temporaries=2, working_memory_mb=CENTER_BLOCK_MB))
+    return min(
+        chunk_rows(n, n_temporaries=2),
+        chunk_rows(n, n_temporaries=2, working_memory_mb=CENTER_BLOCK_MB),
+    )
 
 
 def _n_workers():
@@ -75,7 +77,7 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     def mirror(s):
         e = min(n, s + tile)
         for t in range(0, s, tile):
-            K[s:e, t:t + tile] = K[t:t + tile, s:e].T
+            K[s:e, t : t + tile] = K[t : t + tile, s:e].T
         K[s:e, s:e] = np.triu(K[s:e, s:e]) + np.triu(K[s:e, s:e], 1).T
 
     if workers == 1:
@@ -90,8 +92,7 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     return K
 
 
-def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None,
-               max_iter=None):
+def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
     """Top eigenpairs of the centered Gram matrix of X.
 
     Holds exactly one n x n Gram (X's dtype): its upper triangle is filled in row blocks by
@@ -107,8 +108,16 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     """
     K = symmetric_gram(X, kernel)
     stats = center_gram_inplace(K, block=_center_block_rows(X.shape[0]))
-    vals, vecs, n_iter = eigh_topk(K, n_components, method=eigen_solver, rng=rng, tol=tol,
-                                   max_iter=max_iter, overwrite=True, return_n_iter=True)
+    vals, vecs, n_iter = eigh_topk(
+        K,
+        n_components,
+        method=eigen_solver,
+        rng=rng,
+        tol=tol,
+        max_iter=max_iter,
+        overwrite=True,
+        return_n_iter=True,
+    )
     del K
     return vals, vecs, stats, n_iter
 
@@ -151,8 +160,20 @@ class ExactKPCA(BaseKPCA):
         iterations (randomized, orthogonal).
     """
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, eigen_solver="auto", tol=None, max_iter=None, random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        eigen_solver="auto",
+        tol=None,
+        max_iter=None,
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -189,8 +210,15 @@ class ExactKPCA(BaseKPCA):
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])
-        vals, vecs, stats, n_iter = exact_kpca(X, kernel, k, eigen_solver=self.eigen_solver,
-                                               rng=rng, tol=self.tol, max_iter=self.max_iter)
+        vals, vecs, stats, n_iter = exact_kpca(
+            X,
+            kernel,
+            k,
+            eigen_solver=self.eigen_solver,
+            rng=rng,
+            tol=self.tol,
+            max_iter=self.max_iter,
+        )
         self.X_fit_ = np.array(X, copy=True)
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
@@ -223,10 +251,11 @@ class ExactKPCA(BaseKPCA):
         # block, and keeping the block in float64 through centering and projection (the output
         # alone is cast back to float32).
         X_fit = self.X_fit_.astype(np.float64, copy=False)
-        step = chunk_rows(X_fit.shape[0],
-                          working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB))
+        step = chunk_rows(
+            X_fit.shape[0], working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
+        )
         for start in range(0, X.shape[0], step):
-            Kb = self.kernel_(X[start:start + step], X_fit)
+            Kb = self.kernel_(X[start : start + step], X_fit)
             center_gram_out_of_sample(Kb, stats)
-            out[start:start + step] = Kb @ alphas
+            out[start : start + step] = Kb @ alphas
         return out

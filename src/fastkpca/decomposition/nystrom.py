@@ -85,6 +85,7 @@ EIGENVALUE_FLOOR = 1e-10
 
 COVARIANCES = ("data", "landmarks")
 
+
 @dataclass
 class KernelMoments:
     """Count, mean and centered scatter of kernel rows ``k(L, x)``, in float64; mergeable.
@@ -179,8 +180,10 @@ def nystrom_normalization(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
     top = max(float(vals[-1]), 0.0)
     keep = vals > floor * top
     if not keep.any():
-        raise ValueError("the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
-                         "in the landmarks")
+        raise ValueError(
+            "the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
+            "in the landmarks"
+        )
     return vals[keep], vecs[:, keep]
 
 
@@ -282,9 +285,20 @@ class NystromKPCA(BaseKPCA):
 
     _accepts_sparse = True
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, n_landmarks=None, landmarks="uniform", covariance="data",
-                 random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        n_landmarks=None,
+        landmarks="uniform",
+        covariance="data",
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -316,8 +330,10 @@ class NystromKPCA(BaseKPCA):
             raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
         given = not isinstance(self.landmarks, str)
         if not given and self.landmarks not in LANDMARK_METHODS:
-            raise ValueError(f"unknown landmarks method {self.landmarks!r}; choose one of "
-                             f"{LANDMARK_METHODS} or pass an array of landmark rows")
+            raise ValueError(
+                f"unknown landmarks method {self.landmarks!r}; choose one of "
+                f"{LANDMARK_METHODS} or pass an array of landmark rows"
+            )
         rng = self._make_rng()
         # The gamma heuristics draw from their own stream, so the landmark draws do not depend
         # on whether gamma is resolved before (arrays) or after (streams) the landmarks.
@@ -340,8 +356,9 @@ class NystromKPCA(BaseKPCA):
         if isinstance(self.landmarks, str):
             c = min(n_landmarks or DEFAULT_N_LANDMARKS, n)
             self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
-            L, weights = select_landmarks(X, self.landmarks, c, kernel, rng,
-                                          target_rank=self.n_components_)
+            L, weights = select_landmarks(
+                X, self.landmarks, c, kernel, rng, target_rank=self.n_components_
+            )
         else:
             L = self._check_given_landmarks(X.shape[1]).astype(X.dtype, copy=False)
             if L.shape[0] == 0:
@@ -365,8 +382,9 @@ class NystromKPCA(BaseKPCA):
         if isinstance(self.landmarks, str):
             c = min(n_landmarks or DEFAULT_N_LANDMARKS, n)
             self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
-            L, weights = fk_dask.select_landmarks(data, self.landmarks, c, kernel, rng,
-                                                  target_rank=self.n_components_)
+            L, weights = fk_dask.select_landmarks(
+                data, self.landmarks, c, kernel, rng, target_rank=self.n_components_
+            )
         else:
             L = self._check_given_landmarks(n_features).astype(data.dtype, copy=False)
             if L.shape[0] == 0:
@@ -382,16 +400,20 @@ class NystromKPCA(BaseKPCA):
     def _fit_stream(self, source, n_landmarks, rng, kernel_rng):
         given = not isinstance(self.landmarks, str)
         if not given and self.landmarks != "uniform":
-            raise ValueError(f"landmarks={self.landmarks!r} needs the data in memory; from a "
-                             "stream of row blocks use landmarks='uniform' (reservoir sampling) "
-                             "or an array of landmarks")
+            raise ValueError(
+                f"landmarks={self.landmarks!r} needs the data in memory; from a "
+                "stream of row blocks use landmarks='uniform' (reservoir sampling) "
+                "or an array of landmarks"
+            )
         one_pass = given or self.covariance == "landmarks"
         if not one_pass and isinstance(source, Iterator):
-            raise ValueError("X is a one-shot iterator (e.g. a generator), but "
-                             "landmarks='uniform' with covariance='data' reads the blocks twice "
-                             "(reservoir sampling, then the covariance); pass a re-iterable "
-                             "source (a list of blocks, a reader whose __iter__ restarts), an "
-                             "array of landmarks, or covariance='landmarks'")
+            raise ValueError(
+                "X is a one-shot iterator (e.g. a generator), but "
+                "landmarks='uniform' with covariance='data' reads the blocks twice "
+                "(reservoir sampling, then the covariance); pass a re-iterable "
+                "source (a list of blocks, a reader whose __iter__ restarts), an "
+                "array of landmarks, or covariance='landmarks'"
+            )
         blocks = _checked_blocks(source)
         if given:
             first = next(blocks, None)
@@ -422,9 +444,11 @@ class NystromKPCA(BaseKPCA):
             if self.covariance == "data":
                 moments = kernel_moments(_checked_blocks(source, self.n_features_in_), L, kernel)
                 if moments.count != n:
-                    raise ValueError(f"the block source gave {n} rows on the first pass and "
-                                     f"{moments.count} on the second; it must yield the same "
-                                     "rows every time it is iterated")
+                    raise ValueError(
+                        f"the block source gave {n} rows on the first pass and "
+                        f"{moments.count} on the second; it must yield the same "
+                        "rows every time it is iterated"
+                    )
             else:
                 moments = weighted_landmark_moments(kernel(L.astype(np.float64)), weights, n)
         self._resolve_n_components(min(n, L.shape[0]), what="min(n_samples, n_landmarks)")
@@ -434,7 +458,8 @@ class NystromKPCA(BaseKPCA):
         W = self.kernel_(L.astype(np.float64))
         values, vectors = nystrom_normalization(W)
         eigenvalues, components, mean, normalization = nystrom_kpca(
-            moments, values, vectors, self.n_components_)
+            moments, values, vectors, self.n_components_
+        )
         self.landmarks_ = L
         self.landmark_weights_ = np.asarray(weights, dtype=np.float64)
         self.normalization_ = normalization
@@ -455,8 +480,12 @@ class NystromKPCA(BaseKPCA):
 
         check_is_fitted(self)
         coef = self.normalization_ @ self.components_.T
-        return KernelExpansion(points=self.landmarks_, coef=coef,
-                               offset=-(self.mean_ @ self.components_.T), kernel=self.kernel_)
+        return KernelExpansion(
+            points=self.landmarks_,
+            coef=coef,
+            offset=-(self.mean_ @ self.components_.T),
+            kernel=self.kernel_,
+        )
 
     def transform(self, X):
         """Project X on the principal axes: ``(W^{-1/2} k(L, x) - mean_) @ components_.T``.

@@ -46,9 +46,18 @@ from ..kernels import chunk_rows
 from ..solvers import eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA
 
-__all__ = ["RandomFeatureKPCA", "FeatureMoments", "accumulate_moments", "feature_shift",
-           "rf_kpca_exact", "FeatureCountSketch", "countsketch_features", "ritz_scatter",
-           "rf_kpca_countsketch", "SOLVERS"]
+__all__ = [
+    "RandomFeatureKPCA",
+    "FeatureMoments",
+    "accumulate_moments",
+    "feature_shift",
+    "rf_kpca_exact",
+    "FeatureCountSketch",
+    "countsketch_features",
+    "ritz_scatter",
+    "rf_kpca_countsketch",
+    "SOLVERS",
+]
 
 SOLVERS = ("exact", "countsketch")
 
@@ -62,9 +71,13 @@ def _feature_block_rows(m: int, itemsize: int) -> int:
 
     Blocks of a few thousand rows keep SYRK / GEMM near peak speed; more only costs memory.
     """
-    return max(1, min(DEFAULT_BLOCK_ROWS,
-                      chunk_rows(m, itemsize=itemsize, n_temporaries=2,
-                                 working_memory_mb=_BLOCK_BUDGET_MB)))
+    return max(
+        1,
+        min(
+            DEFAULT_BLOCK_ROWS,
+            chunk_rows(m, itemsize=itemsize, n_temporaries=2, working_memory_mb=_BLOCK_BUDGET_MB),
+        ),
+    )
 
 
 def _feature_blocks(blocks, fmap: FeatureMap):
@@ -78,7 +91,7 @@ def _feature_blocks(blocks, fmap: FeatureMap):
         if sp.issparse(Xb) and not fmap.accepts_sparse:
             Xb = Xb.tocsr()
         for s in range(0, Xb.shape[0], step):
-            part = Xb[s:s + step]
+            part = Xb[s : s + step]
             if sp.issparse(part) and not fmap.accepts_sparse:
                 part = part.toarray()
             yield start + s, fmap(part)
@@ -309,8 +322,16 @@ def _ritz_stats(blocks, fmap: FeatureMap, V: np.ndarray, mean: np.ndarray) -> np
     return ritz_scatter(_feature_blocks(blocks, fmap), V, mean)
 
 
-def rf_kpca_countsketch(passes, fmap: FeatureMap, n_components: int, *, n_buckets: int,
-                        oversamples: int, n_passes: int, seed: int):
+def rf_kpca_countsketch(
+    passes,
+    fmap: FeatureMap,
+    n_components: int,
+    *,
+    n_buckets: int,
+    oversamples: int,
+    n_passes: int,
+    seed: int,
+):
     """Top eigenpairs of ``Zc^T Zc`` from a CountSketch of Z (Musco & Woodruff 2017, sec. 3.2).
 
     Parameters
@@ -348,8 +369,10 @@ def rf_kpca_countsketch(passes, fmap: FeatureMap, n_components: int, *, n_bucket
     n, mean = sk.n, sk.mean
     q = min(n_components + oversamples, n_buckets, m)
     if q < n_components:
-        raise ValueError(f"n_buckets={n_buckets} gives at most {q} components, fewer than "
-                         f"n_components={n_components}")
+        raise ValueError(
+            f"n_buckets={n_buckets} gives at most {q} components, fewer than "
+            f"n_components={n_components}"
+        )
     sq, V = _sketch_subspace(sk.SZ, sk.S1, mean, q, np.random.default_rng(seed))
     if n_passes == 1:
         vals, vecs = postprocess_eigen(sq[:n_components], V[:, :n_components])
@@ -432,9 +455,23 @@ class RandomFeatureKPCA(BaseKPCA):
 
     _accepts_sparse = True
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, n_features=None, features="auto", solver="exact", n_buckets=None,
-                 oversamples=10, n_passes=2, random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        n_features=None,
+        features="auto",
+        solver="exact",
+        n_buckets=None,
+        oversamples=10,
+        n_passes=2,
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -452,8 +489,7 @@ class RandomFeatureKPCA(BaseKPCA):
     # --- parameter checks -----------------------------------------------------------------
     def _check_params(self):
         if self.features != "auto" and self.features not in FEATURES:
-            raise ValueError(f"features must be 'auto' or one of {FEATURES}, "
-                             f"got {self.features!r}")
+            raise ValueError(f"features must be 'auto' or one of {FEATURES}, got {self.features!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         check_int("n_buckets", self.n_buckets, low=1, allow_none=True)
@@ -479,7 +515,7 @@ class RandomFeatureKPCA(BaseKPCA):
 
             def array_pass():
                 for start in range(0, X.shape[0], DEFAULT_BLOCK_ROWS):
-                    yield start, X[start:start + DEFAULT_BLOCK_ROWS]
+                    yield start, X[start : start + DEFAULT_BLOCK_ROWS]
 
             return X, array_pass
         one_shot = iter(X) is X
@@ -497,14 +533,19 @@ class RandomFeatureKPCA(BaseKPCA):
                 raise ValueError(
                     "solver='countsketch' with n_passes=2 reads the data twice, but X is a "
                     "one-shot iterator of blocks; pass an array or a list of blocks, or use "
-                    "n_passes=1")
+                    "n_passes=1"
+                )
             return self._validated(iter(X))
 
         return first, source_pass
 
     def _check_block(self, block, index, *, reset=False):
-        block = check_block(block, n_features=None if reset else self.n_features_in_,
-                            accept_sparse=True, name=f"X (block {index})")
+        block = check_block(
+            block,
+            n_features=None if reset else self.n_features_in_,
+            accept_sparse=True,
+            name=f"X (block {index})",
+        )
         if block.dtype not in (np.float32, np.float64):
             block = block.astype(np.float64)
         if reset:
@@ -544,8 +585,9 @@ class RandomFeatureKPCA(BaseKPCA):
         m = fmap.n_output_features
 
         if self.solver == "exact":
-            moments = passes.reduce(_moment_stats, FeatureMoments.merge, fmap, m,
-                                    feature_shift(first, fmap))
+            moments = passes.reduce(
+                _moment_stats, FeatureMoments.merge, fmap, m, feature_shift(first, fmap)
+            )
             n, mean = moments.n, moments.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")
             vals, comps = rf_kpca_exact(moments, k, rng=rng)
@@ -556,10 +598,17 @@ class RandomFeatureKPCA(BaseKPCA):
             t = self._default_buckets(self._resolve_n_components(m, what="n_output_features"))
             k = self._resolve_n_components(min(m, t), what="min(n_output_features, n_buckets)")
             vals, comps, n, mean = rf_kpca_countsketch(
-                passes, fmap, k, n_buckets=t, oversamples=self.oversamples,
-                n_passes=self.n_passes, seed=seed)
-            k = self._resolve_n_components(min(n, m, t), what="min(n_samples, n_output_features, "
-                                                              "n_buckets)")
+                passes,
+                fmap,
+                k,
+                n_buckets=t,
+                oversamples=self.oversamples,
+                n_passes=self.n_passes,
+                seed=seed,
+            )
+            k = self._resolve_n_components(
+                min(n, m, t), what="min(n_samples, n_output_features, n_buckets)"
+            )
             vals, comps = vals[:k], comps[:k]
         self.feature_map_ = fmap
         self.n_output_features_ = m
@@ -585,7 +634,7 @@ class RandomFeatureKPCA(BaseKPCA):
         mean_proj = (self.mean_ @ self.components_.T).astype(dtype)
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         for start, Z in _feature_blocks([(0, X)], self.feature_map_):
-            np.matmul(Z, comps, out=out[start:start + Z.shape[0]])
+            np.matmul(Z, comps, out=out[start : start + Z.shape[0]])
         out -= mean_proj
         return out
 

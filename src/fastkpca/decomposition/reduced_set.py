@@ -202,9 +202,22 @@ class ReducedSetKPCA(BaseKPCA):
     (True, (2, 3))
     """
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, density="shadow", ell=4.0, n_centers=None, center="centroid",
-                 eigen_solver="auto", random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        density="shadow",
+        ell=4.0,
+        n_centers=None,
+        center="centroid",
+        eigen_solver="auto",
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -258,13 +271,20 @@ class ReducedSetKPCA(BaseKPCA):
         kernel = self._resolve_kernel(X, rng)
         rs = self._reduced_set(X, kernel, rng)
         m = rs.n_centers
-        if self.density == "shadow" and self.n_components is not None \
-                and isinstance(self.n_components, int | np.integer) and self.n_components > m:
-            raise ValueError(f"n_components={self.n_components} is larger than the "
-                             f"{m} shadow centres found with ell={self.ell}; increase ell")
+        if (
+            self.density == "shadow"
+            and self.n_components is not None
+            and isinstance(self.n_components, int | np.integer)
+            and self.n_components > m
+        ):
+            raise ValueError(
+                f"n_components={self.n_components} is larger than the "
+                f"{m} shadow centres found with ell={self.ell}; increase ell"
+            )
         k = self._resolve_n_components(m, what="n_centers_")
-        mu, U, dual_coef, stats = reduced_set_kpca(rs.centers, rs.weights, kernel, k,
-                                                   eigen_solver=self.eigen_solver, rng=rng)
+        mu, U, dual_coef, stats = reduced_set_kpca(
+            rs.centers, rs.weights, kernel, k, eigen_solver=self.eigen_solver, rng=rng
+        )
         n = X.shape[0]
         self.centers_ = rs.centers
         self.weights_ = rs.weights / rs.weights.sum()
@@ -286,8 +306,14 @@ class ReducedSetKPCA(BaseKPCA):
         from .compress import centered_expansion
 
         check_is_fitted(self)
-        return centered_expansion(self.centers_, self.dual_coef_, self.gram_col_means_,
-                                  self.gram_total_mean_, self.kernel_, weights=self.weights_)
+        return centered_expansion(
+            self.centers_,
+            self.dual_coef_,
+            self.gram_col_means_,
+            self.gram_total_mean_,
+            self.kernel_,
+            weights=self.weights_,
+        )
 
     def transform(self, X):
         """Project X on the principal axes: ``k~(X, centers_) @ dual_coef_``, O(m) per row."""
@@ -299,7 +325,7 @@ class ReducedSetKPCA(BaseKPCA):
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         step = chunk_rows(self.n_centers_)
         for start in range(0, X.shape[0], step):
-            Kb = self.kernel_(X[start:start + step], centers)
+            Kb = self.kernel_(X[start : start + step], centers)
             center_gram_out_of_sample(Kb, stats, weights=self.weights_)
-            out[start:start + step] = Kb @ coef
+            out[start : start + step] = Kb @ coef
         return out

@@ -32,8 +32,7 @@ from ..solvers import TOLERANCES, eigh_topk, postprocess_eigen
 from ._base import BaseKPCA
 from .exact import ExactKPCA
 
-__all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca",
-           "EIGEN_SOLVERS"]
+__all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
 
 EIGEN_SOLVERS = ("lanczos", "orthogonal")
 
@@ -87,8 +86,13 @@ class SparsifiedGram:
         return out
 
     def operator(self) -> LinearOperator:
-        return LinearOperator(self.shape, matvec=self.matmat, matmat=self.matmat,
-                              rmatvec=self.matmat, dtype=np.float64)
+        return LinearOperator(
+            self.shape,
+            matvec=self.matmat,
+            matmat=self.matmat,
+            rmatvec=self.matmat,
+            dtype=np.float64,
+        )
 
     def noise_norm(self) -> float:
         """Estimate of ``||K^ - K||_2``: ``2 sqrt(max_i sum_j Var(K^_ij))``.
@@ -114,7 +118,7 @@ class SparsifiedGram:
                 lo, hi = U.indptr[start], U.indptr[stop]
                 sq = np.square(U.data[lo:hi], dtype=np.float64)
                 kept_sq += np.bincount(U.indices[lo:hi], weights=sq, minlength=n)  # columns
-                rows = np.repeat(np.arange(start, stop), np.diff(U.indptr[start:stop + 1]))
+                rows = np.repeat(np.arange(start, stop), np.diff(U.indptr[start : stop + 1]))
                 kept_sq += np.bincount(rows, weights=sq, minlength=n)  # rows
             # E[sum over kept j of s K_ij^2] = sum_j K_ij^2
             row_var = float(np.max((s - 1.0) * s * kept_sq))
@@ -168,7 +172,7 @@ def _kernel_at_kept(X, kernel, indptr, indices, data, pairwise):
         for i in range(n - 1):
             lo, hi = indptr[i], indptr[i + 1]
             if hi > lo:
-                data[lo:hi] = kernel(X[i:i + 1], X[indices[lo:hi]])[0]
+                data[lo:hi] = kernel(X[i : i + 1], X[indices[lo:hi]])[0]
         return
     # A memory-budgeted row block, and never more than a quarter of the rows: no n x n array.
     step = max(1, min(chunk_rows(n), -(-n // 4)))
@@ -179,12 +183,13 @@ def _kernel_at_kept(X, kernel, indptr, indices, data, pairwise):
             continue
         # Rows start..stop-1 only need columns > start: the upper part of the row block.
         block = kernel(X[start:stop], X[start:])
-        rows = np.repeat(np.arange(stop - start), np.diff(indptr[start:stop + 1]))
+        rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
         data[lo:hi] = block[rows, indices[lo:hi] - start]
 
 
-def sparsify_gram(X, kernel, sample_prob=1.0, *, quantize=False, rng=None,
-                  pairwise=None) -> SparsifiedGram:
+def sparsify_gram(
+    X, kernel, sample_prob=1.0, *, quantize=False, rng=None, pairwise=None
+) -> SparsifiedGram:
     """Sample (and optionally 1-bit quantize) the Gram matrix of X without forming it.
 
     Achlioptas, McSherry & Schoelkopf (2001), section 3: kept entries ``K_ij / p`` (p =
@@ -228,8 +233,9 @@ def sparsify_gram(X, kernel, sample_prob=1.0, *, quantize=False, rng=None,
                 signs[lo:hi] = np.where(rng.random(hi - lo) < p_plus, 1.0, -1.0)
         values, scale = signs, b / sample_prob
     upper = sp.csr_matrix((values, indices, indptr), shape=(n, n))
-    return SparsifiedGram(upper=upper, diag=diag, scale=scale, sample_prob=sample_prob,
-                          quantized=quantize)
+    return SparsifiedGram(
+        upper=upper, diag=diag, scale=scale, sample_prob=sample_prob, quantized=quantize
+    )
 
 
 def noise_norm_bound(n, sample_prob, max_entry, quantize) -> float:
@@ -256,20 +262,35 @@ def _negative_shift(op, rng, tol=1e-2):
     n = op.shape[0]
     if n < 3:
         return 0.0
-    neg = LinearOperator(op.shape, matvec=lambda v: -op.matvec(v),
-                         matmat=lambda V: -op.matmat(V), dtype=np.float64)
+    neg = LinearOperator(
+        op.shape, matvec=lambda v: -op.matvec(v), matmat=lambda V: -op.matmat(V), dtype=np.float64
+    )
     vals, _ = eigh_topk(neg, 1, method="lanczos", rng=rng, tol=tol)
     return 1.05 * float(vals[0])
 
 
 def _shifted(op, shift):
-    return LinearOperator(op.shape, matvec=lambda v: op.matvec(v) + shift * v,
-                          matmat=lambda V: op.matmat(V) + shift * V,
-                          rmatvec=lambda v: op.matvec(v) + shift * v, dtype=np.float64)
+    return LinearOperator(
+        op.shape,
+        matvec=lambda v: op.matvec(v) + shift * v,
+        matmat=lambda V: op.matmat(V) + shift * V,
+        rmatvec=lambda v: op.matvec(v) + shift * v,
+        dtype=np.float64,
+    )
 
 
-def sparsified_kpca(X, kernel, n_components, *, sample_prob=0.1, quantize=False,
-                    eigen_solver="lanczos", rng=None, tol=None, max_iter=None):
+def sparsified_kpca(
+    X,
+    kernel,
+    n_components,
+    *,
+    sample_prob=0.1,
+    quantize=False,
+    eigen_solver="lanczos",
+    rng=None,
+    tol=None,
+    max_iter=None,
+):
     """Top eigenpairs of the centered sparsified / quantized Gram matrix of X.
 
     Returns
@@ -296,13 +317,24 @@ def sparsified_kpca(X, kernel, n_components, *, sample_prob=0.1, quantize=False,
         if sample_prob < 1.0 or quantize:
             shift = _negative_shift(op, rng)
             op = _shifted(op, shift)
-    vals, vecs, n_iter = eigh_topk(op, n_components, method=eigen_solver, rng=rng, tol=tol,
-                                   max_iter=max_iter, return_n_iter=True)
+    vals, vecs, n_iter = eigh_topk(
+        op,
+        n_components,
+        method=eigen_solver,
+        rng=rng,
+        tol=tol,
+        max_iter=max_iter,
+        return_n_iter=True,
+    )
     if shift:
         vals, vecs = postprocess_eigen(vals - shift, vecs)
     max_entry = float(np.max(np.abs(gram.diag))) if gram.diag.size else 0.0
-    info = {"n_kept": gram.n_kept, "n_iter": n_iter, "max_entry": max_entry,
-            "noise_norm": gram.noise_norm()}
+    info = {
+        "n_kept": gram.n_kept,
+        "n_iter": n_iter,
+        "max_entry": max_entry,
+        "noise_norm": gram.noise_norm(),
+    }
     return vals, vecs, stats, info
 
 
@@ -384,9 +416,22 @@ class SparsifiedKPCA(BaseKPCA):
     n_iter_ : eigensolver work (block iterations or matrix-vector products).
     """
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, sample_prob=0.1, quantize=False, eigen_solver="lanczos", tol=None,
-                 max_iter=None, random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        sample_prob=0.1,
+        quantize=False,
+        eigen_solver="lanczos",
+        tol=None,
+        max_iter=None,
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -405,8 +450,9 @@ class SparsifiedKPCA(BaseKPCA):
         if not isinstance(self.quantize, bool | np.bool_):
             raise ValueError(f"quantize must be True or False, got {self.quantize!r}")
         if self.eigen_solver not in EIGEN_SOLVERS:
-            raise ValueError(f"eigen_solver must be one of {EIGEN_SOLVERS}, "
-                             f"got {self.eigen_solver!r}")
+            raise ValueError(
+                f"eigen_solver must be one of {EIGEN_SOLVERS}, got {self.eigen_solver!r}"
+            )
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
@@ -416,8 +462,16 @@ class SparsifiedKPCA(BaseKPCA):
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])
         vals, vecs, stats, info = sparsified_kpca(
-            X, kernel, k, sample_prob=float(self.sample_prob), quantize=bool(self.quantize),
-            eigen_solver=self.eigen_solver, rng=rng, tol=self.tol, max_iter=self.max_iter)
+            X,
+            kernel,
+            k,
+            sample_prob=float(self.sample_prob),
+            quantize=bool(self.quantize),
+            eigen_solver=self.eigen_solver,
+            rng=rng,
+            tol=self.tol,
+            max_iter=self.max_iter,
+        )
         self.X_fit_ = np.array(X, copy=True)
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
@@ -427,8 +481,11 @@ class SparsifiedKPCA(BaseKPCA):
         self.n_iter_ = info["n_iter"]
         self.max_entry_ = info["max_entry"]
         self.noise_norm_ = info["noise_norm"]
-        self.noise_norm_bound_ = float(noise_norm_bound(X.shape[0], float(self.sample_prob),
-                                                        info["max_entry"], bool(self.quantize)))
+        self.noise_norm_bound_ = float(
+            noise_norm_bound(
+                X.shape[0], float(self.sample_prob), info["max_entry"], bool(self.quantize)
+            )
+        )
         return self
 
     # The fitted model is a kernel expansion over X_fit_ exactly like ExactKPCA's (same fitted
@@ -440,5 +497,10 @@ class SparsifiedKPCA(BaseKPCA):
         """``transform(X) = kernel_(X, points) @ coef + offset``: see :mod:`.compress`."""
         from .compress import centered_expansion
 
-        return centered_expansion(self.X_fit_, self._scaled_alphas, self.gram_col_means_,
-                                  self.gram_total_mean_, self.kernel_)
+        return centered_expansion(
+            self.X_fit_,
+            self._scaled_alphas,
+            self.gram_col_means_,
+            self.gram_total_mean_,
+            self.kernel_,
+        )

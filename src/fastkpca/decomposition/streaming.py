@@ -40,8 +40,13 @@ from ..solvers import postprocess_eigen
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
 from .random_features import _feature_blocks
 
-__all__ = ["StreamingKPCA", "skpca_eigen", "sketch_rows", "merge_sketch_stats",
-           "DEFAULT_SKETCH_SIZE"]
+__all__ = [
+    "StreamingKPCA",
+    "skpca_eigen",
+    "sketch_rows",
+    "merge_sketch_stats",
+    "DEFAULT_SKETCH_SIZE",
+]
 
 #: ``sketch_size=None`` means ``max(DEFAULT_SKETCH_SIZE, 2 * n_components)`` rows: the largest
 #: ell of the paper's experiments, and ell >= 2k makes the FD bound ``tail_k / (ell + 1 - k)``
@@ -49,8 +54,13 @@ __all__ = ["StreamingKPCA", "skpca_eigen", "sketch_rows", "merge_sketch_stats",
 DEFAULT_SKETCH_SIZE = 50
 
 
-def skpca_eigen(B: np.ndarray, feature_sum: np.ndarray, n_samples: int, n_components: int,
-                shrinkage: float = 0.0):
+def skpca_eigen(
+    B: np.ndarray,
+    feature_sum: np.ndarray,
+    n_samples: int,
+    n_components: int,
+    shrinkage: float = 0.0,
+):
     """Top eigenpairs of the centered sketch covariance ``B^T B + delta P_B - s s^T / n``.
 
     ``delta P_B`` is the compensation of Desai, Ghashami & Phillips (2016, "Improved practical
@@ -200,8 +210,20 @@ class StreamingKPCA(BaseKPCA):
 
     _accepts_sparse = True
 
-    def __init__(self, n_components=None, *, kernel="rbf", gamma=None, degree=3, coef0=1.0,
-                 nu=1.5, n_features=None, sketch_size=None, features="auto", random_state=None):
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        n_features=None,
+        sketch_size=None,
+        features="auto",
+        random_state=None,
+    ):
         self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
@@ -216,8 +238,7 @@ class StreamingKPCA(BaseKPCA):
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):
         if self.features != "auto" and self.features not in FEATURES:
-            raise ValueError(f"features must be 'auto' or one of {FEATURES}, "
-                             f"got {self.features!r}")
+            raise ValueError(f"features must be 'auto' or one of {FEATURES}, got {self.features!r}")
         check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
         if self.n_components is not None:
             check_int("n_components", self.n_components, low=1)
@@ -229,9 +250,19 @@ class StreamingKPCA(BaseKPCA):
 
     # --- fitting --------------------------------------------------------------------------
     def _reset(self):
-        for name in ("feature_map_", "sketch_", "feature_sum_", "n_samples_seen_", "kernel_",
-                     "components_", "eigenvalues_", "mean_", "n_components_",
-                     "n_output_features_", "n_features_in_"):
+        for name in (
+            "feature_map_",
+            "sketch_",
+            "feature_sum_",
+            "n_samples_seen_",
+            "kernel_",
+            "components_",
+            "eigenvalues_",
+            "mean_",
+            "n_components_",
+            "n_output_features_",
+            "n_features_in_",
+        ):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -248,8 +279,12 @@ class StreamingKPCA(BaseKPCA):
         if is_block_source(X):
             n_blocks = 0
             for i, block in enumerate(X):
-                block = check_block(block, n_features=getattr(self, "n_features_in_", None),
-                                    accept_sparse=True, name=f"X (block {i})")
+                block = check_block(
+                    block,
+                    n_features=getattr(self, "n_features_in_", None),
+                    accept_sparse=True,
+                    name=f"X (block {i})",
+                )
                 if i == 0:
                     if block.shape[0] == 0:
                         raise ValueError("the first row block of X is empty")
@@ -261,7 +296,7 @@ class StreamingKPCA(BaseKPCA):
         else:
             X = self._validate_fit_data(X)
             for start in range(0, X.shape[0], DEFAULT_BLOCK_ROWS):
-                self._update(X[start:start + DEFAULT_BLOCK_ROWS])
+                self._update(X[start : start + DEFAULT_BLOCK_ROWS])
         self._finalize()
         return self
 
@@ -272,14 +307,22 @@ class StreamingKPCA(BaseKPCA):
         features; later blocks must have the same width.
         """
         first = not hasattr(self, "sketch_")
-        X = validate_data(self, X, reset=first, dtype=[np.float64, np.float32],
-                          accept_sparse="csr", ensure_min_samples=1)
+        X = validate_data(
+            self,
+            X,
+            reset=first,
+            dtype=[np.float64, np.float32],
+            accept_sparse="csr",
+            ensure_min_samples=1,
+        )
         seen = 0 if first else self.n_samples_seen_
         if isinstance(self.n_components, int) and seen + X.shape[0] < self.n_components:
             # Checked before sketching, so a refused block leaves the model unchanged (the
             # IncrementalPCA rule: the first batch must hold at least n_components rows).
-            raise ValueError(f"n_components={self.n_components} is larger than the number of "
-                             f"samples seen ({seen + X.shape[0]}); pass a larger first block")
+            raise ValueError(
+                f"n_components={self.n_components} is larger than the number of "
+                f"samples seen ({seen + X.shape[0]}); pass a larger first block"
+            )
         self._update(X)
         self._finalize()
         return self
@@ -299,8 +342,7 @@ class StreamingKPCA(BaseKPCA):
         """Sketch the features of one validated row block (the first block sets the model up)."""
         if not hasattr(self, "sketch_"):
             self._init(X)
-        self.n_samples_seen_ += sketch_rows(X, self.feature_map_, self.sketch_,
-                                            self.feature_sum_)
+        self.n_samples_seen_ += sketch_rows(X, self.feature_map_, self.sketch_, self.feature_sum_)
 
     def _fit_dask(self, X):
         """Init from the first 8192 rows, sketch each chunk on a worker, merge up a tree."""
@@ -310,7 +352,8 @@ class StreamingKPCA(BaseKPCA):
         self.n_features_in_ = data.n_features
         self._init(data.head())
         self.sketch_, self.feature_sum_, self.n_samples_seen_ = data.reduce(
-            _sketch_stats, merge_sketch_stats, self.feature_map_, self._sketch_rows())
+            _sketch_stats, merge_sketch_stats, self.feature_map_, self._sketch_rows()
+        )
         self._finalize()
         return self
 
@@ -322,10 +365,13 @@ class StreamingKPCA(BaseKPCA):
         """
         B = self.sketch_.rows()
         n = self.n_samples_seen_
-        k = self._resolve_n_components(min(n, self.sketch_.sketch_size, B.shape[1]),
-                                       what="min(n_samples_seen, sketch_size, n_features)")
+        k = self._resolve_n_components(
+            min(n, self.sketch_.sketch_size, B.shape[1]),
+            what="min(n_samples_seen, sketch_size, n_features)",
+        )
         self.eigenvalues_, self.components_ = skpca_eigen(
-            B, self.feature_sum_, n, k, shrinkage=self.sketch_.total_shrinkage)
+            B, self.feature_sum_, n, k, shrinkage=self.sketch_.total_shrinkage
+        )
         self.mean_ = self.feature_sum_ / n
 
     # --- merging --------------------------------------------------------------------------
@@ -346,13 +392,18 @@ class StreamingKPCA(BaseKPCA):
         if diff:
             raise ValueError(f"cannot merge StreamingKPCA models with different parameters: {diff}")
         if self.n_features_in_ != other.n_features_in_:
-            raise ValueError(f"cannot merge models fitted on {self.n_features_in_} and "
-                             f"{other.n_features_in_} input features")
-        if self.kernel_ != other.kernel_ or not _same_feature_map(self.feature_map_,
-                                                                   other.feature_map_):
-            raise ValueError("cannot merge StreamingKPCA models with different random features: "
-                             "fit both with the same integer random_state (and a numeric gamma "
-                             "or gamma=None, so the kernel does not depend on the data)")
+            raise ValueError(
+                f"cannot merge models fitted on {self.n_features_in_} and "
+                f"{other.n_features_in_} input features"
+            )
+        if self.kernel_ != other.kernel_ or not _same_feature_map(
+            self.feature_map_, other.feature_map_
+        ):
+            raise ValueError(
+                "cannot merge StreamingKPCA models with different random features: "
+                "fit both with the same integer random_state (and a numeric gamma "
+                "or gamma=None, so the kernel does not depend on the data)"
+            )
         out = clone(self)
         out.n_features_in_ = self.n_features_in_
         out.kernel_ = self.kernel_
@@ -380,7 +431,7 @@ class StreamingKPCA(BaseKPCA):
         mean_proj = (self.mean_ @ self.components_.T).astype(dtype)
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         for start, Z in _feature_blocks([(0, X)], self.feature_map_):
-            np.matmul(Z, comps, out=out[start:start + Z.shape[0]])
+            np.matmul(Z, comps, out=out[start : start + Z.shape[0]])
         out -= mean_proj
         return out
 
