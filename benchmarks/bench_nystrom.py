@@ -95,8 +95,8 @@ def setup_profile(n_samples, n_features, dtype, c):
 
 def work_profile(data):
     """Split one fit's covariance pass into kernel blocks and the SYRK / merge that follows."""
-    from fastkpca.decomposition.nystrom import KernelMoments
     from fastkpca.kernels import RBF
+    from fastkpca.statistics.kernel_moments import KernelMoments
 
     X, L = data
     kernel = RBF(1.0 / X.shape[1])

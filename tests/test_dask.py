@@ -160,9 +160,9 @@ def test_nystrom_given_landmarks_equals_in_memory(X):
 
 
 def test_nystrom_large_array_subsamples_for_kmeans(X, monkeypatch):
-    import fastkpca.dask as fkd
+    import fastkpca.decomposition.nystrom as nystrom
 
-    monkeypatch.setattr(fkd, "LANDMARK_SUBSAMPLE", 1000)
+    monkeypatch.setattr(nystrom, "LANDMARK_SUBSAMPLE", 1000)
     model = NystromKPCA(
         n_components=3, landmarks="kmeans", n_landmarks=30, gamma=GAMMA, random_state=0
     ).fit(da.from_array(X, chunks=(500, 12)))

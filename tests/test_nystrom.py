@@ -17,8 +17,8 @@ from threadpoolctl import threadpool_limits
 from fastkpca import ExactKPCA, NystromKPCA
 from fastkpca import kernels as fk
 from fastkpca._centering import center_gram_inplace
-from fastkpca.decomposition.nystrom import KernelMoments
 from fastkpca.metrics import relative_rank_k_error
+from fastkpca.statistics.kernel_moments import KernelMoments
 from tests.conftest import rel_err
 
 

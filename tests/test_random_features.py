@@ -339,7 +339,7 @@ def test_sklearn_compatible(estimator, check):
 def test_feature_moments_merge_equals_one_pass(digits):
     # Accumulating two halves around a common shift and merging gives the one-pass covariance
     # (the same sums in another order: 1e-12 relative).
-    from fastkpca.decomposition.random_features import FeatureMoments
+    from fastkpca.statistics.feature_moments import FeatureMoments
 
     fmap = draw_feature_map("rff", RBF(0.05), 64, 64, np.random.default_rng(0))
     Z = fmap(digits)

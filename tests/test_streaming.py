@@ -9,9 +9,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition.exact import ExactKPCA
 from fastkpca.decomposition.random_features import RandomFeatureKPCA
-from fastkpca.decomposition.streaming import StreamingKPCA, skpca_eigen
+from fastkpca.decomposition.streaming import StreamingKPCA
 from fastkpca.metrics import embedding_error
 from fastkpca.sketch import FrequentDirections
+from fastkpca.statistics.feature_sketch import skpca_eigen
 
 
 def rel(a, b):

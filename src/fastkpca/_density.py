@@ -38,8 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._utils import check_block, check_float, check_int, iter_blocks
-from .kernels import Kernel, Laplacian, Matern, manhattan, squared_euclidean
+from ._utils import check_float, check_int
+from .kernels import RBF, Kernel, Laplacian, Matern, manhattan, squared_euclidean
+from .source import as_source
 
 __all__ = [
     "ReducedSet",
@@ -111,11 +112,11 @@ def kernel_bandwidth(kernel: Kernel) -> tuple[float, str]:
     ValueError
         For kernels that are not radial with a bandwidth (polynomial, linear, cosine).
     """
-    name = getattr(kernel, "name", None)
-    if name in ("rbf", "matern") or isinstance(kernel, Matern):
+    if isinstance(kernel, RBF | Matern):
         return 1.0 / np.sqrt(2.0 * kernel.gamma), "euclidean"
-    if name == "laplacian" or isinstance(kernel, Laplacian):
+    if isinstance(kernel, Laplacian):
         return 1.0 / kernel.gamma, "manhattan"
+    name = getattr(kernel, "name", type(kernel).__name__)
     raise ValueError(
         f"the shadow density needs a radial kernel with a bandwidth (rbf, laplacian, matern); "
         f"the {name!r} kernel has none. Use density='kmeans', 'herding' or 'uniform'"
@@ -207,17 +208,13 @@ def shadow_density(
 
     # the centres found so far, in creation order, with their squared norms, set sizes and
     # coordinate sums (grown as new centres appear: O(m d) memory)
-    C = C_sq = counts = sums = None
+    source = as_source(X)
+    dtype, n_features = source.dtype, source.n_features
+    C, C_sq = np.empty((0, n_features)), np.empty(0)
+    counts, sums = np.zeros(0), np.zeros((0, n_features))
     labels: list[np.ndarray] = []
     m = 0
-    dtype = None
-    n_features = None
-    for block in iter_blocks(X, block_rows=block_rows):
-        block = check_block(block, n_features=n_features, name="X")
-        if dtype is None:
-            dtype, n_features = block.dtype, block.shape[1]
-            C, C_sq = np.empty((0, n_features)), np.empty(0)
-            counts, sums = np.zeros(0), np.zeros((0, n_features))
+    for _, block in source.blocks(block_rows):
         Xb = np.asarray(block, dtype=np.float64)
         b = Xb.shape[0]
         owner = np.full(b, -1, dtype=np.intp)

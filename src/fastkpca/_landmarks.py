@@ -27,7 +27,8 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from .kernels import Kernel, chunk_rows
-from .solvers import eigh_topk
+from .solvers import eigh_topk, one_blas_thread
+from .source import ReservoirSampler, uniform_indices
 
 __all__ = [
     "LANDMARK_METHODS",
@@ -45,116 +46,10 @@ LANDMARK_METHODS = ("uniform", "kmeans", "rls")
 KMEANS_FULL_MAX_ROWS = 20000
 
 
-_blas_controller = None
-
-
-def one_blas_thread():
-    """Context manager running BLAS / LAPACK on one thread, for c x c factorizations.
-
-    Small dense factorizations (Cholesky, eigh of a few hundred to a few thousand rows) are
-    latency-bound; on a busy machine the spin-waits of idle BLAS threads made them 15-150x
-    slower (a 300 x 300 Cholesky: 0.25 s threaded vs 0.0017 s on one thread, measured on the
-    2-core development machine under load).  The big row-block products stay multi-threaded.
-    """
-    global _blas_controller
-    if _blas_controller is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas_controller = ThreadpoolController()
-    return _blas_controller.limit(limits=1, user_api="blas")
-
-
 def _take_rows(X, idx) -> np.ndarray:
     """Dense copy of the rows ``X[idx]`` (X dense or sparse)."""
     rows = X[idx]
     return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
-
-
-def uniform_indices(n_samples: int, n_landmarks: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted indices of a uniformly random ``n_landmarks``-subset of ``range(n_samples)``.
-
-    The subset is the rows with the smallest of ``n_samples`` i.i.d. U(0, 1) keys drawn in row
-    order, which is exactly what :class:`ReservoirSampler` computes block by block: the same seed
-    gives the same landmarks from an array and from a stream of its row blocks.
-    """
-    c = min(n_landmarks, n_samples)
-    keys = rng.random(n_samples)
-    if c == n_samples:
-        return np.arange(n_samples)
-    return np.sort(np.argpartition(keys, c - 1)[:c])
-
-
-class ReservoirSampler:
-    """A uniform sample of ``size`` rows from a stream of row blocks, in one pass.
-
-    Each row gets a U(0, 1) key when it arrives and the reservoir keeps the ``size`` rows with
-    the smallest keys seen so far, so after any prefix of the stream the reservoir is a uniform
-    random subset (without replacement) of that prefix, whatever the block sizes (the streaming
-    Nystrom baseline of Ghashami et al. 2016, ``papers/004`` section 3, keeps its landmarks this
-    way).  Memory: ``size`` rows.  Only rows whose key beats the current threshold are copied, an
-    expected ``size * log(n / size)`` over the whole stream.
-
-    Parameters
-    ----------
-    size : int
-        Number of rows to keep.
-    rng : numpy.random.Generator
-        Source of the keys (one double per row, drawn in row order).
-
-    Attributes
-    ----------
-    n_seen : int
-        Rows seen so far.
-    """
-
-    def __init__(self, size: int, rng: np.random.Generator):
-        if size < 1:
-            raise ValueError(f"reservoir size must be >= 1, got {size}")
-        self.size = int(size)
-        self.rng = rng
-        self.n_seen = 0
-        self._keys = np.empty(0)
-        self._index = np.empty(0, dtype=np.int64)
-        self._rows = None
-
-    def update(self, block) -> ReservoirSampler:
-        """Offer the rows of one block (dense or sparse) to the reservoir."""
-        m = block.shape[0]
-        keys = self.rng.random(m)
-        if self._keys.size == self.size:
-            candidates = np.flatnonzero(keys < self._keys.max())
-        else:
-            candidates = np.arange(m)
-        if candidates.size:
-            rows = block[candidates]
-            rows = rows.tocsr() if sp.issparse(rows) else np.asarray(rows)
-            if self._rows is None:
-                all_rows = rows
-            elif sp.issparse(rows) or sp.issparse(self._rows):
-                all_rows = sp.vstack([sp.csr_matrix(self._rows), sp.csr_matrix(rows)]).tocsr()
-            else:
-                all_rows = np.concatenate([self._rows, rows])
-            all_keys = np.concatenate([self._keys, keys[candidates]])
-            all_index = np.concatenate([self._index, self.n_seen + candidates])
-            if all_keys.size > self.size:
-                keep = np.argpartition(all_keys, self.size - 1)[: self.size]
-                all_rows, all_keys, all_index = all_rows[keep], all_keys[keep], all_index[keep]
-            self._rows, self._keys, self._index = all_rows, all_keys, all_index
-        self.n_seen += m
-        return self
-
-    @property
-    def indices(self) -> np.ndarray:
-        """Stream positions of the sampled rows, ascending."""
-        return np.sort(self._index)
-
-    def sample(self) -> np.ndarray:
-        """The sampled rows as a dense array, in stream order."""
-        if self._rows is None:
-            raise ValueError("the reservoir is empty: no rows were offered")
-        order = np.argsort(self._index)
-        rows = self._rows[order]
-        return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
 
 
 def kmeans_landmarks(X, n_landmarks: int, rng: np.random.Generator):

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -203,7 +204,11 @@ def _load_file(spec: _Spec, home: Path, rel, dtype, max_rows):
         )
     else:
         reader = open_data(path, format="text", label_column=-1, dtype=dtype)
-    Xs, ys, n = [], [], 0
+    Xs: list[Any] = []
+    ys: list[Any] = []
+    n = 0
+    X: Any
+    y: Any
     for X, y in reader.iter_labeled():
         if max_rows is not None and n + X.shape[0] > max_rows:
             X, y = X[: max_rows - n], y[: max_rows - n]

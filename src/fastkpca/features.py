@@ -53,7 +53,7 @@ from threadpoolctl import ThreadpoolController
 from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_int
 from .decomposition._base import BaseKPCA
-from .kernels import RBF, Kernel, Matern, Polynomial
+from .kernels import RBF, Kernel, Matern, Polynomial, chunk_rows
 
 __all__ = [
     "FEATURES",
@@ -66,6 +66,8 @@ __all__ = [
     "resolve_n_features",
     "init_feature_map",
     "fwht",
+    "feature_blocks",
+    "feature_projection",
     "RandomFourierFeatures",
     "OrthogonalRandomFeatures",
     "FastfoodFeatures",
@@ -566,6 +568,61 @@ class TensorSketchFeatureMap(FeatureMap):
 
 
 # ------------------------------------------------------------------------------------------------
+# features of row blocks
+# ------------------------------------------------------------------------------------------------
+#: Memory budget (MiB) for one block of features and its temporaries (8192 rows for m = 1000
+#: in float64, 16384 in float32, capped at DEFAULT_BLOCK_ROWS).
+FEATURE_BLOCK_MB = 128
+
+
+def _feature_block_rows(m: int, itemsize: int) -> int:
+    """Rows per feature block: at most DEFAULT_BLOCK_ROWS, and ~2 block copies in the budget.
+
+    Blocks of a few thousand rows keep SYRK / GEMM near peak speed; more only costs memory.
+    """
+    return max(
+        1,
+        min(
+            DEFAULT_BLOCK_ROWS,
+            chunk_rows(m, itemsize=itemsize, n_temporaries=2, working_memory_mb=FEATURE_BLOCK_MB),
+        ),
+    )
+
+
+def feature_blocks(blocks, fmap: FeatureMap):
+    """Yield ``(start, Z_block)`` feature blocks (X's float dtype) from ``(start, X_block)``.
+
+    Input blocks are split further so that a feature block stays within the memory budget.
+    """
+    for start, Xb in blocks:
+        itemsize = 4 if Xb.dtype == np.float32 else 8
+        step = _feature_block_rows(fmap.n_output_features, itemsize)
+        if sp.issparse(Xb) and not fmap.accepts_sparse:
+            Xb = Xb.tocsr()
+        for s in range(0, Xb.shape[0], step):
+            part = Xb[s : s + step]
+            if sp.issparse(part) and not fmap.accepts_sparse:
+                part = part.toarray()
+            yield start + s, fmap(part)
+
+
+def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.ndarray):
+    """``(z(X) - mean) @ components.T`` in feature blocks, in X's float dtype.
+
+    The transform of every model that lives in a random feature space (RandomFeatureKPCA,
+    StreamingKPCA): z(X) is never held for more than one block of rows.
+    """
+    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    comps = components.T.astype(dtype)
+    mean_proj = (mean @ components.T).astype(dtype)
+    out = np.empty((X.shape[0], components.shape[0]), dtype=dtype)
+    for start, Z in feature_blocks([(0, X)], fmap):
+        np.matmul(Z, comps, out=out[start : start + Z.shape[0]])
+    out -= mean_proj
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # drawing
 # ------------------------------------------------------------------------------------------------
 def _require_shift_invariant(kernel: Kernel, features: str):
@@ -747,24 +804,19 @@ class _RandomFeatures(BaseKPCA):
 
     def fit(self, X, y=None):
         """Draw the feature map for X's width (and gamma resolved on X's first rows)."""
-        X = self._validate_fit_data(X)
-        self.feature_map_, _ = init_feature_map(self, X)
+        self.feature_map_, _ = init_feature_map(self, self._fit_source(X).head())
         self.n_output_features_ = self.feature_map_.n_output_features
         return self
 
-    def transform(self, X):
+    def _transform_rows(self, X):
         """The random features of X, shape ``(n_samples, n_output_features_)``."""
-        X = self._validate_transform_data(X)
         if sp.issparse(X) and not self.feature_map_.accepts_sparse:
             X = X.toarray()
         return self.feature_map_(X)
 
-    def get_feature_names_out(self, input_features=None):
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self)
-        name = type(self).__name__.lower()
-        return np.asarray([f"{name}{i}" for i in range(self.n_output_features_)], dtype=object)
+    @property
+    def _n_features_out(self):
+        return self.n_output_features_
 
 
 def _transformer_doc(summary, features, kernel_note):

@@ -418,7 +418,9 @@ def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
         if gamma is None:
             return 1.0 / d
         if gamma == "scale":
-            if sp.issparse(X):
+            if hasattr(X, "entry_variance"):  # a row source whose rows are not in memory
+                var = X.entry_variance()
+            elif sp.issparse(X):
                 Xs = X.tocsr()
                 mean = np.asarray(Xs.mean()).item()
                 var = np.asarray(Xs.multiply(Xs).mean()).item() - mean**2
@@ -470,7 +472,11 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
         return Polynomial(degree=degree, gamma=g, coef0=coef0)
     if cls is Matern:
         return Matern(gamma=g, nu=nu)
-    return cls(gamma=g)
+    if cls is Laplacian:
+        return Laplacian(gamma=g)
+    if cls is RBF:
+        return RBF(gamma=g)
+    raise ValueError(f"unknown kernel {spec!r}")  # pragma: no cover - KERNELS is covered above
 
 
 def kernel_from_config(config: dict) -> Kernel:

@@ -27,7 +27,8 @@ import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from ._state import register_state_class
-from ._utils import as_generator, check_block, check_int
+from ._utils import as_generator, check_int
+from .source.memory import check_block
 
 __all__ = ["FrequentDirections", "CountSketch", "fd_shrink"]
 

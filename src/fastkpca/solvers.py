@@ -161,7 +161,7 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def _one_blas_thread():
+def one_blas_thread():
     """Context in which BLAS / LAPACK run on one thread.
 
     For the small steps of a block iteration (QR of n x b blocks, eigh of the m x m projected
@@ -214,13 +214,13 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
     V = np.empty((n, max_basis), order="F")  # column slices of Fortran arrays are contiguous
     AV = np.empty((n, max_basis), order="F")
     H = np.zeros((max_basis, max_basis))  # V^T A V
-    with _one_blas_thread():
+    with one_blas_thread():
         Q, _ = la.qr(rng.standard_normal((n, b)), mode="economic")
     m = 0
     best, stalled = np.inf, 0
     for it in range(1, max_iter + 1):  # noqa: B007 - it is returned
         W = _matmat(A, Q, low_precision)  # the pass over A
-        with _one_blas_thread():
+        with one_blas_thread():
             p = Q.shape[1]
             V[:, m : m + p] = Q
             AV[:, m : m + p] = W
@@ -258,11 +258,11 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
 def _orthogonal(A, k, rng, tol, max_iter, low_precision):
     """Orthogonal iteration Q <- orth(A Q) until sin(angle(Q_old, Q_new)) <= tol."""
     n = A.shape[0]
-    with _one_blas_thread():
+    with one_blas_thread():
         Q, _ = la.qr(rng.standard_normal((n, k)), mode="economic")
     for it in range(1, max_iter + 1):  # noqa: B007 - it is returned
         Z = _matmat(A, Q, low_precision)
-        with _one_blas_thread():
+        with one_blas_thread():
             Q_new, _ = la.qr(Z, mode="economic")
             # sin of the largest principal angle = ||(I - Q Q^T) Q_new||_2
             change = np.linalg.norm(Q_new - Q @ (Q.T @ Q_new), 2)

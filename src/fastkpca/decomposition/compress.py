@@ -212,10 +212,9 @@ class CompressedKPCA(BaseKPCA):
             "fastkpca.compress_expansion(model, rounding=..., projection_dim=...)"
         )
 
-    def transform(self, X):
-        """Estimate the source model's projections of X."""
-        X = self._validate_transform_data(X)
-        dtype = self._output_dtype(X)
+    def _transform_rows(self, X):
+        """The compressed expansion: an unbiased estimate of the source model's projections."""
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
         points = self.points_.astype(dtype, copy=False)
         coef = self.coef_.astype(dtype, copy=False)
         offset = self.offset_.astype(dtype, copy=False)

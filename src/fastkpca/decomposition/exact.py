@@ -10,12 +10,11 @@ from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
-from .._utils import is_dask_array
 from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, eigh_topk
 from ._base import BaseKPCA
 
-__all__ = ["ExactKPCA", "exact_kpca", "symmetric_gram"]
+__all__ = ["ExactKPCA", "exact_kpca", "symmetric_gram", "check_exact_fits", "EXACT_MEMORY_FRACTION"]
 
 #: Working memory (MiB) of one row block of the Gram (per thread): its float64 temporaries stay
 #: below the allocator's mmap threshold (32 MiB in glibc) and are reused from block to block
@@ -28,6 +27,51 @@ GRAM_BLOCK_MB = 32
 #: in glibc), so the temporary is reused instead of being mapped and page-faulted afresh for
 #: every block: 0.8 s instead of 2 s to center a 20000 x 20000 Gram (one core).
 CENTER_BLOCK_MB = 16
+
+
+#: A dask (or any not yet loaded) array is computed only if its n x n Gram (X's dtype) takes at
+#: most this fraction of the memory available: the fit then holds the Gram, X, and the
+#: eigensolver's workspace.
+EXACT_MEMORY_FRACTION = 0.25
+
+#: Rows already in memory: the fit's peak is one Gram plus the eigensolver's workspace (at most
+#: 1.35 Gram, ``tests/test_exact.py``), so the Gram may take this fraction of what is available.
+GRAM_FRACTION = 1 / 1.35
+
+
+def available_memory_bytes() -> int:
+    """Memory available to a new allocation on this machine (``MemAvailable``), in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not on this platform
+        return 8 * 2**30
+
+
+def check_exact_fits(X, *, fraction: float | None = None, available=None) -> None:
+    """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
+
+    The Gram, in X's dtype, must take at most ``fraction`` (default
+    :data:`EXACT_MEMORY_FRACTION`) of the memory available here.
+    """
+    fraction = EXACT_MEMORY_FRACTION if fraction is None else fraction
+    n = int(X.shape[0])
+    itemsize = 4 if X.dtype == np.float32 else 8
+    need = n * n * itemsize
+    available = available_memory_bytes() if available is None else available
+    if need > fraction * available:
+        raise ValueError(
+            f"ExactKPCA needs the {n} x {n} Gram matrix ({need / 2**30:.3g} GiB), more than "
+            f"{fraction:.0%} of the {available / 2**30:.3g} GiB of memory available here; these "
+            "data are too large for exact kernel PCA.  Use a scalable method that reads the rows "
+            "block by block: RandomFeatureKPCA, StreamingKPCA or NystromKPCA."
+        )
 
 
 def _center_block_rows(n):
@@ -194,19 +238,17 @@ class ExactKPCA(BaseKPCA):
         """Fit and return the training projections ``alpha * sqrt(lambda)`` (no second Gram)."""
         X = self._fit(X)
         out = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
-        return out.astype(self._output_dtype(X), copy=False)
+        return out.astype(np.float32 if X.dtype == np.float32 else np.float64, copy=False)
 
     def _fit(self, X):
-        if is_dask_array(X):
-            # Exact KPCA needs the whole n x n Gram on one machine: refuse before computing
-            # anything when it cannot fit, and point to the scalable methods.
-            from ..dask import check_exact_fits
-
-            check_exact_fits(X)
-            X = X.compute()
-        X = self._validate_fit_data(X)
         if self.eigen_solver not in SOLVERS:
             raise ValueError(f"eigen_solver must be one of {SOLVERS}, got {self.eigen_solver!r}")
+        source = self._fit_source(X)
+        # Exact KPCA needs the whole n x n Gram in this process: refuse before computing
+        # anything when it cannot fit, and point to the scalable methods.
+        if source.n_samples is not None:
+            check_exact_fits(source, fraction=GRAM_FRACTION if source.resident else None)
+        X = source.in_memory(purpose="ExactKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])
@@ -234,19 +276,12 @@ class ExactKPCA(BaseKPCA):
         scale[nz] = 1.0 / np.sqrt(self.eigenvalues_[nz])
         return self.eigenvectors_ * scale
 
-    def transform(self, X):
-        """Project X on the principal axes: centered ``k(X, X_fit) @ alpha / sqrt(lambda)``.
-
-        A dask array gives a lazy dask array, transformed block by block.
-        """
-        if is_dask_array(X):
-            from ..dask import transform
-
-            return transform(self, X)
-        X = self._validate_transform_data(X)
+    def _transform_rows(self, X):
+        """Centered ``k(X, X_fit) @ alpha / sqrt(lambda)``, in row blocks."""
         alphas = self._scaled_alphas
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        out = np.empty((X.shape[0], self.n_components_), dtype=self._output_dtype(X))
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
+        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         # The kernel evaluates in float64 whatever the input: converting X_fit once, not per
         # block, and keeping the block in float64 through centering and projection (the output
         # alone is cast back to float32).

@@ -1,221 +1,48 @@
-"""Nystrom kernel PCA: exact linear PCA on the Nystrom features of c landmarks.
+"""NystromKPCA: exact linear PCA on the Nystrom features of c landmarks.
 
-With landmarks L = (l_1, ..., l_c) and W = k(L, L), the Nystrom feature map is
+With landmarks L and W = k(L, L), the Nystrom feature map ``z(x) = W^{-1/2} k(L, x)`` gives
+``z(x) . z(y) = k(x, L) W^{-1} k(L, y)``, the Nystrom approximation ``C W^{-1} C^T`` of the Gram
+matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et al. 2016, ``papers/004``
+section 3); kernel PCA on it is linear PCA on z.  With all n points as landmarks it is exact KPCA.
 
-    z(x) = W^{-1/2} k(L, x)                                   (c-dimensional)
-
-so that ``z(x) . z(y) = k(x, L) W^{-1} k(L, y)`` is the Nystrom approximation ``C W^{-1} C^T`` of
-the Gram matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et al. 2016,
-``papers/004`` section 3).  Kernel PCA on that approximate Gram is linear PCA on z: the top
-eigenvectors of the c x c centered covariance of z over the n training points.  With all n
-points as landmarks ``C W^{-1} C^T = K`` and the method is exact KPCA.
-
-Working in one pass over row blocks, and never with an n x c matrix
-    z is linear in k, so the covariance of z is ``W^{-1/2} S W^{-1/2}`` with S the centered
-    scatter of the kernel rows ``k(L, x_i)``.  Each block accumulates S by one SYRK of its
-    kernel block (``c^2 / 2`` flops per row) and merges it into the running total by Chan et al.'s
-    pairwise update (block means subtracted first, so nothing cancels catastrophically); z itself
-    is never formed, which saves the ``c^2`` flops per row of ``k @ W^{-1/2}``.  S, the mean and
-    the count are mergeable statistics (:class:`KernelMoments`), so a tree reduction over blocks
-    gives the same model.
-
-Rank-deficient W (duplicate or nearly collinear landmarks)
-    ``W^{-1/2}`` is the pseudo-inverse square root over the eigenvalues of W above
-    :data:`EIGENVALUE_FLOOR` times the largest.  Dropped directions carry at most that fraction of
-    W's spectrum, far below any component KPCA can resolve, while the floor bounds how much the
-    float64 round-off in S is amplified (by at most 1 / floor relative to ``||W||``).
-
-Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
-    Scaling the landmarks by any positive weights leaves ``C W^{-1} C^T`` unchanged
-    (``C D (D W D)^{-1} D C^T = C W^{-1} C^T``), so with the covariance taken over all n points
-    (``covariance="data"``, the default) the cluster-size weights cannot matter: k-means only
-    chooses *where* the landmarks are.  The weights matter when the data covariance is replaced by
-    the weighted landmark measure ``sum_j w_j delta(l_j)`` (``covariance="landmarks"``): that is
-    Zhang & Kwok's density-weighted eigenproblem ``S^{1/2} W S^{1/2}`` (S = diag(cluster sizes)),
-    here as the covariance ``W^{1/2} diag(w) W^{1/2}`` of z over the landmarks, and it needs no
-    pass over the data after the landmarks are chosen.  Every landmark method stores its weights
-    in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
-
-Performance notes (c = 1000, d = 100, float64, one 11,000-row block, one core)
-    The SYRK takes 0.59 s, the kernel block 0.19 s (0.12 s the ``x . l`` GEMM, 0.07 s the
-    distance / exp passes), the block mean and merge 0.07 s: the covariance pass is ~70% SYRK.
-    numpy's ``K.T @ K`` already calls SYRK (1.7x faster than the full GEMM; blocked GEMMs over
-    the upper triangle were no faster).  Computing the cross term in float32 for float32 input
-    would save 0.04 s of 0.85 s (4%) while adding float32 round-off to the kernel values, which
-    ``W^{-1/2}`` amplifies, so the kernels module's float64 blocks are used as they are; a float32
-    SYRK is ruled out for the same reason (its round-off in S is amplified by up to 1 / floor).
-    The two c x c eigendecompositions run with one BLAS thread: LAPACK's tridiagonal reduction
-    is memory-bound level-2 BLAS, and on a busy machine idle threads' spin-waits made a
-    1000 x 1000 ``eigh`` 15x slower (4 s instead of 0.27 s, measured on the 2-core development
-    machine under load).
+The fit is one pipeline for arrays, streams and dask arrays: the source (:mod:`fastkpca.source`)
+-> landmarks (uniform rows drawn by index or by reservoir sampling; k-means, ridge leverage or
+given rows, :mod:`fastkpca._landmarks`) -> the moments of the kernel rows ``k(L, x)`` reduced
+over the blocks (:mod:`fastkpca.statistics.kernel_moments`, never an n x c matrix) ->
+:func:`~fastkpca.statistics.kernel_moments.nystrom_kpca`.  See that module for the rank-deficient
+W, the density weights of ``landmarks="kmeans"`` and the performance notes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import operator
 
 import numpy as np
-import scipy.linalg as la
 from sklearn.utils.validation import check_is_fitted
 
-from .._landmarks import LANDMARK_METHODS, ReservoirSampler, one_blas_thread, select_landmarks
-from .._utils import check_block, check_int, is_block_source, is_dask_array
-from ..solvers import eigh_topk, flip_signs
+from .._landmarks import LANDMARK_METHODS, select_landmarks
+from .._utils import check_int
+from ..source import check_block
+from ..statistics.kernel_moments import (
+    landmark_kernel_moments,
+    merged_moments,
+    nystrom_kpca,
+    nystrom_normalization,
+    weighted_landmark_moments,
+)
 from ._base import BaseKPCA
 
-__all__ = [
-    "NystromKPCA",
-    "KernelMoments",
-    "kernel_moments",
-    "block_moments",
-    "merged_moments",
-    "weighted_landmark_moments",
-    "nystrom_normalization",
-    "nystrom_kpca",
-    "DEFAULT_N_LANDMARKS",
-    "EIGENVALUE_FLOOR",
-]
+__all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
 
 #: ``n_landmarks=None`` means this many, capped at n.
 DEFAULT_N_LANDMARKS = 1000
 
-#: Eigenvalues of W below this fraction of the largest are treated as 0 (pseudo-inverse).
-EIGENVALUE_FLOOR = 1e-10
+#: ``landmarks="kmeans"`` / ``"rls"`` on rows that are not in memory (a dask array) run on a
+#: uniform subsample of this many rows (k-means and the ridge-leverage recursion need random
+#: access to the rows).
+LANDMARK_SUBSAMPLE = 100_000
 
 COVARIANCES = ("data", "landmarks")
-
-
-@dataclass
-class KernelMoments:
-    """Count, mean and centered scatter of kernel rows ``k(L, x)``, in float64; mergeable.
-
-    ``scatter = sum_i (k_i - mean)(k_i - mean)^T`` over the ``count`` rows seen.
-    """
-
-    count: int
-    mean: np.ndarray
-    scatter: np.ndarray
-
-    @classmethod
-    def empty(cls, n_landmarks: int) -> KernelMoments:
-        return cls(0, np.zeros(n_landmarks), np.zeros((n_landmarks, n_landmarks)))
-
-    def merge(self, other: KernelMoments) -> KernelMoments:
-        """Pool two sets of rows (Chan, Golub & LeVeque's pairwise update); returns self."""
-        if other.count == 0:
-            return self
-        if self.count == 0:
-            self.count = other.count
-            self.mean, self.scatter = other.mean.copy(), other.scatter.copy()
-            return self
-        n1, n2 = self.count, other.count
-        delta = other.mean - self.mean
-        self.scatter += other.scatter
-        self.scatter += (n1 * n2 / (n1 + n2)) * np.outer(delta, delta)
-        self.mean += delta * (n2 / (n1 + n2))
-        self.count = n1 + n2
-        return self
-
-    def update(self, K: np.ndarray) -> KernelMoments:
-        """Add the rows of a float64 kernel block ``K = k(X_block, L)``, which is overwritten."""
-        m = K.shape[0]
-        if m == 0:
-            return self
-        block_mean = K.mean(axis=0)
-        K -= block_mean
-        # K.T @ K on the same buffer is a BLAS SYRK in numpy: c^2 / 2 flops per row.
-        return self.merge(KernelMoments(m, block_mean, K.T @ K))
-
-
-def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
-    """Accumulate :class:`KernelMoments` of ``k(L, x)`` over an iterable of row blocks.
-
-    Each block is split further by the kernel's memory budget, so only one float64 kernel block
-    of ``chunk_rows(c)`` rows by c columns is alive at a time.
-    """
-    moments = KernelMoments.empty(landmarks.shape[0]) if moments is None else moments
-    for block in blocks:
-        for _, _, K in kernel.blocks(block, landmarks):
-            moments.update(K)
-            del K  # free this block before the generator computes the next one
-    return moments
-
-
-def block_moments(blocks, landmarks, kernel) -> KernelMoments:
-    """:class:`KernelMoments` of ``(start, block)`` pairs: the per-chunk statistic of a Dask fit."""
-    return kernel_moments((block for _, block in blocks), landmarks, kernel)
-
-
-def merged_moments(a: KernelMoments, b: KernelMoments) -> KernelMoments:
-    """``a`` and ``b`` pooled into a new object (neither is modified, as a Dask tree needs)."""
-    return KernelMoments(a.count, a.mean.copy(), a.scatter.copy()).merge(b)
-
-
-def weighted_landmark_moments(W: np.ndarray, weights: np.ndarray, n_samples: int):
-    """Moments of ``k(L, x)`` under the weighted landmark measure ``sum_j w_j delta(l_j)``.
-
-    The rows are the columns of W, so the mean is ``W w`` and the scatter, scaled to stand for
-    ``n_samples`` points, is ``n (W diag(w) W - W w w^T W)``: with it :func:`nystrom_kpca` solves
-    Zhang & Kwok's density-weighted eigenproblem.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    mean = W @ w
-    scatter = (W * w) @ W - np.outer(mean, mean)
-    scatter = n_samples * (scatter + scatter.T) / 2
-    return KernelMoments(int(n_samples), mean, scatter)
-
-
-def nystrom_normalization(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
-    """Eigenpairs of W kept for ``W^{-1/2}``: those above ``floor`` times the largest.
-
-    Returns
-    -------
-    values : (r,) float64, the kept eigenvalues (r >= 1 unless W = 0)
-    vectors : (c, r) float64, orthonormal
-    """
-    W = np.asarray(W, dtype=np.float64)
-    with one_blas_thread():  # small dense LAPACK: see the module notes
-        vals, vecs = la.eigh(W, check_finite=False)
-    top = max(float(vals[-1]), 0.0)
-    keep = vals > floor * top
-    if not keep.any():
-        raise ValueError(
-            "the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
-            "in the landmarks"
-        )
-    return vals[keep], vecs[:, keep]
-
-
-def nystrom_kpca(moments: KernelMoments, values, vectors, n_components: int):
-    """Top principal axes of the Nystrom features from the kernel-row moments.
-
-    With ``W = V diag(values) V^T`` (kept part), the features in W's eigenbasis are
-    ``y = diag(values)^{-1/2} V^T k`` and their scatter is ``B^T S B`` (B = V diag(values)^{-1/2}),
-    an r x r matrix whose eigenvalues are those of the centered n x n Nystrom Gram.
-
-    Returns
-    -------
-    eigenvalues : (n_components,) float64, descending (0 beyond the rank of W)
-    components : (n_components, c) float64, orthonormal principal axes in z-space
-    mean : (c,) float64, the mean of z over the training data
-    normalization : (c, c) float64, ``W^{-1/2}`` (pseudo-inverse square root)
-    """
-    B = vectors / np.sqrt(values)
-    scatter_y = B.T @ moments.scatter @ B
-    scatter_y = (scatter_y + scatter_y.T) / 2
-    r = scatter_y.shape[0]
-    k = min(n_components, r)
-    with one_blas_thread():
-        evals, U = eigh_topk(scatter_y, k, method="dense")
-    # Axes in z-space (z = V y); signs fixed on the axes themselves.
-    axes = flip_signs(vectors @ U)
-    eigenvalues = np.zeros(n_components)
-    eigenvalues[:k] = evals
-    components = np.zeros((n_components, vectors.shape[0]))
-    components[:k] = axes.T
-    normalization = B @ vectors.T
-    return eigenvalues, components, normalization @ moments.mean, normalization
 
 
 class NystromKPCA(BaseKPCA):
@@ -312,150 +139,72 @@ class NystromKPCA(BaseKPCA):
 
     # --- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None):
-        """Fit on an array / CSR matrix, a dask array, or an iterable of row blocks.
+        """Fit on an array / CSR matrix, an iterable of row blocks or a dask array.
 
-        A dask array is fitted as the in-memory array with the same seed (same landmarks for
-        ``"uniform"``; ``"kmeans"`` / ``"rls"`` on a subsample of at most
-        ``fastkpca.dask.LANDMARK_SUBSAMPLE`` rows), the moments reduced over its chunks by
-        :func:`merged_moments` up a tree (see :mod:`fastkpca.dask`).
-
-        A block source must be re-iterable (a list of blocks, or a reader whose ``__iter__``
-        restarts) for ``landmarks="uniform"`` with ``covariance="data"``: the first pass draws
-        the landmarks by reservoir sampling, the second accumulates the covariance.  Given
-        landmarks, or ``covariance="landmarks"``, need one pass, so a generator will do.
-        ``"kmeans"`` and ``"rls"`` need the data in memory.
+        Every input gives the model of the in-memory array with the same seed: the same uniform
+        landmarks (drawn by index, or by reservoir sampling in one pass over a stream), the
+        kernel-row moments reduced over the blocks (per chunk on the workers for a dask array).
+        ``"kmeans"`` and ``"rls"`` need random access to the rows: they run on the array, or on a
+        uniform subsample of at most ``LANDMARK_SUBSAMPLE`` rows of a dask array, and refuse a
+        stream.  A stream must be re-iterable (a list of blocks, a reader) for
+        ``landmarks="uniform"`` with ``covariance="data"`` (reservoir sampling, then the
+        covariance); given landmarks or ``covariance="landmarks"`` need one pass.
         """
         n_landmarks = check_int("n_landmarks", self.n_landmarks, low=1, allow_none=True)
         if self.covariance not in COVARIANCES:
             raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
-        given = not isinstance(self.landmarks, str)
-        if not given and self.landmarks not in LANDMARK_METHODS:
+        method = self.landmarks if isinstance(self.landmarks, str) else None  # None: given rows
+        if method is not None and method not in LANDMARK_METHODS:
             raise ValueError(
                 f"unknown landmarks method {self.landmarks!r}; choose one of "
                 f"{LANDMARK_METHODS} or pass an array of landmark rows"
             )
         rng = self._make_rng()
         # The gamma heuristics draw from their own stream, so the landmark draws do not depend
-        # on whether gamma is resolved before (arrays) or after (streams) the landmarks.
+        # on whether gamma is resolved before (rows by index) or after (streams) the landmarks.
         kernel_rng = np.random.default_rng(int(rng.integers(2**63)))
-        if is_dask_array(X):
-            self._fit_dask(X, n_landmarks, rng, kernel_rng)
-        elif is_block_source(X):
-            self._fit_stream(X, n_landmarks, rng, kernel_rng)
-        else:
-            self._fit_array(X, n_landmarks, rng, kernel_rng)
-        return self
-
-    def _check_given_landmarks(self, n_features):
-        return check_block(self.landmarks, n_features=n_features, name="landmarks")
-
-    def _fit_array(self, X, n_landmarks, rng, kernel_rng):
-        X = self._validate_fit_data(X)
-        n = X.shape[0]
-        kernel = self._resolve_kernel(X, kernel_rng)
-        if isinstance(self.landmarks, str):
-            c = min(n_landmarks or DEFAULT_N_LANDMARKS, n)
-            self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
-            L, weights = select_landmarks(
-                X, self.landmarks, c, kernel, rng, target_rank=self.n_components_
+        source = self._fit_source(X)
+        if method == "uniform" and self.covariance == "data":
+            source.require_passes(
+                2,
+                "landmarks='uniform' with covariance='data' (reservoir "
+                "sampling, then the covariance)",
             )
-        else:
-            L = self._check_given_landmarks(X.shape[1]).astype(X.dtype, copy=False)
+        n = source.n_samples
+        # gamma strings are resolved on all rows where rows can be taken by index, else (a
+        # stream) on the landmarks.
+        kernel = self._resolve_kernel(source, kernel_rng) if source.random_access else None
+        c = n_landmarks or DEFAULT_N_LANDMARKS
+        if method is None:
+            L = check_block(self.landmarks, n_features=source.n_features, name="landmarks")
+            L = L.astype(source.dtype, copy=False)
             if L.shape[0] == 0:
                 raise ValueError("landmarks: the landmark array has no rows")
-            self._resolve_n_components(min(n, L.shape[0]), what="min(n_samples, n_landmarks)")
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
-        if self.covariance == "data":
-            moments = kernel_moments([X], L, kernel)
-        else:
-            moments = weighted_landmark_moments(kernel(L.astype(np.float64)), weights, n)
-        self._store(L, weights, moments)
-
-    def _fit_dask(self, X, n_landmarks, rng, kernel_rng):
-        """The array fit on a dask array: the same draws, the moments reduced over the chunks."""
-        from .. import dask as fk_dask
-
-        data = fk_dask.DaskRowBlocks(X, accept_sparse=True)
-        self.n_features_in_ = n_features = data.n_features
-        n = data.n_samples
-        kernel = fk_dask.resolve_kernel(self, data, kernel_rng)
-        if isinstance(self.landmarks, str):
-            c = min(n_landmarks or DEFAULT_N_LANDMARKS, n)
-            self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
-            L, weights = fk_dask.select_landmarks(
-                data, self.landmarks, c, kernel, rng, target_rank=self.n_components_
-            )
-        else:
-            L = self._check_given_landmarks(n_features).astype(data.dtype, copy=False)
-            if L.shape[0] == 0:
-                raise ValueError("landmarks: the landmark array has no rows")
-            self._resolve_n_components(min(n, L.shape[0]), what="min(n_samples, n_landmarks)")
+        elif method == "uniform":
+            L = source.sample_rows(c if n is None else min(c, n), rng)
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
-        if self.covariance == "data":
-            moments = data.reduce(block_moments, merged_moments, L, kernel)
         else:
-            moments = weighted_landmark_moments(kernel(L.astype(np.float64)), weights, n)
-        self._store(L, weights, moments)
-
-    def _fit_stream(self, source, n_landmarks, rng, kernel_rng):
-        given = not isinstance(self.landmarks, str)
-        if not given and self.landmarks != "uniform":
-            raise ValueError(
-                f"landmarks={self.landmarks!r} needs the data in memory; from a "
-                "stream of row blocks use landmarks='uniform' (reservoir sampling) "
-                "or an array of landmarks"
-            )
-        one_pass = given or self.covariance == "landmarks"
-        if not one_pass and isinstance(source, Iterator):
-            raise ValueError(
-                "X is a one-shot iterator (e.g. a generator), but "
-                "landmarks='uniform' with covariance='data' reads the blocks twice "
-                "(reservoir sampling, then the covariance); pass a re-iterable "
-                "source (a list of blocks, a reader whose __iter__ restarts), an "
-                "array of landmarks, or covariance='landmarks'"
-            )
-        blocks = _checked_blocks(source)
-        if given:
-            first = next(blocks, None)
-            if first is None:
-                raise ValueError("X: the block source yielded no rows")
-            L = self._check_given_landmarks(first.shape[1]).astype(first.dtype, copy=False)
-            if L.shape[0] == 0:
-                raise ValueError("landmarks: the landmark array has no rows")
-            self.n_features_in_ = first.shape[1]
+            rows = source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=f"landmarks={method!r}")
+            n = source.n_samples
+            c = min(c, n)
+            k = self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
+            L, weights = select_landmarks(rows, method, c, kernel, rng, target_rank=k)
+        if kernel is None:
             kernel = self._resolve_kernel(L, kernel_rng)
-            weights = np.full(L.shape[0], 1.0 / L.shape[0])
-            moments = kernel_moments(_chain(first, blocks), L, kernel)
-            n = moments.count
-            if self.covariance == "landmarks":
-                moments = weighted_landmark_moments(kernel(L.astype(np.float64)), weights, n)
+        if self.covariance == "data":
+            moments = source.reduce(
+                landmark_kernel_moments, merged_moments, L, kernel, block_rows=None
+            )
         else:
-            c = n_landmarks or DEFAULT_N_LANDMARKS
-            reservoir = ReservoirSampler(c, rng)
-            for block in blocks:
-                reservoir.update(block)
-            if reservoir.n_seen == 0:
-                raise ValueError("X: the block source yielded no rows")
-            L = reservoir.sample()
-            n = reservoir.n_seen
-            self.n_features_in_ = L.shape[1]
-            kernel = self._resolve_kernel(L, kernel_rng)
-            weights = np.full(L.shape[0], 1.0 / L.shape[0])
-            if self.covariance == "data":
-                moments = kernel_moments(_checked_blocks(source, self.n_features_in_), L, kernel)
-                if moments.count != n:
-                    raise ValueError(
-                        f"the block source gave {n} rows on the first pass and "
-                        f"{moments.count} on the second; it must yield the same "
-                        "rows every time it is iterated"
-                    )
-            else:
-                moments = weighted_landmark_moments(kernel(L.astype(np.float64)), weights, n)
+            if source.n_samples is None:
+                source.reduce(_count_rows, operator.add)
+            moments = weighted_landmark_moments(
+                kernel(L.astype(np.float64)), weights, source.n_samples
+            )
+        n = moments.count
         self._resolve_n_components(min(n, L.shape[0]), what="min(n_samples, n_landmarks)")
-        self._store(L, weights, moments, n_samples=n)
-
-    def _store(self, L, weights, moments, n_samples=None):
-        W = self.kernel_(L.astype(np.float64))
+        W = kernel(L.astype(np.float64))
         values, vectors = nystrom_normalization(W)
         eigenvalues, components, mean, normalization = nystrom_kpca(
             moments, values, vectors, self.n_components_
@@ -467,7 +216,8 @@ class NystromKPCA(BaseKPCA):
         self.components_ = components
         self.eigenvalues_ = eigenvalues
         self.n_landmarks_ = int(L.shape[0])
-        self.n_samples_seen_ = int(moments.count if n_samples is None else n_samples)
+        self.n_samples_seen_ = int(n)
+        return self
 
     # --- transform ------------------------------------------------------------------------
     def kernel_expansion(self):
@@ -487,18 +237,10 @@ class NystromKPCA(BaseKPCA):
             kernel=self.kernel_,
         )
 
-    def transform(self, X):
-        """Project X on the principal axes: ``(W^{-1/2} k(L, x) - mean_) @ components_.T``.
-
-        A dask array gives a lazy dask array, chunked by rows like X.
-        """
-        if is_dask_array(X):
-            from ..dask import transform
-
-            return transform(self, X)
-        X = self._validate_transform_data(X)
-        dtype = self._output_dtype(X)
-        # z never materialises: (N k - mean) . u = k . (N u) - mean . u
+    def _transform_rows(self, X):
+        """``(W^{-1/2} k(L, x) - mean_) @ components_.T``, in kernel blocks; z never
+        materialises: ``(N k - mean) . u = k . (N u) - mean . u``."""
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
         projection = self.normalization_ @ self.components_.T
         offset = self.mean_ @ self.components_.T
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
@@ -508,17 +250,5 @@ class NystromKPCA(BaseKPCA):
         return out
 
 
-def _chain(first, rest):
-    yield first
-    yield from rest
-
-
-def _checked_blocks(source, n_features=None):
-    """Iterate a block source, validating each block (2-D, finite, one width for all)."""
-    for block in source:
-        block = check_block(block, n_features=n_features, accept_sparse=True, name="X")
-        if block.shape[0] == 0:
-            continue
-        if n_features is None:
-            n_features = block.shape[1]
-        yield block
+def _count_rows(blocks) -> int:
+    return sum(block.shape[0] for _, block in blocks)

@@ -265,8 +265,8 @@ class ReducedSetKPCA(BaseKPCA):
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features): reduced set, then Algorithm 1."""
-        X = self._validate_fit_data(X)
         self._check_params()
+        X = self._fit_source(X).in_memory(purpose="ReducedSetKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         rs = self._reduced_set(X, kernel, rng)
@@ -315,10 +315,9 @@ class ReducedSetKPCA(BaseKPCA):
             weights=self.weights_,
         )
 
-    def transform(self, X):
-        """Project X on the principal axes: ``k~(X, centers_) @ dual_coef_``, O(m) per row."""
-        X = self._validate_transform_data(X)
-        dtype = self._output_dtype(X)
+    def _transform_rows(self, X):
+        """``k~(X, centers_) @ dual_coef_`` (weighted centering), O(m) per row."""
+        dtype = np.float32 if X.dtype == np.float32 else np.float64
         coef = self.dual_coef_.astype(dtype)
         centers = self.centers_.astype(dtype, copy=False)
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)

@@ -456,8 +456,8 @@ class SparsifiedKPCA(BaseKPCA):
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
-        X = self._validate_fit_data(X)
         self._check_params()
+        X = self._fit_source(X).in_memory(purpose="SparsifiedKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])
@@ -491,7 +491,7 @@ class SparsifiedKPCA(BaseKPCA):
     # The fitted model is a kernel expansion over X_fit_ exactly like ExactKPCA's (same fitted
     # attributes), so the out-of-sample transform is shared rather than repeated.
     _scaled_alphas = ExactKPCA._scaled_alphas
-    transform = ExactKPCA.transform
+    _transform_rows = ExactKPCA._transform_rows
 
     def kernel_expansion(self):
         """``transform(X) = kernel_(X, points) @ coef + offset``: see :mod:`.compress`."""

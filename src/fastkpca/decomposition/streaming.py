@@ -1,152 +1,32 @@
 """StreamingKPCA (SKPCA): random features fed into Frequent Directions.
 
-Ghashami, Perry & Phillips (2016), Algorithm 1: each row x is mapped to its random features
-``z(x)`` (m columns, :mod:`fastkpca.features`) and the feature rows are sketched by Frequent
-Directions (:class:`fastkpca.sketch.FrequentDirections`) into an ell x m matrix B with
-``B^T B ~ Z^T Z``; the right singular vectors W of B are the approximate kernel principal axes in
-feature space.  Memory is O(d m) for the feature map plus O(ell m) for the sketch plus one row
-block, independent of n; time O(n m (d + ell)).
-
-Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
-centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
-float64).  We take those of ``B^T B - s s^T / n``: this operator maps into the span of the rows of
-``[B; s^T]`` (at most ell + 1 dimensions) and vanishes on its orthogonal complement, so with Q an
-orthonormal basis of that span its non-zero eigenpairs are exactly those of the small
-``Q^T (B^T B - s s^T / n) Q`` (:func:`skpca_eigen`).  The error is only FD's:
-``||Zc^T Zc - (B^T B - s s^T / n)||_2 = ||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``,
-and when ``sketch_size >= n_output_features`` nothing is shrunk, so the model equals
-``RandomFeatureKPCA`` (exact PCA of the same features) up to round-off.  The rows are sketched
-uncentered, so the feature mean takes up (about) one of the ell directions; in exchange the
-sketch does not depend on a data-dependent shift, which keeps ``partial_fit`` independent of the
-blocking and makes sketches of different streams mergeable.
-
-On a dask array (:mod:`fastkpca.dask`) each chunk is sketched on a worker by the same
-:func:`sketch_rows` and the sketches are merged up a tree (:func:`merge_sketch_stats`): the
-Frequent Directions bound holds for the merged sketch, and with ``sketch_size >=
-n_output_features`` the model is again exact.
+Ghashami, Perry & Phillips (2016), Algorithm 1, with exact feature-space centering: the source's
+rows (:mod:`fastkpca.source`) are mapped to random features drawn from its first rows, sketched
+by Frequent Directions into a :class:`~fastkpca.statistics.feature_sketch.FeatureSketch`
+(reduced over the blocks: in order for arrays and streams, per chunk and merged up a tree for
+dask arrays) and solved by :func:`~fastkpca.statistics.feature_sketch.skpca_eigen`; see
+:mod:`fastkpca.statistics.feature_sketch` for the centering and the error bound.  Memory is
+O(d m) for the feature map plus O(ell m) for the sketch plus one row block, independent of n.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as la
 from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .._utils import DEFAULT_BLOCK_ROWS, check_block, check_int, is_block_source, is_dask_array
-from ..features import FEATURES, init_feature_map
-from ..sketch import FrequentDirections
-from ..solvers import postprocess_eigen
+from .._utils import check_int
+from ..features import FEATURES, feature_projection, init_feature_map
+from ..source import as_source
+from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
-from .random_features import _feature_blocks
 
-__all__ = [
-    "StreamingKPCA",
-    "skpca_eigen",
-    "sketch_rows",
-    "merge_sketch_stats",
-    "DEFAULT_SKETCH_SIZE",
-]
+__all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
 
 #: ``sketch_size=None`` means ``max(DEFAULT_SKETCH_SIZE, 2 * n_components)`` rows: the largest
 #: ell of the paper's experiments, and ell >= 2k makes the FD bound ``tail_k / (ell + 1 - k)``
 #: at most ``tail_k / k``.
 DEFAULT_SKETCH_SIZE = 50
-
-
-def skpca_eigen(
-    B: np.ndarray,
-    feature_sum: np.ndarray,
-    n_samples: int,
-    n_components: int,
-    shrinkage: float = 0.0,
-):
-    """Top eigenpairs of the centered sketch covariance ``B^T B + delta P_B - s s^T / n``.
-
-    ``delta P_B`` is the compensation of Desai, Ghashami & Phillips (2016, "Improved practical
-    matrix sketching with guarantees", compensative Frequent Directions): every shrink removes
-    the same ``delta_t`` from each direction the sketch keeps, so a direction that stays in the
-    sketch throughout -- the leading principal axes and the feature mean -- has lost exactly the
-    total shrinkage ``delta = sum_t delta_t``; adding it back on the row span P_B of B makes the
-    leading eigenvalue estimates (nearly) unbiased.  Without it the eigenvalues are biased low by
-    up to delta, which on a flat spectrum with a small sketch is most of their size (x500 at
-    n = 10^6, m = 1000, ell = 20); with it the mean direction also cancels exactly against
-    ``s s^T / n``.  The axes are unaffected by the compensation when B's rows are nearly
-    orthogonal, as after a shrink.
-
-    Parameters
-    ----------
-    B : ndarray (ell, m), float64
-        Frequent Directions sketch of the (uncentered) feature rows.
-    feature_sum : ndarray (m,), float64
-        s, the exact sum of the feature rows.
-    n_samples : int
-        n >= 1.
-    n_components : int
-        k <= min(ell + 1, m).
-    shrinkage : float
-        delta, the total Frequent Directions shrinkage (0 when nothing was shrunk: then the
-        result is the exact eigenpairs of ``B^T B - s s^T / n``).
-
-    Returns
-    -------
-    eigenvalues : (k,) float64, descending, >= 0
-        Estimates of the top eigenvalues of ``Zc Zc^T``, the centered approximate n x n Gram
-        (the scale of ``KernelPCA.eigenvalues_``), compensated for the shrinkage.
-    components : (k, m) float64
-        Orthonormal principal axes in feature space, signs fixed by
-        :func:`fastkpca.solvers.postprocess_eigen` on the m-dimensional axes.
-
-    Notes
-    -----
-    With Q an orthonormal basis of the row span of ``[B; s^T]``, the operator is zero on the
-    orthogonal complement of span(Q), so the eigenpairs of
-    ``M = (B Q)^T (B Q) - (Q^T s)(Q^T s)^T / n`` (size <= ell + 1) lifted by Q are the exact
-    non-zero eigenpairs of the m x m operator, at O(ell^2 m) cost.  Negative eigenvalues (the
-    sketch's deficit can exceed the mean's share in some direction) are clipped to 0.
-    """
-    B = B[np.any(B != 0.0, axis=1)]  # zero rows (fewer rows seen than ell) span nothing
-    R = np.vstack([B, feature_sum[None, :]])
-    Q, _ = la.qr(R.T, mode="economic", check_finite=False)
-    BQ = B @ Q
-    sQ = feature_sum @ Q
-    M = BQ.T @ BQ - np.outer(sQ, sQ) / n_samples
-    if shrinkage > 0 and B.shape[0]:
-        # delta * P_B in the Q basis: P_B = V V^T over B's right singular vectors
-        _, sv, Vt = la.svd(BQ, full_matrices=False, check_finite=False)
-        V = Vt[sv > sv[0] * 1e-10]
-        M += shrinkage * (V.T @ V)
-    M = (M + M.T) / 2
-    w, U = la.eigh(M, check_finite=False)
-    vals, vecs = postprocess_eigen(w, Q @ U)
-    return vals[:n_components], vecs[:, :n_components].T
-
-
-def sketch_rows(X, fmap, sketch: FrequentDirections, feature_sum: np.ndarray) -> int:
-    """Feed the random features of a row block to a sketch and a float64 feature sum.
-
-    ``sketch`` and ``feature_sum`` are updated in place; returns the number of rows.  The one
-    per-block step of SKPCA (Ghashami et al. 2016, Algorithm 1), for ``partial_fit`` and for
-    each chunk of a dask array.
-    """
-    for _, Z in _feature_blocks([(0, X)], fmap):
-        sketch.update(Z)
-        feature_sum += Z.sum(axis=0, dtype=np.float64)
-    return X.shape[0]
-
-
-def _sketch_stats(blocks, fmap, sketch_size: int):
-    """``(sketch, feature sum, rows)`` of ``(start, block)`` row blocks (one dask chunk)."""
-    m = fmap.n_output_features
-    sketch, feature_sum, n = FrequentDirections(sketch_size, m), np.zeros(m), 0
-    for _, X in blocks:
-        n += sketch_rows(X, fmap, sketch, feature_sum)
-    return sketch, feature_sum, n
-
-
-def merge_sketch_stats(a, b):
-    """Merge two ``(sketch, feature sum, rows)`` statistics (new objects; inputs unchanged)."""
-    return a[0].merge(b[0]), a[1] + b[1], a[2] + b[2]
 
 
 class StreamingKPCA(BaseKPCA):
@@ -267,95 +147,66 @@ class StreamingKPCA(BaseKPCA):
                 delattr(self, name)
 
     def fit(self, X, y=None):
-        """Fit on an array / CSR matrix (n_samples, n_features) or an iterable of row blocks.
+        """Fit on an array / CSR matrix (n_samples, n_features), an iterable of row blocks or a
+        ``dask.array.Array``.
 
         Equivalent to ``partial_fit`` over the row blocks (blocks of 8192 rows for an array),
-        starting from scratch.  A ``dask.array.Array`` is sketched chunk by chunk on the workers
-        and the sketches merged (see :mod:`fastkpca.dask`).
+        starting from scratch; the kernel and the features are drawn from the first 8192 rows.
+        A dask array is sketched chunk by chunk on the workers and the sketches merged.
         """
         self._reset()
-        if is_dask_array(X):
-            return self._fit_dask(X)
-        if is_block_source(X):
-            n_blocks = 0
-            for i, block in enumerate(X):
-                block = check_block(
-                    block,
-                    n_features=getattr(self, "n_features_in_", None),
-                    accept_sparse=True,
-                    name=f"X (block {i})",
-                )
-                if i == 0:
-                    if block.shape[0] == 0:
-                        raise ValueError("the first row block of X is empty")
-                    self.n_features_in_ = block.shape[1]
-                self._update(block)
-                n_blocks += 1
-            if n_blocks == 0:
-                raise ValueError("X is an empty iterable of row blocks")
-        else:
-            X = self._validate_fit_data(X)
-            for start in range(0, X.shape[0], DEFAULT_BLOCK_ROWS):
-                self._update(X[start : start + DEFAULT_BLOCK_ROWS])
-        self._finalize()
+        self._check_params()
+        source = self._fit_source(X)
+        self._draw(source.head())
+        stat = source.reduce(
+            feature_sketch, FeatureSketch.merge, self.feature_map_, self._sketch_rows()
+        )
+        self._store(stat)
         return self
 
     def partial_fit(self, X, y=None):
-        """Add a block of rows (array or CSR) to the model; returns self.
+        """Add rows (an array, CSR matrix, iterable of blocks or dask array) to the model.
 
-        The first call resolves the kernel (``gamma`` strings on this block) and draws the
-        features; later blocks must have the same width.
+        The first call resolves the kernel (``gamma`` strings on its first rows) and draws the
+        features; later rows must have the same width.  The rows are fed to the same sketch in
+        order, so any blocking of the same rows gives the same sketch as ``fit``.  Returns self.
         """
         first = not hasattr(self, "sketch_")
-        X = validate_data(
-            self,
-            X,
-            reset=first,
-            dtype=[np.float64, np.float32],
-            accept_sparse="csr",
-            ensure_min_samples=1,
-        )
+        if first:
+            self._check_params()
+        source = as_source(X, estimator=self, reset=first, accept_sparse=True)
         seen = 0 if first else self.n_samples_seen_
-        if isinstance(self.n_components, int) and seen + X.shape[0] < self.n_components:
+        if (
+            isinstance(self.n_components, int)
+            and source.n_samples is not None
+            and seen + source.n_samples < self.n_components
+        ):
             # Checked before sketching, so a refused block leaves the model unchanged (the
             # IncrementalPCA rule: the first batch must hold at least n_components rows).
             raise ValueError(
                 f"n_components={self.n_components} is larger than the number of "
-                f"samples seen ({seen + X.shape[0]}); pass a larger first block"
+                f"samples seen ({seen + source.n_samples}); pass a larger first block"
             )
-        self._update(X)
-        self._finalize()
-        return self
-
-    def _init(self, X_first):
-        """Resolve the kernel and draw the features from the first rows; empty sketch."""
-        self._check_params()
-        fmap, _ = init_feature_map(self, X_first)
-        m = fmap.n_output_features
-        self.feature_map_ = fmap
-        self.n_output_features_ = m
-        self.sketch_ = FrequentDirections(self._sketch_rows(), m)
-        self.feature_sum_ = np.zeros(m)
-        self.n_samples_seen_ = 0
-
-    def _update(self, X):
-        """Sketch the features of one validated row block (the first block sets the model up)."""
-        if not hasattr(self, "sketch_"):
-            self._init(X)
-        self.n_samples_seen_ += sketch_rows(X, self.feature_map_, self.sketch_, self.feature_sum_)
-
-    def _fit_dask(self, X):
-        """Init from the first 8192 rows, sketch each chunk on a worker, merge up a tree."""
-        from ..dask import DaskRowBlocks
-
-        data = DaskRowBlocks(X, accept_sparse=True)
-        self.n_features_in_ = data.n_features
-        self._init(data.head())
-        self.sketch_, self.feature_sum_, self.n_samples_seen_ = data.reduce(
-            _sketch_stats, merge_sketch_stats, self.feature_map_, self._sketch_rows()
+        if first:
+            self._draw(source.head())
+            stat = FeatureSketch.empty(self._sketch_rows(), self.n_output_features_)
+        else:
+            stat = self._statistic()
+        self._store(
+            feature_sketch(source.blocks(), self.feature_map_, stat.sketch.sketch_size, into=stat)
         )
-        self._finalize()
         return self
+
+    def _draw(self, X_first):
+        """Resolve the kernel and draw the features from the first rows."""
+        self.feature_map_, _ = init_feature_map(self, X_first)
+        self.n_output_features_ = self.feature_map_.n_output_features
+
+    def _store(self, stat: FeatureSketch):
+        self.sketch_ = stat.sketch
+        self.feature_sum_ = stat.feature_sum
+        self.n_samples_seen_ = stat.n
+        self._finalize()
 
     def _finalize(self):
         """Eigenpairs of the centered sketch covariance (cheap: O(ell^2 m)).
@@ -409,31 +260,15 @@ class StreamingKPCA(BaseKPCA):
         out.kernel_ = self.kernel_
         out.feature_map_ = self.feature_map_
         out.n_output_features_ = self.n_output_features_
-        out.sketch_ = self.sketch_.merge(other.sketch_)
-        out.feature_sum_ = self.feature_sum_ + other.feature_sum_
-        out.n_samples_seen_ = self.n_samples_seen_ + other.n_samples_seen_
-        out._finalize()
+        out._store(self._statistic().merge(other._statistic()))
         return out
 
-    # --- transform ------------------------------------------------------------------------
-    def transform(self, X):
-        """Project X on the principal axes: ``(z(X) - mean_) @ components_.T``, in row blocks.
+    def _statistic(self) -> FeatureSketch:
+        return FeatureSketch(self.sketch_, self.feature_sum_, self.n_samples_seen_)
 
-        A dask array gives a lazy dask array (:func:`fastkpca.dask.transform`).
-        """
-        if is_dask_array(X):
-            from ..dask import transform
-
-            return transform(self, X)
-        X = self._validate_transform_data(X)
-        dtype = self._output_dtype(X)
-        comps = self.components_.T.astype(dtype)
-        mean_proj = (self.mean_ @ self.components_.T).astype(dtype)
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        for start, Z in _feature_blocks([(0, X)], self.feature_map_):
-            np.matmul(Z, comps, out=out[start : start + Z.shape[0]])
-        out -= mean_proj
-        return out
+    def _transform_rows(self, X):
+        """``(z(X) - mean_) @ components_.T``, in feature blocks."""
+        return feature_projection(X, self.feature_map_, self.mean_, self.components_)
 
 
 def _same_param(a, b) -> bool:
