@@ -1,0 +1,1 @@
+"""Where rows come from."""
