@@ -145,7 +145,7 @@ def _import_all():
 
     import fastkpca.decomposition.random_features  # noqa: F401
     import fastkpca.decomposition.streaming  # noqa: F401
-    import fastkpca.io  # noqa: F401
+    import fastkpca.source.files  # noqa: F401
 
 
 def setup_memory(path, threads):
@@ -167,7 +167,7 @@ def work_memory(X, method, m, k, ell):
 
 
 def work_disk(path, method, m, k, ell):
-    from fastkpca.io import open_data
+    from fastkpca.source.files import open_data
 
     reader = open_data(path, dtype=np.float32, block_rows=BLOCK_ROWS)
     return _summary(_estimator(method, m, k, ell).fit(reader))
@@ -240,7 +240,7 @@ def work_sklearn_incremental(path, m, k, max_rows):
     from sklearn.decomposition import IncrementalPCA
     from sklearn.kernel_approximation import RBFSampler
 
-    from fastkpca.io import open_data
+    from fastkpca.source.files import open_data
 
     reader = open_data(path, dtype=np.float32, block_rows=BLOCK_ROWS)
     rbf = RBFSampler(gamma=1.0 / reader.n_features, n_components=m, random_state=0)

@@ -11,6 +11,7 @@ import pytest
 
 from fastkpca import cli
 from fastkpca.cli import main
+from fastkpca.decomposition import available_methods, estimator_class
 
 
 def run_cli(*args, cwd=None):
@@ -43,8 +44,8 @@ def data(tmp_path_factory):
 
 def _available(method):
     try:
-        return cli._estimator_class(method)
-    except cli.CLIError:
+        return estimator_class(method)
+    except ValueError:
         pytest.skip(f"method {method} is not available yet")
 
 
@@ -326,9 +327,9 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
     assert "n_components=500 is larger" in error_of(["fit", str(npy), "-k", "500"])
     assert "not a fastkpca model file" in error_of(["info", str(npy)])
     # a method whose module has not landed yet: one line, not a traceback
-    monkeypatch.setitem(cli.METHODS, "future", "FutureKPCA")
     import fastkpca.decomposition as dec
 
+    monkeypatch.setitem(dec.METHODS, "future", "FutureKPCA")
     monkeypatch.setitem(dec._LAZY, "FutureKPCA", "future_method")
     assert "method 'future' (FutureKPCA) is not available" in error_of(
         ["fit", str(npy), "-m", "future"]
@@ -383,7 +384,7 @@ def test_bench_without_checkout(monkeypatch, capsys):
 def test_run_demo_tiny(tmp_path):
     from fastkpca._demo import run_demo
 
-    methods = ["exact"] + [m for m in ("nystrom", "reduced-set") if m in cli.available_methods()]
+    methods = ["exact"] + [m for m in ("nystrom", "reduced-set") if m in available_methods()]
     out_file = tmp_path / "table.txt"
     with open(out_file, "w") as f:
         rows = run_demo(
@@ -499,3 +500,26 @@ def test_libsvm_files_of_different_widths(tmp_path, capsys):
     )
     expected = ExactKPCA(n_components=2, gamma=0.5, random_state=0).fit(X).transform(X_test)
     np.testing.assert_allclose(np.load(tmp_path / "t.npy"), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_method_registry():
+    import ast
+    import importlib.util
+
+    import fastkpca._demo
+    from fastkpca.decomposition import METHODS
+
+    assert cli.METHODS is METHODS
+    assert estimator_class("exact").__name__ == "ExactKPCA"
+    assert "rf" not in available_methods()  # aliases are left out
+    with pytest.raises(ValueError, match="unknown method 'pca'; choose one of exact, nystrom"):
+        estimator_class("pca")
+    # the demo finds methods in the registry, not through the command line (no import cycle)
+    imported = set()
+    for node in ast.walk(ast.parse(Path(fastkpca._demo.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), "fastkpca")
+            imported.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert "fastkpca.decomposition" in imported and "fastkpca.cli" not in imported

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file
 
-from fastkpca.io import detect_format, open_data, read_data
+from fastkpca.source.files import detect_format, open_data, read_data
 
 
 @pytest.fixture
@@ -388,3 +388,21 @@ def test_options_must_fit_the_format(tmp_path, data):
         open_data(tmp_path / "x.npy", format="xlsx")
     with pytest.raises(ValueError, match="block_rows must be a positive integer"):
         open_data(tmp_path / "x.npy", block_rows=0)
+
+
+def test_public_facade_reexports_the_readers_and_model_files():
+    """``fastkpca.io`` is a facade: its names are the objects of source.files and persistence."""
+    import fastkpca
+    import fastkpca.io
+    import fastkpca.persistence
+    import fastkpca.source.files
+
+    for name in fastkpca.io.__all__:
+        owner = (
+            fastkpca.source.files if name in fastkpca.source.files.__all__ else fastkpca.persistence
+        )
+        assert getattr(fastkpca.io, name) is getattr(owner, name), name
+    assert set(fastkpca.io.__all__) == set(fastkpca.source.files.__all__) | set(
+        fastkpca.persistence.__all__
+    )
+    assert fastkpca.load is fastkpca.persistence.load

@@ -10,8 +10,8 @@ import scipy.sparse as sp
 import fastkpca
 from fastkpca._state import register_state_class
 from fastkpca.decomposition import _LAZY
-from fastkpca.io import FORMAT_VERSION, load, model_info, save_model
 from fastkpca.kernels import RBF
+from fastkpca.persistence import FORMAT_VERSION, load, model_info, save_model
 
 # Every estimator class fastkpca exposes, plus the random-feature transformers (BaseKPCA too).
 # CompressedKPCA has no fit (it is built by compress_expansion); tests/test_compress.py
@@ -328,3 +328,55 @@ def test_not_a_model_file(tmp_path, X):
     with pytest.raises(FileNotFoundError, match="missing.npz"):
         load(tmp_path / "missing.npz")
     assert zipfile.is_zipfile(npz)
+
+
+# --- the save whitelist ---------------------------------------------------------------------------
+
+
+def test_save_accepts_only_the_registered_classes(X, tmp_path):
+    """A class must be exactly the one registered under its name, not a subclass or a namesake."""
+    from fastkpca.decomposition import SAVEABLE
+
+    cls = _class("ExactKPCA")
+    assert SAVEABLE["ExactKPCA"] == cls.__module__ == "fastkpca.decomposition.exact"
+
+    class MyKPCA(cls):
+        pass
+
+    with pytest.raises(ValueError, match="MyKPCA is not a fastkpca estimator class"):
+        save_model(MyKPCA(n_components=2), tmp_path / "m.npz")
+    # same name and module as the registered class, yet another class object
+    namesake = type("ExactKPCA", (cls,), {"__module__": cls.__module__})
+    with pytest.raises(ValueError, match="ExactKPCA is not a fastkpca estimator class"):
+        save_model(namesake(n_components=2), tmp_path / "m.npz")
+    with pytest.raises(ValueError, match="can only save fastkpca estimators, got dict"):
+        save_model({}, tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())
+
+
+def _imported_modules(module):
+    """Every module ``module``'s source imports, at the top or inside functions (absolute names)."""
+    import ast
+    import importlib
+    import importlib.util
+
+    mod = importlib.import_module(module)
+    package = mod.__package__
+    names = set()
+    for node in ast.walk(ast.parse(open(mod.__file__).read())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_persistence_does_not_import_the_estimator_base():
+    """Saveable classes come from the registry in fastkpca.decomposition, not isinstance checks,
+    so the model-file format does not depend on the estimators' base class (no import cycle)."""
+    imported = _imported_modules("fastkpca.persistence")
+    assert "fastkpca.decomposition" in imported
+    assert not any(name.startswith("fastkpca.decomposition._base") for name in imported)
+    assert "fastkpca.io" not in imported

@@ -24,7 +24,7 @@ _LAZY = {
     "SparsifiedKPCA": "fastkpca.decomposition",
     "compress_expansion": "fastkpca.decomposition",
     "CompressedKPCA": "fastkpca.decomposition",
-    "load": "fastkpca.io",
+    "load": "fastkpca.persistence",
     "make_kernel": "fastkpca.kernels",
 }
 

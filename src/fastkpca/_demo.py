@@ -90,8 +90,8 @@ def run_demo(
     rank_k_error, embedding_error, error (the message, for a method that failed).
     """
     from . import metrics
-    from .cli import _estimator_class, available_methods
     from .datasets import load_demo
+    from .decomposition import available_methods, estimator_class
 
     out = file or sys.stdout
     X, y = load_demo()
@@ -105,9 +105,9 @@ def run_demo(
     if methods is None:
         classes = available_methods()
     else:
-        classes = {m: _estimator_class(m) for m in methods}
+        classes = {m: estimator_class(m) for m in methods}
     if "exact" not in classes:
-        classes = {"exact": _estimator_class("exact"), **classes}
+        classes = {"exact": estimator_class("exact"), **classes}
     settings = method_settings(X.shape[0])
 
     print(

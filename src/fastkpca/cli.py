@@ -10,10 +10,10 @@
     fastkpca demo [--output fastkpca-demo.png]
 
 DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
-by :mod:`fastkpca.io`.  The block-wise methods (streaming, random-features, nystrom with uniform
-landmarks or a landmark file) are fitted on the file's row blocks without loading it, so memory is
-bounded by the block size and the model, not the file; where a method needs a second pass
-(nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
+by :mod:`fastkpca.source.files`.  The block-wise methods (streaming, random-features, nystrom with
+uniform landmarks or a landmark file) are fitted on the file's row blocks without loading it, so
+memory is bounded by the block size and the model, not the file; where a method needs a second
+pass (nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
 Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
 Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
 traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
@@ -22,7 +22,6 @@ traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -32,18 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main", "build_parser", "METHODS"]
+from .decomposition import METHODS, estimator_class
 
-#: ``--method`` values -> estimator class names (in fastkpca.decomposition).
-METHODS = {
-    "exact": "ExactKPCA",
-    "nystrom": "NystromKPCA",
-    "random-features": "RandomFeatureKPCA",
-    "rf": "RandomFeatureKPCA",
-    "streaming": "StreamingKPCA",
-    "reduced-set": "ReducedSetKPCA",
-    "sparsified": "SparsifiedKPCA",
-}
+__all__ = ["main", "build_parser", "METHODS"]
 
 #: Estimators fitted on the file's row blocks (one pass, or two reading the file again).
 ONE_PASS = {"StreamingKPCA", "RandomFeatureKPCA"}
@@ -146,39 +136,6 @@ class _NoBar:
         return False
 
 
-def _estimator_class(method: str):
-    """The estimator class for a ``--method`` value; one-line error if its module is missing."""
-    if method not in METHODS:
-        raise CLIError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    name = METHODS[method]
-    from .decomposition import _LAZY
-
-    module = f"fastkpca.decomposition.{_LAZY[name]}"
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
-            raise CLIError(
-                f"method {method!r} ({name}) is not available in this version of "
-                f"fastkpca ({module} is missing)"
-            ) from None
-        raise
-    return getattr(mod, name)
-
-
-def available_methods() -> dict:
-    """``--method`` name -> class, for every method whose module imports (aliases skipped)."""
-    out = {}
-    for method in METHODS:
-        if method == "rf":
-            continue
-        try:
-            out[method] = _estimator_class(method)
-        except Exception:  # a missing or broken module: that method is not available
-            continue
-    return out
-
-
 # --- data -----------------------------------------------------------------------------------------
 
 
@@ -197,7 +154,7 @@ def _reader_options(args) -> dict:
 
 def _open(args, path, n_features=None):
     """Open DATA; for a LIBSVM file, ``n_features`` (a model's width) fixes the block width."""
-    from .io import detect_format, open_data
+    from .source.files import detect_format, open_data
 
     opts = _reader_options(args)
     fmt = opts.get("format") or detect_format(path)
@@ -291,7 +248,7 @@ def _fit_params(args, cls) -> dict:
     if isinstance(landmarks, str) and (
         Path(landmarks).is_file() or os.sep in landmarks or Path(landmarks).suffix
     ):
-        from .io import read_data
+        from .source.files import read_data
 
         X_land, _ = read_data(landmarks, dtype=np.dtype(args.dtype))
         params["landmarks"] = X_land.toarray() if hasattr(X_land, "toarray") else X_land
@@ -309,7 +266,7 @@ def _is_one_pass(cls, params) -> bool:
 
 
 def cmd_fit(args):
-    cls = _estimator_class(args.method)
+    cls = estimator_class(args.method)
     params = _fit_params(args, cls)
     model = cls(**params)
     reader = _open(args, args.data)
@@ -437,7 +394,7 @@ def _check_width(model, reader):
 
 
 def cmd_transform(args):
-    from .io import load
+    from .persistence import load
 
     model = load(args.model)
     reader = _open(args, args.data, getattr(model, "n_features_in_", None))
@@ -521,7 +478,7 @@ _METRIC_NOTES = {
 
 
 def cmd_evaluate(args):
-    from .io import load
+    from .persistence import load
 
     model = load(args.model)
     reader = _open(args, args.data, getattr(model, "n_features_in_", None))
@@ -581,7 +538,7 @@ def _render(node):
 
 
 def cmd_info(args):
-    from .io import model_info
+    from .persistence import model_info
 
     meta = model_info(args.model)
     if args.json:

@@ -191,7 +191,7 @@ def _read_idx(path: Path, max_items=None) -> np.ndarray:
 
 
 def _load_file(spec: _Spec, home: Path, rel, dtype, max_rows):
-    from .io import open_data
+    from .source.files import open_data
 
     if spec.kind == "idx":
         images = _read_idx(_require(home / rel[0]), max_rows)

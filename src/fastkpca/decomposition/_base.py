@@ -99,7 +99,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     # --- persistence ----------------------------------------------------------------------
     def save(self, path):
         """Save the fitted model to ``path`` (arrays + JSON metadata; loads without pickle)."""
-        from ..io import save_model
+        from ..persistence import save_model
 
         save_model(self, path)
 
