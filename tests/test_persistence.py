@@ -393,3 +393,51 @@ def test_persistence_does_not_import_the_estimator_base():
     assert "fastkpca.decomposition" in imported
     assert not any(name.startswith("fastkpca.decomposition._base") for name in imported)
     assert "fastkpca.io" not in imported
+
+
+# --- the fitted-attribute whitelist ---------------------------------------------------------------
+
+_VARIANTS = {
+    "RandomFeatureKPCA": [{"solver": "countsketch"}, {"features": "fastfood"}],
+    "NystromKPCA": [{"landmarks": "kmeans"}, {"landmarks": "rls"}],
+    "ReducedSetKPCA": [{"density": d} for d in ("shadow", "kmeans", "paring", "herding")],
+    "SparsifiedKPCA": [{"quantize": True}],
+    "StreamingKPCA": [{"features": "orf"}],
+}
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_fitted_attributes_are_listed(name, X):
+    """What ``fit`` sets (in each configuration) is in the model files' whitelist, and the
+    whitelist names no member of the class, no parameter and nothing private."""
+    from fastkpca.persistence import FITTED_ATTRIBUTES, fitted_attribute_names
+
+    cls = _class(name)
+    allowed = fitted_attribute_names(cls)
+    assert allowed == FITTED_ATTRIBUTES[cls.__name__]  # the filter removed nothing
+    for kwargs in [{}, *_VARIANTS.get(cls.__name__, [])]:
+        base = _fitted(name, X).get_params()
+        model = cls(**{**base, **kwargs}).fit(X)
+        assert {k for k in vars(model) if k.endswith("_")} <= allowed, kwargs
+    for n in allowed:
+        assert not n.startswith("_") and not hasattr(cls, n) and n not in cls().get_params()
+
+
+def test_compressed_model_attributes_are_listed(X):
+    try:
+        from fastkpca import compress_expansion
+    except (ImportError, AttributeError):
+        pytest.skip("compress_expansion is not available yet")
+    from fastkpca.persistence import fitted_attribute_names
+
+    model = compress_expansion(_fitted("ExactKPCA", X), rounding=0.5, projection_dim=3)
+    assert {k for k in vars(model) if k.endswith("_")} <= fitted_attribute_names(type(model))
+
+
+def test_unlisted_class_cannot_be_saved(X, tmp_path, monkeypatch):
+    from fastkpca import persistence
+
+    monkeypatch.delitem(persistence.FITTED_ATTRIBUTES, "ExactKPCA")
+    with pytest.raises(ValueError, match="ExactKPCA has no list of fitted attributes"):
+        _fitted("ExactKPCA", X).save(tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())

@@ -79,6 +79,9 @@ def test_failed_transform_leaves_existing_output_untouched(files, tmp_path, caps
     line = refused(capsys, tmp_path, ["transform", model, bad, "--block-rows", "10", "-o", out])
     assert "line 51 (data row 50)" in line and "'oops'" in line
     assert out.read_bytes() == b"previous result"
+    # the same for fit: the existing model stays as it was
+    line = refused(capsys, tmp_path, ["fit", bad, "--label-column", "label", "-o", model])
+    assert "'oops'" in line
 
 
 def test_transform_output_keeps_mode_and_replaces_atomically(files, tmp_path, capsys):
@@ -213,6 +216,15 @@ def test_libsvm_declared_width_allows_a_wide_file(tmp_path, capsys):
     assert reader.n_features == 5_000_000
     X = next(iter(reader))
     assert X.shape == (2, 5_000_000) and X.nnz == 3  # CSR: nothing of the width's size
+    with pytest.raises(ValueError, match="beyond the declared width of 4999999 features"):
+        open_data(path, max_features=4_999_999)
+    # on the command line: --libsvm-features declares the width (here just above 2**20)
+    path.write_bytes(b"1 1:0.5 1100000:1.5\n-1 2:1\n1 3:2\n")
+    wide = tmp_path / "wide.npz"
+    argv = ["fit", path, "-k", "1", "--gamma", "0.5"]
+    assert "far beyond" in refused(capsys, tmp_path, [*argv, "-o", wide])
+    assert main([str(a) for a in [*argv, "--libsvm-features", 1_100_000, "-o", wide]]) == 0
+    assert load(wide).n_features_in_ == 1_100_000
 
 
 def _zip_member_of_zeros(zout, name, dtype, shape, chunk=2**22):

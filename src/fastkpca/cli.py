@@ -17,6 +17,12 @@ pass (nystrom's covariance after reservoir-sampling the landmarks, the countsket
 Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
 Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
 traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
+
+Files are safe from the command's mistakes: ``-o`` naming an input file (the same path, a link
+or the same inode) is refused; models and projections are written to a temporary file renamed
+at the end, so a failure leaves an existing output as it was.  A model file records its
+training file's column names and label column; ``transform`` and ``evaluate`` select DATA's
+columns by those names (reordering swapped columns, refusing missing ones).
 """
 
 from __future__ import annotations
@@ -302,8 +308,8 @@ def _data_info(reader, args) -> dict:
     info: dict = {"format": reader.format}
     if names is not None and all(isinstance(n, str) for n in names):
         info["columns"] = list(names)
-    if reader.has_labels:
-        label = reader._label_idx
+    label = reader.label_index
+    if label is not None:
         info["label_column"] = reader.column_names[label] if reader.column_names else label
     return info
 
@@ -479,9 +485,7 @@ def _open_for_model(args, model, meta):
                     f"{args.data} has no column(s) {', '.join(map(repr, missing[:10]))}; the "
                     f"model was fitted on columns {', '.join(names[:20])}"
                 )
-            extra["columns"] = names
-            if args.label_column is None and data.get("label_column") in probe.column_names:
-                pass  # not selected: nothing to do
+            extra["columns"] = names  # a label column of DATA is simply not selected
         else:
             print(
                 f"fastkpca: note: {args.data} has no column names; its columns are taken by "

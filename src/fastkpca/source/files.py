@@ -263,6 +263,11 @@ class DataReader:
     def has_labels(self) -> bool:
         return self._label_idx is not None
 
+    @property
+    def label_index(self) -> int | None:
+        """The 0-based number of the label column, or None."""
+        return self._label_idx
+
     def __iter__(self):
         for X, _ in self.iter_labeled():
             yield X
@@ -767,6 +772,11 @@ class LibsvmReader(DataReader):
         self.zero_based = bool(zero_based)
         self._n_columns = max(1, max_col if self.zero_based else max_col - 1)
         self._n_samples = rows
+        if self._max_features is not None and self._n_columns > self._max_features:
+            raise ValueError(
+                f"{self.path}: feature index {self._n_columns} is beyond the declared width "
+                f"of {self._max_features} features"
+            )
         limit = self._max_features or default_max_features(self._bytes_scanned)
         if self._n_columns > limit:
             raise ValueError(
