@@ -136,8 +136,11 @@ def test_swapped_columns_are_reordered_by_name(files, tmp_path, capsys):
             f.write(f"{label}," + ",".join(repr(float(v)) for v in row[[3, 1, 0, 2]]) + "\n")
     assert main(["transform", str(model), str(csv), "-o", str(tmp_path / "t1.npy")]) == 0
     assert main(["transform", str(model), str(swapped), "-o", str(tmp_path / "t2.npy")]) == 0
-    # the same rows in the same column order reach the model: the same floats come out
-    np.testing.assert_array_equal(np.load(tmp_path / "t2.npy"), np.load(tmp_path / "t1.npy"))
+    # the same rows in the same column order reach the model (a swap would change the
+    # projections at O(1)); 1e-12 leaves room only for BLAS taking another path on a copy
+    np.testing.assert_allclose(
+        np.load(tmp_path / "t2.npy"), np.load(tmp_path / "t1.npy"), rtol=1e-12, atol=1e-14
+    )
 
 
 def test_missing_or_misordered_columns_are_refused(files, tmp_path, capsys):
@@ -169,7 +172,10 @@ def test_parquet_and_dataframe_columns_by_name(tmp_path, capsys):
     for name in ("a", "b"):
         out = str(tmp_path / f"{name}.npy")
         assert main(["transform", str(model), str(tmp_path / f"{name}.parquet"), "-o", out]) == 0
-    np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), np.load(tmp_path / "a.npy"))
+    # the same floats in the model's column order (see test_swapped_columns_are_reordered_by_name)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "b.npy"), np.load(tmp_path / "a.npy"), rtol=1e-12, atol=1e-14
+    )
     # a data frame (here a pyarrow table): scikit-learn records the names, the file keeps them,
     # and the loaded model refuses a frame whose columns are swapped
     fitted = ExactKPCA(n_components=2, random_state=0).fit(pa.table({"p": X[:, 0], "q": X[:, 1]}))
@@ -411,3 +417,24 @@ def test_format_npy_on_a_csv_does_not_suggest_pickle(files, tmp_path, capsys):
     _, _, csv, _, _ = files
     line = refused(capsys, tmp_path, ["fit", csv, "--format", "npy", "-o", tmp_path / "x.npz"])
     assert "not a .npy file" in line and "pickle" not in line
+
+
+def test_headerless_label_column_is_recorded_and_reused(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((40, 3))
+    data = np.column_stack([X, rng.integers(0, 2, size=40)])
+    path = tmp_path / "plain.csv"
+    np.savetxt(path, data, delimiter=",")
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(path), "-k", "2", "--label-column", "-1", "-o", str(model)]) == 0
+    assert load_with_info(model)[1]["data"] == {"label_column": 3, "format": "text"}
+    # without --label-column: DATA is one column wider than the model, its column 4 the label
+    assert main(["transform", str(model), str(path), "-o", str(tmp_path / "a.npy")]) == 0
+    np.save(tmp_path / "x.npy", X)
+    assert (
+        main(["transform", str(model), str(tmp_path / "x.npy"), "-o", str(tmp_path / "b.npy")]) == 0
+    )
+    # %.18e text round-trips float64: the same rows reach the model (tolerance: BLAS paths)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"), rtol=1e-12, atol=1e-14
+    )
