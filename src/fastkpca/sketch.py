@@ -280,9 +280,11 @@ class FrequentDirections:
         direction that enters the sketch, or competes for the top eigenvalues, is selected for
         its energy, so its loss is above the average; we take the geometric mean
         ``rho = sqrt(rho_0 * total_shrinkage)`` of the two ends, which minimises the worst-case
-        ratio error over ``[rho_0, total_shrinkage]``.  Measured on flat spectra, where the
-        sketch's directions churn, the true loss of the top directions sits in the middle of
-        that range on a log scale (``benchmarks/bench_fd_eigenvalues.py``).
+        ratio error over ``[rho_0, total_shrinkage]``.  Measured
+        (``benchmarks/bench_fd_eigenvalues.py``), the true loss of churning top directions
+        lies between the middle of that range on a log scale (flat spectrum, ell = 10) and
+        its top (ell near the number of comparable eigenvalues), so rho is low by at most
+        ``sqrt(total_shrinkage / rho_0)`` there.
 
         Both H and rho lie in ``[0, total_shrinkage]``, the range the true loss of any
         direction is known to lie in; merges add the two parts' estimates (:meth:`merge`).
