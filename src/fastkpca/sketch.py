@@ -20,6 +20,7 @@ sketches can be tree-reduced (Dask) into the sketch of the whole stream.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 import numpy as np
@@ -33,13 +34,15 @@ __all__ = ["FrequentDirections", "CountSketch", "fd_shrink"]
 
 
 def _fd_eigh(C: np.ndarray):
-    """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of C."""
+    """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of C, and the
+    squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None)."""
     r, m = C.shape
     wide = r <= m
-    lam, U = np.linalg.eigh(C @ C.T if wide else C.T @ C)
+    gram = C @ C.T if wide else C.T @ C
+    lam, U = np.linalg.eigh(gram)
     lam, U = lam[::-1], U[:, ::-1]  # descending
     np.maximum(lam, 0.0, out=lam)
-    return wide, lam, U
+    return wide, lam, U, (np.diagonal(gram) if wide else None)
 
 
 def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
@@ -75,12 +78,28 @@ def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
     return B, delta
 
 
+def _untracked_loss(missing: float, tracked: float, free: int, shrinkage: float) -> float:
+    """rho of :meth:`FrequentDirections.loss_model` from the exact missing energy, the trace of
+    the tracked loss, the number of untracked directions and the total shrinkage."""
+    average = (missing - tracked) / free if free else 0.0
+    return math.sqrt(min(max(average, 0.0), shrinkage) * shrinkage)
+
+
+def _directions(rows: np.ndarray):
+    """Norms of sketch rows and the mask of those long enough to define a direction."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    top = norms.max(initial=0.0)
+    return norms, norms > _DIRECTION_TOL * top if top > 0 else np.zeros(norms.shape, bool)
+
+
 def _shrink(C: np.ndarray, ell: int, history=()):
     """:func:`fd_shrink` that also carries the estimated per-direction loss forward.
 
-    ``history`` lists ``(start, H, rho)`` for groups of rows of C: rows ``start:start + len(H)``
-    are orthogonal sketch rows (directions ``v_i = C_i / ||C_i||``) whose estimated past loss is
-    ``sum_ij H_ij v_i v_j^T + rho (I - sum_i v_i v_i^T)`` (see
+    ``history`` lists one ``(start, stop, H, energy, shrinkage)`` per merged part: rows
+    ``start:stop`` of C are that part's buffer, whose first ``len(H)`` rows are orthogonal
+    sketch rows (directions ``v_i = C_i / ||C_i||``) with tracked loss H; ``energy`` and
+    ``shrinkage`` are the part's ``squared_norm`` and ``total_shrinkage``.  Its estimated past
+    loss is ``sum_ij H_ij v_i v_j^T + rho (I - sum_i v_i v_i^T)`` (see
     :meth:`FrequentDirections.loss_model`).  Returns ``(B, delta, H_new)`` with ``H_new`` the
     estimated loss, past plus this shrink's, in the directions of B's rows: the past loss
     operators projected on them (``P^T H P + rho (I - P^T P)`` with ``P_ij = v_i . w_j``) plus
@@ -88,7 +107,7 @@ def _shrink(C: np.ndarray, ell: int, history=()):
     singular values are all >= delta).  Zero rows of B get zero rows and columns.
     """
     r, m = C.shape
-    wide, lam, U = _fd_eigh(C)
+    wide, lam, U, row_sq = _fd_eigh(C)
     delta = float(lam[ell]) if lam.size > ell else 0.0
     kept = min(ell, lam.size)
     B = np.zeros((ell, m))
@@ -99,20 +118,53 @@ def _shrink(C: np.ndarray, ell: int, history=()):
         B[:kept] = scale[:, None] * (U[:, :kept].T @ C)
     else:
         B[:kept] = np.sqrt(lam[:kept] - delta)[:, None] * U[:, :kept].T
-    H_kept = np.diag(np.full(kept, delta))
-    for start, H, rho in history:
-        rows = C[start : start + H.shape[0]]
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        ok = norms > _DIRECTION_TOL * max(norms.max(initial=0.0), np.finfo(float).tiny)
+    # Few numpy calls: this runs once per ell rows, on ell x ell matrices, so call overhead,
+    # not arithmetic, is its cost.
+    H_kept = np.zeros((kept, kept))
+    shift = delta  # added to the diagonal at the end
+    root = np.sqrt(lam[:kept]) if wide and history else None
+    for start, stop, H, energy, shrinkage in history:
+        n_dir = H.shape[0]
+        rows = C[start : start + n_dir]
+        sq = row_sq[start : start + n_dir] if wide else np.einsum("ij,ij->i", rows, rows)
+        # Sketch rows come sorted by norm (those of a shrink); min / max kept general anyway.
+        all_ok = bool(sq.min() > _DIRECTION_TOL**2 * sq.max())
+        if all_ok:
+            norms = np.sqrt(sq)
+        else:
+            norms, ok = _directions(rows)
+            H = np.where(ok[:, None] & ok[None, :], H, 0.0)
+            norms = np.where(ok, norms, 1.0)
+        # The part's exact missing energy: ||A_part||_F^2 minus its buffer's (sum(lam) when
+        # the part is all of C, as for a single stream).
+        if stop - start == r:
+            buffered = float(lam.sum())
+        else:
+            part = C[start:stop]
+            buffered = float(np.einsum("ij,ij->", part, part))
+        n_ok = n_dir if all_ok else int(ok.sum())
+        rho = _untracked_loss(energy - buffered, float(H.trace()), m - n_ok, shrinkage)
         if wide:
             # v_i . w_j = (C C^T u_j)_i / (||C_i|| s_j) = s_j u_ij / ||C_i||: no m-long work
-            P = U[start : start + H.shape[0], :kept] * np.sqrt(lam[:kept])
+            P = U[start : start + n_dir, :kept] * root
         else:
             P = rows @ U[:, :kept]
-        P = np.where(ok[:, None], P / np.where(ok, norms, 1.0)[:, None], 0.0)
-        Hg = np.where(ok[:, None] & ok[None, :], H, 0.0)
-        H_kept += P.T @ Hg @ P + rho * (np.eye(kept) - P.T @ P)
-    H_kept = np.where(live[:, None] & live[None, :], (H_kept + H_kept.T) / 2, 0.0)
+        P /= norms[:, None]
+        if not all_ok:
+            P[~ok] = 0.0
+        # P^T H P + rho (I - P^T P) = P^T (H - rho I) P + rho I (H symmetric, so is this up
+        # to round-off: symmetrised where it is read, in loss_model)
+        shifted = H.copy()
+        shifted.flat[:: n_dir + 1] -= rho
+        H_kept += P.T @ shifted @ P
+        shift += rho
+    H_kept.flat[:: kept + 1] += shift
+    if lam[kept - 1] <= delta:  # rows of B that are zero (descending lam: the last ones)
+        live = lam[:kept] > delta
+        H_kept[~live] = 0.0
+        H_kept[:, ~live] = 0.0
+    if kept == ell:
+        return B, delta, H_kept
     H_new = np.zeros((ell, ell))
     H_new[:kept, :kept] = H_kept
     return B, delta, H_new
@@ -241,11 +293,13 @@ class FrequentDirections:
         self._loss = H
         self._n_kept = ell
 
-    def _history(self) -> list:
-        """``[(0, H, rho)]`` for :func:`_shrink` (empty before the first shrink)."""
+    def _history(self, start: int = 0) -> list:
+        """This sketch's entry of :func:`_shrink`'s ``history`` (empty before a shrink), for a
+        buffer placed at row ``start``."""
         if not self._n_kept:
             return []
-        return [(0, self._loss, self.loss_model()[2])]
+        stop = start + self._filled
+        return [(start, stop, self._loss, self.squared_norm, self.total_shrinkage)]
 
     @property
     def missing_energy(self) -> float:
@@ -293,14 +347,14 @@ class FrequentDirections:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
         m, r = self.n_columns, self._n_kept
         rows = self._buffer[:r]
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        ok = norms > _DIRECTION_TOL * max(norms.max(initial=0.0), np.finfo(float).tiny)
+        norms, ok = _directions(rows)
         V = rows[ok] / norms[ok, None]
-        H = self._loss[:r, :r][np.ix_(ok, ok)] if r else np.zeros((0, 0))
-        free = m - V.shape[0]
-        average = (self.missing_energy - float(np.trace(H))) / free if free else 0.0
-        average = min(max(average, 0.0), self.total_shrinkage)
-        return V, H, float(np.sqrt(average * self.total_shrinkage))
+        H = self._loss[:r, :r][np.ix_(ok, ok)]
+        H = (H + H.T) / 2
+        rho = _untracked_loss(
+            self.missing_energy, float(np.trace(H)), m - V.shape[0], self.total_shrinkage
+        )
+        return V, H, rho
 
     def sketch(self) -> np.ndarray:
         """The current sketch B, shape ``(min(ell, n_columns), n_columns)``, float64.
@@ -380,8 +434,7 @@ class FrequentDirections:
             rows = np.vstack([p._buffer[: p._filled] for p in parts])
             history, pos = [], 0
             for part in parts:
-                if part._n_kept:
-                    history.append((pos, part._loss, part.loss_model()[2]))
+                history += part._history(pos)
                 pos += part._filled
             out._set_shrunk(*_shrink(rows, out._ell, history))
         out.n_rows_seen = self.n_rows_seen + other.n_rows_seen
