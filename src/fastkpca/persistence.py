@@ -291,6 +291,7 @@ FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
         "StreamingKPCA": _RANDOM_FEATURES
         | {
             "components_",
+            "eigenvalue_bounds_",
             "eigenvalues_",
             "feature_sum_",
             "mean_",
