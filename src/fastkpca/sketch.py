@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -226,11 +227,11 @@ class FrequentDirections:
         self.n_rows_seen = 0
         self.total_shrinkage = 0.0
         self.squared_norm = 0.0
-        self._buffer: np.ndarray | None = None
+        self._buffer: Any = None  # (2 ell, m) float64 once the width is known
         self._filled = 0
         # Estimated loss in the directions of the first _n_kept buffer rows (the sketch rows
         # after a shrink; 0 before the first one): see loss_model().
-        self._loss: np.ndarray | None = None
+        self._loss: Any = None  # (ell, ell) float64 once the width is known
         self._n_kept = 0
         if self.n_columns is not None:
             self._allocate(self.n_columns)
