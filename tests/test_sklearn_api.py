@@ -22,6 +22,7 @@ from fastkpca import (
     ReducedSetKPCA,
     SparsifiedKPCA,
     StreamingKPCA,
+    compress_expansion,
 )
 from fastkpca.decomposition._base import mean_embedding_probe
 from fastkpca.kernels import RBF
@@ -165,6 +166,9 @@ def test_inverse_transform_errors(X):
         NystromKPCA(3, fit_inverse_transform=True, alpha=-1.0).fit(X)
     with pytest.raises(ValueError, match="n_inverse_samples"):
         RandomFeatureKPCA(3, fit_inverse_transform=True, n_inverse_samples=0).fit(X)
+    blocks = (X[i : i + 50] for i in range(0, X.shape[0], 50))
+    with pytest.raises(ValueError, match="one-shot"):
+        StreamingKPCA(3, fit_inverse_transform=True).fit(blocks)
     # A refit without the map drops the old one.
     model.set_params(fit_inverse_transform=False).fit(X)
     assert not hasattr(model, "dual_coef_inverse_")
@@ -319,6 +323,8 @@ def test_precomputed_matches_sklearn(X, X_test):
         np.abs(model.fit_transform(K)), np.abs(sk.fit_transform(K)), atol=1e-9
     )
     assert model.total_variance_ == pytest.approx(centered_trace(X, GAMMA), rel=1e-10)
+    with pytest.raises(ValueError, match="precomputed"):
+        compress_expansion(model, rounding=0.5)
     with pytest.raises(ValueError, match="square"):
         ExactKPCA(2, kernel="precomputed").fit(K[:, :50])
     with pytest.raises(ValueError, match="precomputed"):

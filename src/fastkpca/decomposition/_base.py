@@ -60,6 +60,10 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     #: Whether ``fit`` / ``transform`` accept scipy.sparse input.
     _accepts_sparse = False
 
+    #: Whether ``fit_inverse_transform`` draws anchor rows in a pass of their own (the models
+    #: that keep no rows, landmarks or centres).
+    _draws_inverse_anchors = False
+
     # --- kernel and randomness ------------------------------------------------------------
     def _make_rng(self) -> np.random.Generator:
         return as_generator(self.random_state)
@@ -264,7 +268,11 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """The training rows as a validated :class:`RowSource`; sets ``n_features_in_``."""
         for name in ("X_transformed_fit_", "dual_coef_inverse_"):  # a refit's own map only
             vars(self).pop(name, None)
-        return as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
+        source = as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
+        if self._draws_inverse_anchors and getattr(self, "fit_inverse_transform", False):
+            # Refuse a one-shot stream before the fit's pass, not after it.
+            source.require_passes(2, "fit_inverse_transform=True (drawing pre-image anchors)")
+        return source
 
     def transform(self, X):
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.

@@ -233,7 +233,8 @@ class ExactKPCA(BaseKPCA):
     kernel : str or Kernel
         ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``,
         a :class:`fastkpca.kernels.Kernel`, or ``"precomputed"``: ``fit`` takes the n x n
-        training Gram and ``transform`` the n_new x n_train kernel against the training points.
+        training Gram and ``transform`` the n_new x n_train kernel against the training points
+        (such a model cannot be saved, compressed, or fit an inverse transform).
     gamma : float, None, "scale" or "median"
         Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.
     degree, coef0 : polynomial kernel parameters.

@@ -155,6 +155,7 @@ class RandomFeatureKPCA(BaseKPCA):
     """
 
     _accepts_sparse = True
+    _draws_inverse_anchors = True
 
     def __init__(
         self,

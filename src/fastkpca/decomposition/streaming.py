@@ -108,6 +108,7 @@ class StreamingKPCA(BaseKPCA):
     """
 
     _accepts_sparse = True
+    _draws_inverse_anchors = True
 
     def __init__(
         self,
