@@ -57,8 +57,9 @@ def feature_mean_embedding(fmap, mean):
     for the cos / sin maps).  For the Fourier maps ``z = [cos(x W), sin(x W)] / sqrt(D)`` it is
     the mean over the D frequencies of ``t_j = |mean_x exp(i w_j . x)|^2``, whose expectation is
     ``||mu||^2``; with i.i.d. frequencies (``rff``) the standard error is ``std(t) / sqrt(D)``.
-    Orthogonal frequencies (``orf``, ``fastfood``) are negatively correlated, so the same
-    number is conservative there.  Other maps (``tensorsketch``): error nan (not known).
+    Orthogonal frequencies (``orf``, ``fastfood``) are not independent; the same formula is used
+    (measured calibrated on 200 Gaussian rows, rbf, m = 400, 20 seeds: mean squared z-score 0.75
+    for ``rff``, 1.03 for ``orf``).  Other maps (``tensorsketch``): error nan (not known).
     """
     mean = np.asarray(mean, dtype=np.float64)
     estimate = float(mean @ mean)
