@@ -20,6 +20,7 @@ from ..features import FEATURES, feature_projection, init_feature_map
 from ..source import as_source
 from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
+from .random_features import constant_diag_sum, feature_mean_embedding
 
 __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
 
@@ -74,6 +75,14 @@ class StreamingKPCA(BaseKPCA):
         (:func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
+    fit_inverse_transform : bool, default False
+        ``fit`` learns the pre-image map of :meth:`inverse_transform` (kernel ridge regression
+        as ``KernelPCA``) on ``n_inverse_samples`` training rows drawn uniformly (one more pass
+        over a stream); ``partial_fit`` and ``merge`` do not update it.
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
+    n_inverse_samples : int or None
+        Pre-image anchors (None: 1000, capped at n).
 
     Attributes
     ----------
@@ -98,6 +107,16 @@ class StreamingKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
+    total_variance_, total_variance_error_ : float
+        ``tr(H K H)`` of the training Gram, estimated as for ``RandomFeatureKPCA``: ``n k(0)``
+        minus ``n ||mean_||^2`` (shift-invariant kernels only; unset for the polynomial kernel,
+        whose diagonal would need a pass that ``partial_fit`` does not make).
+    explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
+
+    Notes
+    -----
+    ``n_components=None`` gives at most 10 components (scikit-learn's ``KernelPCA`` keeps all
+    nonzero ones); a float ``n_components`` is not offered here (the sketch size depends on it).
 
     References
     ----------
@@ -106,6 +125,7 @@ class StreamingKPCA(BaseKPCA):
     """
 
     _accepts_sparse = True
+    _draws_inverse_anchors = True
 
     def __init__(
         self,
@@ -120,6 +140,9 @@ class StreamingKPCA(BaseKPCA):
         sketch_size=None,
         features="auto",
         random_state=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
+        n_inverse_samples=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -131,6 +154,9 @@ class StreamingKPCA(BaseKPCA):
         self.sketch_size = sketch_size
         self.features = features
         self.random_state = random_state
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
+        self.n_inverse_samples = n_inverse_samples
 
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):
@@ -180,6 +206,8 @@ class StreamingKPCA(BaseKPCA):
             feature_sketch, FeatureSketch.merge, self.feature_map_, self._sketch_rows()
         )
         self._store(stat)
+        if self.fit_inverse_transform:
+            self._fit_inverse(self._inverse_anchor_sampler(source)())
         return self
 
     def partial_fit(self, X, y=None):
@@ -225,6 +253,10 @@ class StreamingKPCA(BaseKPCA):
         self.feature_sum_ = stat.feature_sum
         self.n_samples_seen_ = stat.n
         self._finalize()
+        self._set_total_variance(
+            constant_diag_sum(self.kernel_, self.n_samples_seen_, self.n_features_in_),
+            *feature_mean_embedding(self.feature_map_, self.mean_),
+        )
 
     def _finalize(self):
         """Eigenpairs, eigenvalue bounds, mean from the sketch (cheap: O(ell^2 m)).
