@@ -441,3 +441,29 @@ def test_unlisted_class_cannot_be_saved(X, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="ExactKPCA has no list of fitted attributes"):
         _fitted("ExactKPCA", X).save(tmp_path / "m.npz")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ExactKPCA",
+        "NystromKPCA",
+        "RandomFeatureKPCA",
+        "StreamingKPCA",
+        "ReducedSetKPCA",
+        "SparsifiedKPCA",
+    ],
+)
+def test_sklearn_api_attributes_survive_a_round_trip(name, tmp_path):
+    """The trace estimate and the pre-image map are fitted attributes the whitelist admits."""
+    import fastkpca
+
+    X = np.random.default_rng(0).standard_normal((200, 4))
+    model = getattr(fastkpca, name)(3, fit_inverse_transform=True, random_state=0).fit(X)
+    model.save(tmp_path / "m.npz")
+    loaded = fastkpca.load(tmp_path / "m.npz")
+    T = model.transform(X[:20])
+    # a round trip through the file holds the same arrays: the same operations on them
+    np.testing.assert_array_equal(loaded.transform(X[:20]), T)
+    np.testing.assert_array_equal(loaded.inverse_transform(T), model.inverse_transform(T))
+    np.testing.assert_array_equal(loaded.explained_variance_ratio_, model.explained_variance_ratio_)

@@ -262,6 +262,19 @@ _KPCA_EXPANSION = frozenset(
     {"eigenvalues_", "eigenvectors_", "gram_col_means_", "gram_total_mean_", "kernel_"}
 )
 _RANDOM_FEATURES = frozenset({"feature_map_", "kernel_", "n_output_features_"})
+#: What every KPCA estimator's fit may add for the scikit-learn API: the trace of the centered
+#: Gram (explained_variance_ratio_) and the pre-image map (fit_inverse_transform=True).
+_KPCA_API = frozenset(
+    {"total_variance_", "total_variance_error_", "X_transformed_fit_", "dual_coef_inverse_"}
+)
+_KPCA_ESTIMATORS = (
+    "ExactKPCA",
+    "NystromKPCA",
+    "RandomFeatureKPCA",
+    "StreamingKPCA",
+    "ReducedSetKPCA",
+    "SparsifiedKPCA",
+)
 
 #: The whitelist of fitted attributes, per saveable class: what ``fit`` of that class sets (in
 #: every configuration; tests/test_persistence.py fits each class and checks).  Loading sets
@@ -269,7 +282,7 @@ _RANDOM_FEATURES = frozenset({"feature_map_", "kernel_", "n_output_features_"})
 #: (``transform``, ``__dict__``, ``__class__``), nor an attribute the class never reads.  A new
 #: estimator class, or a new fitted attribute, is added here.
 FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
-    name: _INPUT_ATTRIBUTES | names
+    name: _INPUT_ATTRIBUTES | names | (_KPCA_API if name in _KPCA_ESTIMATORS else frozenset())
     for name, names in {
         "ExactKPCA": _KPCA_EXPANSION | {"X_fit_", "n_components_", "n_iter_"},
         "NystromKPCA": frozenset(
