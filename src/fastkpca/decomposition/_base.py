@@ -201,9 +201,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     def _truncate_components(self, k: int) -> None:
         self.n_components_ = int(k)
-        self.eigenvalues_ = self.eigenvalues_[:k]
-        if hasattr(self, "components_"):
-            self.components_ = self.components_[:k]
+        for name in ("eigenvalues_", "components_"):
+            if hasattr(self, name):
+                setattr(self, name, getattr(self, name)[:k])
         for name in ("eigenvectors_", "dual_coef_"):
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name)[:, :k])
@@ -267,7 +267,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     def _fit_source(self, X) -> RowSource:
         """The training rows as a validated :class:`RowSource`; sets ``n_features_in_``."""
         for name in ("X_transformed_fit_", "dual_coef_inverse_"):  # a refit's own map only
-            vars(self).pop(name, None)
+            self.__dict__.pop(name, None)
         source = as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
         if self._draws_inverse_anchors and getattr(self, "fit_inverse_transform", False):
             # Refuse a one-shot stream before the fit's pass, not after it.
@@ -310,7 +310,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
 
 def _is_fraction(k) -> bool:
-    return isinstance(k, float | np.floating) and 0.0 < k < 1.0
+    return bool(isinstance(k, float | np.floating) and 0.0 < k < 1.0)
 
 
 def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
