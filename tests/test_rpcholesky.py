@@ -276,3 +276,16 @@ def test_nystrom_rpcholesky_on_a_dask_array(digits):
     np.testing.assert_allclose(ours.landmarks_, ref.landmarks_)
     np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
     assert embedding_error(emb, ref.transform(X), align="sign") < 1e-6
+
+
+def test_nystrom_rpcholesky_on_a_low_rank_kernel_is_exact():
+    # Linear kernel on 3 features: rank 3, so 3 landmarks of the 50 asked for, and the Nystrom
+    # approximation is K itself: exact KPCA (zeros beyond the rank).  1e-9: round-off of a
+    # rank-3 Cholesky and two small eigh.
+    X = np.random.default_rng(0).standard_normal((300, 3))
+    model = NystromKPCA(5, kernel="linear", n_landmarks=50, landmarks="rpcholesky", random_state=0)
+    model.fit(X)
+    ref = ExactKPCA(5, kernel="linear").fit(X)
+    assert model.n_landmarks_ == 3
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, atol=1e-9 * 300)
+    assert embedding_error(model.transform(X)[:, :3], ref.transform(X)[:, :3]) < 1e-9
