@@ -359,7 +359,13 @@ class RPCholeskyResult:
 
     @property
     def residual_trace(self) -> float:
-        """``tr(K - C W^+ C^T)``, the trace-norm error of the Nystrom approximation."""
+        """``tr(K - C W^+ C^T)``, the trace-norm error of the Nystrom approximation.
+
+        ``K - C W^+ C^T`` is psd, so this also bounds the centered error
+        ``tr(H (K - C W^+ C^T) H)`` (H the centering matrix) and hence the sum over all i of
+        ``lambda_i(HKH) - lambda_i(H C W^+ C^T H) >= 0``: the KPCA eigenvalues NystromKPCA
+        computes on these landmarks are low by at most this much in total.
+        """
         return float(self.residual_diag.sum())
 
     @property
