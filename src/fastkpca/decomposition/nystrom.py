@@ -37,9 +37,8 @@ __all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
 #: ``n_landmarks=None`` means this many, capped at n.
 DEFAULT_N_LANDMARKS = 1000
 
-#: ``landmarks="kmeans"`` / ``"rls"`` on rows that are not in memory (a dask array) run on a
-#: uniform subsample of this many rows (k-means and the ridge-leverage recursion need random
-#: access to the rows).
+#: ``landmarks="kmeans"`` / ``"rls"`` / ``"rpcholesky"`` on rows that are not in memory (a dask
+#: array) run on a uniform subsample of this many rows (they need random access to the rows).
 LANDMARK_SUBSAMPLE = 100_000
 
 COVARIANCES = ("data", "landmarks")
@@ -71,7 +70,7 @@ class NystromKPCA(BaseKPCA):
     n_landmarks : int or None
         Number of landmarks c; None gives ``min(1000, n_samples)``.  Values above n_samples are
         capped at n_samples (as ``sklearn.kernel_approximation.Nystroem`` does).
-    landmarks : {"uniform", "kmeans", "rls"} or array of shape (c, n_features)
+    landmarks : {"uniform", "kmeans", "rls", "rpcholesky"} or array of shape (c, n_features)
         ``"uniform"``: a uniformly random subset of the rows (on a stream of blocks, the same
         subset by reservoir sampling); ``"kmeans"``: k-means centres with cluster sizes as
         weights (density-weighted Nystrom, Zhang & Kwok 2009); ``"rls"``: recursive ridge
@@ -81,6 +80,18 @@ class NystromKPCA(BaseKPCA):
         pass: none for ``"uniform"``; O(n c^2) for ``"rls"`` (measured 5-8x a uniform fit at
         n = 4e4, c = 400); k-means iterations for ``"kmeans"`` (``MiniBatchKMeans`` above
         20000 rows; measured 10x).
+        ``"rpcholesky"``: randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024),
+        accelerated by block rejection sampling (Epperly, Tropp & Webber 2024): each landmark
+        is a training row drawn with probability proportional to the part of its kernel
+        diagonal that the landmarks before it leave unexplained, so landmarks spread over
+        clusters and outliers and never repeat; fewer than ``n_landmarks`` when the kernel
+        matrix has numerical rank below that.  Cost: n c kernel evaluations, O(n c^2) flops
+        and an n x c float64 factor (8 n c bytes); measured 1.5-3x a uniform fit at n = 3000
+        (``benchmarks/bench_landmarks.py``).  The default stays ``"uniform"``: it is the only
+        method that works on a one-pass stream, it holds O(c d) instead of rpcholesky's
+        8 n c bytes, and rpcholesky's gain is in the clustered / heavy-tailed cases
+        (trace error 1.2-2x lower on pendigits and cpu_act at c = 400, 3 to 30000x on
+        kddcup, within 2 % elsewhere): choose it there.
     covariance : {"data", "landmarks"}
         ``"data"``: the covariance of z over all training rows (the Nystrom approximation's exact
         KPCA; landmark weights cancel).  ``"landmarks"``: over the landmarks weighted by
@@ -173,9 +184,9 @@ class NystromKPCA(BaseKPCA):
         Every input gives the model of the in-memory array with the same seed: the same uniform
         landmarks (drawn by index, or by reservoir sampling in one pass over a stream), the
         kernel-row moments reduced over the blocks (per chunk on the workers for a dask array).
-        ``"kmeans"`` and ``"rls"`` need random access to the rows: they run on the array, or on a
-        uniform subsample of at most ``LANDMARK_SUBSAMPLE`` rows of a dask array, and refuse a
-        stream.  A stream must be re-iterable (a list of blocks, a reader) for
+        ``"kmeans"``, ``"rls"`` and ``"rpcholesky"`` need random access to the rows: they run on
+        the array, or on a uniform subsample of at most ``LANDMARK_SUBSAMPLE`` rows of a dask
+        array, and refuse a stream.  A stream must be re-iterable (a list of blocks, a reader) for
         ``landmarks="uniform"`` with ``covariance="data"`` (reservoir sampling, then the
         covariance); given landmarks or ``covariance="landmarks"`` need one pass.
         """
@@ -233,7 +244,10 @@ class NystromKPCA(BaseKPCA):
                 kernel(L.astype(np.float64)), weights, source.n_samples
             )
         n = moments.count
-        self._resolve_n_components(min(n, L.shape[0]), what="min(n_samples, n_landmarks)")
+        # A selector may return fewer landmarks than asked for (rpcholesky on a kernel of lower
+        # rank): the components beyond the rank are then zero, as for exact KPCA.
+        asked = L.shape[0] if method is None else min(c, n)
+        self._resolve_n_components(min(n, asked), what="min(n_samples, n_landmarks)")
         W = kernel(L.astype(np.float64))
         values, vectors = nystrom_normalization(W)
         eigenvalues, components, mean, normalization = nystrom_kpca(
