@@ -1,6 +1,6 @@
 """Calibration of ``fastkpca.metrics.estimate_error`` against the exact errors on real data.
 
-For each data set (pendigits, cpu_act, mnist; the first n rows, n = 8000 by default) and each
+For each data set (pendigits, cpu_act, mnist; the first n rows, n = 6000 by default) and each
 approximate method at two model sizes, the script fits the model, computes
 
 - the truth: ``relative_rank_k_error`` (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, with the
@@ -12,7 +12,7 @@ and reports whether the estimate of ``err - 1`` is within a factor 2 of the trut
 0.01 of it (the acceptance criterion), and whether the stated 95 % interval covers the truth.
 ExactKPCA itself is a sanity row (truth 1.0 and 0.0), not counted in the fraction.
 
-    .venv/bin/python benchmarks/bench_estimate_error.py            # n = 8000, ~10 min here
+    .venv/bin/python benchmarks/bench_estimate_error.py            # n = 6000, ~20 min here
     .venv/bin/python benchmarks/bench_estimate_error.py --quick    # n = 2500, n_probe = 1000
 
 Writes ``benchmarks/results/bench_estimate_error[_quick].json``.  Wall times are measured in
@@ -175,7 +175,7 @@ def main(argv=None):
     parser.add_argument("--n-probe", type=int, default=None)
     parser.add_argument("--datasets", default="pendigits,cpu_act,mnist")
     args = parser.parse_args(argv)
-    n = args.n_samples or (2500 if args.quick else 8000)
+    n = args.n_samples or (2500 if args.quick else 6000)
     n_probe = args.n_probe or (1000 if args.quick else 2000)
     rows, info = [], []
     for name in args.datasets.split(","):
