@@ -525,3 +525,64 @@ def test_method_registry():
         elif isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
     assert "fastkpca.decomposition" in imported and "fastkpca.cli" not in imported
+
+
+def test_evaluate_and_fit_report_the_error_estimate(tmp_path, capsys):
+    """The estimate of fastkpca.metrics.estimate_error, without and with exact KPCA beside it."""
+    from fastkpca.datasets import make_random_noisy
+    from fastkpca.metrics import relative_rank_k_error
+
+    X = make_random_noisy(1500, 10, signal_dim=5, random_state=0)
+    path = tmp_path / "x.npy"
+    np.save(path, X)
+    model = tmp_path / "m.npz"
+    rc = main(
+        [
+            "fit",
+            str(path),
+            "-m",
+            "nystrom",
+            "-k",
+            "4",
+            "--param",
+            "n_landmarks=40",
+            "-q",
+            "--estimate-error",
+            "--n-probe",
+            "600",
+            "-o",
+            str(model),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "error estimate on 1500 of 1500 rows" in out
+    assert "relative rank-k error" in out and "eigenvalue error" in out
+    assert (
+        main(
+            [
+                "evaluate",
+                str(model),
+                str(path),
+                "--max-samples",
+                "1500",
+                "--n-probe",
+                "600",
+                "--json",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    res = json.loads(capsys.readouterr().out)
+    est = res["estimate"]["relative_rank_k_error"]
+    truth = res["metrics"]["relative_rank_k_error"]["model"]
+    # the issue's calibration criterion: err - 1 within a factor 2 of the truth, or 0.01
+    assert abs(est["estimate"] - truth) <= max(0.01, (truth - 1) / 2) or (
+        0.5 <= (est["estimate"] - 1) / (truth - 1) <= 2
+    )
+    fitted = __import__("fastkpca").load(model)
+    assert truth == pytest.approx(relative_rank_k_error(X, fitted.transform(X), fitted.kernel_))
+    # only the estimate: no exact KPCA, so no exact table
+    assert main(["evaluate", str(model), str(path), "--no-exact", "--n-probe", "600", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "relative rank-k error" in out and "against exact KPCA" not in out
