@@ -208,14 +208,15 @@ def shadow_density(
 
     # the centres found so far, in creation order, with their squared norms, set sizes and
     # coordinate sums (grown as new centres appear: O(m d) memory)
-    source = as_source(X)
+    source = as_source(X, accept_sparse=True)
     dtype, n_features = source.dtype, source.n_features
     C, C_sq = np.empty((0, n_features)), np.empty(0)
     counts, sums = np.zeros(0), np.zeros((0, n_features))
     labels: list[np.ndarray] = []
     m = 0
     for _, block in source.blocks(block_rows):
-        Xb = np.asarray(block, dtype=np.float64)
+        # one block at a time: a CSR block is densified, so memory stays one block of rows
+        Xb = block.toarray() if sp.issparse(block) else np.asarray(block, dtype=np.float64)
         b = Xb.shape[0]
         owner = np.full(b, -1, dtype=np.intp)
         # 1. the earliest existing centre within the radius (centre chunks in creation order)
@@ -265,6 +266,12 @@ def shadow_density(
 # ---------------------------------------------------------------------------------------------
 # the densities that take the number of centres m
 # ---------------------------------------------------------------------------------------------
+def _dense_rows(X, idx) -> np.ndarray:
+    """A dense copy of the rows ``X[idx]`` (X an array or a CSR matrix): centres are dense."""
+    rows = X[idx]
+    return rows.toarray() if sp.issparse(rows) else np.array(rows)
+
+
 def _check_m(n_centers, n):
     return check_int("n_centers", n_centers, low=1, high=n)
 
@@ -313,7 +320,7 @@ def uniform_density(X, n_centers: int, *, rng: np.random.Generator) -> ReducedSe
     n = X.shape[0]
     m = _check_m(n_centers, n)
     idx = np.sort(rng.choice(n, size=m, replace=False))
-    return ReducedSet(centers=np.array(X[idx]), weights=np.full(m, n / m))
+    return ReducedSet(centers=_dense_rows(X, idx), weights=np.full(m, n / m))
 
 
 def paring_density(
@@ -355,8 +362,8 @@ def paring_density(
     idx = rng.integers(0, n, size=m)
     if bandwidth == 0.0:
         rows, counts = np.unique(idx, return_counts=True)
-        return ReducedSet(centers=np.array(X[rows]), weights=counts * (n / m))
-    noisy = np.asarray(X[idx], dtype=np.float64) + bandwidth * rng.standard_normal((m, d))
+        return ReducedSet(centers=_dense_rows(X, rows), weights=counts * (n / m))
+    noisy = _dense_rows(X, idx).astype(np.float64) + bandwidth * rng.standard_normal((m, d))
     return ReducedSet(centers=noisy.astype(X.dtype, copy=False), weights=np.full(m, n / m))
 
 
@@ -398,7 +405,7 @@ def herding_density(
     )
     T_max = 4 * m if max_steps is None else check_int("max_steps", max_steps, low=m)
     cand_idx = np.arange(n) if n_cand == n else np.sort(rng.choice(n, n_cand, replace=False))
-    cand = np.asarray(X[cand_idx], dtype=np.float64)
+    cand = _dense_rows(X, cand_idx).astype(np.float64)
     # mu_p on the candidates: row blocks of X against chunks of candidates
     mu = np.zeros(n_cand)
     for s in range(0, n_cand, _HERDING_CANDIDATE_CHUNK):
@@ -418,4 +425,4 @@ def herding_density(
         T += 1
         running += kernel(cand, cand[j : j + 1])[:, 0]
     keep = np.flatnonzero(chosen)
-    return ReducedSet(centers=np.asarray(X[cand_idx[keep]]), weights=chosen[keep] * (n / T))
+    return ReducedSet(centers=_dense_rows(X, cand_idx[keep]), weights=chosen[keep] * (n / T))

@@ -223,6 +223,10 @@ class ReducedSetKPCA(BaseKPCA):
     (True, (2, 3))
     """
 
+    #: CSR rows are read block by block (shadow density) or by index (the other densities); the
+    #: centres are dense, so the model and its transform are the dense ones.
+    _accepts_sparse = True
+
     def __init__(
         self,
         n_components=None,
