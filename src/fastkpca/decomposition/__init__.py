@@ -10,6 +10,7 @@ import importlib
 # public name -> submodule; submodules are imported on first use
 _LAZY = {
     "ExactKPCA": "exact",
+    "KernelPCA": "kernel_pca",
     "NystromKPCA": "nystrom",
     "RandomFeatureKPCA": "random_features",
     "StreamingKPCA": "streaming",
