@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "ExactKPCA": "fastkpca.decomposition",
+    "KernelPCA": "fastkpca.decomposition",
     "NystromKPCA": "fastkpca.decomposition",
     "RandomFeatureKPCA": "fastkpca.decomposition",
     "StreamingKPCA": "fastkpca.decomposition",

@@ -12,6 +12,7 @@ matern     Matern(nu) with length scale l = 1 / sqrt(2 gamma)     Student-t, 2 n
 polynomial (gamma <x, y> + coef0)^degree                          (not shift-invariant)
 linear     <x, y>
 cosine     <x, y> / (||x|| ||y||)
+sigmoid    tanh(gamma <x, y> + coef0)                             (not PSD in general)
 ========== ====================================================== =================
 
 The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(gamma), and
@@ -40,6 +41,7 @@ __all__ = [
     "Polynomial",
     "Linear",
     "Cosine",
+    "Sigmoid",
     "make_kernel",
     "resolve_gamma",
     "KERNELS",
@@ -394,6 +396,34 @@ class Cosine(Kernel):
         return (_row_sq_norms(X) > 0).astype(result_dtype(X))
 
 
+class Sigmoid(Kernel):
+    """Sigmoid (hyperbolic tangent) kernel ``tanh(gamma <x, y> + coef0)``.
+
+    As ``sklearn.metrics.pairwise.sigmoid_kernel``.  It is not positive semi-definite for every
+    gamma and coef0, so its centered Gram can have negative eigenvalues.
+    """
+
+    name = "sigmoid"
+
+    def __init__(self, gamma: float = 1.0, coef0: float = 1.0):
+        self.gamma = _check_positive("gamma", gamma)
+        if not isinstance(coef0, numbers.Real) or isinstance(coef0, bool) or not np.isfinite(coef0):
+            raise ValueError(f"coef0 must be a finite number, got {coef0!r}")
+        self.coef0 = float(coef0)
+
+    def get_params(self):
+        return {"gamma": self.gamma, "coef0": self.coef0}
+
+    def _block(self, Xc, Y, ctx):
+        K = _dot(_as_float64(Xc), _as_float64(Y))
+        K *= self.gamma
+        K += self.coef0
+        return np.tanh(K, out=K)
+
+    def diag(self, X):
+        return np.tanh(self.gamma * _row_sq_norms(X) + self.coef0).astype(result_dtype(X))
+
+
 KERNELS: dict[str, type[Kernel]] = {
     "rbf": RBF,
     "laplacian": Laplacian,
@@ -401,7 +431,11 @@ KERNELS: dict[str, type[Kernel]] = {
     "polynomial": Polynomial,
     "linear": Linear,
     "cosine": Cosine,
+    "sigmoid": Sigmoid,
 }
+
+#: Other spellings accepted by :func:`make_kernel` (scikit-learn's ``"poly"``).
+KERNEL_ALIASES = {"poly": "polynomial"}
 
 
 def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
@@ -451,14 +485,17 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
     Parameters
     ----------
     spec : str or Kernel
-        One of ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``,
-        ``"cosine"``, or a Kernel object (returned unchanged).
+        One of ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"`` (or scikit-learn's
+        ``"poly"``), ``"linear"``, ``"cosine"``, ``"sigmoid"``, or a Kernel object (returned
+        unchanged).
     gamma : float, None, "scale" or "median"
         Resolved with :func:`resolve_gamma` (``X`` is needed for the string forms and None).
-    degree, coef0 : polynomial parameters.  nu : Matern smoothness.
+    degree, coef0 : polynomial (and sigmoid: coef0) parameters.  nu : Matern smoothness.
     """
     if isinstance(spec, Kernel):
         return spec
+    if isinstance(spec, str):
+        spec = KERNEL_ALIASES.get(spec, spec)
     if not isinstance(spec, str) or spec not in KERNELS:
         raise ValueError(
             f"unknown kernel {spec!r}; choose one of {sorted(KERNELS)} "
@@ -472,6 +509,8 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
         return Polynomial(degree=degree, gamma=g, coef0=coef0)
     if cls is Matern:
         return Matern(gamma=g, nu=nu)
+    if cls is Sigmoid:
+        return Sigmoid(gamma=g, coef0=coef0)
     if cls is Laplacian:
         return Laplacian(gamma=g)
     if cls is RBF:

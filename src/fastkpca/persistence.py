@@ -285,6 +285,8 @@ FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
     name: _INPUT_ATTRIBUTES | names | (_KPCA_API if name in _KPCA_ESTIMATORS else frozenset())
     for name, names in {
         "ExactKPCA": _KPCA_EXPANSION | {"X_fit_", "n_components_", "n_iter_"},
+        "KernelPCA": _KPCA_EXPANSION
+        | {"X_fit_", "X_transformed_fit_", "dual_coef_", "gamma_", "n_iter_"},
         "NystromKPCA": frozenset(
             {
                 "components_",

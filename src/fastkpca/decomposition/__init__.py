@@ -33,6 +33,7 @@ __all__ = [
 # public name -> submodule; submodules are imported on first use
 _LAZY = {
     "ExactKPCA": "exact",
+    "KernelPCA": "kernel_pca",
     "NystromKPCA": "nystrom",
     "RandomFeatureKPCA": "random_features",
     "StreamingKPCA": "streaming",

@@ -1,0 +1,544 @@
+"""Drop-in replacement for ``sklearn.decomposition.KernelPCA`` on fastkpca's exact machinery.
+
+``from fastkpca import KernelPCA`` is the whole migration: the signature, defaults, fitted
+attributes and errors are scikit-learn's (1.9), the numerics are fastkpca's: one Gram in X's dtype
+filled by its upper triangle on all cores (:func:`~fastkpca.decomposition.exact.symmetric_gram`),
+centered in place, and eigensolvers from :mod:`fastkpca.solvers` (``arpack`` is ARPACK Lanczos,
+``randomized`` is block Krylov iteration to a tolerance).
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics.pairwise import pairwise_kernels
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from .. import kernels, solvers
+from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from .._utils import as_generator
+from ..kernels import Kernel, chunk_rows, make_kernel, result_dtype
+from ._base import BaseKPCA
+from .exact import GRAM_BLOCK_MB, _center_block_rows, symmetric_gram
+
+__all__ = ["KernelPCA"]
+
+#: scikit-learn's eigen_solver names -> fastkpca's solvers ("lanczos" is accepted as an alias).
+EIGEN_SOLVERS = {
+    "auto": "auto",
+    "dense": "dense",
+    "arpack": "lanczos",
+    "lanczos": "lanczos",
+    "randomized": "randomized",
+}
+
+#: Kernel names: scikit-learn's KernelPCA names plus "polynomial" and "laplacian".
+KERNEL_NAMES = ("linear", "poly", "polynomial", "rbf", "sigmoid", "cosine", "laplacian")
+
+#: Significant negative eigenvalues (scikit-learn's ``_check_psd_eigenvalues`` thresholds, per
+#: working precision): below both ``-ratio * max`` and ``-value`` the kernel is not PSD.
+NEGATIVE_EIGENVALUE = {
+    np.dtype(np.float64): {"ratio": 1e-5, "value": 1e-10},
+    np.dtype(np.float32): {"ratio": 5e-3, "value": 1e-6},
+}
+
+#: scikit-learn's ``eigen_solver="auto"`` takes ARPACK for n > 200 and n_components < 10, dense
+#: otherwise; here its ARPACK choice, and its dense choice above this n (when n_components < n / 5),
+#: go to block Krylov, which makes several times fewer passes over the Gram.
+AUTO_DENSE_MAX_N = 1000
+
+
+class _PairwiseKernel(Kernel):
+    """A kernel evaluated by ``sklearn.metrics.pairwise.pairwise_kernels``.
+
+    For what fastkpca's own kernels do not cover: callables with ``kernel_params``, and the
+    parameters scikit-learn accepts outside their domain (``gamma=0``, a negative ``coef0`` or a
+    non-integer ``degree`` for ``poly``).  Blocks are float64, as for every Kernel.
+    """
+
+    name = "pairwise"
+
+    def __init__(self, metric, params):
+        self.metric = metric
+        self.params = dict(params)
+
+    def get_params(self):
+        return {"metric": self.metric, **self.params}
+
+    def _block(self, Xc, Y, ctx):
+        K = pairwise_kernels(Xc, Y, metric=self.metric, filter_params=True, **self.params)
+        return np.asarray(K, dtype=np.float64)
+
+    def diag(self, X):
+        out = [self._block(X[i : i + 1], X[i : i + 1], None)[0, 0] for i in range(X.shape[0])]
+        return np.asarray(out, dtype=result_dtype(X))
+
+    def __hash__(self):
+        return id(self)
+
+
+def _check_real(name, value, *, low=None, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+def _check_int(name, value, *, low=None, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be a boolean, got {value!r}")
+
+
+def _n_threads(n_jobs):
+    """joblib's n_jobs convention (None: all usable cores, as fastkpca's Gram fill)."""
+    if n_jobs is None:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
+
+
+def _center_precomputed(K, block):
+    """Center a given (possibly non-symmetric) training Gram in place; symmetrize it if needed.
+
+    ``K - 1 c^T - r 1^T + mean`` with the column means c and the row means r, as scikit-learn's
+    ``KernelCenterer`` (both are the same vector for a symmetric Gram, which is all that
+    :func:`fastkpca._centering.center_gram_inplace` handles).  A Gram that is still not symmetric
+    is replaced by its symmetric part ``(K + K^T) / 2``: the eigensolvers read a symmetric
+    matrix, and the symmetric part is the nearest one.
+    """
+    n = K.shape[0]
+    col_means = np.zeros(n)
+    row_means = np.empty(n)
+    for s in range(0, n, block):
+        Kb = np.asarray(K[s : s + block], dtype=np.float64)
+        col_means += Kb.sum(axis=0)
+        row_means[s : s + block] = Kb.mean(axis=1)
+    col_means /= n
+    total = float(col_means.mean())
+    for s in range(0, n, block):
+        corr = row_means[s : s + block, None] + col_means[None, :] - total
+        K[s : s + block] -= corr.astype(K.dtype, copy=False)
+    symmetric = all(
+        np.array_equal(K[s : s + block], K[:, s : s + block].T) for s in range(0, n, block)
+    )
+    if not symmetric:
+        for s in range(0, n, block):
+            for t in range(s, n, block):
+                sym = (K[s : s + block, t : t + block] + K[t : t + block, s : s + block].T) / 2
+                K[s : s + block, t : t + block] = sym
+                K[t : t + block, s : s + block] = sym.T
+    return CenteringStats(col_means=col_means, total_mean=total)
+
+
+def _check_psd(values, dtype):
+    """Raise if the eigenvalues show a significantly non-PSD kernel (scikit-learn's rule)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return
+    thr = NEGATIVE_EIGENVALUE.get(np.dtype(dtype), NEGATIVE_EIGENVALUE[np.dtype(np.float64)])
+    top, low = values.max(), values.min()
+    if top < 0:
+        raise ValueError(
+            f"All eigenvalues are negative (maximum is {top:g}). Either the matrix is not PSD, "
+            "or there was an issue while computing the eigendecomposition of the matrix."
+        )
+    if low < -thr["ratio"] * top and low < -thr["value"]:
+        raise ValueError(
+            f"There are significant negative eigenvalues ({-low / top:g} of the maximum "
+            "positive). Either the matrix is not PSD, or there was an issue while computing "
+            "the eigendecomposition of the matrix."
+        )
+
+
+class KernelPCA(BaseKPCA):
+    """Kernel PCA with scikit-learn's ``KernelPCA`` interface, computed by fastkpca.
+
+    A drop-in for ``sklearn.decomposition.KernelPCA``: same parameters, defaults, fitted
+    attributes, errors and outputs (columns up to sign; the signs are deterministic, each
+    eigenvector's largest-magnitude entry positive, scikit-learn's ``svd_flip`` rule, so they
+    agree with scikit-learn's wherever that entry is not a near tie).  What differs is how it is
+    computed:
+
+    - one n x n Gram in X's dtype (float32 input: a float32 Gram, half the memory), its upper
+      triangle filled by threads, centered in place and handed to the eigensolver, which may
+      overwrite it;
+    - ``eigen_solver="randomized"`` is fastkpca's block Krylov iteration (Musco & Musco 2015),
+      which stops at a residual tolerance instead of after a fixed number of power iterations,
+      and returns the largest eigenvalues (scikit-learn's randomized solver selects them by
+      modulus);
+    - ``eigen_solver="auto"`` follows scikit-learn's rule (dense for n <= 200 or
+      n_components >= 10, ARPACK otherwise) except that where scikit-learn would pick ARPACK,
+      or dense for n > 1000 with n_components < n / 5, it runs block Krylov.
+
+    Of fastkpca's shared estimator machinery it takes only :meth:`save` (``fastkpca.load``
+    reads the model back; a callable kernel cannot be stored).
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Number of components; None keeps all components with non-zero eigenvalue.  Values above
+        n_samples are capped to n_samples.
+    kernel : {"linear", "poly", "rbf", "sigmoid", "cosine", "precomputed"}, callable or Kernel, \
+            default="linear"
+        Also ``"polynomial"`` (= ``"poly"``), ``"laplacian"`` and a
+        :class:`fastkpca.kernels.Kernel`.  A callable takes two rows (and ``kernel_params``) and
+        returns a number, as in ``sklearn.metrics.pairwise.pairwise_kernels``.
+    gamma : float or None, default=None
+        Kernel coefficient of rbf, poly, sigmoid and laplacian; None is 1 / n_features.
+    degree : float, default=3
+        Degree of the poly kernel.
+    coef0 : float, default=1
+        Independent term of the poly and sigmoid kernels.
+    kernel_params : dict or None, default=None
+        Keyword arguments of a callable kernel (ignored by the named kernels).
+    alpha : float, default=1.0
+        Ridge parameter of the kernel ridge regression learned for ``inverse_transform``.
+    fit_inverse_transform : bool, default=False
+        Learn pre-images (Bakir, Weston & Schoelkopf 2004) for ``inverse_transform``.
+    eigen_solver : {"auto", "dense", "arpack", "randomized"}, default="auto"
+        ``"dense"``: LAPACK ``syevr`` on the top n_components; ``"arpack"`` (or ``"lanczos"``):
+        ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.
+    tol : float, default=0
+        ARPACK's tolerance (0: machine precision, as scikit-learn); for ``randomized`` the
+        relative Ritz residual at which it stops (0: 1e-8 in float64, 1e-5 in float32).
+    max_iter : int or None, default=None
+        Iteration cap of ARPACK, and of the block Krylov passes (default 500).
+    iterated_power : int >= 0 or "auto", default="auto"
+        ``randomized`` only: an int caps the passes over the Gram at ``iterated_power + 2``,
+        as many as scikit-learn's power iteration makes; the Krylov space of those passes
+        contains scikit-learn's subspace, so the result is at least as accurate.  ``"auto"``
+        iterates to ``tol``.
+    remove_zero_eig : bool, default=False
+        Drop components with zero eigenvalue (always done when n_components is None).
+    random_state : int, RandomState, Generator or None, default=None
+        Start vectors of ``arpack`` and ``randomized``.
+    copy_X : bool, default=True
+        Store a copy of X in ``X_fit_``; with False, ``X_fit_`` is X itself (and a precomputed
+        Gram is centered in place, as in scikit-learn).
+    n_jobs : int or None, default=None
+        Threads that fill the Gram (None: all usable cores; negative values count back from
+        the number of cores as in joblib).
+
+    Attributes
+    ----------
+    eigenvalues_ : ndarray (n_components,)
+        Eigenvalues of the centered training Gram, descending, in X's float dtype.
+    eigenvectors_ : ndarray (n_samples, n_components)
+        The unit-norm eigenvectors (dual coefficients), in X's float dtype.
+    dual_coef_ : ndarray (n_samples, n_features)
+        Kernel ridge coefficients of the inverse transform (``fit_inverse_transform=True``).
+    X_transformed_fit_ : ndarray (n_samples, n_components)
+        Training projections (``fit_inverse_transform=True``).
+    X_fit_ : ndarray or sparse matrix (n_samples, n_features)
+        The training data (for ``kernel="precomputed"``: the centered training Gram, as
+        scikit-learn stores it).
+    gamma_ : float
+        The kernel coefficient used (``1 / n_features`` when gamma is None).
+    kernel_ : Kernel or None
+        The resolved fastkpca kernel (None for ``"precomputed"``).
+    n_iter_ : int
+        Eigensolver work: 1 (dense), matrix-vector products (arpack) or passes over the Gram
+        (randomized).
+    n_features_in_, feature_names_in_ : as every scikit-learn estimator.
+    """
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="linear",
+        gamma=None,
+        degree=3,
+        coef0=1,
+        kernel_params=None,
+        alpha=1.0,
+        fit_inverse_transform=False,
+        eigen_solver="auto",
+        tol=0,
+        max_iter=None,
+        iterated_power="auto",
+        remove_zero_eig=False,
+        random_state=None,
+        copy_X=True,
+        n_jobs=None,
+    ):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.kernel_params = kernel_params
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.alpha = alpha
+        self.fit_inverse_transform = fit_inverse_transform
+        self.eigen_solver = eigen_solver
+        self.tol = tol
+        self.max_iter = max_iter
+        self.iterated_power = iterated_power
+        self.remove_zero_eig = remove_zero_eig
+        self.random_state = random_state
+        self.copy_X = copy_X
+        self.n_jobs = n_jobs
+
+    # --- fit ----------------------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Fit the model on X of shape (n_samples, n_features) (a Gram for "precomputed")."""
+        self._fit(X)
+        return self
+
+    def fit_transform(self, X, y=None, **params):
+        """Fit and return the training projections ``eigenvectors_ * sqrt(eigenvalues_)``."""
+        self._fit(X)
+        return self.eigenvectors_ * np.sqrt(self.eigenvalues_)
+
+    def _fit(self, X):
+        self._check_params()
+        precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        if self.fit_inverse_transform and precomputed:
+            raise ValueError("Cannot fit_inverse_transform with a precomputed kernel.")
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            accept_large_sparse=self._accept_large_sparse,
+            dtype=[np.float64, np.float32],
+            copy=self.copy_X,
+        )
+        n = X.shape[0]
+        self.gamma_ = 1 / X.shape[1] if self.gamma is None else self.gamma
+        rng = as_generator(self.random_state)
+        block = _center_block_rows(n)
+        if precomputed:
+            if sp.issparse(X):
+                raise ValueError("a precomputed kernel must be a dense array, got a sparse matrix")
+            if X.shape[0] != X.shape[1]:
+                raise ValueError(f"a precomputed kernel must be square, got shape {X.shape}")
+            if not X.flags.writeable:
+                X = X.copy()
+            self.kernel_ = None
+            K = X  # centered in place: a copy unless copy_X=False, as in scikit-learn
+            stats = _center_precomputed(K, block)
+        else:
+            self.kernel_ = self._make_kernel()
+            K = symmetric_gram(X, self.kernel_, n_threads=_n_threads(self.n_jobs))
+            stats = center_gram_inplace(K, block=block)
+        self.gram_col_means_ = stats.col_means
+        self.gram_total_mean_ = stats.total_mean
+
+        k = n if self.n_components is None else min(n, self.n_components)
+        # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
+        vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed)
+        del K
+        if self.remove_zero_eig or self.n_components is None:
+            keep = vals > 0
+            vals, vecs = vals[keep], vecs[:, keep]
+        dtype = result_dtype(X)
+        self.eigenvalues_ = vals.astype(dtype)
+        self.eigenvectors_ = vecs.astype(dtype)
+        self.X_fit_ = X
+        if self.fit_inverse_transform:
+            self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
+
+    def _check_params(self):
+        _check_int("n_components", self.n_components, low=1, allow_none=True)
+        kernel = self.kernel
+        if not (isinstance(kernel, Kernel) or callable(kernel)) and (
+            not isinstance(kernel, str) or kernel not in KERNEL_NAMES + ("precomputed",)
+        ):
+            raise ValueError(
+                f"kernel must be one of {KERNEL_NAMES + ('precomputed',)}, a callable or a "
+                f"fastkpca.kernels.Kernel, got {kernel!r}"
+            )
+        _check_real("gamma", self.gamma, low=0, allow_none=True)
+        _check_real("degree", self.degree, low=0)
+        _check_real("coef0", self.coef0)
+        if self.kernel_params is not None and not isinstance(self.kernel_params, dict):
+            raise ValueError(f"kernel_params must be a dict or None, got {self.kernel_params!r}")
+        _check_real("alpha", self.alpha, low=0)
+        _check_bool("fit_inverse_transform", self.fit_inverse_transform)
+        if not isinstance(self.eigen_solver, str) or self.eigen_solver not in EIGEN_SOLVERS:
+            raise ValueError(
+                f"eigen_solver must be one of {tuple(EIGEN_SOLVERS)}, got {self.eigen_solver!r}"
+            )
+        _check_real("tol", self.tol, low=0)
+        _check_int("max_iter", self.max_iter, low=1, allow_none=True)
+        if not (isinstance(self.iterated_power, str) and self.iterated_power == "auto"):
+            _check_int("iterated_power", self.iterated_power, low=0)
+        _check_bool("remove_zero_eig", self.remove_zero_eig)
+        _check_bool("copy_X", self.copy_X)
+        _check_int("n_jobs", self.n_jobs, allow_none=True)
+        if self.n_jobs == 0:
+            raise ValueError("n_jobs == 0 has no meaning; use None, a positive or -1")
+
+    def _make_kernel(self):
+        """fastkpca's kernel for the spec, or pairwise_kernels where fastkpca has none."""
+        if isinstance(self.kernel, Kernel):
+            return self.kernel
+        if callable(self.kernel):
+            return _PairwiseKernel(self.kernel, self.kernel_params or {})
+        degree = self.degree
+        if isinstance(degree, numbers.Real) and float(degree).is_integer() and degree >= 1:
+            degree = int(degree)  # fastkpca's Polynomial takes an integer degree
+        try:
+            return make_kernel(self.kernel, gamma=self.gamma_, degree=degree, coef0=self.coef0)
+        except ValueError:
+            # Parameters scikit-learn accepts outside fastkpca's kernels' domain (gamma = 0, a
+            # negative coef0 or a fractional degree for poly): its own pairwise kernel.
+            params = {"gamma": self.gamma_, "degree": self.degree, "coef0": self.coef0}
+            return _PairwiseKernel(self.kernel, params)
+
+    def _solver(self, n, k):
+        solver = EIGEN_SOLVERS[self.eigen_solver]
+        if solver != "auto":
+            return solver
+        sklearn_dense = n <= 200 or k >= 10
+        if sklearn_dense and (n <= AUTO_DENSE_MAX_N or k >= n // 5):
+            return "dense"
+        return "randomized"
+
+    def _eigh(self, K, k, rng, *, overwrite):
+        """Top-k eigenpairs of the centered Gram K: fastkpca's solvers, scikit-learn's checks.
+
+        The solvers are called before :func:`fastkpca.solvers.eigh_topk`'s post-processing,
+        which would clip negative eigenvalues to zero: a significantly negative one must raise
+        (a kernel that is not PSD), as in scikit-learn.
+        """
+        n = K.shape[0]
+        dtype = np.dtype(K.dtype)
+        tols = solvers.TOLERANCES.get(dtype, solvers.TOLERANCES[np.dtype(np.float64)])
+        solver = self._solver(n, k)
+        if solver == "lanczos" and k >= n:
+            solver = "dense"  # ARPACK needs k < n; scipy's eigsh falls back to eigh the same way
+        if solver == "dense":
+            vals, vecs = solvers._dense(K, k, overwrite)
+            n_iter = 1
+        elif solver == "lanczos":
+            vals, vecs, n_iter = solvers._lanczos(K, k, rng, self.tol, self.max_iter)
+        else:
+            max_iter = self.max_iter or 500
+            if self.iterated_power != "auto":
+                max_iter = min(max_iter, self.iterated_power + 2)
+            vals, vecs, n_iter = solvers._randomized(
+                K,
+                k,
+                rng,
+                self.tol or tols["iterative"],
+                max_iter,
+                10,
+                dtype == np.float32,
+            )
+        _check_psd(vals, dtype)
+        self.n_iter_ = n_iter
+        return solvers.postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])
+
+    def _fit_inverse(self, X_transformed, X):
+        """Kernel ridge regression from the projections back to X (Bakir et al. 2004)."""
+        if sp.issparse(X):
+            raise ValueError("fit_inverse_transform is not implemented for sparse input X")
+        n = X_transformed.shape[0]
+        # The same kernel (and gamma_) on the embedding, as scikit-learn's KernelPCA.
+        K = symmetric_gram(X_transformed, self.kernel_, n_threads=_n_threads(self.n_jobs))
+        K.flat[:: n + 1] += self.alpha
+        self.dual_coef_ = la.solve(K, X, assume_a="pos", overwrite_a=True)
+        self.X_transformed_fit_ = X_transformed
+
+    # --- transform ----------------------------------------------------------------------------
+    def transform(self, X):
+        """Project X on the principal axes: centered ``k(X, X_fit_) @ alphas / sqrt(lambda)``.
+
+        For ``kernel="precomputed"``, X is the kernel between new points and the training
+        points, of shape (n_new, n_samples_fit).
+        """
+        check_is_fitted(self)
+        X = validate_data(
+            self,
+            X,
+            accept_sparse="csr",
+            accept_large_sparse=self._accept_large_sparse,
+            dtype=[np.float64, np.float32],
+            reset=False,
+        )
+        vals = self.eigenvalues_.astype(np.float64)
+        scale = np.zeros_like(vals)
+        scale[vals > 0] = 1.0 / np.sqrt(vals[vals > 0])
+        alphas = self.eigenvectors_.astype(np.float64) * scale
+        stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
+        n_fit = self.eigenvectors_.shape[0]
+        out = np.empty((X.shape[0], alphas.shape[1]), dtype=result_dtype(X, self.eigenvectors_))
+        step = chunk_rows(n_fit, working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB))
+        X_fit = None if self.kernel_ is None else self._X_fit_float64()
+        for s in range(0, X.shape[0], step):
+            if self.kernel_ is None:
+                Kb = X[s : s + step]  # copied: it is centered in place below
+                Kb = (
+                    Kb.toarray().astype(np.float64) if sp.issparse(Kb) else np.array(Kb, np.float64)
+                )
+            else:
+                Kb = self.kernel_(X[s : s + step], X_fit)
+            center_gram_out_of_sample(Kb, stats)
+            out[s : s + step] = Kb @ alphas
+        return out
+
+    def _X_fit_float64(self):
+        X = self.X_fit_
+        return X.astype(np.float64, copy=False)
+
+    def inverse_transform(self, X):
+        """Pre-images of projections X by the learned kernel ridge regression.
+
+        As in scikit-learn, the mean removed by centering is not restored.
+        """
+        if not self.fit_inverse_transform:
+            raise NotFittedError(
+                "The fit_inverse_transform parameter was not set to True when instantiating "
+                "and hence the inverse transform is not available."
+            )
+        check_is_fitted(self, "dual_coef_")
+        X = check_array(X, dtype=[np.float64, np.float32])
+        width = self.X_transformed_fit_.shape[1]
+        if X.shape[1] != width:
+            raise ValueError(f"X has {X.shape[1]} columns, but the model has {width} components")
+        out = np.empty((X.shape[0], self.dual_coef_.shape[1]), dtype=self.dual_coef_.dtype)
+        Z = self.X_transformed_fit_.astype(np.float64)
+        for s, e, Kb in self.kernel_.blocks(X, Z):
+            out[s:e] = Kb @ self.dual_coef_
+        return out
+
+    # --- scikit-learn plumbing ----------------------------------------------------------------
+    @property
+    def _accept_large_sparse(self):
+        # The L1 distances of sparse rows go through scikit-learn's manhattan_distances, whose
+        # compiled loop takes 32-bit indices only.
+        return not (isinstance(self.kernel, str) and self.kernel == "laplacian")
+
+    @property
+    def _n_features_out(self):
+        return self.eigenvalues_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Pre-images are not learned from sparse X, nor is a Gram taken sparse (scikit-learn
+        # raises on both too, but still sets the tag).
+        precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        tags.input_tags.sparse = not (self.fit_inverse_transform or precomputed)
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.pairwise = precomputed
+        return tags
