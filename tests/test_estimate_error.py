@@ -165,3 +165,40 @@ def test_bad_input():
         estimate_error(model, X, n_probe=8)  # probe path, too few landmarks for k = 5
     with pytest.raises(ValueError, match="components"):
         estimate_error(model, X[:5], n_probe=100)  # k = 5 >= n = 5
+
+
+def test_method_certificates_against_explicit_references():
+    """Nystrom residual trace = tr(K - C W^+ C^T); FD bounds contain RNCA's eigenvalues; the
+    features' Gram error falls as m grows."""
+    from fastkpca import NystromKPCA, RandomFeatureKPCA, StreamingKPCA
+    from fastkpca.metrics import method_certificates
+
+    X = np.random.default_rng(1).standard_normal((400, 6))
+    ny = NystromKPCA(4, n_landmarks=30, gamma=0.2, random_state=0).fit(X)
+    cert = method_certificates(ny, X)["nystrom_residual_trace"]
+    K = ny.kernel_(X)
+    C = ny.kernel_(X, ny.landmarks_)
+    W = ny.kernel_(ny.landmarks_)
+    explicit = np.trace(K - C @ np.linalg.pinv(W, rcond=1e-10, hermitian=True) @ C.T)
+    # the model's W^{-1/2} floors eigenvalues below 1e-10 of the largest, as pinv's rcond
+    assert cert["value"] == pytest.approx(explicit, rel=1e-6, abs=1e-8 * np.trace(K))
+    assert cert["relative"] == pytest.approx(explicit / np.trace(K), rel=1e-6, abs=1e-8)
+
+    sk = StreamingKPCA(4, n_features=200, sketch_size=8, gamma=0.2, random_state=0).fit(X)
+    rf = RandomFeatureKPCA(4, n_features=200, gamma=0.2, random_state=0).fit(X)
+    fd = method_certificates(sk, X)["fd_eigenvalue_bounds"]
+    # the exact eigenvalues of the same features' centered covariance lie in the bounds
+    # (1e-9 relative: round-off of two eigensolvers)
+    tol = 1e-9 * rf.eigenvalues_
+    assert np.all(fd["lower"] <= rf.eigenvalues_ + tol)
+    assert np.all(rf.eigenvalues_ <= fd["upper"] + tol)
+    assert fd["max_relative_width"] >= 0
+
+    errors = [
+        method_certificates(
+            RandomFeatureKPCA(4, n_features=m, gamma=0.2, random_state=0).fit(X), X
+        )["feature_gram_error"]["value"]
+        for m in (50, 800)
+    ]
+    # Monte-Carlo error ~ 1/sqrt(m): 16x the features, ~4x smaller (at least 2x)
+    assert errors[1] < errors[0] / 2

@@ -34,6 +34,7 @@ __all__ = [
     "mmd",
     "MAX_EXACT_N",
     "estimate_error",
+    "method_certificates",
 ]
 
 #: Up to this n the Gram errors are computed from one explicit n x n matrix (n = 20000 in
@@ -521,10 +522,17 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None) -> dict:
     ``O(n k + p^2)``.
     """
     X, T = _check_model_and_data(model, X, n_probe)
+    rng = as_generator(random_state)
+    result = _probe_errors(model, X, T, n_probe, rng)
+    result["certificates"] = method_certificates(model, X, n_probe=n_probe, random_state=rng)
+    return result
+
+
+def _probe_errors(model, X, T, n_probe, rng) -> dict:
+    """The estimates of :func:`estimate_error`: exact for ``n <= n_probe``, else from a probe."""
     n, k = T.shape
     if n <= n_probe:
         return _exact_errors(model, X, T)
-    rng = as_generator(random_state)
     kernel = model.kernel_
     p = int(n_probe)
     p1 = int(round(PROBE_LANDMARK_FRACTION * p))
@@ -632,3 +640,69 @@ def _probe_estimates(model, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, K
         "n_samples": n,
         "n_probe": p,
     }
+
+
+def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
+    """The error certificates a fitted model gives for free, on the rows X.
+
+    ``NystromKPCA`` (and any model with ``landmarks_`` and ``normalization_``)
+        ``"nystrom_residual_trace"``: ``tr(K - K~)`` over X, ``K~ = C W^+ C^T`` the Nystrom
+        approximation, from one pass over the kernel diagonal and the landmark columns
+        (``sum_i k(x_i, x_i) - ||W^{+1/2} k(L, x_i)||^2``); ``K - K~`` is positive
+        semi-definite, so it bounds ``||K - K~||_2`` and ``||K - K~||_F`` (the RPCholesky
+        papers' measure).  With ``"relative"`` = it over ``tr(K)``.
+    ``StreamingKPCA``
+        ``"fd_eigenvalue_bounds"``: the sketch's rigorous lower / upper bounds on the
+        eigenvalues of the same features' centered covariance (``eigenvalue_bounds_``) and
+        ``"max_relative_width"``, the largest ``(upper - lower) / eigenvalue``: a bound on the
+        relative error of ``eigenvalues_`` against exact PCA of the features (RNCA), not
+        against exact KPCA (the features' Monte-Carlo error comes on top).
+    random-feature models (``feature_map_``)
+        ``"feature_gram_error"``: ``||K_PP - Z_P Z_P^T||_F / ||K_PP||_F`` on a probe P of at
+        most ``min(n_probe, 1000)`` rows, the Monte-Carlo error of the features' Gram.
+
+    Other models give an empty mapping.
+    """
+    from sklearn.utils.validation import check_array
+
+    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
+    rng = as_generator(random_state)
+    out: dict = {}
+    kernel = getattr(model, "kernel_", None)
+    if hasattr(model, "landmarks_") and hasattr(model, "normalization_"):
+        diag = 0.0
+        explained = 0.0
+        for start, stop, K in kernel.blocks(X, model.landmarks_):
+            Z = K @ model.normalization_.T
+            explained += float(np.einsum("ij,ij->", Z, Z))
+            diag += float(np.sum(kernel.diag(X[start:stop]), dtype=np.float64))
+        residual = max(diag - explained, 0.0)
+        out["nystrom_residual_trace"] = {
+            "value": residual,
+            "relative": residual / diag if diag > 0 else 0.0,
+        }
+    bounds = getattr(model, "eigenvalue_bounds_", None)
+    if bounds is not None:
+        est = np.asarray(model.eigenvalues_, dtype=np.float64)
+        width = (bounds[1] - bounds[0]) / np.where(est > 0, est, np.inf)
+        out["fd_eigenvalue_bounds"] = {
+            "lower": np.asarray(bounds[0]),
+            "upper": np.asarray(bounds[1]),
+            "max_relative_width": float(np.max(width, initial=0.0)),
+        }
+    fmap = getattr(model, "feature_map_", None)
+    if fmap is not None:
+        p = min(int(n_probe), 1000, X.shape[0])
+        idx = np.sort(rng.choice(X.shape[0], size=p, replace=False))
+        XP = X[idx]
+        KP = np.asarray(kernel(XP.toarray() if hasattr(XP, "toarray") else XP), np.float64)
+        Z = np.asarray(
+            fmap(XP if fmap.accepts_sparse or not hasattr(XP, "toarray") else XP.toarray()),
+            dtype=np.float64,
+        )
+        norm = float(np.linalg.norm(KP))
+        out["feature_gram_error"] = {
+            "value": float(np.linalg.norm(KP - Z @ Z.T)) / norm if norm > 0 else 0.0,
+            "n_probe": p,
+        }
+    return out
