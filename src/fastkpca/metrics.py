@@ -669,6 +669,8 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
     rng = as_generator(random_state)
     out: dict = {}
     kernel = getattr(model, "kernel_", None)
+    if not isinstance(kernel, Kernel):
+        raise ValueError("model must be a fitted fastkpca estimator with a kernel_")
     if hasattr(model, "landmarks_") and hasattr(model, "normalization_"):
         diag = 0.0
         explained = 0.0
