@@ -1,0 +1,212 @@
+"""Calibration of ``fastkpca.metrics.estimate_error`` against the exact errors on real data.
+
+For each data set (pendigits, cpu_act, mnist; the first n rows, n = 6000 by default) and each
+approximate method at two model sizes, the script fits the model, computes
+
+- the truth: ``relative_rank_k_error`` (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, with the
+  top-k eigenvalues of ``Kc`` from ``ExactKPCA``) and ``eigenvalue_error`` against
+  ``ExactKPCA.eigenvalues_``, from one explicit n x n centered Gram per data set;
+- the estimate: ``estimate_error(model, X, n_probe=..., random_state=0)``;
+
+and reports whether the estimate of ``err - 1`` is within a factor 2 of the truth or within
+0.01 of it (the acceptance criterion), and whether the stated 95 % interval covers the truth.
+ExactKPCA itself is a sanity row (truth 1.0 and 0.0), not counted in the fraction.
+
+    .venv/bin/python benchmarks/bench_estimate_error.py            # n = 6000, ~20 min here
+    .venv/bin/python benchmarks/bench_estimate_error.py --quick    # n = 2500, n_probe = 1000
+
+Writes ``benchmarks/results/bench_estimate_error[_quick].json``.  Wall times are measured in
+this process on a shared machine: indicative only (the estimate against the exact truth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import machine_info, save_json  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+DATA_HOME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+K = 10
+
+
+def load_data(name, n):
+    """The first n rows, preprocessed as float64: standardized, or / 255 for mnist."""
+    from fastkpca.datasets import load
+
+    X, _ = load(name, data_home=os.environ.get("FASTKPCA_DATA", DATA_HOME))
+    X = X[:n]
+    X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=np.float64)
+    if name == "mnist":
+        return X / 255.0, "scale"
+    std = X.std(axis=0)
+    return (X - X.mean(axis=0)) / np.where(std > 0, std, 1.0), None
+
+
+def models(gamma, quick):
+    """(method, size label, estimator) for every approximate method at two sizes."""
+    from fastkpca import (
+        NystromKPCA,
+        RandomFeatureKPCA,
+        ReducedSetKPCA,
+        SparsifiedKPCA,
+        StreamingKPCA,
+    )
+
+    kw = {"gamma": gamma, "random_state": 0}
+    out = []
+    for c in (100, 400):
+        out.append(("NystromKPCA", f"n_landmarks={c}", NystromKPCA(K, n_landmarks=c, **kw)))
+    for m in (200, 1000):
+        out.append(
+            ("RandomFeatureKPCA", f"n_features={m}", RandomFeatureKPCA(K, n_features=m, **kw))
+        )
+    for ell in (20, 60):
+        out.append(
+            (
+                "StreamingKPCA",
+                f"n_features=1000,sketch_size={ell}",
+                StreamingKPCA(K, n_features=1000, sketch_size=ell, **kw),
+            )
+        )
+    for c in (100, 400):
+        out.append(
+            (
+                "ReducedSetKPCA",
+                f"kmeans,n_centers={c}",
+                ReducedSetKPCA(K, density="kmeans", n_centers=c, **kw),
+            )
+        )
+    for s in (0.05, 0.2):
+        out.append(("SparsifiedKPCA", f"sample_prob={s}", SparsifiedKPCA(K, sample_prob=s, **kw)))
+    return out
+
+
+def truth(G, fro2, lam, T):
+    """``relative_rank_k_error - 1`` from the explicit centered Gram G (as the metric does)."""
+    n = G.shape[0]
+    num2 = 0.0
+    step = 1000
+    for s in range(0, n, step):
+        D = G[s : s + step] - T[s : s + step] @ T.T
+        num2 += float(np.einsum("ij,ij->", D, D))
+    den2 = fro2 - float(np.sum(lam**2))
+    return float(np.sqrt(num2 / den2)) - 1.0
+
+
+def within(est, true):
+    return bool(abs(est - true) <= 0.01 or (true > 0 and 0.5 * true <= est <= 2.0 * true))
+
+
+def run_dataset(name, n, n_probe, quick):
+    from fastkpca import ExactKPCA
+    from fastkpca.metrics import eigenvalue_error, estimate_error, relative_rank_k_error
+
+    X, gamma = load_data(name, n)
+    t0 = time.perf_counter()
+    exact = ExactKPCA(K, gamma=gamma, random_state=0).fit(X)
+    t_exact = time.perf_counter() - t0
+    kernel = exact.kernel_
+    G = np.asarray(kernel(X), dtype=np.float64)
+    G -= G.mean(axis=0)
+    G -= G.mean(axis=1)[:, None]
+    fro2 = float(np.einsum("ij,ij->", G, G))
+    lam = exact.eigenvalues_
+    rows = []
+    cases = models(gamma, quick) + [("ExactKPCA", "exact", exact)]
+    for method, size, model in cases:
+        t0 = time.perf_counter()
+        if model is not exact:
+            model.fit(X)
+        t_fit = time.perf_counter() - t0
+        T = np.asarray(model.transform(X), dtype=np.float64)
+        true_excess = truth(G, fro2, lam, T)
+        true_eig = eigenvalue_error(model.eigenvalues_, lam)
+        t0 = time.perf_counter()
+        est = estimate_error(model, X, n_probe=n_probe, random_state=0)
+        t_est = time.perf_counter() - t0
+        ex = est["excess_error"]
+        eg = est["eigenvalue_error"]
+        lo, hi = ex["interval"]
+        row = {
+            "dataset": name,
+            "n": n,
+            "method": method,
+            "size": size,
+            "true_excess": true_excess,
+            "est_excess": ex["estimate"],
+            "est_excess_stderr": ex["stderr"],
+            "est_excess_interval": list(ex["interval"]),
+            "within_criterion": within(ex["estimate"], true_excess),
+            "interval_covers": bool(lo - 1e-9 <= true_excess <= hi + 1e-9),
+            "true_eigenvalue_error": true_eig,
+            "est_eigenvalue_error": eg["estimate"],
+            "est_eigenvalue_error_stderr": eg["stderr"],
+            "eigenvalue_within": within(eg["estimate"], true_eig),
+            "fit_seconds": t_fit,
+            "estimate_seconds": t_est,
+        }
+        rows.append(row)
+        print(
+            f"{name:9s} {method:17s} {size:30s} err-1 true {true_excess:9.4g} "
+            f"est {ex['estimate']:9.4g} +- {ex['stderr']:8.2g} "
+            f"{'ok ' if row['within_criterion'] else 'BAD'} | eig true {true_eig:8.3g} "
+            f"est {eg['estimate']:8.3g} | est {t_est:5.1f} s",
+            flush=True,
+        )
+    if quick:
+        # The truth above uses the same formula as relative_rank_k_error: check it once.
+        T = np.asarray(cases[0][2].transform(X), dtype=np.float64)
+        ref = relative_rank_k_error(X, T, kernel) - 1.0
+        assert abs(ref - rows[0]["true_excess"]) <= 1e-6 * max(1.0, abs(ref)), (ref, rows[0])
+    return rows, {"dataset": name, "n": n, "exact_fit_seconds": t_exact}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="n = 2500, n_probe = 1000")
+    parser.add_argument("--n-samples", type=int, default=None)
+    parser.add_argument("--n-probe", type=int, default=None)
+    parser.add_argument("--datasets", default="pendigits,cpu_act,mnist")
+    args = parser.parse_args(argv)
+    n = args.n_samples or (2500 if args.quick else 6000)
+    n_probe = args.n_probe or (1000 if args.quick else 2000)
+    rows, info = [], []
+    for name in args.datasets.split(","):
+        r, i = run_dataset(name, n, n_probe, args.quick)
+        rows += r
+        info.append(i)
+    counted = [r for r in rows if r["method"] != "ExactKPCA"]
+    frac = float(np.mean([r["within_criterion"] for r in counted]))
+    cover = float(np.mean([r["interval_covers"] for r in counted]))
+    frac_eig = float(np.mean([r["eigenvalue_within"] for r in counted]))
+    print(
+        f"\n{len(counted)} cases: err-1 estimate within factor 2 or 0.01 in {frac:.1%}; "
+        f"95% interval covers the truth in {cover:.1%}; eigenvalue_error within in {frac_eig:.1%}"
+    )
+    out = {
+        "benchmark": "bench_estimate_error",
+        "quick": args.quick,
+        "n_samples": n,
+        "n_probe": n_probe,
+        "n_components": K,
+        "fraction_within_criterion": frac,
+        "fraction_interval_covers": cover,
+        "fraction_eigenvalue_within": frac_eig,
+        "datasets": info,
+        "rows": rows,
+        "machine": machine_info(),
+    }
+    suffix = "_quick" if args.quick else ""
+    save_json(out, os.path.join(RESULTS, f"bench_estimate_error{suffix}.json"))
+    return out
+
+
+if __name__ == "__main__":
+    main()
