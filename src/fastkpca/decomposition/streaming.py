@@ -19,6 +19,15 @@ from .._utils import check_int
 from ..features import FEATURES, feature_projection, init_feature_map
 from ..source import as_source
 from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
+from ..statistics.growth import (
+    PROBE_ROWS,
+    adopt_fitted,
+    check_auto_size,
+    check_tol,
+    doubling_sizes,
+    grow_until,
+    probe_error,
+)
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
 
 __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
@@ -27,6 +36,13 @@ __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
 #: ell of the paper's experiments, and ell >= 2k makes the FD bound ``tail_k / (ell + 1 - k)``
 #: at most ``tail_k / k``.
 DEFAULT_SKETCH_SIZE = 50
+
+#: ``tol``: the sizes tried double from this many features (or 2 n_components) ...
+TOL_START_FEATURES = 256
+#: ... up to this many, ...
+TOL_MAX_FEATURES = 2**14
+#: ... with ``sketch_size = max(default, n_features / TOL_FEATURES_PER_ROW)`` unless given.
+TOL_FEATURES_PER_ROW = 8
 
 
 class StreamingKPCA(BaseKPCA):
@@ -58,7 +74,7 @@ class StreamingKPCA(BaseKPCA):
     degree, coef0 : polynomial kernel parameters.  nu : Matern smoothness.
     n_features : int or None
         Number m of random features (None: 1000, as ``RandomFeatureKPCA``); the Fourier maps
-        round an odd m up to even.
+        round an odd m up to even.  ``"auto"`` (or None with a ``tol``): chosen by tolerance.
     sketch_size : int or None
         ell, the rows of the Frequent Directions sketch (None: ``max(50, 2 n_components)``).
         The sketch buffer holds 2 ell rows; ``ell >= n_output_features_`` never shrinks.
@@ -68,6 +84,14 @@ class StreamingKPCA(BaseKPCA):
         (:func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
+    tol : float or None
+        Size by tolerance (needs ``n_features`` None or ``"auto"``): fit at ``n_features`` =
+        256 (or the power of 2 above ``2 n_components``), 512, ... up to 2^14, with
+        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the first
+        whose estimated relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a
+        uniform probe of 2000 training rows) is at most ``1 + tol``.  ``n_features="auto"``
+        without ``tol`` uses ``tol=0.05``.  Each size re-sketches (a pass over the data), so
+        ``fit`` needs an array or a re-iterable block source; ``partial_fit`` refuses it.
 
     Attributes
     ----------
@@ -81,6 +105,9 @@ class StreamingKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
+    n_features_ : int, the chosen number of output features (with ``tol`` only).
+    size_history_ : list of (n_features, estimated relative rank-k error), the sizes tried
+        (with ``tol`` only).
 
     References
     ----------
@@ -103,6 +130,7 @@ class StreamingKPCA(BaseKPCA):
         sketch_size=None,
         features="auto",
         random_state=None,
+        tol=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -114,6 +142,7 @@ class StreamingKPCA(BaseKPCA):
         self.sketch_size = sketch_size
         self.features = features
         self.random_state = random_state
+        self.tol = tol
 
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):
@@ -142,6 +171,8 @@ class StreamingKPCA(BaseKPCA):
             "n_components_",
             "n_output_features_",
             "n_features_in_",
+            "n_features_",
+            "size_history_",
         ):
             if hasattr(self, name):
                 delattr(self, name)
@@ -156,6 +187,8 @@ class StreamingKPCA(BaseKPCA):
         """
         self._reset()
         self._check_params()
+        if check_auto_size("n_features", self.n_features, self.tol):
+            return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         self._draw(source.head())
         stat = source.reduce(
@@ -174,6 +207,11 @@ class StreamingKPCA(BaseKPCA):
         first = not hasattr(self, "sketch_")
         if first:
             self._check_params()
+            if check_auto_size("n_features", self.n_features, self.tol):
+                raise ValueError(
+                    "partial_fit cannot choose n_features by tolerance (tol / n_features='auto'):"
+                    " it sees each row once; use fit on an array or a re-iterable block source"
+                )
         source = as_source(X, estimator=self, reset=first, accept_sparse=True)
         seen = 0 if first else self.n_samples_seen_
         if (
@@ -195,6 +233,37 @@ class StreamingKPCA(BaseKPCA):
         self._store(
             feature_sketch(source.blocks(), self.feature_map_, stat.sketch.sketch_size, into=stat)
         )
+        return self
+
+    # --- size chosen by tolerance ---------------------------------------------------------
+    def _fit_by_tolerance(self, X):
+        """Fit at ``n_features`` = 256, 512, ... (and ``sketch_size`` = ``max(default,
+        n_features / 8)`` unless given) until the estimated relative rank-k error on a probe of
+        the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
+
+        A Frequent Directions sketch of m features cannot be extended by new feature columns,
+        so each size re-sketches (a pass over the data); the probe and the seed are shared.
+        """
+        tol = check_tol(self.tol, auto=True)
+        source = self._fit_source(X)
+        source.require_passes(2, f"tol={tol} (a pass per model size)")
+        rng = self._make_rng()
+        seed = int(rng.integers(2**31))
+        X_probe = source.sample_rows(PROBE_ROWS, rng)
+        k = self.n_components or DEFAULT_N_COMPONENTS
+        start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
+        sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
+
+        def fit_at(m):
+            ell = self.sketch_size or max(self._sketch_rows(), m // TOL_FEATURES_PER_ROW)
+            fixed = clone(self).set_params(
+                n_features=m, sketch_size=ell, tol=None, random_state=seed
+            )
+            return adopt_fitted(self, fixed.fit(source))
+
+        _, history = grow_until(fit_at, lambda model: probe_error(model, X_probe), sizes, tol)
+        self.size_history_ = history
+        self.n_features_ = self.n_output_features_
         return self
 
     def _draw(self, X_first):
