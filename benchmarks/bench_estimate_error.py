@@ -14,6 +14,8 @@ ExactKPCA itself is a sanity row (truth 1.0 and 0.0), not counted in the fractio
 
     .venv/bin/python benchmarks/bench_estimate_error.py            # n = 6000, ~20 min here
     .venv/bin/python benchmarks/bench_estimate_error.py --quick    # n = 2500, n_probe = 1000
+    .venv/bin/python benchmarks/bench_estimate_error.py --n-samples 20000 --datasets mnist \
+        --methods NystromKPCA,RandomFeatureKPCA,StreamingKPCA,ReducedSetKPCA --tag mnist20000
 
 Writes ``benchmarks/results/bench_estimate_error[_quick].json``.  Wall times are measured in
 this process on a shared machine: indicative only (the estimate against the exact truth).
@@ -104,7 +106,7 @@ def within(est, true):
     return bool(abs(est - true) <= 0.01 or (true > 0 and 0.5 * true <= est <= 2.0 * true))
 
 
-def run_dataset(name, n, n_probe, quick):
+def run_dataset(name, n, n_probe, quick, methods=None):
     from fastkpca import ExactKPCA
     from fastkpca.metrics import eigenvalue_error, estimate_error, relative_rank_k_error
 
@@ -120,6 +122,8 @@ def run_dataset(name, n, n_probe, quick):
     lam = exact.eigenvalues_
     rows = []
     cases = models(gamma, quick) + [("ExactKPCA", "exact", exact)]
+    if methods:
+        cases = [c for c in cases if c[0] in methods or c[0] == "ExactKPCA"]
     for method, size, model in cases:
         t0 = time.perf_counter()
         if model is not exact:
@@ -174,12 +178,14 @@ def main(argv=None):
     parser.add_argument("--n-samples", type=int, default=None)
     parser.add_argument("--n-probe", type=int, default=None)
     parser.add_argument("--datasets", default="pendigits,cpu_act,mnist")
+    parser.add_argument("--methods", default="", help="comma-separated class names (all if empty)")
+    parser.add_argument("--tag", default="", help="results file bench_estimate_error_TAG.json")
     args = parser.parse_args(argv)
     n = args.n_samples or (2500 if args.quick else 6000)
     n_probe = args.n_probe or (1000 if args.quick else 2000)
     rows, info = [], []
     for name in args.datasets.split(","):
-        r, i = run_dataset(name, n, n_probe, args.quick)
+        r, i = run_dataset(name, n, n_probe, args.quick, [m for m in args.methods.split(",") if m])
         rows += r
         info.append(i)
     counted = [r for r in rows if r["method"] != "ExactKPCA"]
@@ -203,7 +209,7 @@ def main(argv=None):
         "rows": rows,
         "machine": machine_info(),
     }
-    suffix = "_quick" if args.quick else ""
+    suffix = ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "")
     save_json(out, os.path.join(RESULTS, f"bench_estimate_error{suffix}.json"))
     return out
 
