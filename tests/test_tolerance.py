@@ -162,3 +162,16 @@ def test_cli_tol(tmp_path, digits, small_probe, capsys):
     assert model.tol == 0.1
     assert model.size_history_[-1][1] <= 1.1
     assert model.n_landmarks_ == model.size_history_[-1][0]
+
+
+def test_probe_error_equals_estimate_error_on_the_probe(digits):
+    """The cached probe evaluator gives estimate_error's exact value on the same rows
+    (float64, two summation orders of the same Frobenius norms: 1e-8 relative on err - 1)."""
+    from fastkpca.metrics import estimate_error
+    from fastkpca.statistics.growth import ProbeError
+
+    probe = ProbeError(digits[:500])
+    for size in (50, 200):
+        model = NystromKPCA(K, n_landmarks=size, random_state=0).fit(digits)
+        ref = estimate_error(model, digits[:500], n_probe=500)["relative_rank_k_error"]["estimate"]
+        assert abs(probe(model) - ref) <= 1e-8 * max(ref - 1.0, 1e-6) + 1e-12

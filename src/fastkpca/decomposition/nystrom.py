@@ -26,12 +26,12 @@ from .._utils import check_int
 from ..source import check_block
 from ..statistics.growth import (
     PROBE_ROWS,
+    ProbeError,
     adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
     grow_until,
-    probe_error,
 )
 from ..statistics.kernel_moments import (
     landmark_kernel_moments,
@@ -278,7 +278,7 @@ class NystromKPCA(BaseKPCA):
             fixed = clone(self).set_params(n_landmarks=c, tol=None, random_state=seed)
             return adopt_fitted(self, fixed.fit(source))
 
-        _, history = grow_until(fit_at, lambda model: probe_error(model, X_probe), sizes, tol)
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
         self.size_history_ = history
         return self
 

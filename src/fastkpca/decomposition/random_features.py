@@ -46,12 +46,12 @@ from ..statistics.feature_moments import (
 from ..statistics.growth import (
     PROBE_ROWS,
     GrowingFourierMoments,
+    ProbeError,
     adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
     grow_until,
-    probe_error,
 )
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
 
@@ -289,7 +289,7 @@ class RandomFeatureKPCA(BaseKPCA):
                 fixed = clone(self).set_params(n_features=m, tol=None, random_state=seed)
                 return adopt_fitted(self, fixed.fit(source))
 
-        _, history = grow_until(fit_at, lambda model: probe_error(model, X_probe), sizes, tol)
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
         self.size_history_ = history
         self.n_features_ = self.n_output_features_
         return self

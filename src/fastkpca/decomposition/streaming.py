@@ -21,12 +21,12 @@ from ..source import as_source
 from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
 from ..statistics.growth import (
     PROBE_ROWS,
+    ProbeError,
     adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
     grow_until,
-    probe_error,
 )
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
 
@@ -261,7 +261,7 @@ class StreamingKPCA(BaseKPCA):
             )
             return adopt_fitted(self, fixed.fit(source))
 
-        _, history = grow_until(fit_at, lambda model: probe_error(model, X_probe), sizes, tol)
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
         self.size_history_ = history
         self.n_features_ = self.n_output_features_
         return self
