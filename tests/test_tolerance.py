@@ -175,3 +175,15 @@ def test_probe_error_equals_estimate_error_on_the_probe(digits):
         model = NystromKPCA(K, n_landmarks=size, random_state=0).fit(digits)
         ref = estimate_error(model, digits[:500], n_probe=500)["relative_rank_k_error"]["estimate"]
         assert abs(probe(model) - ref) <= 1e-8 * max(ref - 1.0, 1e-6) + 1e-12
+
+
+def test_refit_path_for_maps_that_cannot_be_extended(digits, small_probe):
+    """fastfood (not extended in place) refits at each size; the rule and record are the same."""
+    tol = 0.3
+    model = RandomFeatureKPCA(K, n_features="auto", features="fastfood", tol=tol, random_state=0)
+    model.fit(digits)
+    assert model.feature_map_.kind == "fastfood"
+    assert model.n_features_ == model.size_history_[-1][0]
+    assert model.size_history_[-1][1] <= 1 + tol
+    true = relative_rank_k_error(digits, model.transform(digits), model.kernel_)
+    assert true <= 1 + 2 * tol
