@@ -1,5 +1,6 @@
 # make demo: set up .venv (from pyproject.toml) and run the demo on the embedded data set.
 # make test: set up .venv and run the default test suite (slow tests deselected).
+# make lint: ruff check, ruff format --check and mypy on the package (CI runs it before the tests).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
@@ -25,8 +26,9 @@ bench: $(STAMP)
 	$(VENV)/bin/fastkpca bench --quick
 
 lint: $(STAMP)
-	$(VENV)/bin/python -m pip install --quiet ruff
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/mypy src
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -33,7 +33,8 @@ And scikit-learn where it can run at all:
     (10^6: its rate per row does not depend on n, and all 10^7 rows would take 8 minutes).
 
 Sizes are chosen so the whole run takes minutes on a 2-core machine: m = 128 random features,
-k = 10 components, sketch size ell = 10 (k = 5 for StreamingKPCA).  Frequent Directions costs one
+k = 10 components, sketch size ell = 10 (k = 5 for StreamingKPCA; its buffer holds 2 ell = 20
+rows, the paper's ell = 20).  Frequent Directions costs one
 small eigendecomposition per ell rows, so StreamingKPCA is the slower of the two per row;
 RandomFeatureKPCA's O(m^2) covariance update per row is cheap at this m.  Every process runs
 with 1 BLAS thread (``--threads``): on a busy 2-core machine OpenBLAS's idle threads spin and
@@ -134,7 +135,19 @@ def _summary(model):
     return {
         "eigenvalues": [float(v) for v in model.eigenvalues_[:5]],
         "n_samples_seen": int(model.n_samples_seen_),
+        "state_floats": _state_floats(model),
     }
+
+
+def _state_floats(model):
+    """Floats the fitted model keeps beyond the feature map: StreamingKPCA's real Frequent
+    Directions buffer (2 ell rows of m), its ell x ell tracked loss and the feature sum;
+    RandomFeatureKPCA's m x m covariance (or what it keeps) is not counted here."""
+    sketch = getattr(model, "sketch_", None)
+    if sketch is None:
+        return None
+    ell = sketch._buffer.shape[0] // 2
+    return int(sketch._buffer.size + ell * ell + model.feature_sum_.size)
 
 
 def _import_all():

@@ -145,8 +145,13 @@ def test_nystrom_equals_in_memory(X, params):
     ours = NystromKPCA(n_components=5, random_state=2, **params).fit(
         da.from_array(X, chunks=(450, 12))
     )
-    # uniform landmarks are drawn by index: the same rows as in memory
-    np.testing.assert_array_equal(ours.landmarks_, ref.landmarks_)
+    if params["landmarks"] == "kmeans":
+        # k-means on the same rows, but scikit-learn sums its per-thread centre partials in the
+        # order the OpenMP threads finish (3+ threads): centres a few ulps apart, run to run
+        np.testing.assert_allclose(ours.landmarks_, ref.landmarks_, rtol=1e-12, atol=1e-12)
+    else:
+        # uniform: rows drawn by index; rls: the same selector on the same rows: bit-identical
+        np.testing.assert_array_equal(ours.landmarks_, ref.landmarks_)
     assert_same_model(ours, ref, X[:300])
 
 
@@ -241,7 +246,9 @@ def test_transform_uses_a_snapshot_of_the_model(X):
     T = model.transform(da.from_array(X[:100], chunks=(50, 12)))
     expected = model.transform(X[:100])
     model.fit(X[:500] * 2)  # refitting afterwards does not change the lazy result
-    np.testing.assert_array_equal(T.compute(), expected)
+    # 50-row chunks vs one 100-row product: another GEMM shape may round differently (~1e-16);
+    # the refit model is O(1) away, so 1e-12 relative still tells the snapshot from it
+    assert rel(T.compute(), expected) < 1e-12
 
 
 # ------------------------------------------------------------------------------------------------

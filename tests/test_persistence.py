@@ -135,7 +135,16 @@ class _Box:
         return cls(state["values"], state["label"])
 
 
-def test_value_kinds_roundtrip(X, tmp_path):
+def _allow_attributes(monkeypatch, cls_name, *names):
+    """Let model files of ``cls_name`` hold extra fitted attributes (value-kind tests)."""
+    from fastkpca import persistence
+
+    current = persistence.FITTED_ATTRIBUTES[cls_name]
+    monkeypatch.setitem(persistence.FITTED_ATTRIBUTES, cls_name, current | set(names))
+
+
+def test_value_kinds_roundtrip(X, tmp_path, monkeypatch):
+    _allow_attributes(monkeypatch, "ExactKPCA", "extra_", "box_")
     model = _fitted("ExactKPCA", X)
     model.extra_ = {
         "tuple": (1, 2.5, None, "s", True),
@@ -165,10 +174,14 @@ def test_value_kinds_roundtrip(X, tmp_path):
     assert list(loaded.feature_names_in_) == ["a", "b", "c", "d", "e"]
 
 
-def test_save_refuses_what_it_cannot_store(X, tmp_path):
+def test_save_refuses_what_it_cannot_store(X, tmp_path, monkeypatch):
     from sklearn.decomposition import PCA
 
     model = _fitted("ExactKPCA", X)
+    model.helper_ = np.ones(2)
+    with pytest.raises(ValueError, match="fitted attribute.*helper_ that model files do not list"):
+        model.save(tmp_path / "m.npz")
+    _allow_attributes(monkeypatch, "ExactKPCA", "helper_")
     model.helper_ = object()
     with pytest.raises(ValueError, match="fitted attribute 'helper_' is a builtins.object"):
         model.save(tmp_path / "m.npz")
@@ -300,7 +313,7 @@ def test_unknown_state_class(saved, monkeypatch):
     _rewrite(
         saved,
         meta=lambda m: m["fitted"].update(
-            evil_={"kind": "state", "class": "os.system", "state": "echo hi"}
+            kernel_={"kind": "state", "class": "os.system", "state": "echo hi"}
         ),
     )
     with pytest.raises(ValueError, match="unknown class 'os.system'"):
@@ -380,3 +393,77 @@ def test_persistence_does_not_import_the_estimator_base():
     assert "fastkpca.decomposition" in imported
     assert not any(name.startswith("fastkpca.decomposition._base") for name in imported)
     assert "fastkpca.io" not in imported
+
+
+# --- the fitted-attribute whitelist ---------------------------------------------------------------
+
+_VARIANTS = {
+    "RandomFeatureKPCA": [{"solver": "countsketch"}, {"features": "fastfood"}],
+    "NystromKPCA": [{"landmarks": "kmeans"}, {"landmarks": "rls"}],
+    "ReducedSetKPCA": [{"density": d} for d in ("shadow", "kmeans", "paring", "herding")],
+    "SparsifiedKPCA": [{"quantize": True}],
+    "StreamingKPCA": [{"features": "orf"}],
+}
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_fitted_attributes_are_listed(name, X):
+    """What ``fit`` sets (in each configuration) is in the model files' whitelist, and the
+    whitelist names no member of the class, no parameter and nothing private."""
+    from fastkpca.persistence import FITTED_ATTRIBUTES, fitted_attribute_names
+
+    cls = _class(name)
+    allowed = fitted_attribute_names(cls)
+    assert allowed == FITTED_ATTRIBUTES[cls.__name__]  # the filter removed nothing
+    for kwargs in [{}, *_VARIANTS.get(cls.__name__, [])]:
+        base = _fitted(name, X).get_params()
+        model = cls(**{**base, **kwargs}).fit(X)
+        assert {k for k in vars(model) if k.endswith("_")} <= allowed, kwargs
+    for n in allowed:
+        assert not n.startswith("_") and not hasattr(cls, n) and n not in cls().get_params()
+
+
+def test_compressed_model_attributes_are_listed(X):
+    try:
+        from fastkpca import compress_expansion
+    except (ImportError, AttributeError):
+        pytest.skip("compress_expansion is not available yet")
+    from fastkpca.persistence import fitted_attribute_names
+
+    model = compress_expansion(_fitted("ExactKPCA", X), rounding=0.5, projection_dim=3)
+    assert {k for k in vars(model) if k.endswith("_")} <= fitted_attribute_names(type(model))
+
+
+def test_unlisted_class_cannot_be_saved(X, tmp_path, monkeypatch):
+    from fastkpca import persistence
+
+    monkeypatch.delitem(persistence.FITTED_ATTRIBUTES, "ExactKPCA")
+    with pytest.raises(ValueError, match="ExactKPCA has no list of fitted attributes"):
+        _fitted("ExactKPCA", X).save(tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ExactKPCA",
+        "NystromKPCA",
+        "RandomFeatureKPCA",
+        "StreamingKPCA",
+        "ReducedSetKPCA",
+        "SparsifiedKPCA",
+    ],
+)
+def test_sklearn_api_attributes_survive_a_round_trip(name, tmp_path):
+    """The trace estimate and the pre-image map are fitted attributes the whitelist admits."""
+    import fastkpca
+
+    X = np.random.default_rng(0).standard_normal((200, 4))
+    model = getattr(fastkpca, name)(3, fit_inverse_transform=True, random_state=0).fit(X)
+    model.save(tmp_path / "m.npz")
+    loaded = fastkpca.load(tmp_path / "m.npz")
+    T = model.transform(X[:20])
+    # a round trip through the file holds the same arrays: the same operations on them
+    np.testing.assert_array_equal(loaded.transform(X[:20]), T)
+    np.testing.assert_array_equal(loaded.inverse_transform(T), model.inverse_transform(T))
+    np.testing.assert_array_equal(loaded.explained_variance_ratio_, model.explained_variance_ratio_)

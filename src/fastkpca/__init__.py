@@ -5,7 +5,9 @@ Estimators (scikit-learn compatible): :class:`ExactKPCA`, :class:`NystromKPCA`,
 :class:`SparsifiedKPCA`.  Building blocks: :mod:`fastkpca.kernels`, :mod:`fastkpca.features`,
 :mod:`fastkpca.sketch`, :mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
 
-Names are imported lazily, so ``import fastkpca`` stays cheap and never imports dask.
+Names and submodules are imported lazily, on first attribute access (``fastkpca.metrics``
+works after a plain ``import fastkpca``), so ``import fastkpca`` stays cheap and never imports
+dask.
 """
 
 from __future__ import annotations
@@ -28,14 +30,31 @@ _LAZY = {
     "make_kernel": "fastkpca.kernels",
 }
 
+#: Submodules imported on first access as attributes of the package.
+_SUBMODULES = (
+    "datasets",
+    "decomposition",
+    "features",
+    "io",
+    "kernels",
+    "metrics",
+    "persistence",
+    "sketch",
+    "solvers",
+    "source",
+    "statistics",
+)
+
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fastkpca.{name}")
     raise AttributeError(f"module 'fastkpca' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

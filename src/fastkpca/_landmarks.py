@@ -18,9 +18,20 @@ how much of the data each landmark stands for (non-negative, summing to 1):
     of the data, with the leverage scores of each level estimated from the Nystrom sample of the
     level below.  O(n c) kernel evaluations in row blocks; the n x n Gram is never formed.
     Weights ``1 / p_i`` (the inverse inclusion probabilities), normalized.
+``rpcholesky``
+    Randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, CPAM), by default in the
+    accelerated block form with rejection sampling (Epperly, Tropp & Webber 2024, "Embrace
+    rejection").  Each pivot is drawn with probability proportional to the diagonal of the
+    current residual ``K - F F^T``, so points the landmarks already explain are not drawn again.
+    ``c n`` kernel evaluations for the columns plus n for the diagonal (and ``b^2`` per round of
+    b proposals); the n x c factor F is the only large array.  The residual diagonal it keeps is a
+    certificate: ``tr(K - C W^+ C^T)`` of the landmarks' Nystrom approximation, and a stopping
+    rule (``tol``).  Weights ``1 / c``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as la
@@ -37,13 +48,21 @@ __all__ = [
     "kmeans_landmarks",
     "rls_indices",
     "ridge_leverage_scores",
+    "RPCholeskyResult",
+    "rpcholesky_indices",
     "select_landmarks",
 ]
 
-LANDMARK_METHODS = ("uniform", "kmeans", "rls")
+LANDMARK_METHODS = ("uniform", "kmeans", "rls", "rpcholesky")
 
 #: Above this many rows ``kmeans`` uses ``MiniBatchKMeans`` (full Lloyd passes get too slow).
 KMEANS_FULL_MAX_ROWS = 20000
+
+#: Proposals per round of accelerated RPCholesky (one n x (accepted) kernel block per round).
+RPCHOLESKY_BLOCK_SIZE = 100
+
+#: Residual diagonal entries at most this fraction of the kernel's diagonal entry are round-off.
+RESIDUAL_FLOOR = 1e-12
 
 
 def _take_rows(X, idx) -> np.ndarray:
@@ -202,6 +221,236 @@ def rls_indices(
     raise AssertionError("unreachable: the top level always returns")  # pragma: no cover
 
 
+@dataclass
+class RPCholeskyResult:
+    """Pivots of randomly pivoted Cholesky and the Nystrom approximation they define.
+
+    With S the pivots, C = K[:, S] and W = K[S, S], the factor satisfies
+    ``F F^T = C W^{-1} C^T`` (the Nystrom approximation on the landmarks ``X[S]``), and
+    ``residual_diag = diag(K - F F^T)``.
+
+    Attributes
+    ----------
+    indices : (c,) int64
+        Row indices of the pivots, in the order they were chosen (any prefix is itself the
+        RPCholesky result with that many pivots).  Fewer than requested when the residual
+        vanished first (a kernel of rank < c) or ``tol`` was met.
+    factor : (n, c) float64
+        The Cholesky factor F (columns in pivot order).
+    residual_diag : (n,) float64
+        ``diag(K - F F^T)``, non-negative (entries at most :data:`RESIDUAL_FLOOR` times the
+        kernel diagonal are round-off and set to 0); 0 at the pivots.
+    trace : float
+        ``tr(K)``.
+    n_proposals : int
+        Pivots proposed (accelerated) or drawn (plain): the sampling work.
+    """
+
+    indices: np.ndarray
+    factor: np.ndarray
+    residual_diag: np.ndarray
+    trace: float
+    n_proposals: int
+
+    @property
+    def residual_trace(self) -> float:
+        """``tr(K - C W^+ C^T)``, the trace-norm error of the Nystrom approximation.
+
+        ``K - C W^+ C^T`` is psd, so this also bounds the centered error
+        ``tr(H (K - C W^+ C^T) H)`` (H the centering matrix) and hence the sum over all i of
+        ``lambda_i(HKH) - lambda_i(H C W^+ C^T H) >= 0``: the KPCA eigenvalues NystromKPCA
+        computes on these landmarks are low by at most this much in total.
+        """
+        return float(self.residual_diag.sum())
+
+    @property
+    def relative_residual(self) -> float:
+        """``tr(K - C W^+ C^T) / tr(K)``, between 0 and 1."""
+        return self.residual_trace / self.trace
+
+
+def _sample_from_diagonal(d: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` i.i.d. indices drawn with probability ``d_i / sum(d)`` (d >= 0, not all 0)."""
+    positive = np.flatnonzero(d > 0)
+    cumulative = np.cumsum(d[positive])
+    draws = np.searchsorted(cumulative, rng.random(size) * cumulative[-1], side="right")
+    return positive[np.minimum(draws, positive.size - 1)]
+
+
+def _kernel_columns(X, idx, kernel: Kernel) -> np.ndarray:
+    """``K[:, idx]`` as an (n, len(idx)) float64 array, evaluated in row blocks of X."""
+    Y = _take_rows(X, idx).astype(np.float64, copy=False)
+    out = np.empty((X.shape[0], len(idx)))
+    for start, stop, K in kernel.blocks(X, Y):
+        out[start:stop] = K
+    return out
+
+
+def _rejection_cholesky(H, proposal_diag, floor, max_accept, rng):
+    """Accept/reject a block of proposals so that the accepted ones follow RPCholesky.
+
+    Proposal j (drawn from the residual diagonal ``d`` at the start of the round, so
+    ``proposal_diag[j] = d_j``) is accepted with probability ``r_j / d_j``, where ``r_j`` is its
+    residual after the proposals accepted before it in this block (the diagonal of the Schur
+    complement of ``H``, the residual kernel of the proposals).  That is the rejection sampler of
+    Epperly, Tropp & Webber (2024, Alg. 2): the accepted sequence has the distribution of plain
+    RPCholesky's pivots.  The Schur complements are formed left-looking, column by accepted
+    column, so a rejection costs one dot product.
+
+    Returns
+    -------
+    accepted : (l,) positions in the block, in order
+    L : (l, l) lower Cholesky factor of ``H[accepted][:, accepted]``
+    explained : (b,) bool, proposals whose residual is round-off (at most ``floor``)
+    """
+    b = H.shape[0]
+    width = min(b, max_accept)
+    L = np.zeros((b, width))
+    accepted: list[int] = []
+    explained = np.zeros(b, dtype=bool)
+    # One uniform per proposal, drawn up front: the stream does not depend on the outcomes.
+    u = rng.random(b)
+    for j in range(b):
+        m = len(accepted)
+        r = H[j, j] - L[j, :m] @ L[j, :m]
+        if r <= floor[j]:
+            explained[j] = True
+            continue
+        if u[j] * proposal_diag[j] > r:
+            continue
+        L[j:, m] = (H[j:, j] - L[j:, :m] @ L[j, :m]) / np.sqrt(r)
+        accepted.append(j)
+        if len(accepted) == max_accept:
+            break
+    return np.asarray(accepted, dtype=np.int64), L[accepted, : len(accepted)], explained
+
+
+def rpcholesky_indices(
+    X,
+    n_landmarks: int,
+    kernel: Kernel,
+    rng: np.random.Generator,
+    *,
+    block_size: int = RPCHOLESKY_BLOCK_SIZE,
+    accelerated: bool = True,
+    tol: float | None = None,
+) -> RPCholeskyResult:
+    """Landmark rows by randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024).
+
+    Plain RPCholesky keeps the residual diagonal ``d = diag(K - F F^T)``; at each step it draws
+    a pivot s with probability ``d_s / sum(d)``, forms the residual column
+    ``g = K[:, s] - F F[s]^T`` and appends ``g / sqrt(g_s)`` to F, so ``d -= g^2 / g_s``
+    (CETW Alg. 1).  The accelerated form (Epperly, Tropp & Webber 2024) proposes
+    ``block_size`` pivots i.i.d. from ``d / sum(d)``, accepts a subset by rejection sampling on
+    the proposals' b x b residual kernel (:func:`_rejection_cholesky`), then evaluates the
+    accepted columns as one n x l kernel block and appends them with one triangular solve: the
+    same distribution of pivots with BLAS-3 work and far fewer passes over X.
+
+    Parameters
+    ----------
+    X : (n, d) array or CSR matrix
+    n_landmarks : int
+        Maximum number of pivots c (capped at n).
+    kernel : Kernel
+    rng : numpy.random.Generator
+    block_size : int
+        Proposals per round (accelerated only).
+    accelerated : bool
+        Block rejection sampling (True) or one pivot per kernel column (False).
+    tol : float in (0, 1), optional
+        Stop as soon as ``tr(K - F F^T) <= tol * tr(K)`` (then fewer than c pivots).
+
+    Returns
+    -------
+    RPCholeskyResult
+        Pivots in order, the factor, the residual diagonal (its sum is the certificate
+        ``tr(K - C W^+ C^T)``) and ``tr(K)``.  Cost: ``n (c + 1)`` kernel evaluations plus
+        ``block_size^2`` per round, ``O(n c^2)`` flops, ``n c`` float64 of memory for F.
+    """
+    n = X.shape[0]
+    if n == 0:
+        raise ValueError("X has no rows")
+    if isinstance(n_landmarks, bool) or not isinstance(n_landmarks, int | np.integer):
+        raise ValueError(f"n_landmarks must be an int >= 1, got {n_landmarks!r}")
+    if n_landmarks < 1:
+        raise ValueError(f"n_landmarks must be >= 1, got {n_landmarks}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer):
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if tol is not None and not (0.0 < float(tol) < 1.0):
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    c = min(int(n_landmarks), n)
+    diag = np.asarray(kernel.diag(X), dtype=np.float64)
+    if not np.all(np.isfinite(diag)) or np.any(diag < 0):
+        raise ValueError("the kernel diagonal k(x, x) must be finite and non-negative")
+    trace = float(diag.sum())
+    if trace <= 0:
+        raise ValueError("the kernel diagonal is zero: k(x, x) = 0 for every row of X")
+    floor = RESIDUAL_FLOOR * diag
+    d = diag.copy()
+    target = 0.0 if tol is None else float(tol) * trace
+    # F grows by doubling when a tolerance may stop it early, so a large cap costs nothing.
+    capacity = c if tol is None else min(c, max(2 * block_size, 64))
+    F = np.empty((n, capacity))
+    pivots: list[int] = []
+    n_proposals = 0
+    while len(pivots) < c:
+        total = float(d.sum())
+        if total <= target or not np.any(d > 0):
+            break
+        i = len(pivots)
+        if accelerated:
+            proposals = _sample_from_diagonal(d, block_size, rng)
+            n_proposals += proposals.size
+            Fp = F[proposals, :i]
+            H = np.asarray(kernel(_take_rows(X, proposals).astype(np.float64)), np.float64)
+            H -= Fp @ Fp.T
+            with one_blas_thread():
+                accepted, L, explained = _rejection_cholesky(
+                    H, d[proposals], floor[proposals], c - i, rng
+                )
+            # A fresh residual at round-off level: the point is explained (this also ends the
+            # loop when the running d and the recomputed residuals disagree by round-off).
+            d[proposals[explained]] = 0.0
+            if accepted.size == 0:
+                continue
+            new = proposals[accepted]
+            G = _kernel_columns(X, new, kernel)
+            G -= F[:, :i] @ F[new, :i].T
+            # New columns G L^{-T}: the Cholesky factor of the accepted block (CETW eq. 2.2).
+            new_cols = la.solve_triangular(L, G.T, lower=True, check_finite=False).T
+        else:
+            new = _sample_from_diagonal(d, 1, rng)
+            n_proposals += 1
+            g = _kernel_columns(X, new, kernel)[:, 0] - F[:, :i] @ F[new[0], :i]
+            pivot = g[new[0]]
+            if pivot <= floor[new[0]]:  # round-off residual: the point is already explained
+                d[new[0]] = 0.0
+                continue
+            new_cols = (g / np.sqrt(pivot))[:, None]
+        mass = np.einsum("ij,ij->j", new_cols, new_cols)
+        if tol is not None:
+            # Each prefix of the new columns is the factor of that prefix of pivots, so keep the
+            # shortest prefix that meets the tolerance.
+            met = np.flatnonzero(total - np.cumsum(mass) <= target)
+            if met.size:
+                new, new_cols = new[: met[0] + 1], new_cols[:, : met[0] + 1]
+        m = new.size
+        if i + m > F.shape[1]:
+            grown = np.empty((n, min(c, max(2 * F.shape[1], i + m))))
+            grown[:, :i] = F[:, :i]
+            F = grown
+        F[:, i : i + m] = new_cols
+        d -= np.einsum("ij,ij->i", new_cols, new_cols)
+        d[new] = 0.0
+        d[d <= floor] = 0.0
+        pivots.extend(int(s) for s in new)
+    k = len(pivots)
+    factor = F[:, :k] if F.shape[1] == k else np.array(F[:, :k])
+    return RPCholeskyResult(np.asarray(pivots, dtype=np.int64), factor, d, trace, n_proposals)
+
+
 def select_landmarks(
     X, method: str, n_landmarks: int, kernel: Kernel, rng: np.random.Generator, *, target_rank=None
 ):
@@ -211,7 +460,8 @@ def select_landmarks(
 
     Returns
     -------
-    landmarks : (c, d) dense array in X's dtype, c = min(n_landmarks, n)
+    landmarks : (c, d) dense array in X's dtype, c = min(n_landmarks, n); ``rpcholesky`` gives
+        fewer (in pivot order) when the kernel matrix has numerical rank < c
     weights : (c,) float64, non-negative, summing to 1
     """
     n = X.shape[0]
@@ -225,6 +475,9 @@ def select_landmarks(
         idx, inclusion = rls_indices(X, c, kernel, rng, target_rank=target_rank)
         weights = 1.0 / inclusion
         return _take_rows(X, idx), weights / weights.sum()
+    if method == "rpcholesky":
+        idx = rpcholesky_indices(X, c, kernel, rng).indices
+        return _take_rows(X, idx), np.full(idx.size, 1.0 / idx.size)
     raise ValueError(
         f"unknown landmarks method {method!r}; choose one of {LANDMARK_METHODS} "
         "or pass an array of landmark rows"

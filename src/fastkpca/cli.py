@@ -17,6 +17,12 @@ pass (nystrom's covariance after reservoir-sampling the landmarks, the countsket
 Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
 Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
 traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
+
+Files are safe from the command's mistakes: ``-o`` naming an input file (the same path, a link
+or the same inode) is refused; models and projections are written to a temporary file renamed
+at the end, so a failure leaves an existing output as it was.  A model file records its
+training file's column names and label column; ``transform`` and ``evaluate`` select DATA's
+columns by those names (reordering swapped columns, refusing missing ones).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +153,7 @@ class _NoBar:
 
 
 def _reader_options(args) -> dict:
-    opts = {"block_rows": args.block_rows, "dtype": np.dtype(args.dtype)}
+    opts: dict = {"block_rows": args.block_rows, "dtype": _dtype_option(args)}
     if args.format:
         opts["format"] = args.format
     if args.label_column is not None:
@@ -158,11 +165,16 @@ def _reader_options(args) -> dict:
     return opts
 
 
-def _open(args, path, n_features=None):
+def _dtype_option(args):
+    """``--dtype``: float64, float32, or auto (float32 files stay float32, others float64)."""
+    return "auto" if args.dtype == "auto" else np.dtype(args.dtype)
+
+
+def _open(args, path, n_features=None, **extra):
     """Open DATA; for a LIBSVM file, ``n_features`` (a model's width) fixes the block width."""
     from .source.files import detect_format, open_data
 
-    opts = _reader_options(args)
+    opts = {**_reader_options(args), **extra}
     fmt = opts.get("format") or detect_format(path)
     if fmt in ("text", "csv", "tsv"):
         opts.setdefault("header", "auto")
@@ -170,12 +182,37 @@ def _open(args, path, n_features=None):
         opts.pop("header", None)
         if args.header != "auto":
             raise CLIError(f"--header applies to delimited text, not to {fmt} files")
+    width = n_features or getattr(args, "libsvm_features", None)
+    if fmt in ("libsvm", "svmlight"):
+        if width:
+            opts["max_features"] = width
+    elif getattr(args, "libsvm_features", None):
+        raise CLIError(f"--libsvm-features applies to LIBSVM files, not to {fmt} files")
     reader = open_data(path, **opts)
-    if fmt in ("libsvm", "svmlight") and n_features and reader.n_features < n_features:
+    if fmt in ("libsvm", "svmlight") and width and reader.n_features < width:
         # a LIBSVM file whose rows never reach the model's last features: widen its blocks,
         # keeping the index base found by the scan
-        reader = open_data(path, n_features=n_features, zero_based=reader.zero_based, **opts)
+        opts.pop("max_features", None)
+        reader = open_data(path, n_features=width, zero_based=reader.zero_based, **opts)
     return reader
+
+
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file (the same path, a link to it, or the same inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_output(output, **inputs):
+    """Refuse an output path that names one of the command's input files."""
+    for what, path in inputs.items():
+        if path is not None and _same_file(output, path):
+            raise CLIError(
+                f"-o {output} is the {what} file {path}: writing it would destroy the input; "
+                "choose another output name"
+            )
 
 
 def _densify(block, dense: bool):
@@ -256,7 +293,7 @@ def _fit_params(args, cls) -> dict:
     ):
         from .source.files import read_data
 
-        X_land, _ = read_data(landmarks, dtype=np.dtype(args.dtype))
+        X_land, _ = read_data(landmarks, dtype=_dtype_option(args))
         params["landmarks"] = X_land.toarray() if hasattr(X_land, "toarray") else X_land
     return params
 
@@ -271,7 +308,21 @@ def _is_one_pass(cls, params) -> bool:
     return cls.__name__ in ONE_PASS
 
 
+def _data_info(reader, args) -> dict:
+    """What the model file records about its training file: feature column names, label."""
+    names = reader.feature_names
+    info: dict = {"format": reader.format}
+    if names is not None and all(isinstance(n, str) for n in names):
+        info["columns"] = list(names)
+    label = reader.label_index
+    if label is not None:
+        info["label_column"] = reader.column_names[label] if reader.column_names else label
+    return info
+
+
 def cmd_fit(args):
+    landmarks = args.landmarks if args.landmarks and Path(args.landmarks).is_file() else None
+    _check_output(args.output, data=args.data, landmarks=landmarks)
     cls = estimator_class(args.method)
     params = _fit_params(args, cls)
     model = cls(**params)
@@ -289,7 +340,13 @@ def cmd_fit(args):
         model.fit(X)
         n_rows, how = X.shape[0], "in memory"
     seconds = time.perf_counter() - t0
-    model.save(args.output)
+    from .persistence import save_model
+
+    info = _data_info(reader, args)
+    if "columns" in info:
+        # scikit-learn's record of the input's column names: transform checks them
+        model.feature_names_in_ = np.asarray(info["columns"], dtype=object)
+    save_model(model, args.output, data=info)
     k = getattr(model, "n_components_", None)
     print(
         f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
@@ -350,17 +407,21 @@ class _NpyWriter:
 
 
 class _TextWriter:
-    """Writes a .csv / .tsv (optionally .gz) file with a header ``pc1, pc2, ...``."""
+    """Writes a .csv / .tsv (optionally .gz) file with a header ``pc1, pc2, ...``.
 
-    def __init__(self, path):
+    ``path`` decides the format; the rows go to ``file`` (default ``path``).
+    """
+
+    def __init__(self, path, file=None):
         import gzip
 
         self.path = Path(path)
         suffixes = [s.lower() for s in self.path.suffixes]
-        gz = suffixes and suffixes[-1] == ".gz"
+        gz = bool(suffixes) and suffixes[-1] == ".gz"
         base = suffixes[-2] if gz and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
         self.delimiter = "\t" if base == ".tsv" else ","
-        self.f = gzip.open(self.path, "wt") if gz else open(self.path, "w")
+        target = Path(file) if file is not None else self.path
+        self.f = gzip.open(target, "wt") if gz else open(target, "w")
         self.started = False
 
     def write(self, block):
@@ -375,16 +436,24 @@ class _TextWriter:
         self.f.close()
 
 
-def _writer(path):
+def _output_kind(path) -> str:
+    """``"npy"`` or ``"text"``: the writer for an output name (refused before any work)."""
     suffixes = [s.lower() for s in Path(path).suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
     suffix = suffixes[-1] if suffixes else ""
     if suffix == ".npy" and not str(path).lower().endswith(".gz"):
-        return _NpyWriter(path)
+        return "npy"
     if suffix in (".csv", ".tsv"):
-        return _TextWriter(path)
+        return "text"
     raise CLIError(f"output {path}: write .npy, .csv or .tsv (optionally .csv.gz / .tsv.gz)")
+
+
+def _writer(path, file=None):
+    """The writer for output ``path``, writing to ``file`` (a temporary name) when given."""
+    if _output_kind(path) == "npy":
+        return _NpyWriter(path if file is None else file)
+    return _TextWriter(path, file)
 
 
 def _check_width(model, reader):
@@ -399,23 +468,87 @@ def _check_width(model, reader):
         )
 
 
-def cmd_transform(args):
-    from .persistence import load
+def _open_for_model(args, model, meta):
+    """Open DATA with the model's feature columns: by name where both sides have names.
 
-    model = load(args.model)
-    reader = _open(args, args.data, getattr(model, "n_features_in_", None))
+    A model fitted on named columns (a CSV header, a Parquet schema, a DataFrame) selects the
+    same names from DATA, in the model's order, so a file whose columns are swapped is
+    reordered and one that lacks a column is refused; explicit ``--columns`` must name the
+    model's columns in its order.  Without names on one side columns go by position (a note on
+    stderr says so when the model has names), with the width checked.
+    """
+    names = getattr(model, "feature_names_in_", None)
+    names = None if names is None else [str(n) for n in names]
+    width = getattr(model, "n_features_in_", None)
+    data = meta.get("data") or {}
+    extra = {}
+    if names is not None and not args.columns:
+        probe = _open(args, args.data, width)
+        if probe.column_names is not None:
+            missing = [n for n in names if n not in probe.column_names]
+            if missing:
+                raise CLIError(
+                    f"{args.data} has no column(s) {', '.join(map(repr, missing[:10]))}; the "
+                    f"model was fitted on columns {', '.join(names[:20])}"
+                )
+            extra["columns"] = names  # a label column of DATA is simply not selected
+        else:
+            print(
+                f"fastkpca: note: {args.data} has no column names; its columns are taken by "
+                f"position as the model's {', '.join(names[:10])}"
+                f"{', ...' if len(names) > 10 else ''}",
+                file=sys.stderr,
+            )
+    elif (
+        names is None
+        and args.label_column is None
+        and not args.columns
+        and isinstance(data.get("label_column"), int)
+    ):
+        # a headerless training file with a label column given by number: the same column of
+        # DATA is its label when DATA is one column wider than the model
+        probe = _open(args, args.data, width)
+        if width is not None and probe.n_features == width + 1 and not probe.has_labels:
+            extra["label_column"] = data["label_column"]
+    reader = _open(args, args.data, width, **extra)
+    if names is not None and reader.feature_names is not None and args.columns:
+        if list(reader.feature_names) != names:
+            raise CLIError(
+                f"--columns selects {', '.join(reader.feature_names[:10])}, but the model was "
+                f"fitted on columns {', '.join(names[:10])} (in that order)"
+            )
     _check_width(model, reader)
+    return reader
+
+
+def _transform_quietly(model, X):
+    """``model.transform(X)`` without scikit-learn's warning that X has no feature names: the
+    command line has matched the columns by name (or said that it could not)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="X does not have valid feature names")
+        return model.transform(X)
+
+
+def cmd_transform(args):
+    from .persistence import atomic_output, load_with_info
+
+    _check_output(args.output, data=args.data, model=args.model)
+    _output_kind(args.output)
+    model, meta = load_with_info(args.model)
+    reader = _open_for_model(args, model, meta)
     dense = not getattr(model, "_accepts_sparse", False)
-    writer = _writer(args.output)
     t0 = time.perf_counter()
-    try:
-        for block in _BlockStream(reader, args, dense=dense, desc="transforming"):
-            writer.write(model.transform(block))
-    except BaseException:
-        writer.close()
-        Path(args.output).unlink(missing_ok=True)  # no partial output under the final name
-        raise
-    writer.close()
+    # the rows go to a temporary file renamed over OUT at the end: a failure (bad row,
+    # interruption, full disk) leaves an existing OUT as it was
+    with atomic_output(args.output) as tmp:
+        writer = _writer(args.output, tmp)
+        try:
+            for block in _BlockStream(reader, args, dense=dense, desc="transforming"):
+                writer.write(_transform_quietly(model, block))
+        finally:
+            writer.close()
     seconds = time.perf_counter() - t0
     rows = getattr(writer, "rows", None) or reader.n_samples
     print(
@@ -454,7 +587,7 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     from .decomposition.exact import ExactKPCA
 
     kernel = model.kernel_
-    T = np.asarray(model.transform(X), dtype=np.float64)
+    T = np.asarray(_transform_quietly(model, X), dtype=np.float64)
     k = T.shape[1]
     ref = ExactKPCA(n_components=k, kernel=kernel, random_state=random_state)
     R = np.asarray(ref.fit_transform(X), dtype=np.float64)
@@ -484,11 +617,12 @@ _METRIC_NOTES = {
 
 
 def cmd_evaluate(args):
-    from .persistence import load
+    from .persistence import load_with_info
 
-    model = load(args.model)
-    reader = _open(args, args.data, getattr(model, "n_features_in_", None))
-    _check_width(model, reader)
+    if args.max_samples < 2:
+        raise CLIError(f"--max-samples must be at least 2, got {args.max_samples}")
+    model, meta = load_with_info(args.model)
+    reader = _open_for_model(args, model, meta)
     rng = np.random.default_rng(args.seed)
     X, n = _subsample(reader, args, args.max_samples, rng)
     k = getattr(model, "n_components_", None) or model.eigenvalues_.shape[0]
@@ -730,9 +864,18 @@ def _add_data_options(p):
     )
     g.add_argument(
         "--dtype",
-        choices=["float64", "float32"],
-        default="float64",
-        help="working precision (float32 output for float32 input)",
+        choices=["auto", "float64", "float32"],
+        default="auto",
+        help="working precision (default auto: float32 for float32 .npy / Parquet files, "
+        "else float64; float32 output for float32 input)",
+    )
+    g.add_argument(
+        "--libsvm-features",
+        type=int,
+        default=None,
+        metavar="N",
+        help="number of features of a LIBSVM file (default: its largest index, refused when "
+        "far beyond the file's size)",
     )
 
 
@@ -798,9 +941,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random_state (default 0)")
     g = p.add_argument_group("method options")
     for flag, name, conv, text in _METHOD_OPTIONS:
-        g.add_argument(
-            flag, dest=name, type=_parse_value if conv == "value" else conv, default=None, help=text
-        )
+        parse: Callable[[str], object] = _parse_value if conv == "value" else conv  # type: ignore[assignment]
+        g.add_argument(flag, dest=name, type=parse, default=None, help=text)
     g.add_argument(
         "--param",
         action="append",

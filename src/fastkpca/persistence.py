@@ -13,20 +13,32 @@ forger, who could recompute them, but such a file still cannot execute anything 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
 import math
 import numbers
 import os
-import tempfile
+import secrets
+import stat
 import zipfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["save_model", "load", "load_model", "model_info", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = [
+    "save_model",
+    "load",
+    "load_model",
+    "model_info",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+]
 
 FORMAT_NAME = "fastkpca-model"
 #: Version of the model-file layout; files with a larger version are refused.
@@ -39,7 +51,7 @@ def _array_digest(a: np.ndarray) -> str:
     h = hashlib.sha256()
     h.update(f"{a.dtype.str}|{a.shape}|".encode())
     if a.size:  # hash the buffer in place: no copy of a large contiguous array
-        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)
     return h.hexdigest()
 
 
@@ -244,17 +256,146 @@ def _saved_class(name, module=None):
     return cls
 
 
+#: Attributes every estimator may have after ``fit`` (scikit-learn's input checks set them).
+_INPUT_ATTRIBUTES = frozenset({"n_features_in_", "feature_names_in_"})
+_KPCA_EXPANSION = frozenset(
+    {"eigenvalues_", "eigenvectors_", "gram_col_means_", "gram_total_mean_", "kernel_"}
+)
+_RANDOM_FEATURES = frozenset({"feature_map_", "kernel_", "n_output_features_"})
+#: What every KPCA estimator's fit may add for the scikit-learn API: the trace of the centered
+#: Gram (explained_variance_ratio_) and the pre-image map (fit_inverse_transform=True).
+_KPCA_API = frozenset(
+    {"total_variance_", "total_variance_error_", "X_transformed_fit_", "dual_coef_inverse_"}
+)
+#: What a size chosen by tolerance adds (``tol``): the sizes tried and the chosen size.
+_TOL_SIZE = frozenset({"size_history_", "n_features_"})
+_TOL_ESTIMATORS = ("NystromKPCA", "RandomFeatureKPCA", "StreamingKPCA")
+_KPCA_ESTIMATORS = (
+    "ExactKPCA",
+    "NystromKPCA",
+    "RandomFeatureKPCA",
+    "StreamingKPCA",
+    "ReducedSetKPCA",
+    "SparsifiedKPCA",
+)
+
+#: The whitelist of fitted attributes, per saveable class: what ``fit`` of that class sets (in
+#: every configuration; tests/test_persistence.py fits each class and checks).  Loading sets
+#: nothing else, so a file cannot put a value where the class has a method or a property
+#: (``transform``, ``__dict__``, ``__class__``), nor an attribute the class never reads.  A new
+#: estimator class, or a new fitted attribute, is added here.
+FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
+    name: _INPUT_ATTRIBUTES
+    | names
+    | (_KPCA_API if name in _KPCA_ESTIMATORS else frozenset())
+    | (_TOL_SIZE if name in _TOL_ESTIMATORS else frozenset())
+    for name, names in {
+        "ExactKPCA": _KPCA_EXPANSION | {"X_fit_", "n_components_", "n_iter_"},
+        "NystromKPCA": frozenset(
+            {
+                "components_",
+                "eigenvalues_",
+                "kernel_",
+                "landmark_weights_",
+                "landmarks_",
+                "mean_",
+                "n_components_",
+                "n_landmarks_",
+                "n_samples_seen_",
+                "normalization_",
+            }
+        ),
+        "RandomFeatureKPCA": _RANDOM_FEATURES
+        | {"components_", "eigenvalues_", "mean_", "n_components_", "n_samples_seen_"},
+        "StreamingKPCA": _RANDOM_FEATURES
+        | {
+            "components_",
+            "eigenvalue_bounds_",
+            "eigenvalues_",
+            "feature_sum_",
+            "mean_",
+            "n_components_",
+            "n_samples_seen_",
+            "sketch_",
+        },
+        "ReducedSetKPCA": _KPCA_EXPANSION
+        | {
+            "centers_",
+            "dual_coef_",
+            "n_centers_",
+            "n_components_",
+            "n_samples_fit_",
+            "radius_",
+            "weights_",
+        },
+        "SparsifiedKPCA": _KPCA_EXPANSION
+        | {
+            "X_fit_",
+            "max_entry_",
+            "n_components_",
+            "n_iter_",
+            "n_kept_",
+            "noise_norm_",
+            "noise_norm_bound_",
+        },
+        "CompressedKPCA": frozenset(
+            {
+                "coef_",
+                "eigenvalues_",
+                "kernel_",
+                "n_components_",
+                "n_terms_",
+                "n_terms_source_",
+                "offset_",
+                "points_",
+                "projection_",
+                "rounding_s_",
+                "source_model_",
+            }
+        ),
+        "RandomFourierFeatures": _RANDOM_FEATURES,
+        "OrthogonalRandomFeatures": _RANDOM_FEATURES,
+        "FastfoodFeatures": _RANDOM_FEATURES,
+        "TensorSketchFeatures": _RANDOM_FEATURES,
+    }.items()
+}
+
+
+def fitted_attribute_names(cls) -> frozenset[str]:
+    """The fitted attributes a model file of ``cls`` may hold (:data:`FITTED_ATTRIBUTES`).
+
+    Names that start with ``_``, do not end with ``_``, or name a member of the class (a method,
+    a property, a class attribute) or a constructor parameter are never included, whatever the
+    registry says.
+    """
+    names = FITTED_ATTRIBUTES.get(cls.__name__)
+    if names is None:
+        raise ValueError(
+            f"{cls.__name__} has no list of fitted attributes in fastkpca.persistence."
+            "FITTED_ATTRIBUTES; model files cannot store it"
+        )
+    params = set(cls._get_param_names()) if hasattr(cls, "_get_param_names") else set()
+    return frozenset(
+        n
+        for n in names
+        if n.endswith("_") and not n.startswith("_") and not hasattr(cls, n) and n not in params
+    )
+
+
 def _fitted_attributes(model) -> dict:
     return {k: v for k, v in vars(model).items() if k.endswith("_") and not k.startswith("__")}
 
 
-def save_model(model, path) -> None:
+def save_model(model, path, *, data=None) -> None:
     """Write a (fitted) fastkpca estimator to ``path`` (see the module docstring for the format).
 
     The file is written to a temporary file beside ``path`` and renamed, so an interrupted save
-    never leaves a half-written model under the final name.  ``random_state`` given as a numpy
-    Generator / RandomState cannot be stored and is saved as None (it does not affect
-    ``transform``).
+    never leaves a half-written model under the final name (:func:`atomic_output`).  ``data``
+    optionally describes the training file (``columns``: the feature column names,
+    ``label_column``, ``format``); it is kept in the metadata (``load_with_info``) so that the
+    command line can select the same columns by name at ``transform``.  ``random_state`` given
+    as a numpy Generator / RandomState cannot be stored and is saved as None (it does not
+    affect ``transform``).
     """
     from . import __version__
 
@@ -269,6 +410,13 @@ def save_model(model, path) -> None:
         if isinstance(value, np.random.Generator | np.random.RandomState):
             value = None  # the generator's state is not part of the fitted model
         params[name] = enc.encode(value, f"parameter {name!r}")
+    allowed = fitted_attribute_names(cls)
+    unknown = sorted(set(_fitted_attributes(model)) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{cls.__name__} has fitted attribute(s) {', '.join(unknown)} that model files do "
+            "not list (fastkpca.persistence.FITTED_ATTRIBUTES); cannot save it"
+        )
     fitted = {
         name: enc.encode(value, f"fitted attribute {name!r}")
         for name, value in _fitted_attributes(model).items()
@@ -292,20 +440,58 @@ def save_model(model, path) -> None:
             for key, a in enc.arrays.items()
         },
     }
+    if data is not None:
+        meta["data"] = _encode_data_info(data)
     text = json.dumps(meta, allow_nan=False, sort_keys=True)
-    contents = dict(enc.arrays)
+    contents: dict[str, Any] = dict(enc.arrays)
     contents[_META_KEY] = np.array(text)
     contents[_CHECKSUM_KEY] = np.array(hashlib.sha256(text.encode()).hexdigest())
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"folder not found: {path.parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **contents)
+
+
+def _encode_data_info(data: dict) -> dict:
+    """The description of the training file kept in the metadata (plain JSON values only)."""
+    out = {}
+    for key in ("columns", "label_column", "format"):
+        value = data.get(key)
+        if isinstance(value, tuple | list | np.ndarray):
+            value = [v if isinstance(v, int | str) else str(v) for v in list(value)]
+        elif isinstance(value, np.integer):
+            value = int(value)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+@contextlib.contextmanager
+def atomic_output(path) -> Iterator[Path]:
+    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds.
+
+    On any error (or interruption) the temporary file is removed and ``path`` is left as it
+    was: an existing file keeps its content, a missing one stays missing.  A symbolic link is
+    followed (its target is replaced, the link kept); the new file gets the mode of the file it
+    replaces, or the usual mode of a new file (0666 less the umask).
+    """
+    target = Path(os.path.realpath(path))
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"folder not found: {Path(path).parent}")
+    while True:
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            # os.open applies the umask to 0o666, as open() does for a new file
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **contents)
-        os.replace(tmp, path)
+        yield tmp
+        if target.exists():
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+        os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
 
@@ -332,31 +518,121 @@ def _damaged(path, detail) -> ValueError:
     return ValueError(f"{path}: damaged or truncated fastkpca model file ({detail})")
 
 
+#: The metadata is small JSON (arrays are stored apart); a larger metadata entry is refused
+#: before it is read.
+_MAX_META_BYTES = 64 * 2**20
+#: The arrays may expand at most this many times the file's size, plus :data:`_EXPANSION_SLACK`.
+#: fastkpca writes them uncompressed (ratio 1), and compressing float arrays gains less than 2:1;
+#: deflate can reach about 1000:1 on constant data, which only a crafted file holds.
+_MAX_EXPANSION = 64
+_EXPANSION_SLACK = 16 * 2**20
+#: Array dtypes a model file may hold: booleans, integers, floats, complex, unicode strings.
+_ARRAY_KINDS = "biufcU"
+
+
+def _npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple, np.dtype, int]:
+    """(shape, dtype, header bytes) of an archive member from its .npy header alone."""
+    fmt = np.lib.format
+    with zf.open(info) as f:
+        version = fmt.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = fmt.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = fmt.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"member {info.filename}: unknown .npy version {version}")
+        return shape, dtype, f.tell()
+
+
+def _check_member(zf, info, *, dtype, shape, what) -> None:
+    """Check an archive member's .npy header and its stored size against the expected ones.
+
+    Only the member's first bytes (its header) are decompressed; the size check uses the
+    archive's directory, and ``zipfile`` never yields more bytes than that size, so the data
+    read afterwards is bounded by what the metadata declares.
+    """
+    got_shape, got_dtype, header = _npy_header(zf, info)
+    if got_dtype.kind not in _ARRAY_KINDS or got_dtype.hasobject:
+        raise ValueError(f"{what} has dtype {got_dtype}, which model files do not hold")
+    if got_dtype != dtype or tuple(got_shape) != tuple(shape):
+        raise ValueError(
+            f"{what} holds a {got_dtype} array of shape {tuple(got_shape)}, the metadata "
+            f"declares {dtype} {tuple(shape)}"
+        )
+    expected = header + math.prod(shape) * dtype.itemsize
+    if info.file_size != expected:
+        raise ValueError(
+            f"{what} is {info.file_size} bytes uncompressed, its header and the metadata "
+            f"declare {expected}"
+        )
+
+
+def _declared_array(info) -> tuple[np.dtype, tuple[int, ...]]:
+    """(dtype, shape) of an entry of the metadata's ``arrays`` table, validated."""
+    if not isinstance(info, dict) or not isinstance(info.get("dtype"), str):
+        raise ValueError("malformed array entry in the metadata")
+    dtype = np.dtype(info["dtype"])
+    shape = info.get("shape")
+    if (
+        dtype.kind not in _ARRAY_KINDS
+        or not isinstance(shape, list)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise ValueError(f"malformed array entry in the metadata ({info['dtype']}, {shape})")
+    return dtype, tuple(shape)
+
+
+def _read_member(zf, info) -> np.ndarray:
+    with zf.open(info) as f:
+        return np.lib.format.read_array(f, allow_pickle=False)
+
+
+def _read_string(zf, info, *, max_bytes, what) -> str:
+    """A 0-d unicode member (the metadata, its checksum), its size checked before reading."""
+    shape, dtype, header = _npy_header(zf, info)
+    if dtype.kind != "U" or tuple(shape) != () or info.file_size != header + dtype.itemsize:
+        raise ValueError(f"{what} is not a string")
+    if dtype.itemsize > max_bytes:
+        raise ValueError(f"{what} is {dtype.itemsize} bytes, more than a model file holds")
+    return str(_read_member(zf, info)[()])
+
+
 def _read_verified(path):
-    """Open a model file, check format, version and checksums; return (metadata, arrays)."""
+    """Open a model file, check format, version, sizes and checksums; return (metadata, arrays).
+
+    Nothing is decompressed before it is checked: the metadata entry's size, then every array
+    member's .npy header and stored size against the metadata's dtype and shape, and the total
+    against the file's size (:data:`_MAX_EXPANSION`); only then are the arrays read.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"model file not found: {path}")
+    file_bytes = path.stat().st_size
     try:
-        npz = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        if zipfile.is_zipfile(path):
-            raise _damaged(path, exc) from None
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(6)
+        if head == b"\x93NUMPY":
+            raise ValueError(f"{path} is not a fastkpca model file (a plain .npy array)") from None
         if head.startswith(b"PK"):
             raise _damaged(path, exc) from None
         raise ValueError(f"{path} is not a fastkpca model file (not an .npz archive)") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is not a fastkpca model file (a plain .npy array)")
-    with npz:
+    with zf:
         try:
-            if _META_KEY not in npz.files:
+            members = {info.filename: info for info in zf.infolist()}
+            meta_member = members.get(f"{_META_KEY}.npy")
+            if meta_member is None:
                 raise ValueError(f"{path} is not a fastkpca model file (no {_META_KEY} entry)")
-            text = str(npz[_META_KEY][()])
+            try:
+                text = _read_string(zf, meta_member, max_bytes=_MAX_META_BYTES, what="metadata")
+            except ValueError as exc:
+                if "not a string" in str(exc) and meta_member.file_size < 4096:
+                    raise ValueError(f"{path} is not a fastkpca model file ({exc})") from None
+                raise
             try:
                 meta = json.loads(text)
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, RecursionError) as exc:
                 raise _damaged(path, f"unreadable metadata: {exc}") from None
             if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
                 raise ValueError(
@@ -371,19 +647,42 @@ def _read_verified(path):
                     f"the file was written by fastkpca "
                     f"{meta.get('fastkpca_version', '?')})"
                 )
-            if _CHECKSUM_KEY not in npz.files:
+            checksum_member = members.get(f"{_CHECKSUM_KEY}.npy")
+            if checksum_member is None:
                 raise _damaged(path, "no metadata checksum")
-            if str(npz[_CHECKSUM_KEY][()]) != hashlib.sha256(text.encode()).hexdigest():
+            checksum = _read_string(zf, checksum_member, max_bytes=1024, what="checksum")
+            if checksum != hashlib.sha256(text.encode()).hexdigest():
                 raise _damaged(path, "metadata checksum mismatch")
-            arrays = {}
-            for key, info in meta["arrays"].items():
-                if key not in npz.files:
+            table = meta.get("arrays")
+            if not isinstance(table, dict):
+                raise _damaged(path, "no array table in the metadata")
+            expected = {f"{_META_KEY}.npy", f"{_CHECKSUM_KEY}.npy"}
+            declared = 0
+            for key, info in table.items():
+                member = members.get(f"{key}.npy")
+                if member is None:
                     raise _damaged(path, f"array {key} is missing")
-                a = npz[key]
-                if _array_digest(a) != info["sha256"]:
+                dtype, shape = _declared_array(info)
+                _check_member(zf, member, dtype=dtype, shape=shape, what=f"array {key}")
+                expected.add(member.filename)
+                declared += member.file_size
+            extra = sorted(set(members) - expected)
+            if extra:
+                raise _damaged(path, f"unexpected member(s) {', '.join(extra[:5])}")
+            limit = _MAX_EXPANSION * file_bytes + _EXPANSION_SLACK
+            if declared > limit:
+                raise ValueError(
+                    f"{path}: refusing a model file whose arrays expand to {declared} bytes "
+                    f"from {file_bytes} bytes on disk (more than {_MAX_EXPANSION}-fold; "
+                    "fastkpca writes arrays uncompressed)"
+                )
+            arrays = {}
+            for key, info in table.items():
+                a = _read_member(zf, members[f"{key}.npy"])
+                if _array_digest(a) != info.get("sha256"):
                     raise _damaged(path, f"checksum mismatch in array {key}")
                 arrays[key] = a
-        except (zipfile.BadZipFile, EOFError, OSError, KeyError, TypeError) as exc:
+        except (zipfile.BadZipFile, EOFError, OSError, KeyError, TypeError, zlib.error) as exc:
             raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
         except ValueError as exc:
             if str(exc).startswith(str(path)):
@@ -409,21 +708,37 @@ def load(path):
         Not a fastkpca model file, a damaged or truncated one (checksum mismatch), one from an
         unknown format version, or one naming an estimator or state class fastkpca does not have.
     """
+    return load_with_info(path)[0]
+
+
+def load_with_info(path):
+    """``(model, metadata)`` of a model file: :func:`load`'s model and the verified metadata.
+
+    The metadata's ``"data"`` entry (when the file has one) describes the training file: its
+    feature ``columns`` (names) and its ``label_column``.
+    """
     meta, arrays = _read_verified(path)
     cls = _saved_class(meta.get("estimator"), meta.get("module"))
     dec = _Decoder(arrays)
     try:
+        if not isinstance(meta["params"], dict) or not isinstance(meta["fitted"], dict):
+            raise TypeError("params and fitted must be objects")
+        allowed = fitted_attribute_names(cls)
+        unknown = sorted(set(meta["fitted"]) - allowed)
+        if unknown:
+            raise ValueError(
+                f"{path}: the model file sets {', '.join(map(repr, unknown[:5]))}, not a fitted "
+                f"attribute of {cls.__name__} (allowed: {', '.join(sorted(allowed))})"
+            )
         params = {k: dec.decode(v) for k, v in meta["params"].items()}
         model = cls(**params)
         for name, node in meta["fitted"].items():
-            if not name.endswith("_"):
-                raise ValueError(f"fitted attribute name {name!r} does not end with '_'")
             setattr(model, name, dec.decode(node))
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(
             f"{path}: malformed model metadata ({type(exc).__name__}: {exc})"
         ) from None
-    return model
+    return model, meta
 
 
 #: Alias of :func:`load`.

@@ -20,7 +20,9 @@ sketches can be tree-reduced (Dask) into the sketch of the whole stream.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +33,18 @@ from ._utils import as_generator, check_int
 from .source.memory import check_block
 
 __all__ = ["FrequentDirections", "CountSketch", "fd_shrink"]
+
+
+def _fd_eigh(C: np.ndarray):
+    """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of C, and the
+    squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None)."""
+    r, m = C.shape
+    wide = r <= m
+    gram = C @ C.T if wide else C.T @ C
+    lam, U = np.linalg.eigh(gram)
+    lam, U = lam[::-1], U[:, ::-1]  # descending
+    np.maximum(lam, 0.0, out=lam)
+    return wide, lam, U, (np.diagonal(gram) if wide else None)
 
 
 def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
@@ -62,22 +76,105 @@ def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
     B : ndarray (ell, m), float64
     delta : float
     """
+    B, delta, _ = _shrink(C, ell)
+    return B, delta
+
+
+def _untracked_loss(missing: float, tracked: float, free: int, shrinkage: float) -> float:
+    """rho of :meth:`FrequentDirections.loss_model` from the exact missing energy, the trace of
+    the tracked loss, the number of untracked directions and the total shrinkage."""
+    average = (missing - tracked) / free if free else 0.0
+    return math.sqrt(min(max(average, 0.0), shrinkage) * shrinkage)
+
+
+def _directions(rows: np.ndarray):
+    """Norms of sketch rows and the mask of those long enough to define a direction."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    top = norms.max(initial=0.0)
+    return norms, norms > _DIRECTION_TOL * top if top > 0 else np.zeros(norms.shape, bool)
+
+
+def _shrink(C: np.ndarray, ell: int, history=()):
+    """:func:`fd_shrink` that also carries the estimated per-direction loss forward.
+
+    ``history`` lists one ``(start, stop, H, energy, shrinkage)`` per merged part: rows
+    ``start:stop`` of C are that part's buffer, whose first ``len(H)`` rows are orthogonal
+    sketch rows (directions ``v_i = C_i / ||C_i||``) with tracked loss H; ``energy`` and
+    ``shrinkage`` are the part's ``squared_norm`` and ``total_shrinkage``.  Its estimated past
+    loss is ``sum_ij H_ij v_i v_j^T + rho (I - sum_i v_i v_i^T)`` (see
+    :meth:`FrequentDirections.loss_model`).  Returns ``(B, delta, H_new)`` with ``H_new`` the
+    estimated loss, past plus this shrink's, in the directions of B's rows: the past loss
+    operators projected on them (``P^T H P + rho (I - P^T P)`` with ``P_ij = v_i . w_j``) plus
+    ``delta`` on each, the exact loss of this shrink in every kept direction (their squared
+    singular values are all >= delta).  Zero rows of B get zero rows and columns.
+    """
     r, m = C.shape
-    wide = r <= m
-    lam, U = np.linalg.eigh(C @ C.T if wide else C.T @ C)
-    lam, U = lam[::-1], U[:, ::-1]  # descending
-    np.maximum(lam, 0.0, out=lam)
+    wide, lam, U, row_sq = _fd_eigh(C)
     delta = float(lam[ell]) if lam.size > ell else 0.0
     kept = min(ell, lam.size)
     B = np.zeros((ell, m))
+    live = lam[:kept] > delta
     if wide:
         scale = np.zeros(kept)
-        pos = lam[:kept] > delta
-        scale[pos] = np.sqrt(1.0 - delta / lam[:kept][pos])
+        scale[live] = np.sqrt(1.0 - delta / lam[:kept][live])
         B[:kept] = scale[:, None] * (U[:, :kept].T @ C)
     else:
         B[:kept] = np.sqrt(lam[:kept] - delta)[:, None] * U[:, :kept].T
-    return B, delta
+    # Few numpy calls: this runs once per ell rows, on ell x ell matrices, so call overhead,
+    # not arithmetic, is its cost.
+    H_kept = np.zeros((kept, kept))
+    shift = delta  # added to the diagonal at the end
+    root = np.sqrt(lam[:kept]) if wide and history else None
+    for start, stop, H, energy, shrinkage in history:
+        n_dir = H.shape[0]
+        rows = C[start : start + n_dir]
+        sq = row_sq[start : start + n_dir] if wide else np.einsum("ij,ij->i", rows, rows)
+        # Sketch rows come sorted by norm (those of a shrink); min / max kept general anyway.
+        all_ok = bool(sq.min() > _DIRECTION_TOL**2 * sq.max())
+        if all_ok:
+            norms = np.sqrt(sq)
+        else:
+            norms, ok = _directions(rows)
+            H = np.where(ok[:, None] & ok[None, :], H, 0.0)
+            norms = np.where(ok, norms, 1.0)
+        # The part's exact missing energy: ||A_part||_F^2 minus its buffer's (sum(lam) when
+        # the part is all of C, as for a single stream).
+        if stop - start == r:
+            buffered = float(lam.sum())
+        else:
+            part = C[start:stop]
+            buffered = float(np.einsum("ij,ij->", part, part))
+        n_ok = n_dir if all_ok else int(ok.sum())
+        rho = _untracked_loss(energy - buffered, float(H.trace()), m - n_ok, shrinkage)
+        if wide:
+            # v_i . w_j = (C C^T u_j)_i / (||C_i|| s_j) = s_j u_ij / ||C_i||: no m-long work
+            P = U[start : start + n_dir, :kept] * root
+        else:
+            P = rows @ U[:, :kept]
+        P /= norms[:, None]
+        if not all_ok:
+            P[~ok] = 0.0
+        # P^T H P + rho (I - P^T P) = P^T (H - rho I) P + rho I (H symmetric, so is this up
+        # to round-off: symmetrised where it is read, in loss_model)
+        shifted = H.copy()
+        shifted.flat[:: n_dir + 1] -= rho
+        H_kept += P.T @ shifted @ P
+        shift += rho
+    H_kept.flat[:: kept + 1] += shift
+    if lam[kept - 1] <= delta:  # rows of B that are zero (descending lam: the last ones)
+        live = lam[:kept] > delta
+        H_kept[~live] = 0.0
+        H_kept[:, ~live] = 0.0
+    if kept == ell:
+        return B, delta, H_kept
+    H_new = np.zeros((ell, ell))
+    H_new[:kept, :kept] = H_kept
+    return B, delta, H_new
+
+
+#: A sketch row shorter than this times the longest is treated as no direction (its loss moves
+#: to the isotropic remainder): dividing by its norm would amplify round-off.
+_DIRECTION_TOL = 1e-7
 
 
 @register_state_class
@@ -103,7 +200,9 @@ class FrequentDirections:
     Parameters
     ----------
     sketch_size : int
-        ell, the number of rows of the sketch.
+        ell, the number of rows of the sketch (kept after each shrink).  The buffer holds
+        ``2 ell`` rows; in the streaming KPCA paper (Ghashami, Perry & Phillips 2016,
+        Algorithm 1) ell is the buffer, shrunk to ell / 2, so ours matches the paper's 2 ell.
     n_columns : int, optional
         m; taken from the first block when None.
 
@@ -114,6 +213,12 @@ class FrequentDirections:
     total_shrinkage : float
         Sum of the shrinkages delta applied so far: an a-posteriori bound on
         ``||A^T A - B^T B||_2`` for the buffer (``sketch()`` may shrink once more).
+    squared_norm : float
+        ``||A||_F^2``, accumulated exactly (float64) as rows arrive; merges add it.  With the
+        buffer it gives :attr:`missing_energy`, the exact total loss.
+
+    The sketch also tracks an estimate of the loss in each of its directions (an ell x ell
+    matrix, see :meth:`loss_model`), from which ``StreamingKPCA`` estimates eigenvalues.
     """
 
     def __init__(self, sketch_size: int, n_columns: int | None = None):
@@ -121,8 +226,13 @@ class FrequentDirections:
         self.n_columns = check_int("n_columns", n_columns, low=1, allow_none=True)
         self.n_rows_seen = 0
         self.total_shrinkage = 0.0
-        self._buffer: np.ndarray | None = None
+        self.squared_norm = 0.0
+        self._buffer: Any = None  # (2 ell, m) float64 once the width is known
         self._filled = 0
+        # Estimated loss in the directions of the first _n_kept buffer rows (the sketch rows
+        # after a shrink; 0 before the first one): see loss_model().
+        self._loss: Any = None  # (ell, ell) float64 once the width is known
+        self._n_kept = 0
         if self.n_columns is not None:
             self._allocate(self.n_columns)
 
@@ -136,6 +246,8 @@ class FrequentDirections:
         self.n_columns = m
         self._buffer = np.zeros((2 * self._ell, m))
         self._filled = 0
+        self._loss = np.zeros((self._ell, self._ell))
+        self._n_kept = 0
 
     # --- streaming ----------------------------------------------------------------------------
     def update(self, rows) -> FrequentDirections:
@@ -161,6 +273,9 @@ class FrequentDirections:
                 buf[self._filled : self._filled + take] = (
                     part.toarray() if sp.issparse(part) else part
                 )
+                # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
+                block = buf[self._filled : self._filled + take]
+                self.squared_norm += float(np.einsum("ij,ij->", block, block))
                 self._filled += take
                 pos += take
                 if self._filled == cap:
@@ -169,12 +284,79 @@ class FrequentDirections:
         return self
 
     def _compress(self) -> None:
+        self._set_shrunk(*_shrink(self._buffer[: self._filled], self._ell, self._history()))
+
+    def _set_shrunk(self, B: np.ndarray, delta: float, H: np.ndarray) -> None:
         ell = self._ell
-        B, delta = fd_shrink(self._buffer[: self._filled], ell)
         self._buffer[:ell] = B
         self._buffer[ell:] = 0.0
         self._filled = ell
         self.total_shrinkage += delta
+        self._loss = H
+        self._n_kept = ell
+
+    def _history(self, start: int = 0) -> list:
+        """This sketch's entry of :func:`_shrink`'s ``history`` (empty before a shrink), for a
+        buffer placed at row ``start``."""
+        if not self._n_kept:
+            return []
+        stop = start + self._filled
+        return [(start, stop, self._loss, self.squared_norm, self.total_shrinkage)]
+
+    @property
+    def missing_energy(self) -> float:
+        """``||A||_F^2 - ||rows()||_F^2 = trace(A^T A - R^T R)``: the exact total loss (>= 0).
+
+        Every direction's loss ``x^T (A^T A - R^T R) x`` is at most ``min(total_shrinkage,
+        missing_energy)``, and the losses over any orthonormal basis sum to this.
+        """
+        if self._buffer is None:
+            return 0.0
+        R = self._buffer[: self._filled]
+        return max(self.squared_norm - float(np.einsum("ij,ij->", R, R)), 0.0)
+
+    def loss_model(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """Estimate of the loss ``E = A^T A - R^T R`` of the buffer R (:meth:`rows`).
+
+        Returns ``(V, H, rho)`` for ``E ~ V^T H V + rho (I - V^T V)``: V (r x m) has orthonormal
+        rows, the directions of the sketch rows kept at the last shrink; H (r x r) their
+        tracked loss; rho the estimated loss of any other direction (untracked).
+
+        Tracked loss.  A shrink removes exactly ``delta`` from every direction it keeps
+        (:func:`fd_shrink`), so a direction that stays in the sketch has lost exactly the sum
+        of the deltas since it entered.  At each shrink the estimate before it is projected on
+        the new sketch directions and ``delta`` added (:func:`_shrink`).  On directions that
+        stayed in the sketch throughout -- the leading principal directions of a decaying
+        spectrum, and the feature mean -- H is exact.
+
+        Untracked loss.  What a direction lost before it entered the sketch (its energy, while
+        it was out) is not known.  It is at most ``total_shrinkage`` (the FD bound), and on
+        average over the ``m - r`` directions outside the tracked span it is
+        ``rho_0 = (missing_energy - trace H) / (m - r)`` (``missing_energy`` is exact).  A
+        direction that enters the sketch, or competes for the top eigenvalues, is selected for
+        its energy, so its loss is above the average; we take the geometric mean
+        ``rho = sqrt(rho_0 * total_shrinkage)`` of the two ends, which minimises the worst-case
+        ratio error over ``[rho_0, total_shrinkage]``.  Measured
+        (``benchmarks/bench_fd_eigenvalues.py``), the true loss of churning top directions
+        lies between the middle of that range on a log scale (flat spectrum, ell = 10) and
+        its top (ell near the number of comparable eigenvalues), so rho is low by at most
+        ``sqrt(total_shrinkage / rho_0)`` there.
+
+        Both H and rho lie in ``[0, total_shrinkage]``, the range the true loss of any
+        direction is known to lie in; merges add the two parts' estimates (:meth:`merge`).
+        """
+        if self._buffer is None:
+            raise ValueError("the sketch has seen no rows and n_columns is unknown")
+        m, r = self.n_columns, self._n_kept
+        rows = self._buffer[:r]
+        norms, ok = _directions(rows)
+        V = rows[ok] / norms[ok, None]
+        H = self._loss[:r, :r][np.ix_(ok, ok)]
+        H = (H + H.T) / 2
+        rho = _untracked_loss(
+            self.missing_energy, float(np.trace(H)), m - V.shape[0], self.total_shrinkage
+        )
+        return V, H, rho
 
     def sketch(self) -> np.ndarray:
         """The current sketch B, shape ``(min(ell, n_columns), n_columns)``, float64.
@@ -202,11 +384,15 @@ class FrequentDirections:
     def merge(self, other: FrequentDirections) -> FrequentDirections:
         """A new sketch of the concatenated streams (neither input is modified).
 
-        The buffers of both sketches are fed, as a stream, into a fresh sketch.  The bound holds
-        for the merged stream: the shrinkages of the parts and of the merge add up, and so do the
-        Frobenius-norm losses they cause (mergeability of FD: Agarwal et al. 2013; Ghashami et al.
-        2016, section 3.2), so a tree of merges keeps ``||A^T A - B^T B||_2 <=
-        ||A - A_k||_F^2 / (ell + 1 - k)``.
+        If neither has shrunk, their buffers (exact rows) are fed, as a stream, into a fresh
+        sketch.  If only one has shrunk and both buffers fit, they are stacked, the shrunk one
+        first (its rows carry the loss estimate).  Otherwise both buffers are shrunk together
+        once, to ell rows, and each part's loss estimate is carried onto the merged directions
+        and added (:func:`_shrink`).  The bound holds for the merged stream: the shrinkages of
+        the parts and of the merge add up, and so do the Frobenius-norm losses they cause
+        (mergeability of FD: Agarwal et al. 2013; Ghashami et al. 2016, section 3.2), so a tree
+        of merges keeps ``||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell + 1 - k)``;
+        ``squared_norm`` adds exactly.
         """
         if not isinstance(other, FrequentDirections):
             raise ValueError(
@@ -227,10 +413,34 @@ class FrequentDirections:
                 f"({self.n_columns} and {other.n_columns})"
             )
         out = FrequentDirections(self.sketch_size, self.n_columns or other.n_columns)
-        for part in (self, other):
-            if part._buffer is not None and part._filled:
+        parts = [p for p in (self, other) if p._buffer is not None and p._filled]
+        tracked = [p for p in parts if p._n_kept]
+        if not tracked:
+            # Neither has shrunk: their buffers are exact rows, fed as a stream.
+            for part in parts:
                 out.update(part._buffer[: part._filled])
+        elif len(tracked) == 1 and sum(p._filled for p in parts) < out._buffer.shape[0]:
+            # Room for both buffers: the shrunk one first (its rows carry the loss estimate),
+            # then the other's exact rows.
+            first = tracked[0]
+            pos = 0
+            for part in [first] + [p for p in parts if p is not first]:
+                out._buffer[pos : pos + part._filled] = part._buffer[: part._filled]
+                pos += part._filled
+            out._filled = pos
+            out._loss = first._loss.copy()
+            out._n_kept = first._n_kept
+        else:
+            # One shrink of both buffers: each part's loss estimate is carried onto the
+            # merged directions and the two are added (the true losses add up).
+            rows = np.vstack([p._buffer[: p._filled] for p in parts])
+            history, pos = [], 0
+            for part in parts:
+                history += part._history(pos)
+                pos += part._filled
+            out._set_shrunk(*_shrink(rows, out._ell, history))
         out.n_rows_seen = self.n_rows_seen + other.n_rows_seen
+        out.squared_norm = self.squared_norm + other.squared_norm
         out.total_shrinkage += self.total_shrinkage + other.total_shrinkage
         return out
 
@@ -247,7 +457,11 @@ class FrequentDirections:
             "n_columns": self.n_columns,
             "n_rows_seen": int(self.n_rows_seen),
             "total_shrinkage": float(self.total_shrinkage),
+            "squared_norm": float(self.squared_norm),
             "buffer": buffer,
+            "loss": None
+            if self._loss is None
+            else self._loss[: self._n_kept, : self._n_kept].copy(),
         }
 
     @classmethod
@@ -270,6 +484,21 @@ class FrequentDirections:
             out._filled = buffer.shape[0]
         out.n_rows_seen = int(state["n_rows_seen"])
         out.total_shrinkage = float(state["total_shrinkage"])
+        # A state saved before the loss was tracked has neither the exact energy nor the
+        # loss: the energy is then unknown (infinite: only the FD bound limits the loss) and
+        # nothing is tracked, which gives the former compensated estimate (rho = delta).
+        out.squared_norm = float(state.get("squared_norm", math.inf))
+        loss = state.get("loss")
+        if loss is not None:
+            loss = np.asarray(loss, dtype=np.float64)
+            r = loss.shape[0] if loss.ndim == 2 else -1
+            if out._buffer is None or loss.shape != (r, r) or r not in (0, out._ell):
+                raise ValueError(
+                    f"FrequentDirections state has a loss matrix of shape {loss.shape}, "
+                    f"inconsistent with sketch_size={out.sketch_size}, n_columns={out.n_columns}"
+                )
+            out._loss[:r, :r] = loss
+            out._n_kept = r
         return out
 
     def __repr__(self):

@@ -6,22 +6,52 @@ only stores arguments, and a ``fit`` that reads as a pipeline: check parameters 
 over its blocks (``source.reduce``) -> a pure solver function -> store fitted attributes.
 ``transform`` is shared: it validates the new rows through the same source mechanism and calls the
 estimator's ``_transform_rows`` on an in-memory array, or lazily on each chunk of a dask array.
+
+Also shared, after the solver (:meth:`BaseKPCA._finish_fit`): the total variance
+``tr(H K H)`` of the training Gram behind ``explained_variance_ratio_`` and a float
+``n_components`` (a fraction of that variance), and the pre-image map of ``inverse_transform``
+(kernel ridge regression from projections back to rows, learned on a bounded set of anchor rows).
 """
 
 from __future__ import annotations
 
+import functools
+import numbers
+import warnings
+
 import numpy as np
+import scipy.linalg as la
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._utils import as_generator
 from ..kernels import Kernel, make_kernel
 from ..source import RowSource, as_source
 
-__all__ = ["BaseKPCA", "DEFAULT_N_COMPONENTS"]
+__all__ = [
+    "BaseKPCA",
+    "DEFAULT_N_COMPONENTS",
+    "DEFAULT_N_INVERSE_SAMPLES",
+    "DEFAULT_N_PROBE",
+    "mean_embedding_probe",
+    "reduce_with_diag_sum",
+]
 
-#: ``n_components=None`` means this many, capped to what the data allows.
+#: ``n_components=None`` means this many, capped to what the data allows.  scikit-learn's
+#: ``KernelPCA`` keeps every nonzero component instead; fastkpca differs on purpose: the
+#: approximate models would otherwise keep as many components as landmarks / features (hundreds
+#: of mostly noise directions), and ``ExactKPCA`` follows the others so that methods stay
+#: swappable.  ``fastkpca.KernelPCA`` is the drop-in with scikit-learn's default.
 DEFAULT_N_COMPONENTS = 10
+
+#: Rows drawn for the mean-embedding probe of ``total_variance_`` where the model has no exact
+#: value (see :func:`mean_embedding_probe`).
+DEFAULT_N_PROBE = 1000
+
+#: ``n_inverse_samples=None``: pre-image anchors drawn from the training rows by the models that
+#: keep no rows (RandomFeatureKPCA, StreamingKPCA).
+DEFAULT_N_INVERSE_SAMPLES = 1000
 
 
 class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -29,6 +59,10 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     #: Whether ``fit`` / ``transform`` accept scipy.sparse input.
     _accepts_sparse = False
+
+    #: Whether ``fit_inverse_transform`` draws anchor rows in a pass of their own (the models
+    #: that keep no rows, landmarks or centres).
+    _draws_inverse_anchors = False
 
     # --- kernel and randomness ------------------------------------------------------------
     def _make_rng(self) -> np.random.Generator:
@@ -40,6 +74,12 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         X is an array of rows (e.g. a source's first rows) or a :class:`RowSource` (all its rows,
         sampled by index for ``gamma="median"``).
         """
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError(
+                f"{type(self).__name__} cannot use kernel='precomputed': it evaluates the kernel "
+                "between new points and its own landmarks / centres / random features, which a "
+                "precomputed Gram does not give; use ExactKPCA (or fastkpca.KernelPCA) instead"
+            )
         if isinstance(X, RowSource):
             X = X.indexable()
         seed = None if rng is None else int(rng.integers(2**31))
@@ -55,15 +95,26 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return self.kernel_
 
     def _resolve_n_components(self, max_components: int, what: str = "n_samples") -> int:
-        """Set ``n_components_``: the requested number, or the capped default for None."""
+        """Set ``n_components_``: the requested number, or the capped default for None.
+
+        A float in (0, 1) (a fraction of the variance) gives ``max_components``: the solver then
+        computes every component the method can give, and :meth:`_finish_fit` keeps the
+        smallest number that explains the fraction.
+        """
         if max_components < 1:
             raise ValueError(f"this method can give no component ({what} = {max_components})")
         if self.n_components is None:
             self.n_components_ = min(DEFAULT_N_COMPONENTS, max_components)
             return self.n_components_
+        if _is_fraction(self.n_components):
+            self.n_components_ = int(max_components)
+            return self.n_components_
         k = self.n_components
         if not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"n_components must be a positive integer or None, got {k!r}")
+            raise ValueError(
+                "n_components must be a positive integer, a float in (0, 1) (a fraction of the "
+                f"variance) or None, got {k!r}"
+            )
         if k > max_components:
             raise ValueError(
                 f"n_components={k} is larger than this method can give ({what} = {max_components})"
@@ -71,10 +122,157 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         self.n_components_ = int(k)
         return self.n_components_
 
+    # --- after the solver: variance, fraction, pre-images -----------------------------------
+    def _finish_fit(self, diag_sum, mean_sq, mean_sq_error, anchors=None):
+        """Store the total variance, apply a float ``n_components``, learn the pre-image map.
+
+        Parameters
+        ----------
+        diag_sum : float
+            ``sum_i k(x_i, x_i)`` over the training rows (exact: one pass).
+        mean_sq : float
+            ``||mu||^2 = (1/n^2) sum_ij k(x_i, x_j)``, the squared norm of the mean embedding
+            (exact, or an estimate).
+        mean_sq_error : float
+            One standard error of ``mean_sq`` (0 when exact, nan when unknown).
+        anchors : array, callable or None
+            The rows the pre-image map is learned on (a callable drawing them is called only
+            when ``fit_inverse_transform=True``).
+        """
+        self._set_total_variance(diag_sum, mean_sq, mean_sq_error)
+        if _is_fraction(self.n_components):
+            self._keep_fraction(float(self.n_components))
+        if getattr(self, "fit_inverse_transform", False):
+            self._fit_inverse(anchors() if callable(anchors) else anchors)
+
+    def _set_total_variance(self, diag_sum, mean_sq, mean_sq_error) -> None:
+        """``total_variance_ = tr(H K H) = sum_i k(x_i, x_i) - n ||mu||^2`` (H the centering
+        matrix) and its standard error; both left unset when a term is not known (nan)."""
+        for name in ("total_variance_", "total_variance_error_"):
+            if name in vars(self):
+                delattr(self, name)
+        if not (np.isfinite(diag_sum) and np.isfinite(mean_sq)):
+            return
+        n = self._n_train
+        self.total_variance_ = float(diag_sum - n * mean_sq)
+        self.total_variance_error_ = float(n * mean_sq_error)
+
+    @property
+    def _n_train(self) -> int:
+        for name in ("n_samples_seen_", "n_samples_fit_"):
+            if hasattr(self, name):
+                return int(getattr(self, name))
+        return int(self.eigenvectors_.shape[0])
+
+    @property
+    def explained_variance_ratio_(self):
+        """Fraction of the total variance ``tr(H K H)`` of the training Gram per component.
+
+        ``eigenvalues_ / total_variance_``.  For the approximate methods both are estimates: the
+        numerator the model's eigenvalues, the denominator ``total_variance_`` with one standard
+        error ``total_variance_error_`` (see each estimator's notes).
+        """
+        check_is_fitted(self)
+        if not hasattr(self, "total_variance_"):
+            raise AttributeError(
+                f"{type(self).__name__} has no total variance for this model (see its notes)"
+            )
+        return np.asarray(self.eigenvalues_, dtype=np.float64) / self.total_variance_
+
+    def _keep_fraction(self, fraction: float) -> None:
+        """Keep the smallest k whose cumulative ratio reaches ``fraction``."""
+        if not hasattr(self, "total_variance_"):
+            raise ValueError(
+                f"n_components={fraction} (a fraction of the variance) needs the total variance, "
+                f"which {type(self).__name__} cannot estimate here; pass an integer"
+            )
+        ratio = np.cumsum(self.explained_variance_ratio_)
+        reached = np.flatnonzero(ratio >= fraction)
+        if reached.size:
+            k = int(reached[0]) + 1
+        else:
+            k = ratio.size
+            warnings.warn(
+                f"the {k} components this model can give explain {ratio[-1]:.3g} of the "
+                f"(estimated) variance, less than n_components={fraction}; keeping all {k}",
+                stacklevel=3,
+            )
+        self._truncate_components(k)
+
+    def _truncate_components(self, k: int) -> None:
+        self.n_components_ = int(k)
+        for name in ("eigenvalues_", "components_"):
+            if hasattr(self, name):
+                setattr(self, name, getattr(self, name)[:k])
+        for name in ("eigenvectors_", "dual_coef_"):
+            if hasattr(self, name):
+                setattr(self, name, getattr(self, name)[:, :k])
+
+    def _fit_inverse(self, anchors) -> None:
+        """Kernel ridge regression from projections to rows on the anchor rows.
+
+        As ``sklearn.decomposition.KernelPCA(fit_inverse_transform=True)``: with T the anchors'
+        projections and the same kernel, ``dual_coef_ = (k(T, T) + alpha I)^{-1} X_anchors``.
+        """
+        if getattr(self, "kernel", None) == "precomputed":
+            raise ValueError("cannot fit_inverse_transform with a precomputed kernel")
+        alpha = float(self.alpha)
+        if not alpha >= 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        rows = anchors.toarray() if hasattr(anchors, "toarray") else np.asarray(anchors)
+        rows = rows.astype(np.float64, copy=False)
+        T = np.asarray(self._transform_rows(rows), dtype=np.float64)
+        K = np.asarray(self.kernel_(T), dtype=np.float64)
+        K.flat[:: K.shape[0] + 1] += alpha
+        self.X_transformed_fit_ = T
+        self.dual_coef_inverse_ = la.solve(K, rows, assume_a="pos", overwrite_a=True)
+
+    def inverse_transform(self, X):
+        """Pre-images of projections X, shape ``(n_samples, n_features_in_)``.
+
+        Kernel ridge regression learned at fit on the pre-image anchors (see the estimator's
+        notes) when ``fit_inverse_transform=True``: ``k(X, X_transformed_fit_) @
+        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).
+        """
+        check_is_fitted(self)
+        if not hasattr(self, "dual_coef_inverse_"):
+            raise NotFittedError(
+                "the inverse transform was not fitted: set fit_inverse_transform=True and fit"
+            )
+        X = check_array(X, dtype=[np.float64, np.float32])
+        if X.shape[1] != self.n_components_:
+            raise ValueError(
+                f"X has {X.shape[1]} columns, but the model has {self.n_components_} components"
+            )
+        out = np.asarray(self.kernel_(X, self.X_transformed_fit_)) @ self.dual_coef_inverse_
+        return out.astype(X.dtype, copy=False)
+
+    def _inverse_anchor_sampler(self, source):
+        """A callable drawing ``n_inverse_samples`` uniform rows of ``source`` (for the models
+        that keep no rows); its generator is separate from the model's, so the model does not
+        depend on ``fit_inverse_transform``."""
+
+        def draw():
+            n_rows = self.n_inverse_samples
+            if n_rows is None:
+                n_rows = DEFAULT_N_INVERSE_SAMPLES
+            if not isinstance(n_rows, numbers.Integral) or isinstance(n_rows, bool) or n_rows < 1:
+                raise ValueError(f"n_inverse_samples must be a positive integer, got {n_rows!r}")
+            source.require_passes(2, "fit_inverse_transform=True (drawing pre-image anchors)")
+            return source.sample_rows(int(n_rows), as_generator(self.random_state))
+
+        return draw
+
     # --- data in and out -------------------------------------------------------------------
     def _fit_source(self, X) -> RowSource:
         """The training rows as a validated :class:`RowSource`; sets ``n_features_in_``."""
-        return as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
+        for name in ("X_transformed_fit_", "dual_coef_inverse_"):  # a refit's own map only
+            self.__dict__.pop(name, None)
+        source = as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
+        if self._draws_inverse_anchors and getattr(self, "fit_inverse_transform", False):
+            # Refuse a one-shot stream before the fit's pass, not after it.
+            source.require_passes(2, "fit_inverse_transform=True (drawing pre-image anchors)")
+        return source
 
     def transform(self, X):
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.
@@ -109,6 +307,72 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.sparse = self._accepts_sparse
         return tags
+
+
+def _is_fraction(k) -> bool:
+    return bool(isinstance(k, float | np.floating) and 0.0 < k < 1.0)
+
+
+def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
+    """``||mu||^2 = (1/n^2) sum_ij k(x_i, x_j)`` from ``n_probe`` uniform probe rows, with its
+    standard error.
+
+    ``h_i = (1/n) sum_j k(x_i, x_j)`` for each probe row i (``n_probe`` kernel rows against all
+    of X, in blocks: O(n_probe n) kernel evaluations, no n x n array); ``||mu||^2`` is the mean
+    of h over all rows, so the probe mean is unbiased and its standard error is
+    ``std(h) / sqrt(s) * sqrt(1 - s / n)`` (sampling without replacement).  With ``n_probe >=
+    n`` every row is a probe: exact, error 0.
+
+    Returns
+    -------
+    estimate, standard_error : float
+    """
+    n = X.shape[0]
+    if n_probe >= n:
+        idx = np.arange(n)
+    else:
+        idx = np.sort(as_generator(rng).choice(n, size=n_probe, replace=False))
+    h = np.zeros(idx.size)
+    probes = X[idx]
+    for start, stop, K in kernel.blocks(probes, X):
+        h[start:stop] = K.sum(axis=1) / n
+    s = idx.size
+    if s >= n or s < 2:
+        return float(h.mean()), 0.0
+    se = float(np.std(h, ddof=1) / np.sqrt(s) * np.sqrt(1.0 - s / n))
+    return float(h.mean()), se
+
+
+def reduce_with_diag_sum(source, kernel, statistic, merge, *args, **kwargs):
+    """``source.reduce(statistic, merge, *args)`` that also sums ``k(x_i, x_i)`` in the same pass.
+
+    Returns ``(statistic, diag_sum)``: the blocks are read once (a one-shot stream stays
+    one-shot) and the sums merge by addition, so a dask tree reduction gives the same total.
+    """
+    return source.reduce(
+        _traced_statistic,
+        functools.partial(_traced_merge, merge),
+        kernel,
+        statistic,
+        *args,
+        **kwargs,
+    )
+
+
+def _traced_statistic(blocks, kernel, statistic, *args):
+    total = [0.0]
+
+    def tee():
+        for start, block in blocks:
+            total[0] += float(np.sum(kernel.diag(block), dtype=np.float64))
+            yield start, block
+
+    stat = statistic(tee(), *args)
+    return stat, total[0]
+
+
+def _traced_merge(merge, a, b):
+    return merge(a[0], b[0]), a[1] + b[1]
 
 
 def _transform_rows(rows, model):

@@ -258,6 +258,11 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         unit-norm coefficients this is the paper's ``2 exp(-2 t^2 s^2 / (m c^2))``.
     """
     expansion = kernel_expansion(model)
+    if getattr(expansion.kernel, "name", None) == "precomputed":
+        raise ValueError(
+            "compress_expansion needs a model that evaluates its kernel at new points; a "
+            "kernel='precomputed' model is given kernel values against all training points"
+        )
     points = expansion.points
     # landmarks of a sparse-input model: a few thousand rows, stored dense (persistable)
     points = points.toarray() if sp.issparse(points) else np.asarray(points)

@@ -14,7 +14,50 @@ from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, eigh_topk
 from ._base import BaseKPCA
 
-__all__ = ["ExactKPCA", "exact_kpca", "symmetric_gram", "check_exact_fits", "EXACT_MEMORY_FRACTION"]
+__all__ = [
+    "ExactKPCA",
+    "PrecomputedKernel",
+    "exact_kpca",
+    "symmetric_gram",
+    "check_exact_fits",
+    "resolve_eigen_solver",
+    "EXACT_MEMORY_FRACTION",
+]
+
+#: ``eigen_solver`` names scikit-learn users type, and the fastkpca solver each one means.
+EIGEN_SOLVER_ALIASES = {"arpack": "lanczos"}
+
+
+def resolve_eigen_solver(name, allowed=SOLVERS):
+    """The fastkpca solver for ``name`` (``"arpack"`` is ``"lanczos"``); ValueError if unknown."""
+    solver = EIGEN_SOLVER_ALIASES.get(name, name) if isinstance(name, str) else name
+    if solver not in allowed:
+        raise ValueError(
+            f"eigen_solver must be one of {tuple(allowed)} (or 'arpack', an alias of "
+            f"'lanczos'), got {name!r}"
+        )
+    return solver
+
+
+class PrecomputedKernel(kernels.Kernel):
+    """``kernel="precomputed"``: the rows given are already kernel values.
+
+    At fit X is the n x n training Gram; at transform the n_new x n_train kernel between the new
+    and the training points (as ``sklearn.decomposition.KernelPCA(kernel="precomputed")``).
+    """
+
+    name = "precomputed"
+
+    def __call__(self, X, Y=None, *, out=None, working_memory_mb=None):
+        K = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+        if out is None:
+            return np.array(K, dtype=np.float64)
+        out[...] = K
+        return out
+
+    def diag(self, X):
+        return np.asarray(X.diagonal(), dtype=np.float64)
+
 
 #: Working memory (MiB) of one row block of the Gram (per thread): its float64 temporaries stay
 #: below the allocator's mmap threshold (32 MiB in glibc) and are reused from block to block
@@ -150,7 +193,10 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     stats : CenteringStats for out-of-sample centering
     n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
     """
-    K = symmetric_gram(X, kernel)
+    if isinstance(kernel, PrecomputedKernel):
+        K = np.array(X.toarray() if hasattr(X, "toarray") else X, dtype=result_dtype(X))
+    else:
+        K = symmetric_gram(X, kernel)
     stats = center_gram_inplace(K, block=_center_block_rows(X.shape[0]))
     vals, vecs, n_iter = eigh_topk(
         K,
@@ -175,23 +221,37 @@ class ExactKPCA(BaseKPCA):
     block Krylov (``randomized``), which makes about ten times fewer passes over the Gram than
     ARPACK makes matrix-vector products (``benchmarks/bench_exact.py``).
 
+    Accepts scipy.sparse (CSR) X: the kernels evaluate sparse rows directly (the Gram is dense).
+
     Parameters
     ----------
-    n_components : int or None
-        Number of components; None gives min(10, n_samples).
+    n_components : int, float in (0, 1) or None
+        Number of components; None gives min(10, n_samples) (scikit-learn's ``KernelPCA``
+        keeps all nonzero components; ``fastkpca.KernelPCA`` is the drop-in with that default).
+        A float keeps the smallest number of components whose ``explained_variance_ratio_``
+        sums to at least that fraction (all n eigenpairs are computed: dense, for moderate n).
     kernel : str or Kernel
-        ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``
-        or a :class:`fastkpca.kernels.Kernel`.
+        ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``,
+        a :class:`fastkpca.kernels.Kernel`, or ``"precomputed"``: ``fit`` takes the n x n
+        training Gram and ``transform`` the n_new x n_train kernel against the training points
+        (such a model cannot be saved, compressed, or fit an inverse transform).
     gamma : float, None, "scale" or "median"
         Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.
     degree, coef0 : polynomial kernel parameters.
     nu : Matern smoothness.
-    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal"}
+    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "arpack"}
         See :func:`fastkpca.solvers.eigh_topk`.  ``auto`` uses ``dense`` up to n = 1000 (or when
-        n_components >= n / 5) and ``randomized`` above.
+        n_components >= n / 5) and ``randomized`` above; ``"arpack"`` (scikit-learn's name) is
+        ``"lanczos"``.
     tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
+    fit_inverse_transform : bool, default False
+        Learn the pre-image map of :meth:`inverse_transform` (kernel ridge regression from the
+        training projections to the training rows, exactly as ``KernelPCA``; O(n^2) memory, like
+        the model).
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
 
     Attributes
     ----------
@@ -202,7 +262,14 @@ class ExactKPCA(BaseKPCA):
     n_components_ : the number of components used.
     n_iter_ : eigensolver work: 1 (dense), matrix-vector products (lanczos) or block
         iterations (randomized, orthogonal).
+    total_variance_ : float
+        ``tr(H K H)``, the total variance of the centered training Gram (exact).
+    total_variance_error_ : float, 0 (exact).
+    explained_variance_ratio_ : (n_components,) ``eigenvalues_ / total_variance_``.
+    X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
     """
+
+    _accepts_sparse = True
 
     def __init__(
         self,
@@ -217,6 +284,8 @@ class ExactKPCA(BaseKPCA):
         tol=None,
         max_iter=None,
         random_state=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -228,6 +297,8 @@ class ExactKPCA(BaseKPCA):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
@@ -241,8 +312,7 @@ class ExactKPCA(BaseKPCA):
         return out.astype(np.float32 if X.dtype == np.float32 else np.float64, copy=False)
 
     def _fit(self, X):
-        if self.eigen_solver not in SOLVERS:
-            raise ValueError(f"eigen_solver must be one of {SOLVERS}, got {self.eigen_solver!r}")
+        eigen_solver = resolve_eigen_solver(self.eigen_solver)
         source = self._fit_source(X)
         # Exact KPCA needs the whole n x n Gram in this process: refuse before computing
         # anything when it cannot fit, and point to the scalable methods.
@@ -256,18 +326,30 @@ class ExactKPCA(BaseKPCA):
             X,
             kernel,
             k,
-            eigen_solver=self.eigen_solver,
+            eigen_solver=eigen_solver,
             rng=rng,
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = np.array(X, copy=True)
+        self.X_fit_ = X.copy()
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
         self.n_iter_ = n_iter
+        # Exact total variance: the diagonal (n kernel evaluations) and the Gram's mean.
+        self._finish_fit(kernel.diag(X).sum(dtype=np.float64), stats.total_mean, 0.0, X)
         return X
+
+    def _resolve_kernel(self, X, rng=None):
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            if X.shape[0] != X.shape[1]:
+                raise ValueError(
+                    f"kernel='precomputed' needs the square n x n training Gram, got {X.shape}"
+                )
+            self.kernel_ = PrecomputedKernel()
+            return self.kernel_
+        return super()._resolve_kernel(X, rng)
 
     @property
     def _scaled_alphas(self):

@@ -40,7 +40,7 @@ from ..statistics.kernel_moments import (
     nystrom_normalization,
     weighted_landmark_moments,
 )
-from ._base import BaseKPCA
+from ._base import BaseKPCA, reduce_with_diag_sum
 
 __all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
 
@@ -68,10 +68,17 @@ class NystromKPCA(BaseKPCA):
     points as landmarks it is exact KPCA.  Fit costs ``n c (d + c / 2)`` flops plus the landmark
     selection; transform ``c (d + k)`` per row.
 
+    Accepts scipy.sparse (CSR) X.  ``kernel="precomputed"`` is refused (ValueError): the
+    transform needs the kernel between new points and the landmarks.
+
     Parameters
     ----------
-    n_components : int or None
-        Number of components; None gives min(10, n_samples, n_landmarks).
+    n_components : int, float in (0, 1) or None
+        Number of components; None gives min(10, n_samples, n_landmarks), a deliberate
+        difference from scikit-learn's ``KernelPCA`` (all nonzero components), which here would
+        be up to n_landmarks mostly-noise components.  A float keeps the smallest number whose
+        ``explained_variance_ratio_`` (with respect to the estimated ``total_variance_``)
+        reaches that fraction.
     kernel, gamma, degree, coef0, nu
         Kernel spec, as for every fastkpca estimator (see :func:`fastkpca.kernels.make_kernel`).
         When X is a stream of blocks, ``gamma="scale"`` / ``"median"`` are resolved on the
@@ -107,6 +114,13 @@ class NystromKPCA(BaseKPCA):
         ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each size
         recomputes the kernel-row moments (a pass over the data).  Needs an array or a
         re-iterable block source.
+    fit_inverse_transform : bool, default False
+        Learn the pre-image map of :meth:`inverse_transform` on the landmarks: kernel ridge
+        regression from the landmarks' projections to the landmarks, as ``KernelPCA`` does on
+        all training rows (O(c^2), like the model; with all points as landmarks it is
+        ``KernelPCA``'s map).
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
 
     Attributes
     ----------
@@ -120,6 +134,17 @@ class NystromKPCA(BaseKPCA):
     n_landmarks_, n_samples_seen_, n_components_, n_features_in_ : ints.
     size_history_ : list of (n_landmarks, estimated relative rank-k error), the sizes tried
         (with ``tol`` only; ``n_landmarks_`` is the chosen size).
+    total_variance_ : float
+        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact, summed in the
+        covariance pass) minus ``n ||mu||^2``, the mean embedding estimated from the landmarks'
+        mean kernel rows ``mean_x k(l_j, x)`` (their landmark-weighted mean; exact with all points
+        as landmarks).
+    total_variance_error_ : float
+        One standard error of ``total_variance_`` for uniform landmarks with
+        ``covariance="data"`` (the landmarks are a uniform sample of the rows); nan (not
+        known) for the other landmark methods.
+    explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
+    X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
     Notes
     -----
@@ -153,6 +178,8 @@ class NystromKPCA(BaseKPCA):
         covariance="data",
         random_state=None,
         tol=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -165,6 +192,8 @@ class NystromKPCA(BaseKPCA):
         self.covariance = covariance
         self.random_state = random_state
         self.tol = tol
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
 
     # --- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -224,12 +253,13 @@ class NystromKPCA(BaseKPCA):
         if kernel is None:
             kernel = self._resolve_kernel(L, kernel_rng)
         if self.covariance == "data":
-            moments = source.reduce(
-                landmark_kernel_moments, merged_moments, L, kernel, block_rows=None
+            moments, diag_sum = reduce_with_diag_sum(
+                source, kernel, landmark_kernel_moments, merged_moments, L, kernel, block_rows=None
             )
         else:
-            if source.n_samples is None:
-                source.reduce(_count_rows, operator.add)
+            diag_sum = np.nan  # a one-shot stream already read: no pass left for the diagonal
+            if source.n_samples is None or source.reiterable:
+                diag_sum = source.reduce(_diag_sum, operator.add, kernel)
             moments = weighted_landmark_moments(
                 kernel(L.astype(np.float64)), weights, source.n_samples
             )
@@ -248,6 +278,7 @@ class NystromKPCA(BaseKPCA):
         self.eigenvalues_ = eigenvalues
         self.n_landmarks_ = int(L.shape[0])
         self.n_samples_seen_ = int(n)
+        self._finish_fit(diag_sum, *self._mean_embedding(moments, method), L)
         return self
 
     # --- size chosen by tolerance ---------------------------------------------------------
@@ -276,11 +307,27 @@ class NystromKPCA(BaseKPCA):
 
         def fit_at(c):
             fixed = clone(self).set_params(n_landmarks=c, tol=None, random_state=seed)
-            return adopt_fitted(self, fixed.fit(source))
+            return adopt_fitted(self, fixed.fit(X))
 
         _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
         self.size_history_ = history
         return self
+
+    def _mean_embedding(self, moments, method):
+        """``||mu||^2`` and its standard error from the landmarks' mean kernel rows.
+
+        ``||mu||^2 = mean_i h(x_i)`` with ``h(x) = mean_j k(x, x_j)``, and ``moments.mean`` holds
+        h at each landmark; uniform landmarks are a uniform sample of the rows, so their mean h
+        is unbiased, with standard error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (0 when c = n).
+        """
+        h = moments.mean
+        estimate = float(self.landmark_weights_ @ h)
+        c, n = h.size, self.n_samples_seen_
+        if method != "uniform" or self.covariance != "data":
+            return estimate, np.nan
+        if c >= n or c < 2:
+            return estimate, 0.0
+        return estimate, float(np.std(h, ddof=1) / np.sqrt(c) * np.sqrt(1.0 - c / n))
 
     # --- transform ------------------------------------------------------------------------
     def kernel_expansion(self):
@@ -313,5 +360,5 @@ class NystromKPCA(BaseKPCA):
         return out
 
 
-def _count_rows(blocks) -> int:
-    return sum(block.shape[0] for _, block in blocks)
+def _diag_sum(blocks, kernel) -> float:
+    return sum(float(np.sum(kernel.diag(block), dtype=np.float64)) for _, block in blocks)

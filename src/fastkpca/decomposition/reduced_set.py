@@ -44,7 +44,8 @@ from .._density import (
 from .._utils import check_float, check_int
 from ..kernels import chunk_rows
 from ..solvers import SOLVERS, eigh_topk, flip_signs
-from ._base import BaseKPCA
+from ._base import DEFAULT_N_PROBE, BaseKPCA, mean_embedding_probe
+from .exact import resolve_eigen_solver
 
 __all__ = ["ReducedSetKPCA", "reduced_set_kpca"]
 
@@ -109,10 +110,16 @@ class ReducedSetKPCA(BaseKPCA):
     O(m) kernel evaluations per point instead of O(n).  See the module notes for why the
     result approximates ``KernelPCA`` on the full data, on the same scale.
 
+    ``kernel="precomputed"`` is refused (ValueError): the transform needs the kernel between
+    new points and the centres.
+
     Parameters
     ----------
-    n_components : int or None
-        Number of components; None gives min(10, n_centers_).
+    n_components : int, float in (0, 1) or None
+        Number of components; None gives min(10, n_centers_), a deliberate difference from
+        scikit-learn's ``KernelPCA`` (all nonzero components).  A float keeps the smallest number
+        whose ``explained_variance_ratio_`` (with respect to the estimated ``total_variance_``)
+        reaches that fraction.
     kernel : str or Kernel
         ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``
         or a :class:`fastkpca.kernels.Kernel`.  ``density="shadow"`` needs a radial kernel
@@ -162,12 +169,18 @@ class ReducedSetKPCA(BaseKPCA):
         eigenvalues by O(eps^2) (pendigits eigenvalue error first 0.016 / 0.012 / 0.010,
         centroid 0.028 / 0.016 / 0.011; german centroid better, 0.029 / 0.019 / 0.018 against
         0.033 / 0.021 / 0.023).
-    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal"}
-        Solver for the m x m problem (:func:`fastkpca.solvers.eigh_topk`).
+    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "arpack"}
+        Solver for the m x m problem (:func:`fastkpca.solvers.eigh_topk`); ``"arpack"`` is
+        ``"lanczos"``.
     random_state : int, Generator or None
         Randomness of kmeans / paring / herding / uniform and of the iterative eigensolvers
         (the shadow density is deterministic: it follows the data order; so is herding when
         its candidate set is all of X, n <= 2000).
+    fit_inverse_transform : bool, default False
+        Learn the pre-image map of :meth:`inverse_transform` on the centres: kernel ridge
+        regression (as ``KernelPCA``) from the centres' projections to the centres, O(m^2).
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
 
     Attributes
     ----------
@@ -190,6 +203,14 @@ class ReducedSetKPCA(BaseKPCA):
     radius_ : float or None
         The shadow radius sigma / ell (None for the other densities).
     n_samples_fit_ : int
+    total_variance_ : float
+        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact) minus ``n ||mu||^2``,
+        the mean embedding estimated by 1000 uniform probe rows against all training rows
+        (:func:`fastkpca.decomposition._base.mean_embedding_probe`; exact for n <= 1000).
+    total_variance_error_ : float
+        Its standard error.
+    explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
+    X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
     kernel_ : the resolved Kernel.  n_components_ : int.  n_features_in_ : int.
 
     Examples
@@ -217,6 +238,8 @@ class ReducedSetKPCA(BaseKPCA):
         center="centroid",
         eigen_solver="auto",
         random_state=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -230,16 +253,17 @@ class ReducedSetKPCA(BaseKPCA):
         self.center = center
         self.eigen_solver = eigen_solver
         self.random_state = random_state
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
 
     def _check_params(self):
         if self.density not in DENSITIES:
             raise ValueError(f"density must be one of {DENSITIES}, got {self.density!r}")
         if self.center not in SHADOW_CENTERS:
             raise ValueError(f"center must be one of {SHADOW_CENTERS}, got {self.center!r}")
-        if self.eigen_solver not in SOLVERS:
-            raise ValueError(f"eigen_solver must be one of {SOLVERS}, got {self.eigen_solver!r}")
         check_float("ell", self.ell, low=0.0, low_open=True)
         check_int("n_centers", self.n_centers, low=1, allow_none=True)
+        return resolve_eigen_solver(self.eigen_solver, SOLVERS)
 
     def _reduced_set(self, X, kernel, rng):
         """Run the chosen density estimate; sets ``radius_``."""
@@ -265,7 +289,7 @@ class ReducedSetKPCA(BaseKPCA):
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features): reduced set, then Algorithm 1."""
-        self._check_params()
+        eigen_solver = self._check_params()
         X = self._fit_source(X).in_memory(purpose="ReducedSetKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
@@ -283,7 +307,7 @@ class ReducedSetKPCA(BaseKPCA):
             )
         k = self._resolve_n_components(m, what="n_centers_")
         mu, U, dual_coef, stats = reduced_set_kpca(
-            rs.centers, rs.weights, kernel, k, eigen_solver=self.eigen_solver, rng=rng
+            rs.centers, rs.weights, kernel, k, eigen_solver=eigen_solver, rng=rng
         )
         n = X.shape[0]
         self.centers_ = rs.centers
@@ -295,6 +319,9 @@ class ReducedSetKPCA(BaseKPCA):
         self.dual_coef_ = dual_coef
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
+        # The probe draws from its own generator: the model does not depend on it.
+        mean_sq = mean_embedding_probe(X, kernel, DEFAULT_N_PROBE, self._make_rng())
+        self._finish_fit(kernel.diag(X).sum(dtype=np.float64), *mean_sq, self.centers_)
         return self
 
     def kernel_expansion(self):

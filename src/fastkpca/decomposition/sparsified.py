@@ -30,7 +30,7 @@ from .._utils import check_float
 from ..kernels import chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, postprocess_eigen
 from ._base import BaseKPCA
-from .exact import ExactKPCA
+from .exact import ExactKPCA, resolve_eigen_solver
 
 __all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
 
@@ -123,6 +123,25 @@ class SparsifiedGram:
             # E[sum over kept j of s K_ij^2] = sum_j K_ij^2
             row_var = float(np.max((s - 1.0) * s * kept_sq))
         return 2.0 * float(np.sqrt(row_var))
+
+    def total_mean_error(self) -> float:
+        """Standard error of the total mean ``1^T K^ 1 / n^2`` (an unbiased estimate of
+        ``||mu||^2``, the squared mean embedding).
+
+        It is ``2 sqrt(sum_{i<j} Var(K^_ij)) / n^2``: with sampling ``Var = (1/p - 1) K_ij^2``,
+        summed without bias from the kept entries; with quantization bounded by ``b^2 / p``.
+        """
+        n = self.shape[0]
+        if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
+            return 0.0
+        s = 1.0 / self.sample_prob
+        if self.quantized:
+            level = self.scale * self.sample_prob  # b
+            total_var = n * (n - 1) / 2 * s * level**2
+        else:
+            kept_sq = float(np.sum(np.square(self.upper.data, dtype=np.float64)))
+            total_var = (s - 1.0) * s * kept_sq  # E[s kept_sq] = sum_{i<j} K_ij^2
+        return 2.0 * float(np.sqrt(total_var)) / n**2
 
     def row_means(self) -> np.ndarray:
         """``K^ 1 / n``: unbiased estimates of the Gram row means, the centering statistics."""
@@ -330,6 +349,7 @@ def sparsified_kpca(
         vals, vecs = postprocess_eigen(vals - shift, vecs)
     max_entry = float(np.max(np.abs(gram.diag))) if gram.diag.size else 0.0
     info = {
+        "mean_sq_error": gram.total_mean_error(),
         "n_kept": gram.n_kept,
         "n_iter": n_iter,
         "max_entry": max_entry,
@@ -376,10 +396,17 @@ class SparsifiedKPCA(BaseKPCA):
     the eigenvectors of K^ scaled by the root eigenvalues.  :func:`fastkpca.compress_expansion`
     makes that transform cheaper.
 
+    Accepts scipy.sparse (CSR) X (the kernels evaluate sparse rows directly).
+    ``kernel="precomputed"`` is not offered: the kept entries would be read off an n x n Gram
+    the caller already holds, which saves nothing over :class:`~fastkpca.ExactKPCA`.
+
     Parameters
     ----------
-    n_components : int or None
-        Number of components; None gives min(10, n_samples).
+    n_components : int, float in (0, 1) or None
+        Number of components; None gives min(10, n_samples) (scikit-learn's ``KernelPCA``
+        keeps all nonzero components).  A float keeps the smallest number whose
+        ``explained_variance_ratio_`` reaches that fraction; it computes all n eigenpairs of K^
+        (orthogonal iteration with n vectors), so use it for moderate n only.
     kernel, gamma, degree, coef0, nu :
         Kernel spec, as for :class:`~fastkpca.ExactKPCA`.
     sample_prob : float in (0, 1], default 0.1
@@ -388,8 +415,9 @@ class SparsifiedKPCA(BaseKPCA):
         ``sqrt(1 / sample_prob)``.
     quantize : bool, default False
         Round kept entries at random to ``+-b`` (1 bit each).
-    eigen_solver : {"lanczos", "orthogonal"}, default "lanczos"
-        ARPACK Lanczos, which the paper notes is often preferable, or orthogonal iteration with
+    eigen_solver : {"lanczos", "orthogonal", "arpack"}, default "lanczos"
+        (``"arpack"``, scikit-learn's name, is ``"lanczos"``.)  ARPACK Lanczos, which the paper
+        notes is often preferable, or orthogonal iteration with
         ``n_components`` vectors (the paper's exposition).  K^ is indefinite (its noise has
         negative eigenvalues), so orthogonal iteration runs on ``K^ + c I`` with c from a loose
         Lanczos estimate of the smallest eigenvalue; its rate ``(lambda_{k+1} + c) /
@@ -401,6 +429,11 @@ class SparsifiedKPCA(BaseKPCA):
         Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`).
     random_state : int, Generator or None
         Sampling, quantization and solver start vectors.
+    fit_inverse_transform : bool, default False
+        Learn the pre-image map of :meth:`inverse_transform` on the training rows (kernel ridge
+        regression from their projections, as ``KernelPCA``; the model is O(n) already).
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
 
     Attributes
     ----------
@@ -414,7 +447,16 @@ class SparsifiedKPCA(BaseKPCA):
     noise_norm_ : estimate ``2 sqrt(max_i sum_j Var E_ij)`` of ``||K^ - K||_2``.
     noise_norm_bound_ : Furedi-Komlos bound ``4 sigma sqrt(n)`` on ``||K^ - K||_2``.
     n_iter_ : eigensolver work (block iterations or matrix-vector products).
+    total_variance_ : float
+        ``tr(H K H)`` estimated as ``sum_i K_ii - n * 1^T K^ 1 / n^2`` (the diagonal exact, the
+        mean embedding term unbiased from K^).
+    total_variance_error_ : float
+        Its standard error (see :meth:`SparsifiedGram.total_mean_error`).
+    explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
+    X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
     """
+
+    _accepts_sparse = True
 
     def __init__(
         self,
@@ -431,6 +473,8 @@ class SparsifiedKPCA(BaseKPCA):
         tol=None,
         max_iter=None,
         random_state=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -444,19 +488,18 @@ class SparsifiedKPCA(BaseKPCA):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
 
     def _check_params(self):
         check_float("sample_prob", self.sample_prob, low=0.0, high=1.0, low_open=True)
         if not isinstance(self.quantize, bool | np.bool_):
             raise ValueError(f"quantize must be True or False, got {self.quantize!r}")
-        if self.eigen_solver not in EIGEN_SOLVERS:
-            raise ValueError(
-                f"eigen_solver must be one of {EIGEN_SOLVERS}, got {self.eigen_solver!r}"
-            )
+        return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
-        self._check_params()
+        eigen_solver = self._check_params()
         X = self._fit_source(X).in_memory(purpose="SparsifiedKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
@@ -467,12 +510,12 @@ class SparsifiedKPCA(BaseKPCA):
             k,
             sample_prob=float(self.sample_prob),
             quantize=bool(self.quantize),
-            eigen_solver=self.eigen_solver,
+            eigen_solver=eigen_solver,
             rng=rng,
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = np.array(X, copy=True)
+        self.X_fit_ = X.copy()
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
@@ -485,6 +528,9 @@ class SparsifiedKPCA(BaseKPCA):
             noise_norm_bound(
                 X.shape[0], float(self.sample_prob), info["max_entry"], bool(self.quantize)
             )
+        )
+        self._finish_fit(
+            kernel.diag(X).sum(dtype=np.float64), stats.total_mean, info["mean_sq_error"], X
         )
         return self
 

@@ -27,8 +27,10 @@ import gzip
 import io as _io
 import itertools
 import numbers
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -79,6 +81,17 @@ def _check_exists(path) -> Path:
     return path
 
 
+#: What reading a damaged text or gzip file raises (gzip.BadGzipFile is an OSError).
+_READ_ERRORS = (UnicodeDecodeError, OSError, EOFError, zlib.error)
+
+
+def _read_error(path: Path, exc: BaseException) -> ValueError:
+    """A ValueError naming the file for an exception raised while reading its bytes."""
+    if isinstance(exc, EOFError | zlib.error) or "gzip" in type(exc).__name__.lower():
+        return ValueError(f"{path}: truncated or damaged gzip file ({exc})")
+    return ValueError(f"{path}: not a readable text file ({exc})")
+
+
 def _first_content_line(path: Path) -> str | None:
     try:
         with _open_text(path) as f:
@@ -86,8 +99,8 @@ def _first_content_line(path: Path) -> str | None:
                 stripped = line.strip()
                 if stripped and not stripped.startswith("#"):
                     return stripped
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable text file ({exc})") from None
+    except _READ_ERRORS as exc:
+        raise _read_error(path, exc) from None
     return None
 
 
@@ -139,6 +152,23 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _unquote(text: str) -> str:
+    return text.strip().strip('"').strip("'")
+
+
+def _is_real(text: str) -> bool:
+    """Whether a field is a finite number written as a float (``2.5``, ``1e-3``), not an int."""
+    try:
+        int(_unquote(text))
+        return False
+    except ValueError:
+        pass
+    try:
+        return bool(np.isfinite(float(_unquote(text))))
+    except ValueError:
+        return False
+
+
 def _first_nonfinite(block) -> tuple[int, int, str]:
     """(row, column, 'NaN' | 'infinity') of the first non-finite entry of a dense block."""
     bad = ~np.isfinite(block)
@@ -185,26 +215,34 @@ class DataReader:
         ):
             raise ValueError(f"block_rows must be a positive integer, got {block_rows!r}")
         self.block_rows = int(block_rows)
-        self.dtype = np.dtype(dtype)
+        auto = isinstance(dtype, str) and dtype == "auto"
+        self.dtype = np.dtype(np.float64 if auto else dtype)
         if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
-            raise ValueError(f"dtype must be float64 or float32, got {self.dtype}")
+            raise ValueError(f"dtype must be float64, float32 or 'auto', got {dtype!r}")
         self.check_finite = bool(check_finite)
         self.column_names: list[str] | None = None
-        self._n_columns: int | None = None
+        self._n_columns = 0
         self._n_samples: int | None = None
         self._columns_spec = columns
         self._label_spec = label_column
         self._inspect()
         self._resolve_columns()
+        if auto:
+            self.dtype = self._native_dtype()
 
     # --- subclass hooks -------------------------------------------------------------------------
     def _inspect(self):
         """Read what is cheap to know up front; set column_names, _n_columns, _n_samples."""
         raise NotImplementedError
 
-    def _blocks(self) -> Iterator[tuple[object, object]]:
+    def _blocks(self) -> Iterator[tuple[Any, Any]]:
         """Yield (features, labels or None) for consecutive row blocks."""
         raise NotImplementedError
+
+    def _native_dtype(self) -> np.dtype:
+        """The float type of the stored feature columns (``dtype="auto"``): float32 only when
+        every selected column is stored as float32, so float32 files stay float32."""
+        return np.dtype(np.float64)
 
     # --- public ----------------------------------------------------------------------------------
     @property
@@ -225,11 +263,16 @@ class DataReader:
     def has_labels(self) -> bool:
         return self._label_idx is not None
 
+    @property
+    def label_index(self) -> int | None:
+        """The 0-based number of the label column, or None."""
+        return self._label_idx
+
     def __iter__(self):
         for X, _ in self.iter_labeled():
             yield X
 
-    def iter_labeled(self) -> Iterator[tuple[object, object]]:
+    def iter_labeled(self) -> Iterator[tuple[Any, Any]]:
         """Yield ``(X_block, y_block)``; y_block is None when the file has no label column."""
         n = 0
         for X, y in self._blocks():
@@ -299,8 +342,15 @@ class DataReader:
             if self._label_spec is None
             else self._column_index(self._label_spec, "label_column")
         )
+        self._feature_idx: Sequence[int]
         if self._columns_spec is None:
-            self._feature_idx = [j for j in range(n) if j != self._label_idx]
+            # ranges, not lists: a LIBSVM file's width may be large, and costs nothing here
+            if self._label_idx is None:
+                self._feature_idx = range(n)
+            elif self._label_idx in (0, n - 1):
+                self._feature_idx = range(1, n) if self._label_idx == 0 else range(n - 1)
+            else:
+                self._feature_idx = [j for j in range(n) if j != self._label_idx]
         else:
             spec = self._columns_spec
             if isinstance(spec, str | numbers.Integral):
@@ -310,7 +360,12 @@ class DataReader:
                 raise ValueError(f"{self.path}: the label column is also selected as a feature")
         if not self._feature_idx:
             raise ValueError(f"{self.path}: no feature columns selected")
-        self._all_features = self._feature_idx == list(range(n))
+        idx = self._feature_idx
+        self._all_features = (
+            idx == range(n)
+            if isinstance(idx, range)
+            else len(idx) == n and list(idx) == list(range(n))
+        )
 
     def _finite_check(self, X, row0, where=None):
         """Raise a ValueError naming file, row and column of the first NaN / infinity."""
@@ -351,10 +406,22 @@ class NpyReader(DataReader):
     format = "npy"
 
     def _open(self):
+        with open(self.path, "rb") as f:
+            magic = f.read(6)
+        if magic != b"\x93NUMPY":
+            # numpy.load would take it for a pickle and suggest allow_pickle, which would run
+            # code from the file: say what the file is not instead
+            raise ValueError(
+                f"{self.path}: not a .npy file (it does not start with the .npy signature); "
+                f"give the right --format, or none to detect it"
+            )
         try:
             return np.load(self.path, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
             raise ValueError(f"{self.path}: cannot read as .npy ({exc})") from None
+
+    def _native_dtype(self):
+        return np.dtype(np.float32 if self._open().dtype == np.float32 else np.float64)
 
     def _inspect(self):
         if self.path.stat().st_size == 0:
@@ -448,7 +515,10 @@ class TextReader(DataReader):
         self.delimiter = delim
         fields = self._split(first)
         if self._header_spec == "auto":
-            self.has_header = not any(_is_number(f) for f in fields)
+            self.has_header = False  # for _lines while deciding
+            self.has_header = not any(_is_number(f) for f in fields) or self._numbered_header(
+                fields
+            )
         else:
             self.has_header = bool(self._header_spec)
         self._n_columns = len(fields)
@@ -457,11 +527,18 @@ class TextReader(DataReader):
             if not any(True for _ in itertools.islice(self._lines(), 1)):
                 raise ValueError(f"{self.path}: no data rows (only a header)")
 
-    def _lines(self) -> Iterator[tuple[int, str]]:
+    def _lines(self, *, skip_header=True) -> Iterator[tuple[int, str]]:
         """(line number, text) of the data lines: blank, comment and header lines skipped."""
         with _open_text(self.path) as f:
-            header_pending = self.has_header
-            for lineno, line in enumerate(f, 1):
+            header_pending = self.has_header and skip_header
+            lines = enumerate(f, 1)
+            while True:
+                try:
+                    lineno, line = next(lines)
+                except StopIteration:
+                    return
+                except _READ_ERRORS as exc:
+                    raise _read_error(self.path, exc) from None
                 stripped = line.strip()
                 if not stripped or stripped.startswith("#"):
                     continue
@@ -469,6 +546,27 @@ class TextReader(DataReader):
                     header_pending = False
                     continue
                 yield lineno, stripped
+
+    def _numbered_header(self, fields) -> bool:
+        """Whether an all-numeric first line is a header of column numbers, not data.
+
+        ``0,1,...,n-1`` or ``1,2,...,n`` written as integers (what pandas writes for a frame with
+        default column labels) is taken as a header when the next lines hold a number that is
+        not an integer (the body is real-valued, the first line counts columns), or when the run
+        is at least 8 long and no next line repeats it.  Such a header must not become a data
+        row: it would enter the fit as a sample.  ``header=True`` covers other numeric headers.
+        """
+        try:
+            values = [int(_unquote(f)) for f in fields]
+        except ValueError:
+            return False
+        n = len(values)
+        if n < 2 or values not in (list(range(n)), list(range(1, n + 1))):
+            return False
+        body = [self._split(t) for _, t in itertools.islice(self._lines(skip_header=False), 1, 21)]
+        if not body or any(row == fields for row in body):
+            return False
+        return n >= 8 or any(_is_real(f) for row in body for f in row)
 
     def _blocks(self):
         lines_iter = self._lines()
@@ -499,9 +597,9 @@ class TextReader(DataReader):
                 f"{self.path}: {self._where(row0 + i, linenos, i)} has {counts[i]} "
                 f"columns, expected {n} (ragged rows)"
             )
-        opts = dict(delimiter=self.delimiter, comments=None, quotechar='"', ndmin=2)
+        opts: dict[str, Any] = dict(delimiter=self.delimiter, comments=None, quotechar='"', ndmin=2)
         try:
-            X = np.loadtxt(texts, usecols=self._feature_idx, dtype=self.dtype, **opts)
+            X = np.loadtxt(texts, usecols=list(self._feature_idx), dtype=self.dtype, **opts)
         except ValueError as exc:
             self._locate_bad_cell(texts, linenos, row0)
             raise ValueError(f"{self.path}: rows {row0 + 1}-{row0 + len(texts)}: {exc}") from None
@@ -576,6 +674,11 @@ class ParquetReader(DataReader):
             ):
                 raise ValueError(f"{self.path}: {self._col_text(j)} has type {t}, not a number")
 
+    def _native_dtype(self):
+        pa, _ = _import_parquet()
+        float32 = all(self._types[j] == pa.float32() for j in self._feature_idx)
+        return np.dtype(np.float32 if float32 else np.float64)
+
     def _blocks(self):
         pf = self._file()
         names = [self.column_names[j] for j in self._feature_idx]
@@ -615,18 +718,25 @@ class LibsvmReader(DataReader):
     LIBSVM writes them).  With ``n_features`` given and ``zero_based="auto"``, 1-based is assumed.
     ``label_column`` does not apply: the label is the first token of each line.  The index base
     used is in the ``zero_based`` attribute.
+
+    The width found by the scan is bounded by the file: a width above ``max_features`` (default
+    :func:`default_max_features` of the bytes scanned, at least 2**20) is refused unless
+    ``n_features`` or ``max_features`` is given, so a few bytes naming index 2e9 cannot make the
+    reader (or a dense block, or a model) 2e9 features wide.
     """
 
     format = "libsvm"
 
-    def __init__(self, path, *, n_features=None, zero_based="auto", **kwargs):
-        if n_features is not None and (
-            not isinstance(n_features, numbers.Integral) or n_features < 1
-        ):
-            raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    def __init__(self, path, *, n_features=None, zero_based="auto", max_features=None, **kwargs):
+        for name, value in (("n_features", n_features), ("max_features", max_features)):
+            if value is not None and (
+                not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1
+            ):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if zero_based not in ("auto", True, False):
             raise ValueError(f"zero_based must be 'auto', True or False, got {zero_based!r}")
         self._n_features_spec = n_features
+        self._max_features = max_features
         self._zero_based_spec = zero_based
         super().__init__(path, **kwargs)
 
@@ -662,12 +772,34 @@ class LibsvmReader(DataReader):
         self.zero_based = bool(zero_based)
         self._n_columns = max(1, max_col if self.zero_based else max_col - 1)
         self._n_samples = rows
+        if self._max_features is not None and self._n_columns > self._max_features:
+            raise ValueError(
+                f"{self.path}: feature index {self._n_columns} is beyond the declared width "
+                f"of {self._max_features} features"
+            )
+        limit = self._max_features or default_max_features(self._bytes_scanned)
+        if self._n_columns > limit:
+            raise ValueError(
+                f"{self.path}: feature index {self._n_columns} is far beyond what "
+                f"{self._bytes_scanned} bytes of data need (at most {limit} features without "
+                "a declared width); give the number of features (n_features) if it is right"
+            )
 
     def _chunks(self):
+        self._bytes_scanned = 0
         with _open_binary(self.path) as f:
             row0 = 0
-            buf, linenos = [], []
-            for lineno, line in enumerate(f, 1):
+            buf: list[bytes] = []
+            linenos: list[int] = []
+            lines = enumerate(f, 1)
+            while True:
+                try:
+                    lineno, line = next(lines)
+                except StopIteration:
+                    break
+                except _READ_ERRORS as exc:
+                    raise _read_error(self.path, exc) from None
+                self._bytes_scanned += len(line)
                 stripped = line.strip()
                 if not stripped or stripped.startswith(b"#"):
                     continue
@@ -738,12 +870,24 @@ class LibsvmReader(DataReader):
         return sum(len(chunk) for chunk, _, _ in self._chunks())
 
 
+def default_max_features(n_bytes: int) -> int:
+    """The widest LIBSVM file accepted without a declared width, for ``n_bytes`` of text.
+
+    Every ``index:value`` token takes at least 4 bytes with its separator, so a file of B bytes
+    has at most B / 4 nonzeros; a width of 16 B (64 columns per possible nonzero), and at least
+    2**20, leaves room for every real sparse data set we know of (news20: 1.4e6 features in
+    1.3e8 bytes; url: 3.2e6 in 2.4e9; kdd2010: 2.0e7 in 2.4e9) while bounding a dense block row
+    by 128 bytes per byte of input.
+    """
+    return max(2**20, 16 * int(n_bytes))
+
+
 _READERS = {"npy": NpyReader, "text": TextReader, "parquet": ParquetReader, "libsvm": LibsvmReader}
 _FORMAT_OPTIONS = {
     "npy": set(),
     "parquet": set(),
     "text": {"delimiter", "header"},
-    "libsvm": {"n_features", "zero_based"},
+    "libsvm": {"n_features", "zero_based", "max_features"},
 }
 
 
@@ -775,13 +919,14 @@ def open_data(
         default all but the label column.
     label_column : int or str, optional
         A column holding the labels, kept out of the features (``iter_labeled`` yields it).
-    dtype : float64 (default) or float32
-        dtype of the feature blocks.
+    dtype : float64 (default), float32 or "auto"
+        dtype of the feature blocks; ``"auto"`` keeps float32 where the file stores float32
+        (npy, Parquet) and is float64 otherwise.
     check_finite : bool
         Raise a ValueError naming the row and column of the first NaN or infinity.
     **options
         Text: ``delimiter`` (``"auto"``, a string, or None for whitespace), ``header``
-        (``"auto"``, True, False).  LIBSVM: ``n_features``, ``zero_based``.
+        (``"auto"``, True, False).  LIBSVM: ``n_features``, ``zero_based``, ``max_features``.
 
     Returns
     -------
