@@ -64,7 +64,13 @@ _METHOD_OPTIONS = [
     ("--ell", "ell", float, "shadow density parameter ell (reduced-set)"),
     ("--sample-prob", "sample_prob", float, "Gram entry sampling parameter (sparsified)"),
     ("--quantize", "quantize", "value", "1-bit quantization (sparsified): true/false or a value"),
-    ("--tol", "tol", float, "iterative eigensolver tolerance"),
+    (
+        "--tol",
+        "tol",
+        float,
+        "iterative eigensolver tolerance (exact, sparsified); for nystrom, random-features and "
+        "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL",
+    ),
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
 ]
 

@@ -267,6 +267,9 @@ _RANDOM_FEATURES = frozenset({"feature_map_", "kernel_", "n_output_features_"})
 _KPCA_API = frozenset(
     {"total_variance_", "total_variance_error_", "X_transformed_fit_", "dual_coef_inverse_"}
 )
+#: What a size chosen by tolerance adds (``tol``): the sizes tried and the chosen size.
+_TOL_SIZE = frozenset({"size_history_", "n_features_"})
+_TOL_ESTIMATORS = ("NystromKPCA", "RandomFeatureKPCA", "StreamingKPCA")
 _KPCA_ESTIMATORS = (
     "ExactKPCA",
     "NystromKPCA",
@@ -282,7 +285,10 @@ _KPCA_ESTIMATORS = (
 #: (``transform``, ``__dict__``, ``__class__``), nor an attribute the class never reads.  A new
 #: estimator class, or a new fitted attribute, is added here.
 FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
-    name: _INPUT_ATTRIBUTES | names | (_KPCA_API if name in _KPCA_ESTIMATORS else frozenset())
+    name: _INPUT_ATTRIBUTES
+    | names
+    | (_KPCA_API if name in _KPCA_ESTIMATORS else frozenset())
+    | (_TOL_SIZE if name in _TOL_ESTIMATORS else frozenset())
     for name, names in {
         "ExactKPCA": _KPCA_EXPANSION | {"X_fit_", "n_components_", "n_iter_"},
         "KernelPCA": _KPCA_EXPANSION

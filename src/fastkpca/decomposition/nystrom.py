@@ -18,11 +18,21 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .._landmarks import LANDMARK_METHODS, select_landmarks
 from .._utils import check_int
 from ..source import check_block
+from ..statistics.growth import (
+    PROBE_ROWS,
+    ProbeError,
+    adopt_fitted,
+    check_auto_size,
+    check_tol,
+    doubling_sizes,
+    grow_until,
+)
 from ..statistics.kernel_moments import (
     landmark_kernel_moments,
     merged_moments,
@@ -42,6 +52,11 @@ DEFAULT_N_LANDMARKS = 1000
 LANDMARK_SUBSAMPLE = 100_000
 
 COVARIANCES = ("data", "landmarks")
+
+#: ``n_landmarks="auto"``: the sizes tried double from this (or 2 n_components) ...
+TOL_START_LANDMARKS = 128
+#: ... up to this many landmarks (capped at n): a 512 MiB float64 scatter matrix.
+TOL_MAX_LANDMARKS = 8192
 
 
 class NystromKPCA(BaseKPCA):
@@ -69,7 +84,8 @@ class NystromKPCA(BaseKPCA):
         landmarks (a uniform sample of the stream for ``"uniform"``).
     n_landmarks : int or None
         Number of landmarks c; None gives ``min(1000, n_samples)``.  Values above n_samples are
-        capped at n_samples (as ``sklearn.kernel_approximation.Nystroem`` does).
+        capped at n_samples (as ``sklearn.kernel_approximation.Nystroem`` does).  ``"auto"``
+        (or None with a ``tol``): chosen by tolerance, see ``tol``.
     landmarks : {"uniform", "kmeans", "rls", "rpcholesky"} or array of shape (c, n_features)
         ``"uniform"``: a uniformly random subset of the rows (on a stream of blocks, the same
         subset by reservoir sampling); ``"kmeans"``: k-means centres with cluster sizes as
@@ -100,6 +116,15 @@ class NystromKPCA(BaseKPCA):
         one-shot stream suffices).
     random_state : int, Generator or None
         Landmark selection and gamma heuristics.
+    tol : float or None
+        Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above
+        ``2 n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
+        estimated relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a uniform
+        probe of 2000 training rows) is at most ``1 + tol``.  None (default) with an integer or
+        None ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
+        ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each size
+        recomputes the kernel-row moments (a pass over the data).  Needs an array or a
+        re-iterable block source.
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform` on the landmarks: kernel ridge
         regression from the landmarks' projections to the landmarks, as ``KernelPCA`` does on
@@ -118,6 +143,8 @@ class NystromKPCA(BaseKPCA):
     eigenvalues_ : (n_components_,) eigenvalues of the centered n x n Nystrom Gram, descending.
     kernel_ : the resolved Kernel.
     n_landmarks_, n_samples_seen_, n_components_, n_features_in_ : ints.
+    size_history_ : list of (n_landmarks, estimated relative rank-k error), the sizes tried
+        (with ``tol`` only; ``n_landmarks_`` is the chosen size).
     total_variance_ : float
         ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact, summed in the
         covariance pass) minus ``n ||mu||^2``, the mean embedding estimated from the landmarks'
@@ -161,6 +188,7 @@ class NystromKPCA(BaseKPCA):
         landmarks="uniform",
         covariance="data",
         random_state=None,
+        tol=None,
         fit_inverse_transform=False,
         alpha=1.0,
     ):
@@ -174,6 +202,7 @@ class NystromKPCA(BaseKPCA):
         self.landmarks = landmarks
         self.covariance = covariance
         self.random_state = random_state
+        self.tol = tol
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
 
@@ -190,6 +219,8 @@ class NystromKPCA(BaseKPCA):
         ``landmarks="uniform"`` with ``covariance="data"`` (reservoir sampling, then the
         covariance); given landmarks or ``covariance="landmarks"`` need one pass.
         """
+        if check_auto_size("n_landmarks", self.n_landmarks, self.tol):
+            return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         n_landmarks = check_int("n_landmarks", self.n_landmarks, low=1, allow_none=True)
         if self.covariance not in COVARIANCES:
             raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
@@ -262,6 +293,38 @@ class NystromKPCA(BaseKPCA):
         self.n_landmarks_ = int(L.shape[0])
         self.n_samples_seen_ = int(n)
         self._finish_fit(diag_sum, *self._mean_embedding(moments, method), L)
+        return self
+
+    # --- size chosen by tolerance ---------------------------------------------------------
+    def _fit_by_tolerance(self, X):
+        """Fit at ``n_landmarks`` = 128, 256, ... until the estimated relative rank-k error on a
+        probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
+
+        Every size is a fit with the same seed, so the uniform landmark sets are nested (the
+        smallest uniform keys of the same draw); the kernel-row moments are recomputed.
+        """
+        tol = check_tol(self.tol, auto=True)
+        if not isinstance(self.landmarks, str):
+            raise ValueError(
+                "n_landmarks='auto' / tol choose how many landmarks to draw; with given landmark "
+                "rows there is nothing to choose: pass landmarks='uniform' (or another method)"
+            )
+        source = self._fit_source(X)
+        source.require_passes(2, f"tol={tol} (a pass per model size)")
+        rng = self._make_rng()
+        seed = int(rng.integers(2**31))
+        X_probe = source.sample_rows(PROBE_ROWS, rng)
+        n = source.n_samples
+        k = self.n_components or 1
+        start = max(TOL_START_LANDMARKS, 1 << int(np.ceil(np.log2(2 * k))))
+        sizes = doubling_sizes(min(start, n), min(n, TOL_MAX_LANDMARKS))
+
+        def fit_at(c):
+            fixed = clone(self).set_params(n_landmarks=c, tol=None, random_state=seed)
+            return adopt_fitted(self, fixed.fit(X))
+
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
+        self.size_history_ = history
         return self
 
     def _mean_embedding(self, moments, method):

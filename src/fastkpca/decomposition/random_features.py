@@ -26,14 +26,17 @@ Neither ever holds the n x m feature matrix.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.base import clone
 
-from .._utils import check_int
+from .._utils import DEFAULT_BLOCK_ROWS, check_int
 from ..features import (
     FEATURES,
     FastfoodFeatureMap,
     FourierFeatureMap,
+    draw_feature_map,
     feature_projection,
     init_feature_map,
+    resolve_features,
 )
 from ..statistics.feature_countsketch import rf_kpca_countsketch
 from ..statistics.feature_moments import (
@@ -42,11 +45,26 @@ from ..statistics.feature_moments import (
     feature_shift,
     rf_kpca_exact,
 )
-from ._base import BaseKPCA, _is_fraction, reduce_with_diag_sum
+from ..statistics.growth import (
+    PROBE_ROWS,
+    GrowingFourierMoments,
+    ProbeError,
+    adopt_fitted,
+    check_auto_size,
+    check_tol,
+    doubling_sizes,
+    grow_until,
+)
+from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, reduce_with_diag_sum
 
 __all__ = ["RandomFeatureKPCA", "SOLVERS", "feature_mean_embedding", "constant_diag_sum"]
 
 SOLVERS = ("exact", "countsketch")
+
+#: ``n_features="auto"``: the sizes tried double from this (or 2 n_components) ...
+TOL_START_FEATURES = 256
+#: ... up to this many output features (a 2 GiB float64 feature Gram).
+TOL_MAX_FEATURES = 2**14
 
 
 def feature_mean_embedding(fmap, mean):
@@ -107,6 +125,7 @@ class RandomFeatureKPCA(BaseKPCA):
         Number m of random features (None: 1000, :data:`fastkpca.features.DEFAULT_N_FEATURES`;
         it does not depend on n).  The Fourier maps output cos / sin pairs, so an odd m is
         rounded up to even (``n_output_features_``).
+        ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
     features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
         The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
         matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
@@ -126,6 +145,15 @@ class RandomFeatureKPCA(BaseKPCA):
     random_state : int, Generator or None
         Draws the features (and the CountSketch hash); the same seed gives the same model, and
         the same features as ``StreamingKPCA`` with equal parameters.
+    tol : float or None
+        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above
+        ``2 n_components``), 512, 1024, ... up to 2^14 and stop at the first whose estimated
+        relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a uniform probe of 2000
+        training rows) is at most ``1 + tol``.  None (default) with an integer ``n_features``
+        fits that size; ``n_features="auto"`` without ``tol`` uses ``tol=0.05``.  ``rff`` /
+        ``orf`` with the exact solver reuse the features already drawn at each doubling (the
+        whole search costs about one fit at the final size plus the probe estimates); other
+        maps refit.  Needs an array or a re-iterable block source (a pass per size).
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform`: kernel ridge regression (as
         ``KernelPCA``) from the projections of ``n_inverse_samples`` training rows drawn
@@ -145,6 +173,9 @@ class RandomFeatureKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
+    n_features_ : int, the chosen number of output features (with ``tol`` only).
+    size_history_ : list of (n_features, estimated relative rank-k error), the sizes tried
+        (with ``tol`` only).
     total_variance_ : float
         ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact: ``n k(0)``, or summed
         in the pass for the polynomial kernel) minus ``n ||mean_||^2``, an unbiased random-feature
@@ -174,6 +205,7 @@ class RandomFeatureKPCA(BaseKPCA):
         oversamples=10,
         n_passes=2,
         random_state=None,
+        tol=None,
         fit_inverse_transform=False,
         alpha=1.0,
         n_inverse_samples=None,
@@ -191,6 +223,7 @@ class RandomFeatureKPCA(BaseKPCA):
         self.oversamples = oversamples
         self.n_passes = n_passes
         self.random_state = random_state
+        self.tol = tol
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
         self.n_inverse_samples = n_inverse_samples
@@ -229,6 +262,8 @@ class RandomFeatureKPCA(BaseKPCA):
         rows, and the statistics of all blocks are merged.
         """
         self._check_params()
+        if check_auto_size("n_features", self.n_features, self.tol):
+            return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         first = source.head()
         fmap, rng = init_feature_map(self, first)
@@ -273,6 +308,68 @@ class RandomFeatureKPCA(BaseKPCA):
         self._finish_fit(
             diag_sum, *feature_mean_embedding(fmap, mean), self._inverse_anchor_sampler(source)
         )
+        return self
+
+    # --- size chosen by tolerance ---------------------------------------------------------
+    def _fit_by_tolerance(self, X):
+        """Fit at ``n_features`` = 256, 512, ... until the estimated relative rank-k error on a
+        probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
+
+        ``rff`` / ``orf`` with ``solver="exact"`` draw the frequencies in blocks, so each
+        doubling keeps the feature moments of the features already drawn and one pass adds the
+        new columns' products (:class:`~fastkpca.statistics.growth.GrowingFourierMoments`);
+        other maps and ``solver="countsketch"`` refit at each size.
+        """
+        tol = check_tol(self.tol, auto=True)
+        source = self._fit_source(X)
+        source.require_passes(2, f"tol={tol} (a pass per model size)")
+        first = source.head()
+        rng = self._make_rng()
+        probe_rng = np.random.default_rng(int(rng.integers(2**63)))
+        kernel = self._resolve_kernel(first[:DEFAULT_BLOCK_ROWS], rng)
+        kind = resolve_features(self.features, kernel)
+        X_probe = source.sample_rows(PROBE_ROWS, probe_rng)
+        k = self.n_components or DEFAULT_N_COMPONENTS
+        start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
+        sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
+        if kind in ("rff", "orf") and self.solver == "exact":
+            grown = GrowingFourierMoments(kind)
+
+            def fit_at(m):
+                extra = draw_feature_map(kind, kernel, m - grown.sum.shape[0], first.shape[1], rng)
+                grown.extend(source, extra.frequencies, first)
+                moments = grown.moments()
+                fmap = grown.feature_map()
+                k = self._resolve_n_components(
+                    min(moments.n, fmap.n_output_features),
+                    what="min(n_samples, n_output_features)",
+                )
+                vals, comps = rf_kpca_exact(moments, k, rng=rng)
+                self.feature_map_ = fmap
+                self.n_output_features_ = fmap.n_output_features
+                self.n_samples_seen_ = int(moments.n)
+                self.mean_ = moments.mean
+                self.components_ = comps
+                self.eigenvalues_ = vals
+                return self
+        else:
+            seed = int(rng.integers(2**31))
+
+            def fit_at(m):
+                fixed = clone(self).set_params(n_features=m, tol=None, random_state=seed)
+                return adopt_fitted(self, fixed.fit(X))
+
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
+        if kind in ("rff", "orf") and self.solver == "exact":
+            # What fit does after its solver, once for the chosen size (rff / orf kernels are
+            # shift-invariant: the diagonal sum is n k(0)).
+            self._finish_fit(
+                constant_diag_sum(self.kernel_, self.n_samples_seen_, self.n_features_in_),
+                *feature_mean_embedding(self.feature_map_, self.mean_),
+                self._inverse_anchor_sampler(source),
+            )
+        self.size_history_ = history
+        self.n_features_ = self.n_output_features_
         return self
 
     def _transform_rows(self, X):

@@ -19,6 +19,15 @@ from .._utils import check_int
 from ..features import FEATURES, feature_projection, init_feature_map
 from ..source import as_source
 from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
+from ..statistics.growth import (
+    PROBE_ROWS,
+    ProbeError,
+    adopt_fitted,
+    check_auto_size,
+    check_tol,
+    doubling_sizes,
+    grow_until,
+)
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
 from .random_features import constant_diag_sum, feature_mean_embedding
 
@@ -28,6 +37,13 @@ __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
 #: ell of the paper's experiments, and ell >= 2k makes the FD bound ``tail_k / (ell + 1 - k)``
 #: at most ``tail_k / k``.
 DEFAULT_SKETCH_SIZE = 50
+
+#: ``tol``: the sizes tried double from this many features (or 2 n_components) ...
+TOL_START_FEATURES = 256
+#: ... up to this many, ...
+TOL_MAX_FEATURES = 2**14
+#: ... with ``sketch_size = max(default, n_features / TOL_FEATURES_PER_ROW)`` unless given.
+TOL_FEATURES_PER_ROW = 8
 
 
 class StreamingKPCA(BaseKPCA):
@@ -59,7 +75,7 @@ class StreamingKPCA(BaseKPCA):
     degree, coef0 : polynomial kernel parameters.  nu : Matern smoothness.
     n_features : int or None
         Number m of random features (None: 1000, as ``RandomFeatureKPCA``); the Fourier maps
-        round an odd m up to even.
+        round an odd m up to even.  ``"auto"`` (or None with a ``tol``): chosen by tolerance.
     sketch_size : int or None
         ell, the rows Frequent Directions keeps after each shrink (None:
         ``max(50, 2 n_components)``).  The buffer holds ``2 ell`` rows (``2 ell m`` float64):
@@ -75,6 +91,14 @@ class StreamingKPCA(BaseKPCA):
         (:func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
+    tol : float or None
+        Size by tolerance (needs ``n_features`` None or ``"auto"``): fit at ``n_features`` =
+        256 (or the power of 2 above ``2 n_components``), 512, ... up to 2^14, with
+        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the first
+        whose estimated relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a
+        uniform probe of 2000 training rows) is at most ``1 + tol``.  ``n_features="auto"``
+        without ``tol`` uses ``tol=0.05``.  Each size re-sketches (a pass over the data), so
+        ``fit`` needs an array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False
         ``fit`` learns the pre-image map of :meth:`inverse_transform` (kernel ridge regression
         as ``KernelPCA``) on ``n_inverse_samples`` training rows drawn uniformly (one more pass
@@ -107,6 +131,9 @@ class StreamingKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
+    n_features_ : int, the chosen number of output features (with ``tol`` only).
+    size_history_ : list of (n_features, estimated relative rank-k error), the sizes tried
+        (with ``tol`` only).
     total_variance_, total_variance_error_ : float
         ``tr(H K H)`` of the training Gram, estimated as for ``RandomFeatureKPCA``: ``n k(0)``
         minus ``n ||mean_||^2`` (shift-invariant kernels only; unset for the polynomial kernel,
@@ -140,6 +167,7 @@ class StreamingKPCA(BaseKPCA):
         sketch_size=None,
         features="auto",
         random_state=None,
+        tol=None,
         fit_inverse_transform=False,
         alpha=1.0,
         n_inverse_samples=None,
@@ -154,6 +182,7 @@ class StreamingKPCA(BaseKPCA):
         self.sketch_size = sketch_size
         self.features = features
         self.random_state = random_state
+        self.tol = tol
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
         self.n_inverse_samples = n_inverse_samples
@@ -186,6 +215,8 @@ class StreamingKPCA(BaseKPCA):
             "n_components_",
             "n_output_features_",
             "n_features_in_",
+            "n_features_",
+            "size_history_",
         ):
             if hasattr(self, name):
                 delattr(self, name)
@@ -200,6 +231,8 @@ class StreamingKPCA(BaseKPCA):
         """
         self._reset()
         self._check_params()
+        if check_auto_size("n_features", self.n_features, self.tol):
+            return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         self._draw(source.head())
         stat = source.reduce(
@@ -220,6 +253,11 @@ class StreamingKPCA(BaseKPCA):
         first = not hasattr(self, "sketch_")
         if first:
             self._check_params()
+            if check_auto_size("n_features", self.n_features, self.tol):
+                raise ValueError(
+                    "partial_fit cannot choose n_features by tolerance (tol / n_features='auto'):"
+                    " it sees each row once; use fit on an array or a re-iterable block source"
+                )
         source = as_source(X, estimator=self, reset=first, accept_sparse=True)
         seen = 0 if first else self.n_samples_seen_
         if (
@@ -241,6 +279,37 @@ class StreamingKPCA(BaseKPCA):
         self._store(
             feature_sketch(source.blocks(), self.feature_map_, stat.sketch.sketch_size, into=stat)
         )
+        return self
+
+    # --- size chosen by tolerance ---------------------------------------------------------
+    def _fit_by_tolerance(self, X):
+        """Fit at ``n_features`` = 256, 512, ... (and ``sketch_size`` = ``max(default,
+        n_features / 8)`` unless given) until the estimated relative rank-k error on a probe of
+        the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
+
+        A Frequent Directions sketch of m features cannot be extended by new feature columns,
+        so each size re-sketches (a pass over the data); the probe and the seed are shared.
+        """
+        tol = check_tol(self.tol, auto=True)
+        source = self._fit_source(X)
+        source.require_passes(2, f"tol={tol} (a pass per model size)")
+        rng = self._make_rng()
+        seed = int(rng.integers(2**31))
+        X_probe = source.sample_rows(PROBE_ROWS, rng)
+        k = self.n_components or DEFAULT_N_COMPONENTS
+        start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
+        sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
+
+        def fit_at(m):
+            ell = self.sketch_size or max(self._sketch_rows(), m // TOL_FEATURES_PER_ROW)
+            fixed = clone(self).set_params(
+                n_features=m, sketch_size=ell, tol=None, random_state=seed
+            )
+            return adopt_fitted(self, fixed.fit(X))
+
+        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
+        self.size_history_ = history
+        self.n_features_ = self.n_output_features_
         return self
 
     def _draw(self, X_first):
