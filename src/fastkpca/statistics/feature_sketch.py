@@ -146,4 +146,7 @@ def skpca_eigen(
     M = (M + M.T) / 2
     w, U = la.eigh(M, check_finite=False)
     vals, vecs = postprocess_eigen(w, Q @ U)
+    # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
+    # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
+    vals[vals <= M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))] = 0.0
     return vals[:n_components], vecs[:, :n_components].T
