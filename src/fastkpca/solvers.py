@@ -333,7 +333,9 @@ def eigh_topk(
     k : int
         Number of eigenpairs, ``1 <= k <= n``.
     method : {"auto", "dense", "lanczos", "randomized", "orthogonal"}
-        ``auto`` picks ``dense`` for small n or large k / n, else ``randomized``.
+        ``auto`` picks ``dense`` for small n or large k / n, else ``randomized``.  Every method
+        is replaced by ``dense`` when ``k >= n - 1`` (an operator is then formed with n
+        products); a zero operator gives eigenvalues exactly 0.
     rng : numpy.random.Generator or seed
         Start vectors; the same seed gives the same result.
     tol : float, optional
@@ -341,7 +343,8 @@ def eigh_topk(
         ``randomized``, ARPACK's ``tol`` for ``lanczos`` (0 = machine precision), subspace change
         for ``orthogonal``.  None takes the per-dtype default from :data:`TOLERANCES`.
     max_iter : int, optional
-        Iteration cap for the iterative methods.
+        Iteration cap for the iterative methods; stopping there before ``tol`` is met gives a
+        ``sklearn.exceptions.ConvergenceWarning`` (and the best approximation found).
     oversamples : int
         Extra vectors of the randomized block (block size ``k + oversamples``).
     overwrite : bool
@@ -373,9 +376,9 @@ def eigh_topk(
         else:
             method = "randomized"
     if method != "dense" and k >= n - 1:
-        # ARPACK needs k < n - 1 (it fails with k >= n, or error -9 on a zero operator), and an
-        # iteration on k >= n - 1 vectors of an n-dimensional space costs n products anyway:
-        # form the n x n matrix with those n products and solve it densely (exact).
+        # ARPACK refuses k >= n, and an iteration on k >= n - 1 vectors of an n-dimensional
+        # space costs about n products anyway: form the n x n matrix with n products and solve
+        # it densely (exact; this is the one-row / two-row / tiny-matrix case).
         if not _is_dense(A):
             A = _matmat(A, np.eye(n), low_precision)
             A = (A + A.T) / 2
