@@ -1,5 +1,7 @@
 """Eigensolvers against scipy.linalg.eigh on matrices, operators, sparse and float32 inputs."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.linalg as la
@@ -95,6 +97,50 @@ def test_bad_arguments(psd, kwargs, match):
         eigh_topk(psd[0], **kwargs)
 
 
-def test_lanczos_needs_k_below_n():
-    with pytest.raises(ValueError, match="n_components < n"):
-        eigh_topk(np.eye(5), 5, method="lanczos")
+@pytest.mark.parametrize("method", ["lanczos", "randomized", "orthogonal"])
+@pytest.mark.parametrize("as_operator", [False, True])
+def test_k_near_n_falls_back_to_dense(method, as_operator):
+    # ARPACK cannot take k >= n - 1; the iterative methods then form the matrix (n products)
+    # and solve it densely, so the result is scipy's to rounding (1e-12 on a 5 x 5 matrix).
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((5, 5))
+    A = G @ G.T
+    ref = la.eigh(A, eigvals_only=True)[::-1]
+    op = aslinearoperator(A) if as_operator else A
+    for k in (4, 5):
+        vals, vecs = eigh_topk(op, k, method=method, rng=0)
+        np.testing.assert_allclose(vals, ref[:k], rtol=1e-12)
+        np.testing.assert_allclose(A @ vecs, vecs * vals, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["auto", "dense", "lanczos", "randomized", "orthogonal"])
+def test_zero_matrix_gives_zero_eigenvalues(method):
+    # A zero operator (the centered Gram of identical rows): ARPACK used to fail with error -9.
+    vals, vecs = eigh_topk(
+        aslinearoperator(np.zeros((50, 50))) if method != "dense" else np.zeros((50, 50)),
+        3,
+        method=method,
+        rng=0,
+    )
+    np.testing.assert_array_equal(vals, np.zeros(3))
+    np.testing.assert_allclose(vecs.T @ vecs, np.eye(3), atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["lanczos", "randomized", "orthogonal"])
+def test_convergence_warning_when_stopped_early(psd, method):
+    from sklearn.exceptions import ConvergenceWarning
+
+    # One iteration cannot resolve a flat spectrum (relative gaps 1e-3) to tol.
+    _, _, Q = psd
+    flat = (Q * (1.0 - 1e-3 * np.arange(Q.shape[0]))) @ Q.T
+    with pytest.warns(ConvergenceWarning, match="before converging"):
+        vals, _ = eigh_topk(flat, 5, method=method, rng=0, max_iter=1)
+    assert vals.shape == (5,) and np.all(np.isfinite(vals))
+    A = psd[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        vals, _ = eigh_topk(A, 5, method=method, rng=0)
+    # Converged: the default tolerances give the top eigenvalues to 1e-8 relative (the
+    # randomized / orthogonal residual tol; lanczos is tighter).
+    ref = la.eigh(A, eigvals_only=True)[::-1][:5]
+    np.testing.assert_allclose(vals, ref, rtol=1e-8)

@@ -92,12 +92,28 @@ def squared_euclidean(X, Y, X_sq=None, Y_sq=None) -> np.ndarray:
     Xd, Yd = _as_float64(X), _as_float64(Y)
     X_sq = _row_sq_norms(Xd) if X_sq is None else X_sq
     Y_sq = _row_sq_norms(Yd) if Y_sq is None else Y_sq
+    if not (np.all(np.isfinite(X_sq)) and np.all(np.isfinite(Y_sq))):
+        # ||x||^2 beyond 1.8e308 (entries above ~1e154): x.y overflows too, and the distances
+        # would come out inf - inf = nan, i.e. a silent all-zero or nan Gram.
+        raise ValueError(
+            "X has values too large for the kernel: squared distances overflow float64"
+        )
     D = _dot(Xd, Yd)
     D *= -2.0
     D += X_sq[:, None]
     D += Y_sq[None, :]
     np.maximum(D, 0.0, out=D)
     return D
+
+
+def _check_finite_block(K) -> np.ndarray:
+    """Raise a ValueError if a Gram block has inf or nan (overflow of the kernel's arithmetic)."""
+    if not np.all(np.isfinite(K)):
+        raise ValueError(
+            "X has values too large for the kernel: kernel values overflow float64 "
+            "(scale the data or lower gamma)"
+        )
+    return K
 
 
 def manhattan(X, Y) -> np.ndarray:
@@ -141,7 +157,7 @@ class Kernel:
             raise ValueError(f"out has shape {out.shape}, expected {(n, m)}")
         ctx = self._prepare(Y)
         for start, stop in self.iter_chunks(n, m, working_memory_mb=working_memory_mb):
-            out[start:stop] = self._block(X[start:stop], Y, ctx)
+            out[start:stop] = _check_finite_block(self._block(X[start:stop], Y, ctx))
         if Y_is_X and self._exact_diag_one:
             np.fill_diagonal(out, 1.0)
         return out
@@ -153,7 +169,7 @@ class Kernel:
         for start, stop in self.iter_chunks(
             X.shape[0], Y.shape[0], working_memory_mb=working_memory_mb
         ):
-            yield start, stop, self._block(X[start:stop], Y, ctx)
+            yield start, stop, _check_finite_block(self._block(X[start:stop], Y, ctx))
 
     @staticmethod
     def iter_chunks(n_rows, n_cols, *, working_memory_mb=None):

@@ -28,11 +28,19 @@ All methods return eigenvalues in descending order and eigenvectors post-process
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, aslinearoperator, eigsh
+from scipy.sparse.linalg import (
+    ArpackError,
+    ArpackNoConvergence,
+    LinearOperator,
+    aslinearoperator,
+    eigsh,
+)
+from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["eigh_topk", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
 
@@ -134,8 +142,31 @@ def _lanczos(A, k, rng, tol, max_iter):
         return _matmat(A, v, low_precision)
 
     op = LinearOperator(A.shape, matvec=matvec, dtype=np.float64)
-    vals, vecs = eigsh(op, k=k, which="LA", v0=v0, tol=tol, maxiter=max_iter)
+    try:
+        vals, vecs = eigsh(op, k=k, which="LA", v0=v0, tol=tol, maxiter=max_iter)
+    except ArpackNoConvergence:
+        _warn_not_converged("lanczos", max_iter, "fewer than k Ritz pairs met tol")
+        # ARPACK hands back only the pairs that converged; the block Krylov solver always has k
+        # Ritz pairs, so it gives the best approximation for the same number of iterations.
+        vals, vecs, it = _randomized(A, k, rng, tol, max_iter or 500, 10, low_precision, warn=False)
+        return vals, vecs, n_products + it
+    except ArpackError as err:
+        if "error -9:" not in str(err):
+            raise
+        # -9 "starting vector is zero": A v0 = 0 for a random v0, which happens (almost surely)
+        # only for A = 0: the eigenvalues are exactly 0, any orthonormal k vectors eigenvectors.
+        vecs, _ = la.qr(rng.standard_normal((n, k)), mode="economic")
+        return np.zeros(k), vecs, n_products
     return vals, vecs, n_products
+
+
+def _warn_not_converged(method, max_iter, why):
+    warnings.warn(
+        f"eigen_solver={method!r} stopped at max_iter={max_iter} before converging ({why}); "
+        "the eigenpairs are approximate: raise max_iter or tol",
+        ConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _ritz(A, Q, low_precision):
@@ -189,7 +220,7 @@ def _orth_against(V, Z, drop_tol):
     return Q
 
 
-def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
+def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision, *, warn=True):
     """Randomized block Krylov iteration with Rayleigh-Ritz and thick restarts.
 
     Musco & Musco (2015, "Randomized block Krylov methods for stronger and faster approximate
@@ -238,7 +269,13 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision):
             # Stagnation: the residual has hit the rounding floor of the products (about 1e-7
             # for a float32 Gram), below which a too small tol would spin until max_iter.
             best, stalled = (res, 0) if res < 0.9 * best else (best, stalled + 1)
-            if m >= n or res <= tol or stalled >= STALL_ITERATIONS or it == max_iter:
+            if m >= n or res <= tol or stalled >= STALL_ITERATIONS:
+                break
+            if it == max_iter:
+                if warn:
+                    _warn_not_converged(
+                        "randomized", max_iter, f"residual {res:.2g} > tol {tol:.2g}"
+                    )
                 break
             Q = _orth_against(V[:, :m], W.copy(), drop_tol=1e-12 * top)
             if Q.shape[1] == 0:  # span(V) is invariant under A: the Ritz pairs are exact
@@ -269,6 +306,8 @@ def _orthogonal(A, k, rng, tol, max_iter, low_precision):
         Q = Q_new
         if change <= tol:
             break
+    else:
+        _warn_not_converged("orthogonal", max_iter, f"subspace change {change:.2g} > tol {tol:.2g}")
     vals, vecs, _ = _ritz(A, Q, low_precision)
     return vals, vecs, it
 
@@ -294,7 +333,9 @@ def eigh_topk(
     k : int
         Number of eigenpairs, ``1 <= k <= n``.
     method : {"auto", "dense", "lanczos", "randomized", "orthogonal"}
-        ``auto`` picks ``dense`` for small n or large k / n, else ``randomized``.
+        ``auto`` picks ``dense`` for small n or large k / n, else ``randomized``.  Every method
+        is replaced by ``dense`` when ``k >= n - 1`` (an operator is then formed with n
+        products); a zero operator gives eigenvalues exactly 0.
     rng : numpy.random.Generator or seed
         Start vectors; the same seed gives the same result.
     tol : float, optional
@@ -302,7 +343,8 @@ def eigh_topk(
         ``randomized``, ARPACK's ``tol`` for ``lanczos`` (0 = machine precision), subspace change
         for ``orthogonal``.  None takes the per-dtype default from :data:`TOLERANCES`.
     max_iter : int, optional
-        Iteration cap for the iterative methods.
+        Iteration cap for the iterative methods; stopping there before ``tol`` is met gives a
+        ``sklearn.exceptions.ConvergenceWarning`` (and the best approximation found).
     oversamples : int
         Extra vectors of the randomized block (block size ``k + oversamples``).
     overwrite : bool
@@ -333,6 +375,15 @@ def eigh_topk(
             method = "dense"
         else:
             method = "randomized"
+    if method != "dense" and k >= n - 1:
+        # ARPACK refuses k >= n, and an iteration on k >= n - 1 vectors of an n-dimensional
+        # space costs about n products anyway: form the n x n matrix with n products and solve
+        # it densely (exact; this is the one-row / two-row / tiny-matrix case).
+        if not _is_dense(A):
+            A = _matmat(A, np.eye(n), low_precision)
+            A = (A + A.T) / 2
+            overwrite = True
+        method = "dense"
     if method == "dense":
         vals, vecs = _dense(A, k, overwrite)
         n_iter = 1

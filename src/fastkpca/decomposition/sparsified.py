@@ -22,13 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from .._centering import CenteringStats, centered_operator
 from .._utils import check_float
-from ..kernels import chunk_rows
-from ..solvers import TOLERANCES, eigh_topk, postprocess_eigen
+from ..kernels import _Radial, chunk_rows
+from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA
 from .exact import ExactKPCA, resolve_eigen_solver
 
@@ -298,6 +299,44 @@ def _shifted(op, shift):
     )
 
 
+def _gram_is_constant(X, kernel) -> bool:
+    """True if the Gram matrix of X is constant in float64: all rows equal, or (for kernels of
+    the squared distance) all squared differences to the first row underflow to 0 (entries of
+    ~1e-300), so that every distance the kernel computes is below its rounding."""
+    if X.shape[0] <= 1:
+        return True
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    if sp.issparse(lo):
+        lo, hi = lo.toarray(), hi.toarray()
+    lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    if np.array_equal(lo, hi):
+        return True
+    # max_i ||x_i - x_0||^2 <= ||hi - lo||^2: a bound without an n x d difference array.
+    with np.errstate(over="ignore"):  # an inf spread is simply not 0
+        spread = float(np.sum(np.square(hi - lo)))
+    return isinstance(kernel, _Radial) and spread == 0.0
+
+
+def _constant_gram_kpca(X, kernel, n_components, rng):
+    """The exact answer of :func:`sparsified_kpca` for a constant Gram ``K = c 1 1^T``.
+
+    Its centered Gram is exactly 0, but a sparsified (or quantized) K^ is not constant, and its
+    centering leaves the sampling noise, whose eigenvalues (of order ``c sqrt(n / p)``) would be
+    reported as structure.  Identical rows are detected in O(n d), so no entry is sampled: the
+    eigenvalues are 0, the dual coefficients any orthonormal vectors orthogonal to 1.
+    """
+    n = X.shape[0]
+    c = float(np.asarray(kernel.diag(X[:1]), dtype=np.float64)[0])
+    # A zero matrix has every vector as eigenvector; 1 / sqrt(n) comes last (only if k = n).
+    basis = np.column_stack([np.ones(n), rng.standard_normal((n, n_components))])
+    Q = la.qr(basis, mode="economic")[0]
+    vecs = np.roll(Q, -1, axis=1)[:, :n_components]
+    vals = np.zeros(n_components)
+    stats = CenteringStats(col_means=np.full(n, c), total_mean=c)
+    info = {"n_kept": 0, "n_iter": 0, "max_entry": abs(c), "noise_norm": 0.0, "mean_sq_error": 0.0}
+    return vals, flip_signs(vecs), stats, info
+
+
 def sparsified_kpca(
     X,
     kernel,
@@ -321,6 +360,8 @@ def sparsified_kpca(
         ``max_entry`` (b) and ``noise_norm`` (estimate of ``||K^ - K||_2``)
     """
     rng = np.random.default_rng(rng)
+    if _gram_is_constant(X, kernel):
+        return _constant_gram_kpca(X, kernel, n_components, rng)
     gram = sparsify_gram(X, kernel, sample_prob, quantize=quantize, rng=rng)
     row_means = gram.row_means()
     stats = CenteringStats(col_means=row_means, total_mean=float(row_means.mean()))

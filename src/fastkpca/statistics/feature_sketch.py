@@ -164,7 +164,11 @@ def skpca_eigen(
         values = np.concatenate([values, np.full(min(rest, k), fill)])
         return np.maximum(np.sort(values)[::-1][:k], 0.0)
 
+    # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
+    # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
+    floor = M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
     lower = top(la.eigvalsh(M, check_finite=False), 0.0)
+    lower[lower <= floor] = 0.0
     slack = float(shrinkage)
     if missing_energy is not None:
         slack = min(slack, max(float(missing_energy), 0.0))
@@ -177,6 +181,7 @@ def skpca_eigen(
         M = (M + M.T) / 2
     w, U = la.eigh(M, check_finite=False)
     vals, vecs = postprocess_eigen(w, Q @ U)
+    vals[vals <= floor] = 0.0
     estimate = np.clip(top(vals, rho), lower, upper)
     out = (estimate, vecs[:, :k].T)
     return out + (np.vstack([lower, upper]),) if return_bounds else out
