@@ -385,3 +385,18 @@ def test_submodules_are_lazy_attributes():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_float_n_components_streaming(X, X_test):
+    """StreamingKPCA keeps the fewest of its sketch's top eigenpairs that reach the fraction of
+    the estimated trace; the result is the integer-k model with the same sketch."""
+    model = StreamingKPCA(0.6, gamma=GAMMA, n_features=300, sketch_size=40, random_state=0).fit(X)
+    k = model.n_components_
+    ratio = np.cumsum(model.explained_variance_ratio_)
+    assert ratio.size == k and ratio[-1] >= 0.6 and (k == 1 or ratio[-2] < 0.6)
+    assert model.eigenvalue_bounds_.shape == (2, k)
+    assert model.transform(X_test).shape == (X_test.shape[0], k)
+    ref = StreamingKPCA(k, gamma=GAMMA, n_features=300, sketch_size=40, random_state=0).fit(X)
+    # the same sketch and eigenproblem, k of its eigenpairs: agreement to round-off
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-9)
+    np.testing.assert_allclose(model.transform(X_test), ref.transform(X_test), atol=1e-9)

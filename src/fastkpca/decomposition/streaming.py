@@ -28,7 +28,7 @@ from ..statistics.growth import (
     doubling_sizes,
     grow_until,
 )
-from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
+from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction
 from .random_features import constant_diag_sum, feature_mean_embedding
 
 __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
@@ -143,7 +143,8 @@ class StreamingKPCA(BaseKPCA):
     Notes
     -----
     ``n_components=None`` gives at most 10 components (scikit-learn's ``KernelPCA`` keeps all
-    nonzero ones); a float ``n_components`` is not offered here (the sketch size depends on it).
+    nonzero ones); a float ``n_components`` keeps the fewest of the sketch's top eigenpairs (at
+    most ``sketch_size``) whose estimated variance reaches that fraction of ``total_variance_``.
 
     References
     ----------
@@ -192,13 +193,15 @@ class StreamingKPCA(BaseKPCA):
         if self.features != "auto" and self.features not in FEATURES:
             raise ValueError(f"features must be 'auto' or one of {FEATURES}, got {self.features!r}")
         check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
-        if self.n_components is not None:
+        if self.n_components is not None and not _is_fraction(self.n_components):
             check_int("n_components", self.n_components, low=1)
 
     def _sketch_rows(self) -> int:
         if self.sketch_size is not None:
             return int(self.sketch_size)
-        return max(DEFAULT_SKETCH_SIZE, 2 * (self.n_components or DEFAULT_N_COMPONENTS))
+        k = self.n_components
+        k = k if isinstance(k, int | np.integer) and not isinstance(k, bool) else None
+        return max(DEFAULT_SKETCH_SIZE, 2 * (k or DEFAULT_N_COMPONENTS))
 
     # --- fitting --------------------------------------------------------------------------
     def _reset(self):
@@ -326,6 +329,9 @@ class StreamingKPCA(BaseKPCA):
             constant_diag_sum(self.kernel_, self.n_samples_seen_, self.n_features_in_),
             *feature_mean_embedding(self.feature_map_, self.mean_),
         )
+        if _is_fraction(self.n_components):
+            # of the sketch's top eigenpairs (at most sketch_size), against the estimated trace
+            self._keep_fraction(float(self.n_components))
 
     def _finalize(self):
         """Eigenpairs, eigenvalue bounds, mean from the sketch (cheap: O(ell^2 m)).
