@@ -204,9 +204,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         for name in ("eigenvalues_", "components_"):
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name)[:k])
-        if hasattr(self, "eigenvalue_bounds_"):
-            self.eigenvalue_bounds_ = self.eigenvalue_bounds_[:, :k]
-        for name in ("eigenvectors_", "dual_coef_"):
+        for name in ("eigenvectors_", "dual_coef_", "eigenvalue_bounds_"):
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name)[:, :k])
 
