@@ -181,3 +181,14 @@ def test_bad_inputs(exact, data):
         reconstruction_error(exact, bad)
     with pytest.raises(ValueError, match="fitted"):
         reconstruction_error(ExactKPCA(2), held)
+
+
+def test_kernel_pca_matches_exact(exact, data):
+    from fastkpca import KernelPCA
+
+    train, held = data
+    kp = KernelPCA(5, kernel="rbf", gamma=0.3, eigen_solver="dense").fit(train)
+    a = reconstruction_error(exact, held, 5, batch_size=200)["estimate"]
+    b = reconstruction_error(kp, held, 5, batch_size=200)["estimate"]
+    # two dense eigensolvers on the same Gram: the eigenspaces agree to rounding
+    assert b == pytest.approx(a, rel=1e-8)
