@@ -853,12 +853,11 @@ def reconstruction_error(
     A = np.asarray(model.transform(X), dtype=np.float64)[:, :ell] / np.sqrt(lam)
     order = as_generator(random_state).permutation(n)
     batch_fn = _reconstruction_unbiased if estimator == "unbiased" else _reconstruction_plugin
-    estimates = []
-    for idx in np.array_split(order, n_batches):
+    estimates = np.empty(n_batches)
+    for b, idx in enumerate(np.array_split(order, n_batches)):
         idx = np.sort(idx)
         K = np.asarray(model.kernel_(X[idx]), dtype=np.float64)
-        estimates.append(batch_fn(K, A[idx]))
-    estimates = np.asarray(estimates)
+        estimates[b] = batch_fn(K, A[idx])
     stderr = float(np.std(estimates, ddof=1) / np.sqrt(n_batches)) if n_batches > 1 else np.nan
     return {
         "estimate": float(estimates.mean()),
