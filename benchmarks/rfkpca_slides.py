@@ -29,7 +29,7 @@ Usage::
 
     .venv/bin/python benchmarks/rfkpca_slides.py --quick  # ~1.5 min
     .venv/bin/python benchmarks/rfkpca_slides.py          # ~2-5 min (2 cores, shared)
-    .venv/bin/python benchmarks/rfkpca_slides.py --datasets mnist  # n up to 16000, ~15 min
+    .venv/bin/python benchmarks/rfkpca_slides.py --datasets mnist  # n up to 16000, ~6 min
 
 Results: ``benchmarks/results/rfkpca_slides[_quick].json`` (``rfkpca_slides_mnist.json`` for
 ``--datasets mnist``) and ``rfkpca_slides_<data>[_quick].png``.
