@@ -11,7 +11,9 @@ one n x n matrix:
   embedding's width (1.0 is optimal: the exact rank-k KPCA embedding),
 
 and embedding-space measures: :func:`embedding_error`, :func:`eigenvalue_error`,
-:func:`subspace_distance`, plus :func:`mmd` for reduced-set density estimates.
+:func:`subspace_distance`, plus :func:`mmd` for reduced-set density estimates, and the
+statistical measure :func:`reconstruction_error` (Sriperumbudur & Sterge's reconstruction error
+R of a fitted model, estimated on held-out data).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "MAX_EXACT_N",
     "estimate_error",
     "method_certificates",
+    "reconstruction_error",
 ]
 
 #: Up to this n the Gram errors are computed from one explicit n x n matrix (n = 20000 in
@@ -708,3 +711,211 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
             "n_probe": p,
         }
     return out
+
+
+# --- reconstruction error (Sriperumbudur & Sterge) -------------------------------------------
+
+RECONSTRUCTION_ESTIMATORS = ("unbiased", "plugin")
+
+
+def reconstruction_error(
+    model,
+    X,
+    n_components=None,
+    *,
+    estimator="unbiased",
+    batch_size=1000,
+    random_state=0,
+) -> dict:
+    """Estimate the reconstruction error R of a fitted model's eigenspace on held-out data.
+
+    R is the error of Sriperumbudur & Sterge's slides "Approximate kernel PCA: computational vs
+    statistical trade-off" (slides "Embedding to L2(P)" and "Reconstruction Error"): the
+    centered kernel function ``k~(., X) = k(., X) - mu_P`` is embedded in L2(P) by the inclusion
+    ``J f = f - E_P f`` (so ``J k~(., x)`` is the doubly centered kernel ``y -> kbar(x, y)``),
+    and projected on the model's ``l`` eigenfunctions, embedded in L2(P) too and scaled by their
+    eigenvalues, ``a_i = (J phi_i) / sqrt(lambda_i)``::
+
+        R = E_X || J k~(., X) - sum_{i <= l} <J k~(., X), a_i>_{L2(P)} a_i ||^2_{L2(P)}.
+
+    For exact KPCA ``phi_i`` are the eigenfunctions of the empirical covariance operator in H
+    (slides' ``R_{n,l} = ||Sigma - Sigma^{1/2} g_l(Sigma^) Sigma^{3/2}||_HS^2``, ``g_l(Sigma^)
+    = sum_{i <= l} phi_i (x) phi_i / lambda_i``); for random-feature KPCA they are the
+    eigenvectors ``beta_i`` of the m-dimensional feature covariance, which are not in H (the
+    features span ``H_m``), and ``a_i = U beta_i / sqrt(lambda_i)`` with ``U beta = <beta,
+    Phi_m(.) - E Phi_m>`` (slides' ``R_{m,n,l}``).  Both are computed from the model's own
+    projections: ``a_i(x) = model.transform(x)_i / sqrt(lambda_i)`` with ``lambda_i =
+    eigenvalues_[i] / n_train`` (the variance of the i-th projection over the training rows),
+    so any fastkpca estimator with a kernel works (``ExactKPCA``, ``KernelPCA``,
+    ``RandomFeatureKPCA``, ``NystromKPCA``, ...).  For the population eigenspace ``R =
+    sum_{i > l} lambda_i^2`` (slides' ``||Sigma - Sigma_l||_HS^2``); the slides' rates are for
+    this quantity.
+
+    Parameters
+    ----------
+    model : fitted fastkpca estimator
+        Anything with ``transform``, ``kernel_`` (a :class:`fastkpca.kernels.Kernel`),
+        ``eigenvalues_`` and ``n_features_in_``.
+    X : array of shape (n_samples, n_features)
+        Held-out rows drawn from P (not the training rows, unless the training distribution's
+        empirical measure is meant: with ``estimator="plugin"`` and the training rows, exact
+        KPCA's R is ``sum_{i > l} eigenvalues_i^2 / n^2``, over all eigenvalues of the centered
+        training Gram).
+    n_components : int or None
+        ``l``, the number of leading components (default: all of the model's).
+    estimator : {"unbiased", "plugin"}
+        ``"unbiased"``: in each batch, U-statistics over distinct rows (Notes), so the diagonal
+        ``k(x, x)`` never enters.  ``"plugin"``: P replaced by the batch's empirical measure,
+        ``||(I - A A^T / N) Kc||_F^2 / N^2`` (``Kc`` the centered batch Gram, ``A`` the centered
+        ``a_i`` at the batch's rows); it overestimates R by about ``E kbar(X, X)^2 / N``.
+    batch_size : int or None
+        Rows per batch (the held-out rows are split into ``max(2, n_samples // batch_size)``
+        batches after a random permutation); None: one batch of all rows.
+    random_state : int, Generator or None
+        The permutation that forms the batches.
+
+    Returns
+    -------
+    dict
+        ``"estimate"``: the mean of the batch estimates; ``"stderr"``: their standard deviation
+        over ``sqrt(n_batches)`` (nan for one batch); ``"method"``, ``"n_components"``,
+        ``"n_batches"``, ``"batch_size"`` (the largest batch).
+
+    Raises
+    ------
+    ValueError
+        If the model is not a fitted estimator with a kernel, X is not a finite 2-d array with
+        the model's feature count, a batch has fewer than 4 rows (``"unbiased"``) or 2 rows,
+        ``n_components`` is out of range, or a kept eigenvalue is not positive.
+
+    Notes
+    -----
+    With ``B = sum_i a_i (x) a_i`` on L2(P) and ``L`` the integral operator of ``kbar``,
+    ``R = tr(L^2) - 2 tr(B L^2) + tr(B^2 L^2)``, i.e. with ``c(x) = E_Y kbar(x, Y) a(Y)``::
+
+        R = E kbar(X, Y)^2 - 2 E ||c(X)||^2 + E_{X, W} (a(W)^T c(X))^2,
+
+    four independent draws at most.  In a batch of N rows the "unbiased" estimator averages each
+    term over distinct indices (``N (N-1)``, ``N (N-1) (N-2)``, ``N (N-1) (N-2) (N-3)`` tuples),
+    in closed form with O(N^2 l) products.  The population means inside ``kbar`` and ``a`` are
+    the batch's (row means of the Gram without its diagonal): this leaves a bias of relative
+    order 1/N in each term, i.e. ``O(||Sigma||_HS^2 / N)`` in R, against ``E kbar(X, X)^2 / N``
+    for the plug-in.  The batch means are independent and unbiased, so ``"stderr"`` is an
+    honest standard error of the batch mean.
+
+    Cost: ``n_samples * batch_size * (d + l)`` flops (the batch Grams and products) plus
+    ``model.transform(X)``; memory ``O(batch_size^2 + n_samples l)``: no n_samples x
+    n_samples array unless ``batch_size=None``.
+    """
+    from sklearn.utils.validation import check_array
+
+    for name in ("transform", "kernel_", "eigenvalues_", "n_features_in_"):
+        if not hasattr(model, name):
+            raise ValueError(
+                f"model must be a fitted fastkpca estimator (it has no {name!r}); fit it first"
+            )
+    if not isinstance(model.kernel_, Kernel):
+        raise ValueError("model.kernel_ is not a fastkpca.kernels.Kernel")
+    if estimator not in RECONSTRUCTION_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {RECONSTRUCTION_ESTIMATORS}, got {estimator!r}")
+    X = check_array(X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+    if X.shape[1] != model.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but the model was fitted on {model.n_features_in_}"
+        )
+    vals = np.asarray(model.eigenvalues_, dtype=np.float64)
+    if n_components is None:
+        n_components = vals.size
+    if (
+        not isinstance(n_components, int | np.integer)
+        or isinstance(n_components, bool)
+        or not 1 <= n_components <= vals.size
+    ):
+        raise ValueError(
+            f"n_components must be an integer in [1, {vals.size}], got {n_components!r}"
+        )
+    ell = int(n_components)
+    if not np.all(vals[:ell] > 0):
+        raise ValueError(
+            f"the model's leading {ell} eigenvalues must be positive to normalize its "
+            f"eigenfunctions, got {vals[:ell]}"
+        )
+    n = X.shape[0]
+    n_batches = 1 if batch_size is None else max(2, n // _positive_int("batch_size", batch_size))
+    min_rows = 4 if estimator == "unbiased" else 2
+    if n // n_batches < min_rows:
+        raise ValueError(
+            f"{n} held-out rows in {n_batches} batches leave fewer than {min_rows} rows per batch "
+            f"(estimator={estimator!r}); pass more rows or batch_size=None"
+        )
+    # lambda_i of the covariance operator: the centered Gram's eigenvalues over n_train.
+    lam = vals[:ell] / model._n_train
+    A = np.asarray(model.transform(X), dtype=np.float64)[:, :ell] / np.sqrt(lam)
+    order = as_generator(random_state).permutation(n)
+    batch_fn = _reconstruction_unbiased if estimator == "unbiased" else _reconstruction_plugin
+    estimates = np.empty(n_batches)
+    for b, idx in enumerate(np.array_split(order, n_batches)):
+        idx = np.sort(idx)
+        K = np.asarray(model.kernel_(X[idx]), dtype=np.float64)
+        estimates[b] = batch_fn(K, A[idx])
+    stderr = float(np.std(estimates, ddof=1) / np.sqrt(n_batches)) if n_batches > 1 else np.nan
+    return {
+        "estimate": float(estimates.mean()),
+        "stderr": stderr,
+        "method": estimator,
+        "n_components": ell,
+        "n_batches": n_batches,
+        "batch_size": int(-(-n // n_batches)),
+    }
+
+
+def _positive_int(name, value) -> int:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+def _reconstruction_plugin(K, A) -> float:
+    """R with P the batch's empirical measure: ``||(I - Ac Ac^T / N) Kc||_F^2 / N^2``."""
+    N = K.shape[0]
+    r = K.mean(axis=1)
+    Kc = K - r[:, None] - r[None, :] + r.mean()
+    Ac = A - A.mean(axis=0)
+    resid = Kc - Ac @ (Ac.T @ Kc) / N
+    return float(np.sum(resid * resid) / N**2)
+
+
+def _reconstruction_unbiased(K, A) -> float:
+    """``T1 - 2 T2 + T3`` (reconstruction_error's Notes) over distinct rows of one batch.
+
+    ``Kb`` is the batch Gram centered with its off-diagonal row means and its diagonal set to
+    zero, so every sum over ``b`` skips ``b = a``; the other coincidences are subtracted.
+    """
+    N = K.shape[0]
+    K = K.copy()
+    np.fill_diagonal(K, 0.0)
+    r = K.sum(axis=1) / (N - 1)
+    Kb = K - r[:, None] - r[None, :] + r.mean()
+    np.fill_diagonal(Kb, 0.0)
+    Ab = A - A.mean(axis=0)
+    Kb2 = Kb * Kb
+    S = Ab @ Ab.T  # S_ab = a_a . a_b
+    s = np.diag(S).copy()  # ||a_b||^2
+    V = Kb @ Ab  # v_a = sum_b kbar_ab a_b
+    Gam = Ab.T @ Ab
+    t1 = Kb2.sum() / (N * (N - 1))
+    # E ||c(X)||^2: sum over b != b' of kbar_ab kbar_ab' a_b . a_b'
+    q2 = np.einsum("ij,ij->i", V, V) - Kb2 @ s
+    t2 = q2.sum() / (N * (N - 1) * (N - 2))
+    # E (a(W) . c(X))^2 over distinct (X, W, Y, Y') = (a, w, b, b')
+    P = V @ Ab.T  # P_ab = v_a . a_b
+    agb = np.einsum("ij,jk,ik->i", Ab, Gam, Ab)  # a_b^T Gam a_b
+    va = np.einsum("ij,ij->i", V, Ab)  # v_a . a_a
+    q3 = (
+        np.einsum("ij,jk,ik->i", V, Gam, V)
+        - Kb2 @ agb
+        - (va**2 - np.sum(Kb2 * S * S, axis=1))
+        - 2.0 * ((Kb * P) @ s - Kb2 @ (s * s))
+    )
+    t3 = q3.sum() / (N * (N - 1) * (N - 2) * (N - 3))
+    return float(t1 - 2.0 * t2 + t3)
