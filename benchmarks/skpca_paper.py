@@ -395,6 +395,7 @@ def plot(name, rows, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     rows = [r for r in rows if "error" not in r]
     labels = sorted(
@@ -438,6 +439,11 @@ def plot(name, rows, path):
             ax.plot(*zip(*pts, strict=True), label=lab, **style)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # minor-tick labels of log x axes spanning about a decade overlap: label the sizes
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if xk == "sample_size":
+            sizes = sorted({r["sample_size"] for r in rows})
+            ax.set_xticks(sizes, [str(m) for m in sizes])
         ax.set_xlabel("sample size (m or c)" if xk == "sample_size" else "space (floats)")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
@@ -446,6 +452,72 @@ def plot(name, rows, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def summary(name, rows, budget_sizes=(128, 512)):
+    """Markdown lines with the figures the paper's claims are judged on (docs/papers/skpca.md).
+
+    At the largest sample size M: each method's errors, train and test time; SKPCA's spectral
+    error at ell = min and max against m; the best error each method reaches within the
+    space RNCA takes at m in ``budget_sizes`` (equal space).
+    """
+    rows = [r for r in rows if "error" not in r and r["data"] == name]
+    sizes = sorted({r["sample_size"] for r in rows})
+    M = sizes[-1]
+    ells = sorted({r["ell"] for r in rows if r["ell"] is not None})
+    at = {(r["method"], r["sample_size"]): r for r in rows}
+    main = [label(("skpca", ell)) for ell in ells] + [label("rnca"), label("nystrom")]
+    out = [
+        f"#### {name}: at sample size {M}",
+        "",
+        "| method | spectral error | Frobenius error | train (s) | test (ms) | space (floats) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lab in main + [label("sk_rff"), label("sk_nys")]:
+        r = at.get((lab, M))
+        if r is not None:
+            out.append(
+                f"| {lab} | {r['spectral_error']:.2e} | {r['frobenius_error']:.2e} | "
+                f"{r['train_s']:.2f} | {r['test_s'] * 1e3:.1f} | {r['space']:.3g} |"
+            )
+    out += [
+        "",
+        f"#### {name}: spectral error against sample size",
+        "",
+        "| method | " + " | ".join(str(m) for m in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    for lab in main:
+        cells = [at.get((lab, m)) for m in sizes]
+        out.append(
+            f"| {lab} | "
+            + " | ".join("-" if c is None else f"{c['spectral_error']:.2e}" for c in cells)
+            + " |"
+        )
+    for budget_m in budget_sizes:
+        ref = at.get((label("rnca"), budget_m))
+        if ref is None:
+            continue
+        budget = ref["space"]
+        out += [
+            "",
+            f"#### {name}: best error within RNCA's space at m = {budget_m} ({budget:.3g} floats)",
+            "",
+            "| method | spectral error (m) | Frobenius error (m) |",
+            "|---|---|---|",
+        ]
+        for lab in main:
+            fits = [r for r in rows if r["method"] == lab and r["space"] <= budget]
+            if not fits:
+                out.append(f"| {lab} | - | - |")
+                continue
+            bs = min(fits, key=lambda r: r["spectral_error"])
+            bf = min(fits, key=lambda r: r["frobenius_error"])
+            out.append(
+                f"| {lab} | {bs['spectral_error']:.2e} ({bs['sample_size']}) | "
+                f"{bf['frobenius_error']:.2e} ({bf['sample_size']}) |"
+            )
+    return out
 
 
 def main(argv=None):
@@ -476,6 +548,9 @@ def main(argv=None):
     )
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--replot", action="store_true", help="only redraw the PNGs from the saved JSON")
+    p.add_argument(
+        "--summary", action="store_true", help="only print Markdown tables from the saved JSON"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.ells = (32, 128, 512), (5, 20)
@@ -487,16 +562,18 @@ def main(argv=None):
     suffix = "_quick" if args.quick else ""
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.replot:
+    if args.replot or args.summary:
         import json
 
         saved = json.loads((out_dir / f"skpca_paper{suffix}.json").read_text())
         for name in saved["datasets"]:
-            plot(
-                name,
-                [r for r in saved["rows"] if r["data"] == name],
-                out_dir / f"skpca_paper_{name}{suffix}.png",
-            )
+            if name not in args.datasets:
+                continue
+            rows = [r for r in saved["rows"] if r["data"] == name]
+            if args.replot:
+                plot(name, rows, out_dir / f"skpca_paper_{name}{suffix}.png")
+            if args.summary:
+                print("\n".join(summary(name, rows)) + "\n")
         return
     t0 = time.perf_counter()
     json_path = out_dir / f"skpca_paper{suffix}.json"
