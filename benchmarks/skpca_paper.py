@@ -547,6 +547,7 @@ def main(argv=None):
         "--data-home", default=None, help="data folder (default: $FASTKPCA_DATA or ../shared/data)"
     )
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--note", default=None, help="a remark stored with each data set's results")
     p.add_argument("--replot", action="store_true", help="only redraw the PNGs from the saved JSON")
     p.add_argument(
         "--summary", action="store_true", help="only print Markdown tables from the saved JSON"
@@ -587,6 +588,8 @@ def main(argv=None):
             ells=list(args.ells),
             seed=args.seed,
         )
+        if args.note:
+            info["note"] = args.note
         plot(name, rows, out_dir / f"skpca_paper_{name}{suffix}.png")
         save_json(merge_results(json_path, name, info, rows), json_path)
     print(f"done in {time.perf_counter() - t0:.0f} s -> {json_path}")
