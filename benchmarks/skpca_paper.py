@@ -366,6 +366,8 @@ def run_dataset(name, args):
                         "frobenius_error_full_n": frob * len(eval_idx) / n,
                     }
                 )
+                if hasattr(model, "feature_map_"):  # "auto" picks orf, or rff for wide data
+                    row["features"] = model.feature_map_.kind
                 rows.append(row)
                 print(
                     f"  m={m:5d} {label(method):28s} spec {row['spectral_error']:.3e} "
