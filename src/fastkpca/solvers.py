@@ -42,7 +42,7 @@ from scipy.sparse.linalg import (
 )
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["eigh_topk", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
+__all__ = ["eigh_topk", "auto_method", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
 
 SOLVERS = ("auto", "dense", "lanczos", "randomized", "orthogonal")
 
@@ -312,6 +312,14 @@ def _orthogonal(A, k, rng, tol, max_iter, low_precision):
     return vals, vecs, it
 
 
+def auto_method(n: int, k: int, *, dense: bool) -> str:
+    """The solver ``method="auto"`` takes for k eigenpairs of an n x n matrix or operator.
+
+    ``dense`` for an array (``dense=True``) with n <= 1000 or k >= n / 5, else ``randomized``.
+    """
+    return "dense" if dense and (n <= 1000 or k >= n // 5) else "randomized"
+
+
 def eigh_topk(
     A,
     k,
@@ -371,10 +379,7 @@ def eigh_topk(
     low_precision = dtype == np.float32 and not isinstance(A, LinearOperator)
     tols = TOLERANCES.get(dtype, TOLERANCES[np.dtype(np.float64)])
     if method == "auto":
-        if _is_dense(A) and (n <= 1000 or k >= n // 5):
-            method = "dense"
-        else:
-            method = "randomized"
+        method = auto_method(n, k, dense=_is_dense(A))
     if method != "dense" and k >= n - 1:
         # ARPACK refuses k >= n, and an iteration on k >= n - 1 vectors of an n-dimensional
         # space costs about n products anyway: form the n x n matrix with n products and solve

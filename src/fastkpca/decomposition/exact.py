@@ -17,9 +17,10 @@ from .._centering import (
     center_gram_inplace,
     center_gram_out_of_sample,
     centered_operator,
+    gram_row_stats,
 )
 from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, eigh_topk
+from ..solvers import SOLVERS, auto_method, eigh_topk
 from ._base import BaseKPCA, _is_fraction
 
 __all__ = [
@@ -149,6 +150,38 @@ def _n_workers():
         return os.cpu_count() or 1
 
 
+def _rbf_factors(X, kernel):
+    """``(L, R)`` with ``L[i] . R[j] = -gamma ||x_i - x_j||^2`` for the RBF kernel, else None.
+
+    ``L = [s X, -gamma |x|^2, 1]`` and ``R = [s X, 1, -gamma |x|^2]`` with s = sqrt(2 gamma): a
+    Gram block's exponent is then one GEMM of width d + 2, written straight into the block, with
+    no elementwise passes for the norms and the scaling (the kernel's own blocks make six over a
+    temporary, then copy it): only the clipping and the exp remain.  Float64, dense X only.
+    """
+    if type(kernel) is not kernels.RBF or not isinstance(X, np.ndarray):
+        return None
+    X = np.asarray(X, dtype=np.float64)
+    sq = np.einsum("ij,ij->i", X, X)
+    scaled = np.sqrt(2.0 * kernel.gamma) * X
+    ones = np.ones((X.shape[0], 1))
+    g = (-kernel.gamma * sq)[:, None]
+    return np.hstack([scaled, g, ones]), np.hstack([scaled, ones, g])
+
+
+def _rbf_fill(left, right, out, *, diagonal):
+    """``out = exp(min(left @ right.T, 0))``, the RBF block of :func:`_rbf_factors`' rows.
+
+    ``diagonal``: ``left`` and the first rows of ``right`` are the same points, whose kernel value
+    is set to exactly 1, as the kernel's own Gram does.
+    """
+    np.matmul(left, right.T, out=out)
+    np.minimum(out, 0.0, out=out)  # squared distances are >= 0 (round-off can say < 0)
+    np.exp(out, out=out)
+    if diagonal:
+        np.fill_diagonal(out, 1.0)  # fills the leading square only
+    return out
+
+
 def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     """The n x n Gram matrix of X in X's dtype, computing only its upper block triangle.
 
@@ -172,8 +205,14 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     step = block_rows or chunk_rows(n, working_memory_mb=budget)
     tile = 256  # mirror tiles: the transposed reads stay in cache
 
+    factors = _rbf_factors(X, kernel) if K.dtype == np.float64 else None
+
     def fill(s):
         e = min(n, s + step)
+        if factors is not None:
+            left, right = factors
+            _rbf_fill(left[s:e], right[s:], K[s:e, s:], diagonal=True)
+            return
         kernel(X[s:e], out=K[s:e, s:e])
         if e < n:
             kernel(X[s:e], X[e:], out=K[s:e, e:])
@@ -247,16 +286,8 @@ class GramOperator(LinearOperator):
         self.n_threads = max(1, n_threads or _n_workers())
         self.row_means = None
         self.n_passes = 0
-        self._rbf = None
-        if type(kernel) is kernels.RBF and isinstance(self.X, np.ndarray):
-            # -gamma ||x - y||^2 = [s x, -gamma |x|^2, 1] . [s y, 1, -gamma |y|^2] with
-            # s = sqrt(2 gamma): the tile's exponent is one GEMM of width d + 2, with no
-            # elementwise passes for the norms and the scaling before the exp.
-            sq = np.einsum("ij,ij->i", self.X, self.X)
-            scaled = np.sqrt(2.0 * kernel.gamma) * self.X
-            ones = np.ones((n, 1))
-            g = (-kernel.gamma * sq)[:, None]
-            self._rbf = (np.hstack([scaled, g, ones]), np.hstack([scaled, ones, g]))
+        # RBF tiles: one GEMM of width d + 2 and an exp (see _rbf_factors)
+        self._rbf = _rbf_factors(self.X, kernel)
 
     def _tile_into(self, i, j, buf):
         """Fill and return ``K[i:i+t, j:j+t]`` (a view of ``buf``)."""
@@ -265,11 +296,7 @@ class GramOperator(LinearOperator):
         T = buf[: (ie - i) * (je - j)].reshape(ie - i, je - j)
         if self._rbf is not None:
             left, right = self._rbf
-            np.matmul(left[i:ie], right[j:je].T, out=T)
-            np.minimum(T, 0.0, out=T)  # squared distances are >= 0 (round-off can say < 0)
-            np.exp(T, out=T)
-            if i == j:
-                np.fill_diagonal(T, 1.0)  # exact, as the kernel's own diagonal
+            _rbf_fill(left[i:ie], right[j:je], T, diagonal=i == j)
         elif i == j:
             self.kernel(self.X[i:ie], out=T)
         else:
@@ -364,8 +391,9 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     """Top eigenpairs of the centered Gram matrix of X.
 
     Holds exactly one n x n Gram (X's dtype): its upper triangle is filled in row blocks by
-    threads (:func:`symmetric_gram`), it is centered in place and handed to the eigensolver,
-    which may overwrite it (Schoelkopf, Smola & Mueller 1998).
+    threads (:func:`symmetric_gram`), it is centered (in place for ``dense``, implicitly in each
+    product for the iterative solvers) and handed to the eigensolver, which may overwrite it
+    (Schoelkopf, Smola & Mueller 1998).
 
     Returns
     -------
@@ -382,18 +410,29 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
         K = np.array(X.toarray() if hasattr(X, "toarray") else X, dtype=result_dtype(X))
     else:
         K = symmetric_gram(X, kernel)
-    stats = center_gram_inplace(K, block=_center_block_rows(X.shape[0]))
+    n = K.shape[0]
+    method = auto_method(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
+    if method == "dense" or n_components >= n - 1 or K.dtype != np.float64:
+        stats = center_gram_inplace(K, block=_center_block_rows(n))
+        A = K
+    else:
+        # The iterative solvers get H K H as an operator (center the block, multiply, center
+        # the result): one read of K for its row means instead of centering it in place (a
+        # read and a write).  A float32 Gram is centered in place, so that the solvers see a
+        # float32 array and use its tolerances.
+        stats = gram_row_stats(K, block=_center_block_rows(n))
+        A = centered_operator(K)
     vals, vecs, n_iter = eigh_topk(
-        K,
+        A,
         n_components,
-        method=eigen_solver,
+        method=method,
         rng=rng,
         tol=tol,
         max_iter=max_iter,
         overwrite=True,
         return_n_iter=True,
     )
-    del K
+    del K, A
     return vals, vecs, stats, n_iter
 
 
