@@ -269,7 +269,20 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision, *, warn=Tr
             # Stagnation: the residual has hit the rounding floor of the products (about 1e-7
             # for a float32 Gram), below which a too small tol would spin until max_iter.
             best, stalled = (res, 0) if res < 0.9 * best else (best, stalled + 1)
-            if m >= n or res <= tol or stalled >= STALL_ITERATIONS:
+            if m >= n or res <= tol:
+                break
+            if stalled >= STALL_ITERATIONS:
+                if warn:
+                    # Reported, not silent: the eigenpairs are only as good as this residual
+                    # (a flat stretch of a slow convergence looks the same as the floor).
+                    warnings.warn(
+                        f"eigen_solver='randomized' stopped after {it} iterations without "
+                        f"progress at residual {res:.2g} > tol {tol:.2g} (the rounding floor "
+                        "of the products, or a stall): the eigenpairs are approximate to that "
+                        "residual; raise tol, or use float64",
+                        ConvergenceWarning,
+                        stacklevel=3,
+                    )
                 break
             if it == max_iter:
                 if warn:
