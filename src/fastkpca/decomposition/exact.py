@@ -371,6 +371,11 @@ def matrix_free_kpca(
     ``randomized`` solver on the stored Gram, and warns (ConvergenceWarning) at ``max_iter``.
 
     Returns the same tuple as :func:`exact_kpca`; ``n_iter`` is the number of passes.
+
+    Measured (``benchmarks/bench_exact.py --matrix-free-n 100000``, RandomNoisy, d = 100, k = 10,
+    rbf gamma = 1 / (2 d), two shared cores): 6 passes, 536 s of CPU (632 s wall at load
+    average 4 to 7), 1.15 GB peak RSS, residuals <= 6e-10 relative; at n = 20000 the eigenvalues
+    and embedding equal scikit-learn's ARPACK (tol=0) to 4e-15 and 4e-12.
     """
     K = GramOperator(X, kernel, tile=tile, n_threads=n_threads)
     vals, vecs, _ = eigh_topk(
