@@ -14,6 +14,13 @@ thousands of passes for its default 1e-8; 1e-5 meets the 1e-3 accuracy contract)
 each of ours against scikit-learn in the same run: the largest relative eigenvalue difference and
 ``embedding_error(T, T_sklearn, align="sign")`` on the transformed rows.
 
+``"matrix_free"`` (issue 12: the Gram recomputed tile by tile in every pass, never stored) is a
+row too: its agreement with scikit-learn's ARPACK at tol=0 is the check that it equals the
+stored-Gram result.  ``--matrix-free-n 100000`` runs instead one matrix-free fit at that size
+(scikit-learn would need an 80 GB Gram), checked after the timed fit by the relative residuals
+``||H K H v - lambda v|| / lambda`` of all pairs (one more matrix-free pass) and by transforming
+2000 training rows; it records the load average (``bench_exact_matrix_free.json``).
+
 Goals at n = 20000: fit time at most half of scikit-learn's, no more memory, float32 about half
 the memory; one n x n Gram (3.2 GB in float64) and not two.  ``--breakdown`` also times the
 phases (Gram, centering, eigensolver with its number of products) for both libraries.
@@ -23,6 +30,8 @@ and quote ratios between rows of the same run (``--repeats`` interleaves repetit
 
     flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/bench_exact.py --breakdown
     .venv/bin/python benchmarks/bench_exact.py --sizes 2000 --out /tmp/bench_exact_small.json
+    flock /tmp/fastkpca-bench.lock .venv/bin/python benchmarks/bench_exact.py \
+        --gamma 0.005 --matrix-free-n 100000
 
 Writes ``benchmarks/results/bench_exact.json``.
 """
@@ -50,6 +59,7 @@ CONFIGS = [
     ("ours randomized float32", "ours", "randomized", "float32", {}),
     ("ours auto", "ours", "auto", "float64", {}),
     ("ours orthogonal tol=1e-5", "ours", "orthogonal", "float64", {"tol": 1e-5}),
+    ("ours matrix_free", "ours", "matrix_free", "float64", {}),
 ]
 
 
@@ -142,6 +152,73 @@ def phase_breakdown(data, library, n_components, gamma):
         # lanczos reports products with one vector, randomized passes with a block of k + 10
         vectors = n_iter if solver == "lanczos" else n_iter * (n_components + 10)
         out[solver] = {"seconds": seconds, "n_iter": n_iter, "vector_products": vectors}
+    return out
+
+
+def matrix_free_check(data, n_components, gamma, n_check):
+    """Fit ``eigen_solver="matrix_free"`` (timed), then check it without any stored Gram.
+
+    Two checks, after the timed fit: the relative residuals ``||H K H v - lambda v|| / lambda``
+    of every returned pair, from one more matrix-free pass (the same operator the solver used);
+    and the transform of ``n_check`` training rows, which must equal their fitted projections
+    ``alpha sqrt(lambda)`` (the eigen-equation on those rows, through the out-of-sample path).
+    """
+    from fastkpca import ExactKPCA
+    from fastkpca._centering import centered_operator
+    from fastkpca.decomposition.exact import GramOperator
+    from fastkpca.kernels import RBF
+    from fastkpca.metrics import embedding_error
+
+    X, _ = data
+    load_before = os.getloadavg()
+    model = ExactKPCA(
+        n_components, kernel="rbf", gamma=gamma, eigen_solver="matrix_free", random_state=0
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    T = model.fit_transform(X)
+    fit_s, cpu_fit_s = time.perf_counter() - t0, time.process_time() - c0
+    load_after_fit = os.getloadavg()
+    t0 = time.perf_counter()
+    vals, vecs = model.eigenvalues_, model.eigenvectors_
+    op = GramOperator(X, RBF(gamma))
+    HKHv = centered_operator(op) @ vecs
+    residuals = np.linalg.norm(HKHv - vecs * vals, axis=0) / vals
+    check_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    T_check = model.transform(X[:n_check])
+    transform_s = time.perf_counter() - t0
+    return {
+        "fit_s": fit_s,
+        "cpu_fit_s": cpu_fit_s,
+        "n_iter": model.n_iter_,
+        "eigenvalues": [float(v) for v in vals],
+        "residual_check_s": check_s,
+        "relative_residuals": [float(r) for r in residuals],
+        "transform_check_rows": n_check,
+        "transform_check_s": transform_s,
+        "transform_vs_fit_error": float(embedding_error(T_check, T[:n_check], align="sign")),
+        "loadavg_before": load_before,
+        "loadavg_after_fit": load_after_fit,
+        "loadavg_end": os.getloadavg(),
+    }
+
+
+def run_matrix_free(args):
+    """One matrix-free fit at ``args.matrix_free_n`` rows, in its own process."""
+    out = measure(
+        make_data,
+        matrix_free_check,
+        setup_kwargs=dict(
+            n_samples=args.matrix_free_n,
+            n_features=args.n_features,
+            n_new=0,
+            dtype="float64",
+            seed=args.seed,
+        ),
+        work_kwargs=dict(n_components=args.n_components, gamma=args.gamma, n_check=2000),
+        timeout=args.timeout,
+    )
+    print(out, flush=True)
     return out
 
 
@@ -293,6 +370,13 @@ def main(argv=None):
         action="store_true",
         help="also time Gram / centering / eigensolver at the largest size",
     )
+    parser.add_argument(
+        "--matrix-free-n",
+        type=int,
+        default=None,
+        help="instead of the comparison: one eigen_solver='matrix_free' fit at this n, checked "
+        "by its residuals (writes bench_exact_matrix_free.json)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--quick",
@@ -309,6 +393,30 @@ def main(argv=None):
     args.gamma = args.gamma or 1.0 / args.n_features
     configs = [c for c in CONFIGS if args.rows is None or c[0] in args.rows or c[1] == "sklearn"]
 
+    if args.matrix_free_n:
+        out = run_matrix_free(args)
+        path = args.out
+        if path == os.path.join(RESULTS, "bench_exact.json"):
+            path = os.path.join(RESULTS, "bench_exact_matrix_free.json")
+        settings = {
+            "n": args.matrix_free_n,
+            "n_features": args.n_features,
+            "n_components": args.n_components,
+            "gamma": args.gamma,
+            "data": "make_random_noisy",
+            "seed": args.seed,
+        }
+        save_json(
+            {
+                "benchmark": "bench_exact matrix_free",
+                "machine": machine_info(),
+                "settings": settings,
+                "run": out,
+            },
+            path,
+        )
+        print(f"wrote {path}")
+        return
     results = {
         "benchmark": "bench_exact",
         "machine": machine_info(),

@@ -11,6 +11,7 @@ from fastkpca._centering import (
     center_gram_inplace,
     center_gram_out_of_sample,
     centered_operator,
+    gram_row_stats,
 )
 from fastkpca.kernels import RBF
 
@@ -21,6 +22,18 @@ def grams():
     X, Xn = rng.standard_normal((80, 4)), rng.standard_normal((15, 4))
     k = RBF(0.3)
     return k(X), k(Xn, X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_row_stats_leave_the_gram(grams, dtype):
+    K = grams[0].astype(dtype)
+    before = K.copy()
+    stats = gram_row_stats(K, block=7)
+    np.testing.assert_array_equal(K, before)  # read only: nothing computed, nothing to compare
+    ref = center_gram_inplace(K.copy())
+    # both accumulate the same float64 row sums, block by block: round-off only
+    np.testing.assert_allclose(stats.col_means, ref.col_means, rtol=1e-13)
+    assert stats.total_mean == pytest.approx(ref.total_mean, rel=1e-13)
 
 
 def explicit(K, w):

@@ -20,6 +20,7 @@ from scipy.sparse.linalg import LinearOperator
 __all__ = [
     "CenteringStats",
     "center_gram_inplace",
+    "gram_row_stats",
     "center_gram_out_of_sample",
     "centered_operator",
     "normalize_weights",
@@ -66,6 +67,18 @@ def _weighted_row_means(K, w, block=None):
     return out
 
 
+def gram_row_stats(K: np.ndarray, weights=None, *, block: int | None = None) -> CenteringStats:
+    """The centering statistics of a symmetric training Gram, leaving K as it is.
+
+    For solvers that center implicitly (:func:`centered_operator`): one read of K, where
+    :func:`center_gram_inplace` reads it and writes it back.
+    """
+    w = normalize_weights(weights, K.shape[0])
+    row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
+    total = float(row_means.mean() if w is None else row_means @ w)
+    return CenteringStats(col_means=row_means, total_mean=total)
+
+
 def center_gram_inplace(K: np.ndarray, weights=None, *, block: int | None = None) -> CenteringStats:
     """Center a symmetric training Gram matrix in place; return the statistics for new points.
 
@@ -103,6 +116,8 @@ def centered_operator(A, weights=None) -> LinearOperator:
     ``A`` may be a dense array, a scipy sparse matrix or a LinearOperator; each product costs one
     product with A plus O(n) work, so sparsified Grams stay sparse.  Products are in float64.
     """
+    from .solvers import _matmat  # solvers imports nothing from here; lazily all the same
+
     n = A.shape[0]
     w = normalize_weights(weights, n)
     if w is None:
@@ -115,9 +130,9 @@ def centered_operator(A, weights=None) -> LinearOperator:
         if one_d:
             V = V[:, None]
         Vc = V - np.outer(w, V.sum(axis=0))  # (I - w 1^T) V
-        # A float32 Gram is multiplied in float32 (no float64 copy of A); the result is float64.
-        AV = A @ (Vc.astype(np.float32) if low_precision else Vc)
-        AV = np.asarray(AV.toarray() if hasattr(AV, "toarray") else AV, dtype=np.float64)
+        # A float32 Gram is multiplied in float32 (no float64 copy of A), a dense one in row
+        # blocks (solvers._matmat); the result is float64.
+        AV = _matmat(A, Vc, low_precision)
         AV -= np.outer(np.ones(n), w @ AV)  # (I - 1 w^T) AV
         return AV[:, 0] if one_d else AV
 

@@ -42,7 +42,7 @@ from scipy.sparse.linalg import (
 )
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["eigh_topk", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
+__all__ = ["eigh_topk", "auto_method", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
 
 SOLVERS = ("auto", "dense", "lanczos", "randomized", "orthogonal")
 
@@ -269,7 +269,20 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, low_precision, *, warn=Tr
             # Stagnation: the residual has hit the rounding floor of the products (about 1e-7
             # for a float32 Gram), below which a too small tol would spin until max_iter.
             best, stalled = (res, 0) if res < 0.9 * best else (best, stalled + 1)
-            if m >= n or res <= tol or stalled >= STALL_ITERATIONS:
+            if m >= n or res <= tol:
+                break
+            if stalled >= STALL_ITERATIONS:
+                if warn:
+                    # Reported, not silent: the eigenpairs are only as good as this residual
+                    # (a flat stretch of a slow convergence looks the same as the floor).
+                    warnings.warn(
+                        f"eigen_solver='randomized' stopped after {it} iterations without "
+                        f"progress at residual {res:.2g} > tol {tol:.2g} (the rounding floor "
+                        "of the products, or a stall): the eigenpairs are approximate to that "
+                        "residual; raise tol, or use float64",
+                        ConvergenceWarning,
+                        stacklevel=3,
+                    )
                 break
             if it == max_iter:
                 if warn:
@@ -310,6 +323,14 @@ def _orthogonal(A, k, rng, tol, max_iter, low_precision):
         _warn_not_converged("orthogonal", max_iter, f"subspace change {change:.2g} > tol {tol:.2g}")
     vals, vecs, _ = _ritz(A, Q, low_precision)
     return vals, vecs, it
+
+
+def auto_method(n: int, k: int, *, dense: bool) -> str:
+    """The solver ``method="auto"`` takes for k eigenpairs of an n x n matrix or operator.
+
+    ``dense`` for an array (``dense=True``) with n <= 1000 or k >= n / 5, else ``randomized``.
+    """
+    return "dense" if dense and (n <= 1000 or k >= n // 5) else "randomized"
 
 
 def eigh_topk(
@@ -371,10 +392,7 @@ def eigh_topk(
     low_precision = dtype == np.float32 and not isinstance(A, LinearOperator)
     tols = TOLERANCES.get(dtype, TOLERANCES[np.dtype(np.float64)])
     if method == "auto":
-        if _is_dense(A) and (n <= 1000 or k >= n // 5):
-            method = "dense"
-        else:
-            method = "randomized"
+        method = auto_method(n, k, dense=_is_dense(A))
     if method != "dense" and k >= n - 1:
         # ARPACK refuses k >= n, and an iteration on k >= n - 1 vectors of an n-dimensional
         # space costs about n products anyway: form the n x n matrix with n products and solve

@@ -3,29 +3,46 @@
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
 from threadpoolctl import threadpool_limits
 
 from .. import kernels
-from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from .._centering import (
+    CenteringStats,
+    center_gram_inplace,
+    center_gram_out_of_sample,
+    centered_operator,
+    gram_row_stats,
+)
 from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, eigh_topk
-from ._base import BaseKPCA
+from ..solvers import SOLVERS, auto_method, eigh_topk
+from ._base import BaseKPCA, _is_fraction
 
 __all__ = [
     "ExactKPCA",
     "PrecomputedKernel",
     "exact_kpca",
     "symmetric_gram",
+    "GramOperator",
+    "matrix_free_kpca",
     "check_exact_fits",
     "resolve_eigen_solver",
+    "EXACT_SOLVERS",
     "EXACT_MEMORY_FRACTION",
 ]
 
 #: ``eigen_solver`` names scikit-learn users type, and the fastkpca solver each one means.
 EIGEN_SOLVER_ALIASES = {"arpack": "lanczos"}
+
+#: ExactKPCA's ``eigen_solver`` names: the solvers of :func:`fastkpca.solvers.eigh_topk` on the
+#: stored Gram, and ``"matrix_free"`` (block Krylov on a Gram recomputed in every pass,
+#: :func:`matrix_free_kpca`), which ``"auto"`` takes when the Gram does not fit in memory.
+EXACT_SOLVERS = (*SOLVERS, "matrix_free")
 
 
 def resolve_eigen_solver(name, allowed=SOLVERS):
@@ -112,8 +129,9 @@ def check_exact_fits(X, *, fraction: float | None = None, available=None) -> Non
         raise ValueError(
             f"ExactKPCA needs the {n} x {n} Gram matrix ({need / 2**30:.3g} GiB), more than "
             f"{fraction:.0%} of the {available / 2**30:.3g} GiB of memory available here; these "
-            "data are too large for exact kernel PCA.  Use a scalable method that reads the rows "
-            "block by block: RandomFeatureKPCA, StreamingKPCA or NystromKPCA."
+            "data are too large for a stored Gram.  ExactKPCA(eigen_solver='matrix_free') "
+            "recomputes it in each pass instead (exact, slower); the scalable methods read the "
+            "rows block by block: RandomFeatureKPCA, StreamingKPCA or NystromKPCA."
         )
 
 
@@ -130,6 +148,38 @@ def _n_workers():
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def _rbf_factors(X, kernel):
+    """``(L, R)`` with ``L[i] . R[j] = -gamma ||x_i - x_j||^2`` for the RBF kernel, else None.
+
+    ``L = [s X, -gamma |x|^2, 1]`` and ``R = [s X, 1, -gamma |x|^2]`` with s = sqrt(2 gamma): a
+    Gram block's exponent is then one GEMM of width d + 2, written straight into the block, with
+    no elementwise passes for the norms and the scaling (the kernel's own blocks make six over a
+    temporary, then copy it): only the clipping and the exp remain.  Float64, dense X only.
+    """
+    if type(kernel) is not kernels.RBF or not isinstance(X, np.ndarray):
+        return None
+    X = np.asarray(X, dtype=np.float64)
+    sq = np.einsum("ij,ij->i", X, X)
+    scaled = np.sqrt(2.0 * kernel.gamma) * X
+    ones = np.ones((X.shape[0], 1))
+    g = (-kernel.gamma * sq)[:, None]
+    return np.hstack([scaled, g, ones]), np.hstack([scaled, ones, g])
+
+
+def _rbf_fill(left, right, out, *, diagonal):
+    """``out = exp(min(left @ right.T, 0))``, the RBF block of :func:`_rbf_factors`' rows.
+
+    ``diagonal``: ``left`` and the first rows of ``right`` are the same points, whose kernel value
+    is set to exactly 1, as the kernel's own Gram does.
+    """
+    np.matmul(left, right.T, out=out)
+    np.minimum(out, 0.0, out=out)  # squared distances are >= 0 (round-off can say < 0)
+    np.exp(out, out=out)
+    if diagonal:
+        np.fill_diagonal(out, 1.0)  # fills the leading square only
+    return out
 
 
 def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
@@ -155,8 +205,14 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     step = block_rows or chunk_rows(n, working_memory_mb=budget)
     tile = 256  # mirror tiles: the transposed reads stay in cache
 
+    factors = _rbf_factors(X, kernel) if K.dtype == np.float64 else None
+
     def fill(s):
         e = min(n, s + step)
+        if factors is not None:
+            left, right = factors
+            _rbf_fill(left[s:e], right[s:], K[s:e, s:], diagonal=True)
+            return
         kernel(X[s:e], out=K[s:e, s:e])
         if e < n:
             kernel(X[s:e], X[e:], out=K[s:e, e:])
@@ -179,12 +235,170 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     return K
 
 
+#: Working memory (MiB) of one square tile of the matrix-free Gram, per thread: the tile is one
+#: reused buffer (below the allocator's mmap threshold, as :data:`GRAM_BLOCK_MB`), large enough
+#: that its three GEMMs (the kernel's inner products and the two products with the block of
+#: vectors) run near peak.
+TILE_MB = 32
+
+#: Vectors of the matrix-free solver's block beyond ``n_components``.  Each pass recomputes the
+#: Gram (about n^2 (d + 2) flops: half the tiles, 2 (d + 2) flops an entry) and applies it to the
+#: block (2 n^2 b flops), so a wider block costs more per pass but needs fewer passes: block
+#: Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1} (Musco & Musco
+#: 2015).  On RandomNoisy (n = 3000, d = 100, k = 10) 10 / 30 / 60 extra vectors took 8 / 6 / 5
+#: passes, about the same flops for d = 100; 30 keeps the passes (and the exps) few.
+MATRIX_FREE_OVERSAMPLES = 30
+
+#: Largest n for which ``eigen_solver="auto"`` recomputes a Gram too large to store: a pass costs
+#: about n^2 (d + 2 + 2 b) flops (symmetric tiles of width-(d + 2) inner products, both triangles
+#: applied to b vectors), some 7e12 at n = 2e5, d = 100, b = 41: minutes per pass on two cores.
+#: Beyond, ``auto`` refuses (pointing to the scalable methods) rather than start hours of work;
+#: an explicit ``eigen_solver="matrix_free"`` still runs.
+MATRIX_FREE_AUTO_MAX_N = 200_000
+
+
+class GramOperator(LinearOperator):
+    """The n x n Gram matrix of X as an operator: ``K @ V`` recomputed tile by tile, never stored.
+
+    Each product is one pass over the upper block triangle of K in square tiles of ``tile``
+    rows: tile ``(I, J)``, ``J >= I``, is evaluated once and applied as ``K[I, J] @ V[J]`` and,
+    off the diagonal, as ``K[I, J]^T @ V[I]``, which halves the kernel evaluations.  Tiles are
+    shared out to ``n_threads`` threads (default: the usable cores), each with single-threaded
+    BLAS, its own tile buffer and its own n x b accumulator; numpy releases the GIL in the GEMMs
+    and the exp.  Memory: X (float64, plus an augmented copy for the RBF kernel), one tile and
+    one n x b accumulator per thread.
+
+    All arithmetic is float64 whatever X's dtype (the kernels evaluate in float64): a float32
+    tile would perturb each entry by ~1e-7 relative, the eigenvectors by about that over the
+    relative eigengap, which misses a 1e-6 agreement with the stored Gram on flat spectra.
+
+    The first product also returns, for free, the Gram's row means (one more column of ones in
+    the block), kept in :attr:`row_means` for out-of-sample centering.  :attr:`n_passes` counts
+    the passes.
+    """
+
+    def __init__(self, X, kernel, *, tile=None, n_threads=None):
+        n = X.shape[0]
+        super().__init__(np.float64, (n, n))
+        self.X = X.astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        self.kernel = kernel
+        self.tile = int(tile or max(64, np.sqrt(TILE_MB * 2**20 / 8)))
+        self.n_threads = max(1, n_threads or _n_workers())
+        self.row_means = None
+        self.n_passes = 0
+        # RBF tiles: one GEMM of width d + 2 and an exp (see _rbf_factors)
+        self._rbf = _rbf_factors(self.X, kernel)
+
+    def _tile_into(self, i, j, buf):
+        """Fill and return ``K[i:i+t, j:j+t]`` (a view of ``buf``)."""
+        n, t = self.shape[0], self.tile
+        ie, je = min(n, i + t), min(n, j + t)
+        T = buf[: (ie - i) * (je - j)].reshape(ie - i, je - j)
+        if self._rbf is not None:
+            left, right = self._rbf
+            _rbf_fill(left[i:ie], right[j:je], T, diagonal=i == j)
+        elif i == j:
+            self.kernel(self.X[i:ie], out=T)
+        else:
+            self.kernel(self.X[i:ie], self.X[j:je], out=T)
+        return T
+
+    def _matmat(self, V):
+        V = np.asarray(V, dtype=np.float64)
+        n, t = self.shape[0], self.tile
+        first = self.row_means is None
+        if first:
+            V = np.hstack([V, np.full((n, 1), 1.0 / n)])
+        V = np.ascontiguousarray(V)
+        starts = range(0, n, t)
+        # Longest tile rows first, so that the threads finish together.
+        tiles = iter([(i, j) for i in starts for j in starts if j >= i])
+        lock = threading.Lock()
+
+        def work(_):
+            acc = np.zeros((n, V.shape[1]))
+            buf = np.empty(min(n, t) ** 2)
+            while True:
+                with lock:
+                    ij = next(tiles, None)
+                if ij is None:
+                    return acc
+                i, j = ij
+                T = self._tile_into(i, j, buf)
+                acc[i : i + t] += T @ V[j : j + t]
+                if j != i:
+                    acc[j : j + t] += T.T @ V[i : i + t]
+
+        workers = min(self.n_threads, len(starts) * (len(starts) + 1) // 2)
+        if workers == 1:
+            out = work(0)
+        else:
+            with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+                out = sum(pool.map(work, range(workers)))
+        self.n_passes += 1
+        if first:
+            self.row_means = out[:, -1].copy()
+            out = out[:, :-1]
+        return out
+
+    def _matvec(self, v):
+        return self._matmat(np.reshape(v, (-1, 1)))[:, 0]
+
+    def _adjoint(self):
+        return self  # K is symmetric
+
+
+def matrix_free_kpca(
+    X,
+    kernel,
+    n_components,
+    *,
+    rng=None,
+    tol=None,
+    max_iter=None,
+    oversamples=MATRIX_FREE_OVERSAMPLES,
+    tile=None,
+    n_threads=None,
+):
+    """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b) + tile^2)).
+
+    Block Krylov iteration (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, with a block of
+    ``n_components + oversamples`` vectors) on ``H K H`` applied implicitly
+    (:func:`fastkpca._centering.centered_operator`: center the block, multiply, center the
+    result), with K a :class:`GramOperator`.  Each iteration is one pass that recomputes the
+    Gram; the iteration stops when the Ritz residuals ``||H K H v - lambda v|| / lambda_1`` of the
+    top pairs are below ``tol`` (default 1e-8), the same criterion and eigenpairs as the
+    ``randomized`` solver on the stored Gram, and warns (ConvergenceWarning) at ``max_iter``.
+
+    Returns the same tuple as :func:`exact_kpca`; ``n_iter`` is the number of passes.
+
+    Measured (``benchmarks/bench_exact.py --matrix-free-n 100000``, RandomNoisy, d = 100, k = 10,
+    rbf gamma = 1 / (2 d), two shared cores): 6 passes, 536 s of CPU (632 s wall at load
+    average 4 to 7), 1.15 GB peak RSS, residuals <= 6e-10 relative; at n = 20000 the eigenvalues
+    and embedding equal scikit-learn's ARPACK (tol=0) to 4e-15 and 4e-12.
+    """
+    K = GramOperator(X, kernel, tile=tile, n_threads=n_threads)
+    vals, vecs, _ = eigh_topk(
+        centered_operator(K),
+        n_components,
+        method="randomized",
+        rng=rng,
+        tol=tol,
+        max_iter=max_iter,
+        oversamples=oversamples,
+        return_n_iter=True,
+    )
+    stats = CenteringStats(col_means=K.row_means, total_mean=float(K.row_means.mean()))
+    return vals, vecs, stats, K.n_passes
+
+
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
     """Top eigenpairs of the centered Gram matrix of X.
 
     Holds exactly one n x n Gram (X's dtype): its upper triangle is filled in row blocks by
-    threads (:func:`symmetric_gram`), it is centered in place and handed to the eigensolver,
-    which may overwrite it (Schoelkopf, Smola & Mueller 1998).
+    threads (:func:`symmetric_gram`), it is centered (in place for ``dense``, implicitly in each
+    product for the iterative solvers) and handed to the eigensolver, which may overwrite it
+    (Schoelkopf, Smola & Mueller 1998).
 
     Returns
     -------
@@ -192,23 +406,38 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     eigenvectors : (n, k) float64, unit norm (the dual coefficients alpha)
     stats : CenteringStats for out-of-sample centering
     n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
+
+    ``eigen_solver="matrix_free"`` stores no Gram: :func:`matrix_free_kpca`.
     """
+    if eigen_solver == "matrix_free":
+        return matrix_free_kpca(X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter)
     if isinstance(kernel, PrecomputedKernel):
         K = np.array(X.toarray() if hasattr(X, "toarray") else X, dtype=result_dtype(X))
     else:
         K = symmetric_gram(X, kernel)
-    stats = center_gram_inplace(K, block=_center_block_rows(X.shape[0]))
+    n = K.shape[0]
+    method = auto_method(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
+    if method == "dense" or n_components >= n - 1 or K.dtype != np.float64:
+        stats = center_gram_inplace(K, block=_center_block_rows(n))
+        A = K
+    else:
+        # The iterative solvers get H K H as an operator (center the block, multiply, center
+        # the result): one read of K for its row means instead of centering it in place (a
+        # read and a write).  A float32 Gram is centered in place, so that the solvers see a
+        # float32 array and use its tolerances.
+        stats = gram_row_stats(K, block=_center_block_rows(n))
+        A = centered_operator(K)
     vals, vecs, n_iter = eigh_topk(
-        K,
+        A,
         n_components,
-        method=eigen_solver,
+        method=method,
         rng=rng,
         tol=tol,
         max_iter=max_iter,
         overwrite=True,
         return_n_iter=True,
     )
-    del K
+    del K, A
     return vals, vecs, stats, n_iter
 
 
@@ -219,7 +448,8 @@ class ExactKPCA(BaseKPCA):
     deterministic here).  One n x n Gram in memory, in X's dtype (float32 input halves it), filled
     by its upper triangle on all cores and centered in place; for n > 1000 the default solver is
     block Krylov (``randomized``), which makes about ten times fewer passes over the Gram than
-    ARPACK makes matrix-vector products (``benchmarks/bench_exact.py``).
+    ARPACK makes matrix-vector products (``benchmarks/bench_exact.py``).  A Gram too large for
+    memory is not stored but recomputed in each pass (``eigen_solver="matrix_free"``).
 
     Accepts scipy.sparse (CSR) X: the kernels evaluate sparse rows directly (the Gram is dense).
 
@@ -239,10 +469,15 @@ class ExactKPCA(BaseKPCA):
         Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.
     degree, coef0 : polynomial kernel parameters.
     nu : Matern smoothness.
-    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "arpack"}
+    eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "matrix_free", \
+"arpack"}
         See :func:`fastkpca.solvers.eigh_topk`.  ``auto`` uses ``dense`` up to n = 1000 (or when
-        n_components >= n / 5) and ``randomized`` above; ``"arpack"`` (scikit-learn's name) is
-        ``"lanczos"``.
+        n_components >= n / 5) and ``randomized`` above; when the Gram does not fit in memory
+        (:func:`check_exact_fits`) and n <= :data:`MATRIX_FREE_AUTO_MAX_N`, ``matrix_free``.
+        ``"matrix_free"`` stores no Gram: block Krylov iteration on ``H K H`` with K recomputed
+        tile by tile in every pass (:func:`matrix_free_kpca`; memory O(n (k + 40)), time a few
+        Gram computations), the same eigenpairs to the same tolerance.  ``"arpack"``
+        (scikit-learn's name) is ``"lanczos"``.
     tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
@@ -312,15 +547,35 @@ class ExactKPCA(BaseKPCA):
         return out.astype(np.float32 if X.dtype == np.float32 else np.float64, copy=False)
 
     def _fit(self, X):
-        eigen_solver = resolve_eigen_solver(self.eigen_solver)
+        eigen_solver = resolve_eigen_solver(self.eigen_solver, EXACT_SOLVERS)
+        precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
+        if precomputed and eigen_solver == "matrix_free":
+            raise ValueError(
+                "eigen_solver='matrix_free' recomputes the Gram from the rows in every pass; "
+                "with kernel='precomputed' the Gram is the input: use another eigen_solver"
+            )
         source = self._fit_source(X)
-        # Exact KPCA needs the whole n x n Gram in this process: refuse before computing
-        # anything when it cannot fit, and point to the scalable methods.
-        if source.n_samples is not None:
-            check_exact_fits(source, fraction=GRAM_FRACTION if source.resident else None)
+        if eigen_solver != "matrix_free" and source.n_samples is not None:
+            # The stored Gram must fit in this process: check before computing anything.
+            try:
+                check_exact_fits(source, fraction=GRAM_FRACTION if source.resident else None)
+            except ValueError:
+                if (
+                    eigen_solver != "auto"
+                    or precomputed
+                    or source.n_samples > MATRIX_FREE_AUTO_MAX_N
+                ):
+                    raise
+                eigen_solver = "matrix_free"  # recompute the Gram in each pass instead
         X = source.in_memory(purpose="ExactKPCA")
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
+        if eigen_solver == "matrix_free" and _is_fraction(self.n_components):
+            raise ValueError(
+                "a float n_components (a fraction of the variance) needs all n eigenpairs, "
+                "which eigen_solver='matrix_free' (a Gram too large to store) does not compute; "
+                "give an int"
+            )
         k = self._resolve_n_components(X.shape[0])
         vals, vecs, stats, n_iter = exact_kpca(
             X,

@@ -1,0 +1,184 @@
+"""The matrix-free exact path: the Gram recomputed tile by tile in every pass, never stored."""
+
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.decomposition import KernelPCA
+from sklearn.exceptions import ConvergenceWarning
+
+from fastkpca import ExactKPCA
+from fastkpca._centering import center_gram_inplace, centered_operator
+from fastkpca.decomposition import exact
+from fastkpca.decomposition.exact import GramOperator, exact_kpca, matrix_free_kpca
+from fastkpca.kernels import make_kernel
+from tests.conftest import rel_err
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    # three clusters: a clear spectral gap after the leading components
+    centers = rng.standard_normal((3, 6)) * 3
+    X = np.vstack([c + rng.standard_normal((100, 6)) for c in centers])
+    Xn = np.vstack([c + rng.standard_normal((20, 6)) for c in centers])
+    return X, Xn
+
+
+KERNEL_SPECS = [
+    dict(spec="rbf", gamma=0.15),  # the fused width-(d + 2) GEMM path
+    dict(spec="laplacian", gamma=0.1),  # the kernel's own blocks
+    dict(spec="polynomial", gamma=0.1, degree=3, coef0=1.0),
+]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+@pytest.mark.parametrize("tile", [64, 1000])  # 64: 5 x 5 tiles, the last ones partial
+@pytest.mark.parametrize("spec", KERNEL_SPECS, ids=lambda s: s["spec"])
+def test_operator_equals_stored_gram(data, spec, tile, n_threads):
+    X, _ = data
+    kernel = make_kernel(**spec)
+    K = kernel(X)
+    V = np.random.default_rng(1).standard_normal((X.shape[0], 7))
+    op = GramOperator(X, kernel, tile=tile, n_threads=n_threads)
+    # The same float64 sums in another order (and for rbf the exponent from one augmented GEMM
+    # instead of ||x||^2 + ||y||^2 - 2 x.y): round-off of order n * eps relative.
+    np.testing.assert_allclose(op @ V, K @ V, rtol=1e-11, atol=1e-11 * np.abs(K @ V).max())
+    np.testing.assert_allclose(op.row_means, K.mean(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(op @ V[:, 0], K @ V[:, 0], rtol=1e-11, atol=1e-9)
+    assert op.n_passes == 2
+
+
+def test_operator_accepts_sparse_rows(data):
+    X, _ = data
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 1.0, X, 0.0))
+    kernel = make_kernel("rbf", gamma=0.15)
+    V = np.random.default_rng(1).standard_normal((X.shape[0], 3))
+    K = kernel(Xs)
+    np.testing.assert_allclose(GramOperator(Xs, kernel, tile=64) @ V, K @ V, rtol=1e-11)
+
+
+def test_centered_operator_is_hkh(data):
+    # Centering applied implicitly (center the block, multiply, center the result) equals the
+    # Gram centered in place.
+    X, _ = data
+    kernel = make_kernel("rbf", gamma=0.15)
+    K = kernel(X)
+    stats = center_gram_inplace(K)
+    op = GramOperator(X, kernel, tile=64)
+    V = np.random.default_rng(2).standard_normal((X.shape[0], 5))
+    np.testing.assert_allclose(centered_operator(op) @ V, K @ V, atol=1e-11 * np.abs(K @ V).max())
+    np.testing.assert_allclose(op.row_means, stats.col_means, rtol=1e-12)
+
+
+@pytest.mark.parametrize("spec", KERNEL_SPECS, ids=lambda s: s["spec"])
+def test_equals_dense_exact(data, spec):
+    X, _ = data
+    kernel = make_kernel(**spec)
+    k = 5
+    vals, vecs, stats, _ = exact_kpca(X, kernel, k, eigen_solver="dense")
+    mvals, mvecs, mstats, n_pass = matrix_free_kpca(X, kernel, k, rng=0, tile=64)
+    # Stopping rule: Ritz residuals ||H K H v - theta v|| <= 1e-8 lambda_1.  Eigenvalues then
+    # err by at most the residual (relative to lambda_1; the true error is its square over the
+    # gap), eigenvectors by the residual over the relative gap (>= 1e-2 here): 1e-6 holds with
+    # margin.
+    np.testing.assert_allclose(mvals, vals, rtol=1e-8 * vals[0] / vals[-1])
+    assert rel_err(vecs, mvecs) < 1e-6
+    np.testing.assert_allclose(mstats.col_means, stats.col_means, rtol=1e-12)
+    assert mstats.total_mean == pytest.approx(stats.total_mean, rel=1e-12)
+    assert 1 <= n_pass <= 20
+
+
+def test_estimator_matches_kernel_pca(data):
+    X, Xn = data
+    k = 4
+    ref = KernelPCA(k, kernel="rbf", gamma=0.15, eigen_solver="dense").fit(X)
+    model = ExactKPCA(k, kernel="rbf", gamma=0.15, eigen_solver="matrix_free", random_state=0)
+    T = model.fit_transform(X)
+    # the 1e-6 agreement of test_equals_dense_exact, scaled to the projections
+    assert rel_err(ref.transform(X), T) < 1e-6
+    assert rel_err(ref.transform(Xn), model.transform(Xn)) < 1e-6
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    dense = ExactKPCA(k, kernel="rbf", gamma=0.15, eigen_solver="dense").fit(X)
+    assert model.total_variance_ == pytest.approx(dense.total_variance_, rel=1e-12)
+    np.testing.assert_allclose(model.gram_col_means_, dense.gram_col_means_, rtol=1e-12)
+
+
+def test_float32_rows_computed_in_float64(data):
+    X, Xn = data
+    X32 = X.astype(np.float32)
+    ref = ExactKPCA(3, gamma=0.15, eigen_solver="dense").fit(X32.astype(np.float64))
+    model = ExactKPCA(3, gamma=0.15, eigen_solver="matrix_free", random_state=0).fit(X32)
+    T = model.transform(Xn.astype(np.float32))
+    assert T.dtype == np.float32
+    # float64 tiles of the float32 values: the float64 answer, up to the float32 output cast
+    assert rel_err(ref.transform(Xn), T) < 1e-6
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+
+
+def _spy(monkeypatch):
+    calls = []
+    original = exact.matrix_free_kpca
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "matrix_free_kpca", spy)
+    return calls
+
+
+def test_auto_takes_matrix_free_when_the_gram_does_not_fit(data, monkeypatch):
+    X, Xn = data
+    calls = _spy(monkeypatch)
+    ref = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
+    assert calls == []  # the Gram fits: stored
+    monkeypatch.setattr(exact, "available_memory_bytes", lambda: 100_000)  # < 300^2 * 8 bytes
+    model = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
+    assert calls == [X.shape]
+    assert rel_err(ref.transform(Xn), model.transform(Xn)) < 1e-6
+    # an explicit stored-Gram solver is refused, pointing to matrix_free
+    with pytest.raises(ValueError, match="eigen_solver='matrix_free'"):
+        ExactKPCA(4, gamma=0.15, eigen_solver="dense").fit(X)
+    # beyond MATRIX_FREE_AUTO_MAX_N auto refuses rather than start hours of passes
+    monkeypatch.setattr(exact, "MATRIX_FREE_AUTO_MAX_N", 200)
+    with pytest.raises(ValueError, match="NystromKPCA"):
+        ExactKPCA(4, gamma=0.15).fit(X)
+    assert len(calls) == 1
+
+
+def test_holds_no_gram(monkeypatch):
+    n = 3000
+    X = np.random.default_rng(0).standard_normal((n, 5))
+    monkeypatch.setattr(exact, "TILE_MB", 1)  # 362 x 362 tiles
+    tracemalloc.start()
+    ExactKPCA(5, eigen_solver="matrix_free", random_state=0).fit(X)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # O(n (k + b)): the Krylov basis and its image (at most 6 blocks of 45 vectors each, 2 x 4.3
+    # MB), two accumulators, a tile per thread; the Gram would be 72 MB.
+    assert peak < 0.25 * n * n * 8, peak / 2**20
+
+
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        (dict(kernel="precomputed"), "with kernel='precomputed' the Gram is the input"),
+        (dict(n_components=0.9), "a float n_components"),
+    ],
+)
+def test_refused(params, match):
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    with pytest.raises(ValueError, match=match):
+        ExactKPCA(eigen_solver="matrix_free", **params).fit(X @ X.T)
+
+
+def test_warns_when_not_converged(data):
+    X, _ = data
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = ExactKPCA(4, gamma=0.15, eigen_solver="matrix_free", max_iter=1).fit(X)
+    assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    assert model.n_iter_ == 1
