@@ -146,11 +146,26 @@ def _chunk_center(rows) -> np.ndarray:
     return rows.mean(axis=0, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
-def _shifted_f32(rows, center) -> np.ndarray:
-    """``rows - center`` in the rows' precision, then cast to float32."""
-    if center is None:
-        return rows.astype(FOURIER_DTYPE, copy=False)
-    return (rows - center.astype(rows.dtype)).astype(FOURIER_DTYPE, copy=False)
+def _shifted_f32(rows, center):
+    """``rows - center`` in the rows' precision, cast to float32; None if that overflows
+    float32 (entries beyond ~3e38: the caller then forms float64 phases)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if center is None:
+            out = rows.astype(FOURIER_DTYPE, copy=False)
+        else:
+            out = (rows - center.astype(rows.dtype)).astype(FOURIER_DTYPE, copy=False)
+    if out.dtype != rows.dtype and not np.isfinite(out).all():
+        return None
+    return out
+
+
+def _finite(offset) -> bool:
+    return offset is None or bool(np.isfinite(offset).all())
+
+
+def _reduced_f32(P64) -> np.ndarray:
+    """float64 phases reduced modulo 2 pi, then cast to float32 (no precision lost)."""
+    return np.remainder(P64, 2 * np.pi).astype(FOURIER_DTYPE)
 
 
 def _write_features(P, offset, out, scale) -> None:
@@ -435,11 +450,15 @@ class FourierFeatureMap(FeatureMap):
 
             def phases(start, stop):
                 rows = _dense_rows(X[start:stop])
-                center = _chunk_center(rows)
-                offset = center @ self.frequencies
+                with np.errstate(over="ignore", invalid="ignore"):
+                    center = _chunk_center(rows)
+                    offset = center @ self.frequencies
                 if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
-                    return _shifted_f32(rows, None) @ W32, None
-                return _shifted_f32(rows, center) @ W32, offset
+                    center = offset = None
+                shifted = _shifted_f32(rows, center) if _finite(offset) else None
+                if shifted is None:  # beyond float32's range: float64 phases, reduced
+                    return _reduced_f32(rows @ self.frequencies), None
+                return shifted @ W32, offset
 
         def chunk(start, stop):
             P, offset = phases(start, stop)
@@ -548,13 +567,19 @@ class FastfoodFeatureMap(FeatureMap):
                 chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), None)
                 return
             rows = _dense_rows(X[start:stop])
-            center = _chunk_center(rows)
             if not hasattr(local, "scratch64"):
                 local.scratch64 = self._scratch(np.float64)
-            offset = self._project_chunk(center[None, :], np.float64, local.scratch64)[0].copy()
+            with np.errstate(over="ignore", invalid="ignore"):
+                center = _chunk_center(rows)
+                offset = self._project_chunk(center[None, :], np.float64, local.scratch64)
+            offset = offset[0].copy()
             if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
                 center = offset = None
-            Xc = _shifted_f32(rows, center)
+            Xc = _shifted_f32(rows, center) if _finite(offset) else None
+            if Xc is None:  # beyond float32's range: float64 phases, reduced
+                P64 = self._project_chunk(np.asarray(rows, np.float64), np.float64, local.scratch64)
+                chunk_out(start, stop, _reduced_f32(P64), None)
+                return
             chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), offset)
 
         _map_row_chunks(X.shape[0], chunk)

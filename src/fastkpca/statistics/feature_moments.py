@@ -64,6 +64,8 @@ class FeatureMoments:
         self.shift = None if shift is None else np.asarray(shift, dtype=np.float64)
         self.sum = np.zeros(m)
         self.gram = np.zeros((m, m))
+        #: Unit roundoff of the block products (float32's once a float32 block was added).
+        self.eps = float(np.finfo(np.float64).eps)
 
     def merge(self, other: FeatureMoments) -> FeatureMoments:
         """Moments of both sets of rows (a new object).  Both must use the same shift, e.g. one
@@ -79,11 +81,13 @@ class FeatureMoments:
         out.n += other.n
         out.sum += other.sum
         out.gram += other.gram
+        out.eps = max(self.eps, other.eps)
         return out
 
     def _copy(self) -> FeatureMoments:
         out = FeatureMoments(self.m, self.shift)
         out.n, out.sum, out.gram = self.n, self.sum.copy(), self.gram.copy()
+        out.eps = self.eps
         return out
 
     def update(self, Z: np.ndarray) -> FeatureMoments:
@@ -93,6 +97,7 @@ class FeatureMoments:
         if self.shift is None:
             self.shift = Z.mean(axis=0, dtype=np.float64)
         self.n += Z.shape[0]
+        self.eps = max(self.eps, float(np.finfo(Z.dtype).eps))
         self.sum += Z.sum(axis=0, dtype=np.float64)
         Z -= self.shift.astype(Z.dtype)
         self.gram += _gram(Z)
@@ -188,6 +193,10 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
         * np.finfo(np.float64).eps
         * (np.trace(C) + moments.n * float(moments.mean @ moments.mean))
     )
+    # float32 block products (float32 features) add errors of ~eps32 times the shifted second
+    # moment ``trace(gram)`` (blocked BLAS sums; 10x margin): below that is not structure either.
+    if moments.eps > np.finfo(np.float64).eps:
+        floor = max(floor, 10 * moments.eps * float(np.trace(moments.gram)))
     # One BLAS thread: k + a few dozen m x m products or a dense m x m eigh, where idle
     # threads' spin-waits cost more than they save (1.7 s against ~0.1 s measured, m = 1000,
     # k = 10, on the loaded 2-core development machine).
