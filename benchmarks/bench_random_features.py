@@ -1,12 +1,16 @@
 """RandomFeatureKPCA against scikit-learn's RBFSampler + PCA, and Fastfood against rff.
 
 Part 1 (the issue's target): RandomNoisy (Ghashami et al. 2016, ``make_random_noisy``) with
-n = 10^6 rows, d = 100, float32; m = 1000 random features, k = 10 components, gamma = 1 / d.
+n = 10^6 rows, d = 100, ``--dtype`` float64 (default, as scikit-learn users pass it) or
+float32; m = 1000 random features, k = 10 components, gamma = 1 / d.
 Each fit runs in its own fresh process (``_harness.measure``), all in one run:
 
-- ``matmul``: one float32 ``X @ W`` with W of shape (d, m), the machine's floor for anything
-  that forms m features of n rows;
+- ``matmul``: one ``X @ W`` (X's dtype) with W of shape (d, m);
+- ``features_floor``: the random features of all rows computed once, block by block, as every
+  fit computes them (the default ``orf`` map; the floor of any one-pass fit);
 - ``ours_exact``: ``RandomFeatureKPCA(solver="exact")`` (one pass, m x m covariance);
+- ``ours_randomized``: ``solver="randomized"`` (one pass, Tropp et al.'s sketch, default q)
+  and ``ours_randomized_q60`` (``oversamples=40``, q = 60);
 - ``ours_countsketch`` / ``ours_countsketch_1pass``: ``solver="countsketch"`` with 2 / 1 passes;
 - ``streaming_ell20``: ``StreamingKPCA(sketch_size=20)`` when that estimator exists;
 - ``sklearn``: ``make_pipeline(RBFSampler(n_components=m), PCA(k))``.
@@ -68,6 +72,19 @@ def work_matmul(data):
     return {"shape": list(P.shape), "dtype": str(P.dtype)}
 
 
+def work_features(X, m):
+    from fastkpca._utils import DEFAULT_BLOCK_ROWS
+    from fastkpca.features import draw_feature_map, feature_blocks
+    from fastkpca.kernels import RBF
+
+    fmap = draw_feature_map("auto", RBF(1.0 / X.shape[1]), m, X.shape[1], np.random.default_rng(0))
+    blocks = ((i, X[i : i + DEFAULT_BLOCK_ROWS]) for i in range(0, len(X), DEFAULT_BLOCK_ROWS))
+    total = 0
+    for _, Z in feature_blocks(blocks, fmap):
+        total += Z.shape[0]
+    return {"rows": total, "dtype": str(Z.dtype)}
+
+
 def work_ours(X, **params):
     from fastkpca.decomposition import RandomFeatureKPCA
 
@@ -114,11 +131,20 @@ def part_sklearn_comparison(args) -> dict:
 
     n, d, m, k = args.n_samples, args.n_features_in, args.m, args.k
     gamma = 1.0 / d
-    setup_kw = {"n_samples": n, "n_features": d}
+    setup_kw = {"n_samples": n, "n_features": d, "dtype": args.dtype}
     common = {"n_components": k, "n_features": m, "random_state": 0}
     runs = [
         ("matmul", make_data_and_weights, work_matmul, {}, dict(setup_kw, m=m)),
+        ("features_floor", make_data, work_features, {"m": m}, setup_kw),
         ("ours_exact", make_data, work_ours, dict(common, solver="exact"), setup_kw),
+        ("ours_randomized", make_data, work_ours, dict(common, solver="randomized"), setup_kw),
+        (
+            "ours_randomized_q60",
+            make_data,
+            work_ours,
+            dict(common, solver="randomized", oversamples=40),
+            setup_kw,
+        ),
         ("ours_countsketch", make_data, work_ours, dict(common, solver="countsketch"), setup_kw),
         (
             "ours_countsketch_1pass",
@@ -137,6 +163,8 @@ def part_sklearn_comparison(args) -> dict:
             ("sklearn", make_data, work_sklearn, {"m": m, "k": k, "gamma": gamma}, setup_kw)
         )
 
+    if args.methods:
+        runs = [r for r in runs if r[0] in args.methods]
     rows, models = {}, {}
     for rep in range(args.repeats):
         # Rounds run every method once in turn, so that load from other users of this shared
@@ -160,7 +188,7 @@ def part_sklearn_comparison(args) -> dict:
             if row is None or not row.get("ok") or res["seconds"] < row["seconds"]:
                 rounds = row.get("rounds", []) if row else []
                 rows[name] = dict(res, params=work_kw, rounds=rounds)
-                if name != "matmul":
+                if name not in ("matmul", "features_floor"):
                     models[name] = model
             rows[name]["rounds"].append(
                 {
@@ -181,7 +209,13 @@ def part_sklearn_comparison(args) -> dict:
         rows[name]["eigenvalues"] = np.asarray(vals, dtype=float).tolist()
     if "ours_exact" in models:
         ref = models["ours_exact"]
-        for name in ("ours_countsketch", "ours_countsketch_1pass", "streaming_ell20"):
+        for name in (
+            "ours_randomized",
+            "ours_randomized_q60",
+            "ours_countsketch",
+            "ours_countsketch_1pass",
+            "streaming_ell20",
+        ):
             if name in models:
                 other = models[name]
                 rows[name]["vs_exact_solver"] = {
@@ -193,9 +227,10 @@ def part_sklearn_comparison(args) -> dict:
 
     ratios = {}
     base = rows.get("matmul", {})
+    floor = rows.get("features_floor", {})
     sk = rows.get("sklearn", {})
     for name, row in rows.items():
-        if name in ("matmul", "sklearn") or not row.get("ok"):
+        if name in ("matmul", "features_floor", "sklearn") or not row.get("ok"):
             continue
         r = {}
         if sk.get("ok"):
@@ -203,6 +238,8 @@ def part_sklearn_comparison(args) -> dict:
             r["extra_memory_over_sklearn"] = row["extra_peak_mb"] / max(sk["extra_peak_mb"], 1e-9)
         if base.get("ok"):
             r["time_over_matmul"] = row["seconds"] / base["seconds"]
+        if floor.get("ok"):
+            r["time_over_features_floor"] = row["seconds"] / floor["seconds"]
         ratios[name] = r
     return {
         "n_samples": n,
@@ -210,7 +247,7 @@ def part_sklearn_comparison(args) -> dict:
         "n_random_features": m,
         "n_components": k,
         "gamma": gamma,
-        "dtype": "float32",
+        "dtype": args.dtype,
         "n_eval": args.n_eval,
         "rows": rows,
         "ratios": ratios,
@@ -321,6 +358,8 @@ def main(argv=None):
     p.add_argument("--k", type=int, default=10, help="components")
     p.add_argument("--n-eval", type=int, default=2000, help="held-out rows for accuracy")
     p.add_argument("--skip-sklearn", action="store_true")
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--methods", nargs="+", default=None, help="part 1 rows to run (default all)")
     p.add_argument(
         "--repeats",
         type=int,

@@ -90,8 +90,9 @@ def test_random_features_exact_solver_equals_in_memory(X, chunks):
     params = dict(n_components=5, gamma=GAMMA, n_features=200, random_state=3)
     ref = RandomFeatureKPCA(**params).fit(X)
     ours = RandomFeatureKPCA(**params).fit(da.from_array(X, chunks=chunks))
-    assert_same_model(ours, ref, X[:300])
-    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
+    # float32 features (fastkpca.features) whose rounding depends on the row chunks: ~1e-7.
+    assert_same_model(ours, ref, X[:300], rtol=1e-6)
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=0, atol=1e-6 * np.abs(ref.mean_).max())
 
 
 @pytest.mark.parametrize("n_passes", [1, 2])
@@ -188,7 +189,9 @@ def test_streaming_exact_limit_equals_in_memory(X):
     ref = StreamingKPCA(**params).fit(X)
     ours = StreamingKPCA(**params).fit(da.from_array(X, chunks=(400, 12)))
     assert_same_model(ours, ref, X[:300])
-    np.testing.assert_allclose(ours.feature_sum_, ref.feature_sum_, rtol=1e-12)
+    # float32 features whose rounding depends on the row chunks (~1e-7 each).
+    scale = np.abs(ref.feature_sum_).max()
+    np.testing.assert_allclose(ours.feature_sum_, ref.feature_sum_, rtol=0, atol=1e-6 * scale)
 
 
 def test_streaming_merged_sketch_within_fd_bound(X):
@@ -196,7 +199,9 @@ def test_streaming_merged_sketch_within_fd_bound(X):
     ours = StreamingKPCA(**params).fit(da.from_array(X, chunks=(300, 12)))
     ref = StreamingKPCA(**params).fit(X)
     Z = ours.feature_map_(X)  # small n: the exact feature matrix for the check
-    np.testing.assert_allclose(ours.feature_sum_, Z.sum(axis=0), rtol=1e-10)
+    # float32 features whose rounding depends on the row chunks (~1e-7 each).
+    scale = np.abs(Z.sum(axis=0)).max()
+    np.testing.assert_allclose(ours.feature_sum_, Z.sum(axis=0), rtol=0, atol=1e-6 * scale)
     assert ours.n_samples_seen_ == ref.n_samples_seen_ == 2500
     sketch = ours.sketch_
     delta = sketch.total_shrinkage  # shrinkage of the chunks' sketches and of their merges
@@ -235,8 +240,9 @@ def test_transform_is_lazy_and_equals_numpy(X, cls, params):
     T = model.transform(Xd)
     assert isinstance(T, da.Array)
     assert T.chunks == ((700, 700, 700, 400), (3,))
-    # the same computation on other row blocks: BLAS may round differently, nothing more
-    assert rel(T.compute(), model.transform(X)) < 1e-12
+    # the same computation on other row blocks: BLAS may round differently, and the random
+    # features are float32 whose rounding depends on the row chunks (fastkpca.features)
+    assert rel(T.compute(), model.transform(X)) < 1e-6
     with pytest.raises(ValueError, match="features"):
         model.transform(da.from_array(X[:, :5], chunks=(700, 5)))
 
@@ -246,9 +252,10 @@ def test_transform_uses_a_snapshot_of_the_model(X):
     T = model.transform(da.from_array(X[:100], chunks=(50, 12)))
     expected = model.transform(X[:100])
     model.fit(X[:500] * 2)  # refitting afterwards does not change the lazy result
-    # 50-row chunks vs one 100-row product: another GEMM shape may round differently (~1e-16);
-    # the refit model is O(1) away, so 1e-12 relative still tells the snapshot from it
-    assert rel(T.compute(), expected) < 1e-12
+    # 50-row chunks vs one 100-row product: another GEMM shape and other float32 feature chunks
+    # round differently (~1e-7); the refit model is O(1) away, so 1e-6 relative still tells the
+    # snapshot from it
+    assert rel(T.compute(), expected) < 1e-6
 
 
 # ------------------------------------------------------------------------------------------------

@@ -149,7 +149,12 @@ def test_float32_stays_float32(features, kernel, X):
 def test_sparse_input_equals_dense(features, kernel):
     Xs = sp.random(50, D_IN, density=0.3, format="csr", random_state=0)
     fmap = draw_feature_map(features, kernel, 64, D_IN, np.random.default_rng(0))
-    np.testing.assert_allclose(fmap(Xs), fmap(Xs.toarray()), rtol=1e-12, atol=1e-12)
+    # The Fourier maps compute in float32 (fastkpca.features module notes), the sparse product
+    # X W in float64 and the dense one in float32: the features (~0.18 = 1 / sqrt(32)) then
+    # differ by float32 rounding of the phases (|phase| < ~10, so ~1e-6); tensorsketch keeps
+    # float64 throughout.
+    tol = 1e-12 if features == "tensorsketch" else 2e-6
+    np.testing.assert_allclose(fmap(Xs), fmap(Xs.toarray()), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("features,kernel", CASES, ids=lambda c: str(c))
@@ -183,7 +188,8 @@ def test_rff_pairs_have_unit_norm():
     # |z(x)|^2 = (1/D) sum_j (cos^2 + sin^2) = 1 = k(x, x) exactly, whatever the draw.
     fmap = draw_feature_map("rff", RBF(1.0), 64, 4, np.random.default_rng(0))
     Z = fmap(np.random.default_rng(1).standard_normal((5, 4)))
-    np.testing.assert_allclose((Z**2).sum(axis=1), 1.0, rtol=1e-12)
+    # Computed in float32: cos^2 + sin^2 = 1 to float32 rounding, summed over 32 pairs.
+    np.testing.assert_allclose((Z**2).sum(axis=1), 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,10 @@ def test_fit_on_reader_equals_fit_on_array(data_file, name):
     X = X.toarray() if hasattr(X, "toarray") else X
     on_reader = MODELS[name]().fit(reader)
     on_array = MODELS[name]().fit(X)
-    assert_same_model(on_reader, on_array, X[:500])
+    # LIBSVM files are read as CSR: random features then come from float64 sparse phases, the
+    # array's from float32 dense ones (fastkpca.features), ~1e-8 apart.
+    sparse_features = str(data_file).endswith(".svm") and name.startswith(("rf", "streaming"))
+    assert_same_model(on_reader, on_array, X[:500], **({"rtol": 1e-6} if sparse_features else {}))
 
 
 def test_nystrom_given_landmarks_on_reader(data, tmp_path):
@@ -109,7 +112,8 @@ def test_streaming_does_not_depend_on_the_block_size(data, tmp_path):
     path = _write(data, tmp_path / "x.npy")
     a = MODELS["streaming"]().fit(open_data(path, block_rows=777))
     b = MODELS["streaming"]().fit(data)
-    assert_same_model(a, b, data[:500])
+    # float32 random features whose rounding depends on the row chunks (fastkpca.features).
+    assert_same_model(a, b, data[:500], rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------

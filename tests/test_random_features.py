@@ -54,15 +54,18 @@ def test_equals_linear_pca_of_the_features(features, kernel, digits):
     # RNCA is exact PCA of Z: same eigenvalues as PCA of the explicit feature matrix (times
     # n - 1, since PCA reports covariances and we report eigenvalues of the centered Gram) and
     # the same projections up to column signs.  Both are float64 eigen-solutions of the same
-    # matrix, so 1e-8 relative covers round-off (the shifted accumulation is exact algebra).
+    # matrix, so 1e-8 relative covers round-off (the shifted accumulation is exact algebra);
+    # the Fourier maps' float32 features are accumulated by float32 block products (error
+    # ~eps32 sqrt(rows) of the shifted moments; measured 3e-8), hence 1e-6 for them.
+    tol = 1e-8 if features == "tensorsketch" else 1e-6
     est = RandomFeatureKPCA(
         4, kernel=kernel, gamma=0.05, n_features=200, features=features, random_state=3
     ).fit(digits)
     Z = est.feature_map_(digits)
     pca = PCA(4, svd_solver="full").fit(Z)
     n = len(digits)
-    np.testing.assert_allclose(est.eigenvalues_, pca.explained_variance_ * (n - 1), rtol=1e-8)
-    assert rel_err(pca.transform(Z), est.transform(digits)) < 1e-8
+    np.testing.assert_allclose(est.eigenvalues_, pca.explained_variance_ * (n - 1), rtol=tol)
+    assert rel_err(pca.transform(Z), est.transform(digits)) < tol
     np.testing.assert_allclose(est.mean_, Z.mean(axis=0), rtol=1e-12, atol=1e-14)
     assert est.n_samples_seen_ == n and est.n_output_features_ == 200
 
@@ -77,8 +80,9 @@ def test_eigenvalues_on_the_gram_scale(digits):
     )
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=0.02)
     T = est.transform(digits)
-    # Training projections have column variances lambda / n, like KernelPCA's.
-    np.testing.assert_allclose((T**2).sum(axis=0), est.eigenvalues_, rtol=1e-8)
+    # Training projections have column variances lambda / n, like KernelPCA's (to the float32
+    # rounding of the features and of the moments' block products).
+    np.testing.assert_allclose((T**2).sum(axis=0), est.eigenvalues_, rtol=1e-6)
 
 
 def test_embedding_error_falls_as_m_grows(digits):
@@ -163,12 +167,13 @@ def test_rff_close_to_sklearn_rbfsampler(name):
 def test_countsketch_full_subspace_is_exact(digits):
     # With k + oversamples = m the sketched subspace is all of R^m (the t x m centered sketch
     # has full column rank for t >= m here), so the Rayleigh-Ritz pass solves the exact problem:
-    # identical to solver="exact" up to round-off (same seed, same features).
+    # identical to solver="exact" up to round-off (same seed, same features; float32 features
+    # and block products: measured 6e-8).
     kw = dict(n_components=4, gamma=0.05, n_features=60, random_state=1)
     ex = RandomFeatureKPCA(**kw).fit(digits)
     cs = RandomFeatureKPCA(solver="countsketch", n_buckets=300, oversamples=56, **kw).fit(digits)
-    np.testing.assert_allclose(cs.eigenvalues_, ex.eigenvalues_, rtol=1e-9)
-    assert rel_err(ex.transform(digits), cs.transform(digits)) < 1e-7
+    np.testing.assert_allclose(cs.eigenvalues_, ex.eigenvalues_, rtol=1e-6)
+    assert rel_err(ex.transform(digits), cs.transform(digits)) < 1e-6
 
 
 def test_countsketch_close_to_exact():
@@ -192,7 +197,8 @@ def test_countsketch_close_to_exact():
 
 def test_countsketch_sparse_input_and_blocking():
     # CSR input (features from X @ W in nnz(X) m time) equals dense input, and a one-pass
-    # stream of blocks equals the array: CountSketch hashes by global row index.
+    # stream of blocks equals the array: CountSketch hashes by global row index.  Tolerances:
+    # float32 features, whose phases come from float64 sparse products or float32 dense ones.
     X = sp.random(400, 30, density=0.1, format="csr", random_state=0)
     kw = dict(
         n_components=3,
@@ -207,8 +213,8 @@ def test_countsketch_sparse_input_and_blocking():
     b = RandomFeatureKPCA(**kw).fit(X.toarray())
     c = RandomFeatureKPCA(**kw).fit(iter([X[:150], X[150:170], X[170:]]))
     for other in (b, c):
-        np.testing.assert_allclose(other.eigenvalues_, a.eigenvalues_, rtol=1e-10)
-        assert rel_err(a.transform(X), other.transform(X)) < 1e-8
+        np.testing.assert_allclose(other.eigenvalues_, a.eigenvalues_, rtol=1e-6)
+        assert rel_err(a.transform(X), other.transform(X)) < 1e-6
 
 
 def test_countsketch_two_passes_need_reiterable_source(digits):
@@ -218,7 +224,8 @@ def test_countsketch_two_passes_need_reiterable_source(digits):
     # a list can be read twice
     est.fit([digits[:300], digits[300:]])
     ref = RandomFeatureKPCA(2, n_features=20, solver="countsketch", random_state=0).fit(digits)
-    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-10)
+    # float32 features whose rounding depends on the row chunks (the blocks here).
+    np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,14 +235,15 @@ def test_countsketch_two_passes_need_reiterable_source(digits):
 def test_fit_on_blocks_equals_fit_on_array(features, digits):
     # The same features (gamma=None is 1/d: no data dependence) and the same sums; only the
     # accumulation shift (first block's mean) and the summation order differ, so results agree
-    # to round-off of the shifted second moments (1e-9 relative in float64).
+    # to round-off of the shifted second moments: float32 features, whose rounding depends on
+    # the row chunks, and float32 block products (~eps32 sqrt(rows)), hence 1e-6.
     kw = dict(n_components=4, n_features=128, features=features, random_state=7)
     a = RandomFeatureKPCA(**kw).fit(digits)
     blocks = [digits[:37], digits[37:300], digits[300:301], digits[301:]]
     for source in (blocks, iter(blocks), (b for b in blocks)):
         b = RandomFeatureKPCA(**kw).fit(source)
-        np.testing.assert_allclose(b.eigenvalues_, a.eigenvalues_, rtol=1e-9)
-        assert rel_err(a.transform(digits), b.transform(digits)) < 1e-7
+        np.testing.assert_allclose(b.eigenvalues_, a.eigenvalues_, rtol=1e-6)
+        assert rel_err(a.transform(digits), b.transform(digits)) < 1e-6
         assert b.n_samples_seen_ == len(digits) and b.n_features_in_ == digits.shape[1]
 
 
@@ -259,8 +267,9 @@ def test_sparse_input_equals_dense():
         kw = dict(n_components=3, gamma=0.3, n_features=64, features=features, random_state=0)
         a = RandomFeatureKPCA(**kw).fit(X)
         b = RandomFeatureKPCA(**kw).fit(X.toarray())
-        np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=1e-10)
-        assert rel_err(b.transform(X.toarray()), a.transform(X)) < 1e-8
+        # float32 features from float64 sparse phases and float32 dense ones: ~1e-7 apart.
+        np.testing.assert_allclose(a.eigenvalues_, b.eigenvalues_, rtol=1e-6)
+        assert rel_err(b.transform(X.toarray()), a.transform(X)) < 1e-6
 
 
 def test_same_seed_same_model_and_shared_draw(digits):
@@ -362,6 +371,7 @@ def test_feature_moments_merge_equals_one_pass(digits):
         ("rff", "rbf", "exact"),
         ("fastfood", "matern", "countsketch"),
         ("tensorsketch", "polynomial", "exact"),
+        ("orf", "rbf", "randomized"),
     ],
 )
 def test_save_and_load(features, kernel, solver, digits, tmp_path):

@@ -146,12 +146,14 @@ def test_inverse_error_falls_with_model_size(X, X_test):
 
 def test_streaming_inverse_transform_equals_random_features(X, X_test):
     # With sketch_size >= n_features StreamingKPCA is RandomFeatureKPCA; the anchors are drawn
-    # with the same rule and seed, so the pre-images agree up to round-off (measured 1e-13).
+    # with the same rule and seed, so the pre-images agree up to round-off (1e-13 with float64
+    # features; the float32 features of fastkpca.features and RandomFeatureKPCA's float32 block
+    # products give ~1e-7 of the pre-images' scale ~0.2, measured 7e-8).
     kw = dict(gamma=GAMMA, n_features=100, fit_inverse_transform=True, random_state=0)
     rf = RandomFeatureKPCA(3, n_inverse_samples=50, **kw).fit(X)
     st = StreamingKPCA(3, sketch_size=100, n_inverse_samples=50, **kw).fit(X)
     T = rf.transform(X_test)
-    np.testing.assert_allclose(st.inverse_transform(T), rf.inverse_transform(T), atol=1e-8)
+    np.testing.assert_allclose(st.inverse_transform(T), rf.inverse_transform(T), rtol=0, atol=1e-6)
     assert st.X_transformed_fit_.shape == (50, 3)
 
 

@@ -203,11 +203,13 @@ def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
     part.partial_fit(X[start:])
     assert part.n_samples_seen_ == full.n_samples_seen_ == 600
     # FD shrinks after the same row counts whatever the blocking, so the sketches differ only by
-    # the round-off of computing features (X @ W) on blocks of different shapes (~1e-15).
+    # the round-off of computing features on blocks of other shapes: float32 features (see
+    # fastkpca.features), whose rounding (~4e-7 here) depends on the chunk; measured 8e-9 on
+    # B^T B, 5e-10 on the eigenvalues and 5e-8 on the transform.
     B1, B2 = part.sketch_.sketch(), full.sketch_.sketch()
-    assert rel(B1.T @ B1, B2.T @ B2) < 1e-9
-    np.testing.assert_allclose(part.eigenvalues_, full.eigenvalues_, rtol=1e-8)
-    assert rel(part.transform(X), full.transform(X)) < 1e-7
+    assert rel(B1.T @ B1, B2.T @ B2) < 1e-7
+    np.testing.assert_allclose(part.eigenvalues_, full.eigenvalues_, rtol=1e-7)
+    assert rel(part.transform(X), full.transform(X)) < 1e-6
 
 
 def test_fit_on_block_iterables(noisy):
@@ -216,13 +218,14 @@ def test_fit_on_block_iterables(noisy):
     gen = (X[i : i + 64] for i in range(0, 500, 64))
     model = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(gen)
     assert model.n_samples_seen_ == 500 and model.n_features_in_ == 20
-    assert rel(model.transform(X), ref.transform(X)) < 1e-7
+    # float32 features whose rounding depends on the blocking (see the test above).
+    assert rel(model.transform(X), ref.transform(X)) < 1e-6
     # A list of blocks, some CSR, gives the same model.
     blocks = [X[:100], sp.csr_matrix(X[100:300]), X[300:]]
     model2 = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(
         blocks
     )
-    assert rel(model2.transform(X), ref.transform(X)) < 1e-7
+    assert rel(model2.transform(X), ref.transform(X)) < 1e-6
 
 
 def test_refit_resets(noisy):
@@ -263,7 +266,8 @@ def test_merge_tree_keeps_fd_bound(noisy):
     s2 = np.linalg.svd(Z, compute_uv=False) ** 2
     for k in range(10):
         assert err <= s2[k:].sum() / (10 - k) * (1 + 1e-9)
-    np.testing.assert_allclose(merged.feature_sum_, Z.sum(axis=0), rtol=1e-10)
+    # float32 features (rounding ~1e-7 each, chunk-dependent) summed over 1200 rows in float64.
+    np.testing.assert_allclose(merged.feature_sum_, Z.sum(axis=0), rtol=1e-5)
     # And the merged model is as accurate as one fitted on everything.
     Te = ExactKPCA(3, gamma=GAMMA).fit(X).transform(X)
     single = StreamingKPCA(**kw).fit(X)
@@ -488,10 +492,11 @@ def test_eigenvalue_estimate_exact_when_nothing_is_shrunk(noisy):
     model = StreamingKPCA(5, gamma=GAMMA, n_features=100, sketch_size=100, random_state=2).fit(X)
     ref = RandomFeatureKPCA(5, gamma=GAMMA, n_features=100, random_state=2).fit(X)
     assert model.sketch_.total_shrinkage == 0
-    # Same features, exact PCA both ways: round-off only (rotations of the FD buffer).
-    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-8)
+    # Same float32 features, exact PCA both ways: round-off only (rotations of the FD buffer,
+    # and the float32 block products of RandomFeatureKPCA's moments, ~eps32 sqrt(rows)).
+    np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
     lower, upper = model.eigenvalue_bounds_
-    np.testing.assert_allclose(lower, ref.eigenvalues_, rtol=1e-8)
+    np.testing.assert_allclose(lower, ref.eigenvalues_, rtol=1e-6)
     np.testing.assert_array_equal(lower, upper)  # delta = 0: the bounds coincide
 
 

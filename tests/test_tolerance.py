@@ -70,7 +70,9 @@ def test_tol_fit_meets_tolerance(digits, small_probe, index):
 
 def test_growing_fourier_moments_match_a_direct_fit():
     """Moments extended block by block equal those of the combined map computed in one pass
-    (float64: only the order of the sums differs, ~1e-15 relative)."""
+    (only the order of the sums differs, and the direct pass multiplies float32 feature blocks
+    in float32 where the grown moments use float64 copies of the same features: ~1e-6 of the
+    shifted second moment, measured 7e-5 relative on single small entries)."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((1500, 4))
     source = as_source(X)
@@ -80,8 +82,8 @@ def test_growing_fourier_moments_match_a_direct_fit():
         got = grown.moments()
         ref = feature_moments(source.blocks(), grown.feature_map(), got.shift)
         scale = np.abs(ref.covariance()).max()
-        np.testing.assert_allclose(got.covariance(), ref.covariance(), rtol=0, atol=1e-12 * scale)
-        np.testing.assert_allclose(got.sum, ref.sum, rtol=1e-12)
+        np.testing.assert_allclose(got.covariance(), ref.covariance(), rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(got.sum, ref.sum, rtol=0, atol=1e-6 * np.abs(ref.sum).max())
         assert got.n == ref.n == X.shape[0]
     assert grown.feature_map().n_output_features == 128
 

@@ -36,6 +36,27 @@ beats both by 5-15% on the same problems.
 
 All maps are small objects holding their random parameters (registered for model files without
 pickle); ``__call__`` keeps float32 input in float32 and accepts CSR input where noted.
+
+Precision: the Fourier maps (``rff``, ``orf``, ``fastfood``) compute in float32 for any input
+    Random features are Monte-Carlo estimates whose error, ~1/sqrt(m) (3e-2 for m = 1000), dwarfs
+    float32's 6e-8 rounding of a cosine, while numpy's float64 ``cos`` / ``sin`` have no SIMD path
+    (measured 15x slower than float32 on the 2-core development machine, n = 10^6, m = 1000) and
+    a float32 ``X @ W`` runs at 3x the speed of a float64 one.  So ``feature_blocks`` (what every
+    fit reads) gets float32 features, which the statistics accumulate in float64; ``__call__``
+    and the transforms still return float64 for float64 input.  The one place where float32
+    would lose more than its 6e-8 is the phase ``w . x`` of rows far from the origin (data
+    offset by 1e4: the phase is ~1e4 radians, known in float32 only to ~1e-3).  There each row
+    chunk is shifted by its own mean c (rounded to float32, subtracted in the input's precision
+    before the cast), so the float32 phases ``theta = w . (x - c)`` stay small, and the offset
+    phase ``phi = w . c``, computed in float64 and reduced modulo 2 pi, is added back by the
+    rotation ``cos(theta + phi) = cos theta cos phi - sin theta sin phi`` (and the same for
+    sin): the features are those of the formula above, to float32 rounding, whatever the offset
+    and whatever the chunking.  Chunks whose offset phases are all below one radian skip the
+    shift (the float32 phase error is then already ~1e-7).  No user switch: no realistic m brings
+    the Monte-Carlo error near float32's rounding, and the statistics keep float64 accumulations
+    (``tests/test_features_precision.py`` measures the held-out accuracy of float32 and float64
+    features).
+    The tensorsketch map keeps the input's precision (its FFTs are not the bottleneck).
 """
 
 from __future__ import annotations
@@ -54,6 +75,7 @@ from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_int
 from .decomposition._base import BaseKPCA
 from .kernels import RBF, Kernel, Matern, Polynomial, chunk_rows
+from .solvers import one_blas_thread
 
 __all__ = [
     "FEATURES",
@@ -101,6 +123,71 @@ def _as_dense_float(X, dtype):
     if sp.issparse(X):
         return X.toarray().astype(dtype, copy=False)
     return np.asarray(X, dtype=dtype)
+
+
+#: The precision of the Fourier maps' computations, whatever the input (see the module notes).
+FOURIER_DTYPE = np.float32
+
+
+#: A chunk's offset phases ``|w . c|`` above this many radians are removed before the float32
+#: projection (see the module notes); below, float32 phases are accurate to ~1e-7 already.
+_MAX_OFFSET_PHASE = 1.0
+
+
+def _dense_rows(X):
+    """Dense float32 or float64 rows (float32 kept, anything else as float64)."""
+    X = X.toarray() if sp.issparse(X) else np.asarray(X)
+    return X if X.dtype == np.float32 else np.asarray(X, dtype=np.float64)
+
+
+def _chunk_center(rows) -> np.ndarray:
+    """A chunk's mean, rounded to float32 (float64 array): float32 and float64 copies of the
+    same rows subtract exactly the same point."""
+    return rows.mean(axis=0, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def _shifted_f32(rows, center):
+    """``rows - center`` in the rows' precision, cast to float32; None if that overflows
+    float32 (entries beyond ~3e38: the caller then forms float64 phases)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if center is None:
+            out = rows.astype(FOURIER_DTYPE, copy=False)
+        else:
+            out = (rows - center.astype(rows.dtype)).astype(FOURIER_DTYPE, copy=False)
+    if out.dtype != rows.dtype and not np.isfinite(out).all():
+        return None
+    return out
+
+
+def _finite(offset) -> bool:
+    return offset is None or bool(np.isfinite(offset).all())
+
+
+def _reduced_f32(P64) -> np.ndarray:
+    """float64 phases reduced modulo 2 pi, then cast to float32 (no precision lost)."""
+    return np.remainder(P64, 2 * np.pi).astype(FOURIER_DTYPE)
+
+
+def _write_features(P, offset, out, scale) -> None:
+    """``out = [cos(P + offset), sin(P + offset)] * scale`` for float32 phases P (overwritten)
+    and float64 offset phases (D,) or None, computed in float32 (module notes)."""
+    D = P.shape[1]
+    buf = out if out.dtype == FOURIER_DTYPE else np.empty(out.shape, dtype=FOURIER_DTYPE)
+    if offset is None:
+        _cos_sin(P, buf, scale)
+    else:
+        phi = np.remainder(offset, 2 * np.pi)
+        cphi = (np.cos(phi) * float(scale)).astype(FOURIER_DTYPE)
+        sphi = (np.sin(phi) * float(scale)).astype(FOURIER_DTYPE)
+        cos_t = np.cos(P)
+        sin_t = np.sin(P, out=P)
+        np.multiply(cos_t, cphi, out=buf[:, :D])
+        buf[:, :D] -= sin_t * sphi  # cos(t + phi) = cos t cos phi - sin t sin phi
+        np.multiply(sin_t, cphi, out=buf[:, D:])
+        cos_t *= sphi
+        buf[:, D:] += cos_t  # sin(t + phi) = sin t cos phi + cos t sin phi
+    if buf is not out:
+        out[...] = buf
 
 
 _BLAS_LOCK = threading.RLock()
@@ -282,6 +369,12 @@ class FeatureMap:
         """The features of the rows of X, shape ``(n, n_output_features)``, in X's float dtype."""
         raise NotImplementedError
 
+    def feature_dtype(self, input_dtype) -> type:
+        """The dtype in which the map computes the features of rows of ``input_dtype``: what
+        :func:`feature_blocks` asks for (float32 for the Fourier maps, see the module notes;
+        the input's float dtype here)."""
+        return np.float32 if input_dtype == np.float32 else np.float64
+
     def _check_width(self, X):
         if X.ndim != 2 or X.shape[1] != self.n_input_features:
             raise ValueError(
@@ -313,31 +406,63 @@ class FourierFeatureMap(FeatureMap):
         self.n_output_features = 2 * n_freq
         self._w32 = None
 
+    def feature_dtype(self, input_dtype) -> type:
+        return FOURIER_DTYPE
+
     def _weights(self, dtype):
-        if dtype == np.float32:
+        if np.dtype(dtype) == np.float32:
             # Cast once (as RBFSampler casts its weights to X.dtype) so X @ W runs as SGEMM.
             if self._w32 is None:
                 self._w32 = self.frequencies.astype(np.float32)
             return self._w32
         return self.frequencies
 
-    def __call__(self, X, *, out=None) -> np.ndarray:
-        dtype = _float_dtype(X)
+    def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
+        """Features of the rows of X, computed in float32 (module notes), returned in ``dtype``
+        (default: X's float dtype)."""
+        dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
         if not sp.issparse(X):
-            X = np.asarray(X, dtype=dtype)
+            X = np.asarray(X)
+            if X.dtype != np.float32:
+                X = np.asarray(X, dtype=np.float64)
         else:
             X = X.tocsr()
         self._check_width(X)
         n, D = X.shape[0], self.frequencies.shape[1]
-        W = self._weights(dtype)
         if out is None:
             out = np.empty((n, 2 * D), dtype=dtype)
-        scale = dtype(1.0 / np.sqrt(D))
+        scale = FOURIER_DTYPE(1.0 / np.sqrt(D))
+        if sp.issparse(X):
+            # Sparse rows are not shifted (that would densify them): the phases ``X W`` (nnz(X) D
+            # flops) are formed in X's precision and float64 ones reduced modulo 2 pi first.
+            wdtype = np.float32 if X.dtype == np.float32 else np.float64
+            W = self._weights(wdtype)
+
+            def phases(start, stop):
+                P = X[start:stop] @ W
+                P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=wdtype)
+                if wdtype == np.float64:
+                    P = np.remainder(P, 2 * np.pi)
+                return P.astype(FOURIER_DTYPE, copy=False), None
+
+        else:
+            W32 = self._weights(FOURIER_DTYPE)
+
+            def phases(start, stop):
+                rows = _dense_rows(X[start:stop])
+                with np.errstate(over="ignore", invalid="ignore"):
+                    center = _chunk_center(rows)
+                    offset = center @ self.frequencies
+                if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
+                    center = offset = None
+                shifted = _shifted_f32(rows, center) if _finite(offset) else None
+                if shifted is None:  # beyond float32's range: float64 phases, reduced
+                    return _reduced_f32(rows @ self.frequencies), None
+                return shifted @ W32, offset
 
         def chunk(start, stop):
-            P = X[start:stop] @ W
-            P = np.asarray(P.toarray() if sp.issparse(P) else P, dtype=dtype)
-            _cos_sin(P, out[start:stop], scale)
+            P, offset = phases(start, stop)
+            _write_features(P, offset, out[start:stop], scale)
 
         _map_row_chunks(n, chunk)
         return out
@@ -386,6 +511,9 @@ class FastfoodFeatureMap(FeatureMap):
         self.n_output_features = 2 * self.n_frequencies
         self._cast: dict = {}
 
+    def feature_dtype(self, input_dtype) -> type:
+        return FOURIER_DTYPE
+
     def _params(self, dtype):
         key = np.dtype(dtype).str
         if key not in self._cast:
@@ -420,41 +548,65 @@ class FastfoodFeatureMap(FeatureMap):
             "work": np.empty(step * D, dtype=dtype),
         }
 
-    def _run(self, X, chunk_out):
-        """Drive ``chunk_out(start, stop, V x_chunk)`` over row chunks, one scratch per thread."""
-        dtype = _float_dtype(X)
+    def _run(self, X, chunk_out, *, fourier: bool):
+        """Drive ``chunk_out(start, stop, P, offset)`` over row chunks, one scratch per thread.
+
+        ``fourier``: float32 phases ``P = V (x - c)`` and the float64 offset phases ``V c`` (or
+        None) of each chunk (module notes); else the plain ``V x`` in X's float dtype, offset
+        None (:meth:`projections`).
+        """
+        dtype = FOURIER_DTYPE if fourier else _float_dtype(X)
         self._check_width(X)
         local = threading.local()
 
         def chunk(start, stop):
             if not hasattr(local, "scratch"):
                 local.scratch = self._scratch(dtype)
-            Xc = _as_dense_float(X[start:stop], dtype)
-            chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch))
+            if not fourier:
+                Xc = _as_dense_float(X[start:stop], dtype)
+                chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), None)
+                return
+            rows = _dense_rows(X[start:stop])
+            if not hasattr(local, "scratch64"):
+                local.scratch64 = self._scratch(np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                center = _chunk_center(rows)
+                offset = self._project_chunk(center[None, :], np.float64, local.scratch64)
+            offset = offset[0].copy()
+            if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
+                center = offset = None
+            Xc = _shifted_f32(rows, center) if _finite(offset) else None
+            if Xc is None:  # beyond float32's range: float64 phases, reduced
+                P64 = self._project_chunk(np.asarray(rows, np.float64), np.float64, local.scratch64)
+                chunk_out(start, stop, _reduced_f32(P64), None)
+                return
+            chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), offset)
 
         _map_row_chunks(X.shape[0], chunk)
 
     def projections(self, X) -> np.ndarray:
-        """``V x`` for every row of X: shape ``(n, n_frequencies)``, X's float dtype."""
+        """``V x`` for every row of X (no center): shape ``(n, n_frequencies)``, X's dtype."""
         P = np.empty((X.shape[0], self.n_frequencies), dtype=_float_dtype(X))
 
-        def store(start, stop, Pc):
+        def store(start, stop, Pc, _):
             P[start:stop] = Pc
 
-        self._run(X, store)
+        self._run(X, store, fourier=False)
         return P
 
-    def __call__(self, X, *, out=None) -> np.ndarray:
-        dtype = _float_dtype(X)
+    def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
+        """Features of the rows of X, computed in float32 (module notes), returned in ``dtype``
+        (default: X's float dtype)."""
+        dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
         nf = self.n_frequencies
         if out is None:
             out = np.empty((X.shape[0], 2 * nf), dtype=dtype)
-        scale = dtype(1.0 / np.sqrt(nf))
+        scale = FOURIER_DTYPE(1.0 / np.sqrt(nf))
 
-        def store(start, stop, Pc):
-            _cos_sin(Pc, out[start:stop], scale)
+        def store(start, stop, Pc, offset):
+            _write_features(Pc, offset, out[start:stop], scale)
 
-        self._run(X, store)
+        self._run(X, store, fourier=True)
         return out
 
     def to_state(self) -> dict:
@@ -593,20 +745,27 @@ def _feature_block_rows(m: int, itemsize: int) -> int:
 
 
 def feature_blocks(blocks, fmap: FeatureMap):
-    """Yield ``(start, Z_block)`` feature blocks (X's float dtype) from ``(start, X_block)``.
+    """Yield ``(start, Z_block)`` feature blocks from ``(start, X_block)``.
 
-    Input blocks are split further so that a feature block stays within the memory budget.
+    The features come in the map's computing dtype (:meth:`FeatureMap.feature_dtype`: float32
+    for the Fourier maps whatever X's dtype, X's float dtype for the others), which the
+    statistics accumulate in float64.  Input blocks are split further so that a feature block
+    stays within the memory budget.
     """
     for start, Xb in blocks:
-        itemsize = 4 if Xb.dtype == np.float32 else 8
-        step = _feature_block_rows(fmap.n_output_features, itemsize)
+        input_dtype = np.float32 if Xb.dtype == np.float32 else np.float64
+        dtype = fmap.feature_dtype(input_dtype)
+        step = _feature_block_rows(fmap.n_output_features, np.dtype(dtype).itemsize)
         if sp.issparse(Xb) and not fmap.accepts_sparse:
             Xb = Xb.tocsr()
         for s in range(0, Xb.shape[0], step):
             part = Xb[s : s + step]
             if sp.issparse(part) and not fmap.accepts_sparse:
                 part = part.toarray()
-            yield start + s, fmap(part)
+            if dtype == input_dtype:
+                yield start + s, fmap(part)
+            else:  # only maps that override feature_dtype (and take dtype=) get here
+                yield start + s, fmap(part, dtype=dtype)  # type: ignore[call-arg]
 
 
 def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.ndarray):
@@ -616,12 +775,20 @@ def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.nda
     StreamingKPCA): z(X) is never held for more than one block of rows.
     """
     dtype = np.float32 if X.dtype == np.float32 else np.float64
-    comps = components.T.astype(dtype)
-    mean_proj = (mean @ components.T).astype(dtype)
     out = np.empty((X.shape[0], components.shape[0]), dtype=dtype)
+    comps = mean_proj = None
     for start, Z in feature_blocks([(0, X)], fmap):
-        np.matmul(Z, comps, out=out[start : start + Z.shape[0]])
-    out -= mean_proj
+        if comps is None:
+            # In the features' dtype; the mean is removed from the features before projecting
+            # (float32 rounding then stays relative to the centered features), and the part of
+            # the mean that rounding drops is projected in float64.
+            mean_z = mean.astype(Z.dtype)
+            comps = components.T.astype(Z.dtype)
+            mean_proj = (mean - mean_z.astype(np.float64)) @ components.T
+        Z -= mean_z
+        out[start : start + Z.shape[0]] = Z @ comps
+    if mean_proj is not None:
+        out -= mean_proj.astype(dtype)
     return out
 
 
@@ -652,7 +819,8 @@ def _draw_orf(kernel, n_freq, d, rng):
     ``orf`` refuses it with a ValueError rather than silently drawing something else.
     """
     n_blocks = -(-n_freq // d)
-    Q = np.vstack([_haar_orthogonal(d, rng) for _ in range(n_blocks)])[:n_freq]
+    with one_blas_thread():  # d x d QRs: on a loaded machine idle BLAS threads cost 100x
+        Q = np.vstack([_haar_orthogonal(d, rng) for _ in range(n_blocks)])[:n_freq]
     radii = _isotropic_radii(kernel, n_freq, d, rng)
     return FourierFeatureMap((Q * radii[:, None]).T, kind="orf")
 

@@ -7,15 +7,26 @@ centered feature matrix ``Zc = Z - 1 mu^T`` has ``Zc Zc^T = H Z Z^T H``, the app
 Gram, and the same non-zero eigenvalues as the m x m ``Zc^T Zc``, which one pass over the row
 blocks accumulates (:class:`FeatureMoments`, merged by sums) and :func:`rf_kpca_exact` solves:
 O(n m^2) time, O(m^2) memory, exact PCA of the features.
+
+The one-pass randomized solver (:func:`feature_scatter_sketch` -> :func:`rf_kpca_randomized`)
+keeps only the sketch ``Zc^T Zc T`` of that covariance against a fixed m x q test matrix T
+(:mod:`fastkpca.statistics.covariance_sketch`) and recovers its top eigenpairs by Tropp,
+Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017, Algorithm 3):
+O(n (d m + m q)) time (the features plus two thin products per block), O(m q) memory; the
+m x m covariance is never formed.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..features import FeatureMap, feature_blocks
-from ..solvers import eigh_topk
+from ..solvers import eigh_topk, one_blas_thread
+from .covariance_sketch import ScatterSketch, fixed_rank_psd, scatter_sketch
 
 __all__ = [
     "FeatureMoments",
@@ -23,6 +34,8 @@ __all__ = [
     "feature_moments",
     "feature_shift",
     "rf_kpca_exact",
+    "feature_scatter_sketch",
+    "rf_kpca_randomized",
 ]
 
 
@@ -51,6 +64,8 @@ class FeatureMoments:
         self.shift = None if shift is None else np.asarray(shift, dtype=np.float64)
         self.sum = np.zeros(m)
         self.gram = np.zeros((m, m))
+        #: Unit roundoff of the block products (float32's once a float32 block was added).
+        self.eps = float(np.finfo(np.float64).eps)
 
     def merge(self, other: FeatureMoments) -> FeatureMoments:
         """Moments of both sets of rows (a new object).  Both must use the same shift, e.g. one
@@ -66,11 +81,13 @@ class FeatureMoments:
         out.n += other.n
         out.sum += other.sum
         out.gram += other.gram
+        out.eps = max(self.eps, other.eps)
         return out
 
     def _copy(self) -> FeatureMoments:
         out = FeatureMoments(self.m, self.shift)
         out.n, out.sum, out.gram = self.n, self.sum.copy(), self.gram.copy()
+        out.eps = self.eps
         return out
 
     def update(self, Z: np.ndarray) -> FeatureMoments:
@@ -80,9 +97,10 @@ class FeatureMoments:
         if self.shift is None:
             self.shift = Z.mean(axis=0, dtype=np.float64)
         self.n += Z.shape[0]
+        self.eps = max(self.eps, float(np.finfo(Z.dtype).eps))
         self.sum += Z.sum(axis=0, dtype=np.float64)
         Z -= self.shift.astype(Z.dtype)
-        self.gram += Z.T @ Z
+        self.gram += _gram(Z)
         return self
 
     def covariance(self) -> np.ndarray:
@@ -96,6 +114,32 @@ class FeatureMoments:
     @property
     def mean(self) -> np.ndarray:
         return self.sum / max(self.n, 1)
+
+
+def _gram(Z: np.ndarray) -> np.ndarray:
+    """``Z^T Z`` (in Z's precision, returned as float64), a contiguous share of the rows per core
+    with BLAS held to one thread in each.
+
+    Measured on the loaded 2-core development machine (load average 7; 16384 x 1000 float32):
+    numpy's two-threaded product took 0.99 s, a one-threaded one 0.47 s and two one-threaded
+    halves 0.52 s; an idle machine gives the two halves both cores without BLAS's spin-waits.
+    """
+    from ..features import _single_threaded_blas
+
+    b = Z.shape[0]
+    n_workers = max(1, min(os.cpu_count() or 1, b // 1024))
+    bounds = [b * i // n_workers for i in range(n_workers + 1)]
+
+    def share(lo, hi):
+        part = Z[lo:hi]
+        return (part.T @ part).astype(np.float64, copy=False)
+
+    with _single_threaded_blas():
+        if n_workers == 1:
+            return share(0, b)
+        with ThreadPoolExecutor(n_workers) as pool:
+            parts = list(pool.map(share, bounds[:-1], bounds[1:]))
+    return sum(parts[1:], parts[0])
 
 
 def accumulate_moments(feature_rows, m: int, shift: np.ndarray | None = None) -> FeatureMoments:
@@ -149,6 +193,50 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
         * np.finfo(np.float64).eps
         * (np.trace(C) + moments.n * float(moments.mean @ moments.mean))
     )
-    vals, vecs = eigh_topk(C, n_components, method=method, rng=rng, overwrite=True)
+    # float32 block products (float32 features) add errors of ~eps32 times the shifted second
+    # moment ``trace(gram)`` (blocked BLAS sums; 10x margin): below that is not structure either.
+    if moments.eps > np.finfo(np.float64).eps:
+        floor = max(floor, 10 * moments.eps * float(np.trace(moments.gram)))
+    # One BLAS thread: k + a few dozen m x m products or a dense m x m eigh, where idle
+    # threads' spin-waits cost more than they save (1.7 s against ~0.1 s measured, m = 1000,
+    # k = 10, on the loaded 2-core development machine).
+    with one_blas_thread():
+        vals, vecs = eigh_topk(C, n_components, method=method, rng=rng, overwrite=True)
     vals = np.where(vals <= floor, 0.0, vals)
+    return vals, vecs.T
+
+
+def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.ndarray):
+    """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` of the features of
+    ``(start, block)`` row blocks: the statistic of ``solver="randomized"``, which
+    ``RowSource.reduce`` computes over all blocks (or once per dask chunk) and merges with
+    :meth:`ScatterSketch.merge <fastkpca.statistics.covariance_sketch.ScatterSketch.merge>`.
+
+    Each feature block is shifted by ``shift`` (the first block's mean features, as for
+    :class:`FeatureMoments`) before its products ``Zc T`` and ``Zc^T (Zc T)``, which run in the
+    features' precision (float32 for the Fourier maps) and are summed in float64.
+    """
+    m, q = T.shape
+    sketch = ScatterSketch.empty(m, q)
+    for _, Z in feature_blocks(blocks, fmap):
+        sketch = sketch.merge(scatter_sketch(Z, T, shift, overwrite=True), T)
+    return sketch
+
+
+def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int):
+    """Top eigenpairs of the centered feature covariance ``Zc^T Zc`` from its sketch.
+
+    Tropp et al.'s fixed-rank PSD approximation
+    (:func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`): the eigenpairs of the
+    rank-k truncation of the Nystrom approximation ``Y (T^T Y)^+ Y^T`` of the covariance.  Its
+    eigenvalues are at most the exact solver's (the approximation is dominated by the
+    covariance) and approach them as the sketch width q grows past k; see
+    ``RandomFeatureKPCA``'s ``oversamples`` for the measured gap.
+
+    Returns
+    -------
+    eigenvalues : (k,) float64, descending
+    components : (k, m) float64, orthonormal rows
+    """
+    vals, vecs = fixed_rank_psd(sketch.Y, T, n_components, eps=sketch.eps)
     return vals, vecs.T
