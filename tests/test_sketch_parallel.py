@@ -186,3 +186,22 @@ def test_loaded_model_continues_from_merged_sketch(tmp_path):
     Z = full.feature_map_(X)
     for m in (loaded, full):
         _fd_error(Z, m.sketch_.sketch(), 8)
+
+
+def _update_in_child(queue):
+    stat = _split_sketch(_stream(np.random.default_rng(0), n=2500), 4, 2500)
+    queue.put(stat.sketch.n_rows_seen)
+
+
+def test_thread_pool_works_in_a_forked_child():
+    # The pool exists in the parent; a forked child inherits the object but not its threads.
+    import multiprocessing as mp
+
+    _split_sketch(_stream(np.random.default_rng(0), n=2500), 4, 2500)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_update_in_child, args=(queue,))
+    child.start()
+    assert queue.get(timeout=120) == 2500
+    child.join(timeout=60)
+    assert child.exitcode == 0

@@ -52,6 +52,7 @@ PARALLEL_SKETCHES = 2
 SPLIT_ROWS = 1024
 
 _EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_PID = 0
 
 
 def _threads() -> int:
@@ -59,9 +60,12 @@ def _threads() -> int:
 
 
 def _executor() -> ThreadPoolExecutor:
-    global _EXECUTOR
-    if _EXECUTOR is None:
+    """The module's thread pool, created on first use (again in a forked child, which
+    inherits the pool object but not its threads)."""
+    global _EXECUTOR, _EXECUTOR_PID
+    if _EXECUTOR is None or _EXECUTOR_PID != os.getpid():
         _EXECUTOR = ThreadPoolExecutor(_threads(), thread_name_prefix="fastkpca-fd")
+        _EXECUTOR_PID = os.getpid()
     return _EXECUTOR
 
 
