@@ -119,9 +119,9 @@ class StreamingKPCA(BaseKPCA):
         (:func:`skpca_eigen`; exact when nothing was shrunk).  Measured max relative error
         over the top 5 (``benchmarks/bench_fd_eigenvalues.py``: flat, RandomNoisy, decaying,
         cpu_act; ell = 5 to 100): < 2 % where the leading directions stay in the sketch
-        (``total_shrinkage`` well below lambda_k; 10 of the 20 cases), 0.09 to 0.86 where
+        (``total_shrinkage`` well below lambda_k; 10 of the 20 cases), 0.11 to 0.81 where
         they churn through it (the bounds are then wide: the sketch has lost most of those
-        directions), against 0.12 to 10.4 for the former estimate (``total_shrinkage`` added
+        directions), against 0.08 to 6.7 for the former estimate (``total_shrinkage`` added
         on the whole sketch span, which is then the upper bound).
     eigenvalue_bounds_ : (2, n_components) lower and upper bounds on the exact eigenvalues
         of the same features' centered covariance (RandomFeatureKPCA's): the uncompensated
