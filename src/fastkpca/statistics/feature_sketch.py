@@ -8,6 +8,9 @@ feature space.  Memory is O(ell m) for the sketch plus one row block, independen
 O(n m (d + ell)).  :class:`FeatureSketch` (the sketch, the exact float64 feature sum and the row
 count) is mergeable (the FD bound holds for the union), so a stream, ``partial_fit`` and a dask
 tree reduction build the same kind of model; :func:`skpca_eigen` turns it into eigenpairs.
+Inside one statistic the rows are dealt by index between :data:`PARALLEL_SKETCHES` sketches
+updated in parallel threads and merged when read, which uses both cores of a small machine for
+the shrinks (small eigendecompositions, serial in LAPACK).
 
 Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
 centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
