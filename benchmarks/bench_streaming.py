@@ -14,10 +14,11 @@ fresh process (``_harness.measure``), all in one run:
 - ``sklearn``: ``make_pipeline(RBFSampler(n_components=m), PCA(k))`` on float64 input.
 
 Ours run on ``--dtype`` input (float32 by default: the features are then float32, as they
-will be for float64 input once the feature maps compute in float32).  Reported: seconds,
-extra peak memory (above the data), ratios to scikit-learn and to the floor, the relative
-rank-k error on 2000 held-out rows (1.0 = exact KPCA), and the agreement of the sketch's
-eigenvalues and axes with the exact solver's.
+will be for float64 input once the feature maps compute in float32).  Reported: seconds (wall
+and process CPU, all threads: on a shared machine CPU seconds show the work, wall seconds
+also the parallelism, when cores are free), extra peak memory (above the data), ratios to
+scikit-learn and to the floor, the relative rank-k error on 2000 held-out rows (1.0 = exact
+KPCA), and the agreement of the sketch's eigenvalues and axes with the exact solver's.
 
 Part 2 (``--batches``): CPU seconds per row of ``FrequentDirections.update`` on cosine
 features (m = 1000, one BLAS thread, in-process) for several shrink batches: the measurement
@@ -66,31 +67,40 @@ def make_data(n_samples, n_features, dtype, src=None):
     return make_random_noisy(n_samples, n_features, random_state=0, dtype=np.dtype(dtype))
 
 
+def _timed(fit):
+    """``fit()`` and the process CPU seconds it took (all threads): the work done, which a
+    shared machine's load does not inflate the way it inflates wall time."""
+    t0 = time.process_time()
+    model = fit()
+    return {"model": model, "cpu_seconds": time.process_time() - t0}
+
+
 def work_features(X, **params):
     from fastkpca.decomposition import StreamingKPCA
     from fastkpca.features import feature_blocks
     from fastkpca.source import as_source
 
-    model = StreamingKPCA(**params)
-    model._check_params()
-    source = as_source(X, estimator=model, reset=True, accept_sparse=True)
-    model._draw(source.head())
-    rows = 0
-    for _, Z in feature_blocks(source.blocks(), model.feature_map_):
-        rows += Z.shape[0]
-    return {"rows": rows, "dtype": str(Z.dtype)}
+    def features():
+        model = StreamingKPCA(**params)
+        model._check_params()
+        source = as_source(X, estimator=model, reset=True, accept_sparse=True)
+        model._draw(source.head())
+        dtypes = {str(Z.dtype) for _, Z in feature_blocks(source.blocks(), model.feature_map_)}
+        return sorted(dtypes)
+
+    return _timed(features)
 
 
 def work_streaming(X, src=None, **params):
     from fastkpca.decomposition import StreamingKPCA
 
-    return StreamingKPCA(**params).fit(X)
+    return _timed(lambda: StreamingKPCA(**params).fit(X))
 
 
 def work_exact(X, **params):
     from fastkpca.decomposition import RandomFeatureKPCA
 
-    return RandomFeatureKPCA(solver="exact", **params).fit(X)
+    return _timed(lambda: RandomFeatureKPCA(solver="exact", **params).fit(X))
 
 
 def work_sklearn(X, m, k, gamma):
@@ -98,9 +108,11 @@ def work_sklearn(X, m, k, gamma):
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.pipeline import make_pipeline
 
-    return make_pipeline(
-        RBFSampler(gamma=gamma, n_components=m, random_state=0), PCA(k, random_state=0)
-    ).fit(X)
+    return _timed(
+        lambda: make_pipeline(
+            RBFSampler(gamma=gamma, n_components=m, random_state=0), PCA(k, random_state=0)
+        ).fit(X)
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,19 +163,21 @@ def part_fits(args) -> dict:
                 rows.setdefault(name, {"ok": False, "error": res.get("error")})
                 continue
             result = res.pop("result")
+            res["cpu_seconds"] = result["cpu_seconds"]
             print(
-                f"round {rep + 1} {name}: {res['seconds']:.2f} s, extra peak "
+                f"round {rep + 1} {name}: {res['seconds']:.2f} s (CPU {res['cpu_seconds']:.2f} s),"
+                f" extra peak "
                 f"{res['extra_peak_mb']:.0f} MB (load {load:.1f})",
                 flush=True,
             )
             res["load_average_before"] = load
             row = rows.get(name)
             rounds = row.get("rounds", []) if row else []
-            rounds.append(res["seconds"])
+            rounds.append([res["seconds"], res["cpu_seconds"], load])
             if row is None or not row.get("ok") or res["seconds"] < row["seconds"]:
                 rows[name] = dict(res, params={p: str(v) for p, v in work_kw.items() if p != "src"})
                 if name != "features":
-                    models[name] = result
+                    models[name] = result["model"]
             rows[name]["rounds"] = rounds
 
     # fresh rows of the same distribution: the generator's seed gives the same first rows,
@@ -194,6 +208,7 @@ def part_fits(args) -> dict:
         if rows.get("sklearn", {}).get("ok"):
             sk = rows["sklearn"]
             r["time_over_sklearn"] = row["seconds"] / sk["seconds"]
+            r["cpu_over_sklearn"] = row["cpu_seconds"] / sk["cpu_seconds"]
             r["extra_memory_over_sklearn"] = row["extra_peak_mb"] / max(sk["extra_peak_mb"], 1e-9)
             r["accuracy_over_sklearn"] = (
                 row.get("relative_rank_k_error_heldout", np.nan)
@@ -201,6 +216,7 @@ def part_fits(args) -> dict:
             )
         if rows.get("features", {}).get("ok"):
             r["time_over_features"] = row["seconds"] / rows["features"]["seconds"]
+            r["cpu_over_features"] = row["cpu_seconds"] / rows["features"]["cpu_seconds"]
         ratios[name] = r
     return {
         "n_samples": n,
