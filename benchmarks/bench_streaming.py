@@ -62,6 +62,13 @@ def _use_src(src):
 
 def make_data(n_samples, n_features, dtype, src=None):
     _use_src(src)
+    # The fits' modules are imported here, so that their import is not counted as memory.
+    import sklearn.decomposition  # noqa: F401
+    import sklearn.kernel_approximation  # noqa: F401
+    import sklearn.pipeline  # noqa: F401
+
+    import fastkpca.decomposition  # noqa: F401
+    import fastkpca.metrics  # noqa: F401
     from fastkpca.datasets import make_random_noisy
 
     return make_random_noisy(n_samples, n_features, random_state=0, dtype=np.dtype(dtype))
