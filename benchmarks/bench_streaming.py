@@ -67,9 +67,9 @@ def make_data(n_samples, n_features, dtype, src=None):
     import sklearn.kernel_approximation  # noqa: F401
     import sklearn.pipeline  # noqa: F401
 
-    import fastkpca.decomposition  # noqa: F401
     import fastkpca.metrics  # noqa: F401
     from fastkpca.datasets import make_random_noisy
+    from fastkpca.decomposition import RandomFeatureKPCA, StreamingKPCA  # noqa: F401
 
     return make_random_noisy(n_samples, n_features, random_state=0, dtype=np.dtype(dtype))
 
