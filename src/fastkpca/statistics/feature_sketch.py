@@ -35,10 +35,9 @@ from contextlib import nullcontext
 
 import numpy as np
 import scipy.linalg as la
-from threadpoolctl import threadpool_limits
 
 from ..features import FeatureMap, feature_blocks
-from ..sketch import FrequentDirections
+from ..sketch import FrequentDirections, one_blas_thread
 from ..solvers import postprocess_eigen
 
 __all__ = ["FeatureSketch", "feature_sketch", "skpca_eigen"]
@@ -128,9 +127,9 @@ class FeatureSketch:
         busy = [(part, rows) for part, rows in zip(self.parts, pieces, strict=True) if rows]
         # One BLAS thread for the shrinks (small eigendecompositions: more threads only spin;
         # see FrequentDirections.update), set only when one will happen (entering costs ~1 ms)
-        # and here, never inside the threads: threadpool_limits is process-wide.
+        # and here, never inside the threads: the limit is process-wide.
         shrinks = any(_shrinks(part, rows) for part, rows in busy)
-        with threadpool_limits(1, user_api="blas") if shrinks else nullcontext():
+        with one_blas_thread() if shrinks else nullcontext():
             if len(busy) > 1 and _threads() > 1 and _in_main_thread():
                 for future in [_executor().submit(_extend, *job) for job in busy]:
                     future.result()
@@ -164,7 +163,7 @@ def _extend(sketch: FrequentDirections, pieces: list) -> None:
 
 def _in_main_thread() -> bool:
     """Threads only from the main thread: a dask worker thread runs one chunk's statistic
-    while others run theirs (dask parallelises over chunks), and threadpool_limits, which is
+    while others run theirs (dask parallelises over chunks), and the BLAS limit, which is
     process-wide, must not be entered concurrently."""
     return threading.current_thread() is threading.main_thread()
 
