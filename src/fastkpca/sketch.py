@@ -189,9 +189,10 @@ def one_blas_thread():
 def default_batch_size(sketch_size: int) -> int:
     """Rows added to the buffer between two shrinks when not given: ``2 ell``.
 
-    The CPU time per row (m = 1000, one BLAS thread; ``benchmarks/bench_streaming.py``) was
-    lowest at a batch of 2 to 4 ell: 20-30 % below a batch of ell (the paper's 2 ell buffer)
-    for ell = 10 and 20, 14 % for ell = 50; larger batches make the eigendecomposition (cubic
+    The CPU time per row (m = 1000, one BLAS thread; ``benchmarks/bench_streaming.py
+    --batches``, ``results/bench_streaming_batches.json``) was lowest at a batch of 2 to 3 ell:
+    26-30 % below a batch of ell (the paper's 2 ell buffer) for ell = 10 and 20 (28 -> 20.7
+    us per row at ell = 20), 12 % for ell = 50; larger batches make the eigendecomposition (cubic
     in ell + batch) dominate again.  2 ell rather than more because the tracked-loss eigenvalue
     estimate (:meth:`FrequentDirections.loss_model`) was calibrated with a batch of ell and
     drifts with the batch where the top directions churn (max relative error 0.09 -> 0.21
