@@ -97,7 +97,7 @@ def run_case(X, gamma, m, ell):
     }
     row = {
         "sketch_size": ell,
-        "buffer_rows": 2 * ell,
+        "buffer_rows_per_sketch": int(model.sketch_._buffer.shape[0]),
         "true": truth.tolist(),
         "delta_over_lambda1": model.sketch_.total_shrinkage / truth[0],
         "width": float(np.max((upper - lower) / truth)),

@@ -496,7 +496,11 @@ def test_fd_merge_of_shrunk_and_fresh_sketch_keeps_tracked_rows_first(rng):
     a = FrequentDirections(4).update(A[:50])  # shrunk: tracked rows
     b = FrequentDirections(4).update(A[50:51])  # 1 exact row, room for it
     merged = b.merge(a)
-    assert a._filled + 1 < 8 and merged._n_kept == 4 and merged._filled == a._filled + 1
+    assert (
+        a._filled + 1 < a._buffer.shape[0]
+        and merged._n_kept == 4
+        and merged._filled == a._filled + 1
+    )
     np.testing.assert_array_equal(merged.rows()[: a._filled], a.rows())
     np.testing.assert_array_equal(merged.loss_model()[1], a.loss_model()[1])
     assert merged.total_shrinkage == a.total_shrinkage
@@ -510,7 +514,10 @@ def test_fd_state_keeps_loss_and_reads_old_states(rng):
     np.testing.assert_array_equal(restored.loss_model()[1], fd.loss_model()[1])
     restored.update(A[77:])
     ref = FrequentDirections(5).update(A)
-    np.testing.assert_array_equal(restored.loss_model()[1], ref.loss_model()[1])
+    # Same shrinks; the exact energy is summed over other slices (the resumed stream starts a
+    # new one), which moves the untracked loss by round-off only.
+    H, H_ref = restored.loss_model()[1], ref.loss_model()[1]
+    np.testing.assert_allclose(H, H_ref, rtol=0, atol=1e-12 * np.abs(H_ref).max())
     # A state saved before the loss was tracked still loads: the energy is unknown, so the
     # missing energy is infinite, the bound is the FD bound and rho is total_shrinkage (the
     # former compensated estimate).

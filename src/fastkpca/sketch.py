@@ -7,7 +7,7 @@ sketches can be tree-reduced (Dask) into the sketch of the whole stream.
 :class:`FrequentDirections`
     Deterministic covariance sketch (Liberty 2013; Ghashami, Liberty, Phillips & Woodruff 2016,
     "Frequent Directions: simple and deterministic matrix sketching", Algorithm 3.1 with a
-    2 ell row buffer): an ell x m matrix B with ``B^T B <= A^T A`` and
+    buffer of ell + batch rows): an ell x m matrix B with ``B^T B <= A^T A`` and
     ``||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell + 1 - k)`` for every k <= ell (hence the
     usual ``/ (ell - k)`` bound).  The matrix-sketching half of SKPCA (Ghashami, Perry & Phillips
     2016, Algorithm 1).
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ._state import register_state_class
 from ._utils import as_generator, check_int
 from .source.memory import check_block
 
-__all__ = ["FrequentDirections", "CountSketch", "fd_shrink"]
+__all__ = ["FrequentDirections", "CountSketch", "fd_shrink", "default_batch_size"]
 
 
 def _fd_eigh(C: np.ndarray):
@@ -59,7 +59,7 @@ def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
     Shrinking by the (ell+1)-th value rather than the ell-th (Liberty 2013) keeps ell non-zero
     rows instead of ell - 1, which makes a sketch with ``ell >= rank(C)`` exact.
 
-    The SVD is taken through the smaller Gram.  A wide C (r <= m, the usual case: r <= 2 ell
+    The SVD is taken through the smaller Gram.  A wide C (r <= m, the usual case: r = ell + batch
     rows) uses ``C C^T = U diag(s^2) U^T`` (several times faster than a LAPACK SVD of C) and
     ``B = diag(sqrt(1 - delta / s_i^2)) U^T C``, which never divides by a small s_i; with
     delta = 0 this is an orthogonal rotation of C, so an unshrunk sketch is exact to round-off.
@@ -172,6 +172,37 @@ def _shrink(C: np.ndarray, ell: int, history=()):
     return B, delta, H_new
 
 
+_BLAS_CONTROLLER: list = []
+
+
+def one_blas_thread():
+    """Context manager holding BLAS to one thread (process-wide, like ``threadpool_limits``).
+
+    The controller is built once: building one scans the loaded libraries, which took ~17 ms
+    per call, i.e. ~2 s over the 122 blocks of a 10^6-row fit, as long as the features.
+    """
+    if not _BLAS_CONTROLLER:
+        _BLAS_CONTROLLER.append(ThreadpoolController())
+    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
+
+
+def default_batch_size(sketch_size: int) -> int:
+    """Rows added to the buffer between two shrinks when not given: ``2 ell``.
+
+    The CPU time per row (m = 1000, one BLAS thread; ``benchmarks/bench_streaming.py
+    --batches``, ``results/bench_streaming_batches.json``) was lowest at a batch of 2 to 3 ell:
+    26-30 % below a batch of ell (the paper's 2 ell buffer) for ell = 10 and 20 (28 -> 20.7
+    us per row at ell = 20), 12 % for ell = 50; larger batches make the eigendecomposition (cubic
+    in ell + batch) dominate again.  2 ell rather than more because the tracked-loss eigenvalue
+    estimate (:meth:`FrequentDirections.loss_model`) was calibrated with a batch of ell and
+    drifts with the batch where the top directions churn (max relative error 0.09 -> 0.21
+    at 2 ell, 0.32 at 4 ell: flat spectrum, ell = 10; over the 10 churning cases of
+    ``benchmarks/bench_fd_eigenvalues.py`` 0.09-0.86 became 0.11-0.81 at 2 ell, some better,
+    some worse, while the lower bounds tightened).  The bounds hold for any batch.
+    """
+    return 2 * sketch_size
+
+
 #: A sketch row shorter than this times the longest is treated as no direction (its loss moves
 #: to the isotropic remainder): dividing by its norm would amplify round-off.
 _DIRECTION_TOL = 1e-7
@@ -181,12 +212,21 @@ _DIRECTION_TOL = 1e-7
 class FrequentDirections:
     """Frequent Directions sketch of a stream of rows (Liberty 2013; Ghashami et al. 2016).
 
-    Keeps a buffer of ``2 ell`` rows (float64).  Rows are copied into it until it is full; then
-    one SVD shrinks it to ``ell`` rows (:func:`fd_shrink`: all squared singular values reduced by
-    the (ell+1)-th one) and filling resumes.  The shrink points depend only on the number of rows
-    seen, never on how the stream is split into blocks, so ``update`` over any blocking gives the
-    same sketch (bitwise, for the same rows).  One SVD of a ``2 ell x m`` matrix per ell rows:
-    O(n m ell) time, O(ell m) memory.
+    Keeps a buffer of ``ell + batch_size`` rows (float64).  Rows are copied into it until it is
+    full; then one SVD shrinks it to ``ell`` rows (:func:`fd_shrink`: all squared singular values
+    reduced by the (ell+1)-th one) and filling resumes.  The shrink points depend only on the
+    number of rows seen, never on how the stream is split into blocks, so ``update`` over any
+    blocking gives the same sketch (bitwise, for the same rows).  One SVD of an
+    ``(ell + batch) x m`` matrix per batch of rows: O(n m (ell + batch)^2 / batch) time,
+    O((ell + batch) m) memory.
+
+    The guarantee below does not depend on the batch: each shrink loses at most delta in every
+    direction and removes at least ``(ell + 1) delta`` of squared Frobenius norm whatever the
+    number of rows it shrinks (Ghashami et al. 2016, Lemma 3.1 / Theorem 3.1 hold for any
+    buffer of more than ell rows; Liberty 2013 shrinks after every row, their Algorithm 3.1
+    after ell).  The batch only trades the cost of a shrink, an ``(ell + batch)``-square
+    eigendecomposition dominated by LAPACK's per-call cost at these sizes, against how often it
+    runs (:func:`default_batch_size`).
 
     Guarantee (for the stream A of all rows seen, and every ``0 <= k <= ell``)::
 
@@ -195,16 +235,20 @@ class FrequentDirections:
     for unit x, where ``B = sketch()``.  This implies the usual FD bound
     ``||A^T A - B^T B||_2 <= ||A - A_k||_F^2 / (ell - k)``.  When ``ell >= n_columns`` (or more
     generally ``ell >= rank(A)``) nothing is ever shrunk and ``B^T B = A^T A`` up to round-off;
-    the buffer is then capped at ``2 n_columns`` rows.
+    the buffer is then capped at ``2 n_columns`` rows (a batch is at most ``n_columns`` rows).
 
     Parameters
     ----------
     sketch_size : int
-        ell, the number of rows of the sketch (kept after each shrink).  The buffer holds
-        ``2 ell`` rows; in the streaming KPCA paper (Ghashami, Perry & Phillips 2016,
-        Algorithm 1) ell is the buffer, shrunk to ell / 2, so ours matches the paper's 2 ell.
+        ell, the number of rows of the sketch (kept after each shrink), the ell of the bound
+        below.  In the streaming KPCA paper (Ghashami, Perry & Phillips 2016, Algorithm 1) ell
+        is the buffer, shrunk to ell / 2, so with ``batch_size=sketch_size`` ours is the
+        paper's 2 ell.
     n_columns : int, optional
         m; taken from the first block when None.
+    batch_size : int, optional
+        Rows added between two shrinks (the buffer holds ``ell + batch_size`` rows); None:
+        :func:`default_batch_size`.  Changes the sketch (the shrink points), not its guarantee.
 
     Attributes
     ----------
@@ -221,13 +265,18 @@ class FrequentDirections:
     matrix, see :meth:`loss_model`), from which ``StreamingKPCA`` estimates eigenvalues.
     """
 
-    def __init__(self, sketch_size: int, n_columns: int | None = None):
+    def __init__(
+        self, sketch_size: int, n_columns: int | None = None, batch_size: int | None = None
+    ):
         self.sketch_size = check_int("sketch_size", sketch_size, low=1)
         self.n_columns = check_int("n_columns", n_columns, low=1, allow_none=True)
+        self.batch_size = check_int("batch_size", batch_size, low=1, allow_none=True)
+        if self.batch_size is None:
+            self.batch_size = default_batch_size(self.sketch_size)
         self.n_rows_seen = 0
         self.total_shrinkage = 0.0
         self.squared_norm = 0.0
-        self._buffer: Any = None  # (2 ell, m) float64 once the width is known
+        self._buffer: Any = None  # (ell + batch, m) float64 once the width is known
         self._filled = 0
         # Estimated loss in the directions of the first _n_kept buffer rows (the sketch rows
         # after a shrink; 0 before the first one): see loss_model().
@@ -242,9 +291,15 @@ class FrequentDirections:
         """Rows kept after a shrink: ell, capped at m (ell >= m cannot lose anything)."""
         return min(self.sketch_size, self.n_columns)
 
+    @property
+    def _capacity(self) -> int:
+        """Buffer rows: the ell kept rows plus a batch of new ones (the batch capped at m:
+        a buffer of more than ell + m rows has no more directions to offer a shrink)."""
+        return self._ell + min(self.batch_size, self.n_columns)
+
     def _allocate(self, m: int) -> None:
         self.n_columns = m
-        self._buffer = np.zeros((2 * self._ell, m))
+        self._buffer = np.zeros((self._capacity, m))
         self._filled = 0
         self._loss = np.zeros((self._ell, self._ell))
         self._n_kept = 0
@@ -253,35 +308,46 @@ class FrequentDirections:
     def update(self, rows) -> FrequentDirections:
         """Add a block of rows (2-D array or scipy.sparse matrix); returns self.
 
-        The block is copied into the buffer in slices of at most ``2 ell`` rows, each followed by
-        one shrink when the buffer is full (no Python loop over single rows).
+        The block is copied into the buffer in slices of at most ``batch_size`` rows, each
+        followed by one shrink when the buffer is full (no Python loop over single rows).
         """
         rows = check_block(rows, n_features=self.n_columns, accept_sparse=True, name="rows")
         if self._buffer is None:
             self._allocate(rows.shape[1])
+        # The shrinks are many small eigendecompositions ((ell + batch) x (ell + batch)): with
+        # BLAS threads, right after a threaded product (e.g. the random features of the block),
+        # they ran 7x slower on the busy 2-core machine (spin-waiting threads); one thread for
+        # the whole block costs one context switch (~1 ms), entered only when a shrink happens.
+        shrinks = self._filled + rows.shape[0] >= self._buffer.shape[0]
+        with one_blas_thread() if shrinks else nullcontext():
+            self._extend(rows)
+        return self
+
+    def _extend(self, rows) -> None:
+        """:meth:`update` without the validation and the BLAS thread limit, for callers that
+        made the rows themselves (finite, ``n_columns`` wide) and set the thread limit once
+        for several sketches (:func:`one_blas_thread` is process-wide, so it must not be entered
+        from two threads at once).  A non-finite row is still refused: it makes the exact
+        squared norm, summed anyway, non-finite."""
+        if self._buffer is None:
+            self._allocate(rows.shape[1])
         buf, cap = self._buffer, self._buffer.shape[0]
         n, pos = rows.shape[0], 0
-        # The shrinks are many small eigendecompositions (2 ell x 2 ell): with BLAS threads,
-        # right after a threaded product (e.g. the random features of the block), they ran 7x
-        # slower on the busy 2-core machine (spin-waiting threads); one thread for the whole
-        # block costs one context switch (~1 ms), entered only when a shrink will happen.
-        shrinks = self._filled + n >= cap
-        with threadpool_limits(1, user_api="blas") if shrinks else nullcontext():
-            while pos < n:
-                take = min(cap - self._filled, n - pos)
-                part = rows[pos : pos + take]
-                buf[self._filled : self._filled + take] = (
-                    part.toarray() if sp.issparse(part) else part
-                )
-                # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
-                block = buf[self._filled : self._filled + take]
-                self.squared_norm += float(np.einsum("ij,ij->", block, block))
-                self._filled += take
-                pos += take
-                if self._filled == cap:
-                    self._compress()
+        while pos < n:
+            take = min(cap - self._filled, n - pos)
+            part = rows[pos : pos + take]
+            block = buf[self._filled : self._filled + take]
+            block[...] = part.toarray() if sp.issparse(part) else part
+            # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
+            energy = float(np.einsum("ij,ij->", block, block))
+            if not math.isfinite(energy):
+                raise ValueError("rows: Input contains NaN or infinity.")
+            self.squared_norm += energy
+            self._filled += take
+            pos += take
+            if self._filled == cap:
+                self._compress()
         self.n_rows_seen += n
-        return self
 
     def _compress(self) -> None:
         self._set_shrunk(*_shrink(self._buffer[: self._filled], self._ell, self._history()))
@@ -372,7 +438,7 @@ class FrequentDirections:
         return fd_shrink(self._buffer[: self._filled], ell)[0]
 
     def rows(self) -> np.ndarray:
-        """The buffered rows as they are (up to 2 ell, no final shrink), float64 copy.
+        """The buffered rows as they are (up to ell + batch, no final shrink), float64 copy.
 
         ``rows().T @ rows()`` is between ``sketch().T @ sketch()`` and ``A^T A``, and
         ``A^T A - rows().T @ rows()`` is bounded by :attr:`total_shrinkage` alone.
@@ -412,7 +478,9 @@ class FrequentDirections:
                 f"cannot merge sketches with different numbers of columns "
                 f"({self.n_columns} and {other.n_columns})"
             )
-        out = FrequentDirections(self.sketch_size, self.n_columns or other.n_columns)
+        out = FrequentDirections(
+            self.sketch_size, self.n_columns or other.n_columns, self.batch_size
+        )
         parts = [p for p in (self, other) if p._buffer is not None and p._filled]
         tracked = [p for p in parts if p._n_kept]
         if not tracked:
@@ -455,6 +523,7 @@ class FrequentDirections:
         return {
             "sketch_size": self.sketch_size,
             "n_columns": self.n_columns,
+            "batch_size": self.batch_size,
             "n_rows_seen": int(self.n_rows_seen),
             "total_shrinkage": float(self.total_shrinkage),
             "squared_norm": float(self.squared_norm),
@@ -466,14 +535,19 @@ class FrequentDirections:
 
     @classmethod
     def from_state(cls, state: dict) -> FrequentDirections:
-        out = cls(int(state["sketch_size"]), state["n_columns"])
+        # A state saved before batch_size existed had a 2 ell buffer: batch ell.
+        out = cls(
+            int(state["sketch_size"]),
+            state["n_columns"],
+            int(state.get("batch_size", state["sketch_size"])),
+        )
         buffer = state["buffer"]
         if buffer is not None:
             buffer = np.asarray(buffer, dtype=np.float64)
             if (
                 buffer.ndim != 2
                 or buffer.shape[1] != out.n_columns
-                or buffer.shape[0] > 2 * out._ell
+                or buffer.shape[0] > out._capacity
             ):
                 raise ValueError(
                     f"FrequentDirections state has a buffer of shape {buffer.shape}, "

@@ -78,13 +78,17 @@ class StreamingKPCA(BaseKPCA):
         round an odd m up to even.  ``"auto"`` (or None with a ``tol``): chosen by tolerance.
     sketch_size : int or None
         ell, the rows Frequent Directions keeps after each shrink (None:
-        ``max(50, 2 n_components)``).  The buffer holds ``2 ell`` rows (``2 ell m`` float64):
-        feature rows are appended until it is full, then one SVD shrinks it back to ell rows.
-        The paper's ell (Ghashami, Perry & Phillips 2016, Algorithm 1) is the buffer: an
-        ell-row sketch shrunk to ell / 2 when full.  So ``sketch_size=ell`` here takes the
-        memory of the paper's 2 ell (and keeps one more row).  ``ell >= n_output_features_``
-        never shrinks (the model is then exact; the buffer is capped at
-        ``2 n_output_features_`` rows).
+        ``max(50, 2 n_components)``), the ell of the bound
+        ``||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``.  Each sketch's buffer holds
+        ``3 ell`` rows (``3 ell m`` float64): feature rows are appended until it is full, then
+        one eigendecomposition shrinks it back to ell rows
+        (:func:`fastkpca.sketch.default_batch_size`).  The paper's ell (Ghashami, Perry &
+        Phillips 2016, Algorithm 1) is the buffer: an ell-row sketch shrunk to ell / 2 when
+        full, so ``sketch_size=ell`` here has the guarantee of the paper's 2 ell (and keeps one
+        more row).  The rows are split between
+        :data:`~fastkpca.statistics.feature_sketch.PARALLEL_SKETCHES` sketches updated in
+        parallel threads and merged (same bound).  ``ell >= n_output_features_`` never shrinks
+        (the model is then exact; the buffer is capped at ``2 n_output_features_`` rows).
     features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
         The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
         matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
@@ -115,9 +119,9 @@ class StreamingKPCA(BaseKPCA):
         (:func:`skpca_eigen`; exact when nothing was shrunk).  Measured max relative error
         over the top 5 (``benchmarks/bench_fd_eigenvalues.py``: flat, RandomNoisy, decaying,
         cpu_act; ell = 5 to 100): < 2 % where the leading directions stay in the sketch
-        (``total_shrinkage`` well below lambda_k; 10 of the 20 cases), 0.09 to 0.86 where
+        (``total_shrinkage`` well below lambda_k; 10 of the 20 cases), 0.11 to 0.81 where
         they churn through it (the bounds are then wide: the sketch has lost most of those
-        directions), against 0.12 to 10.4 for the former estimate (``total_shrinkage`` added
+        directions), against 0.08 to 6.7 for the former estimate (``total_shrinkage`` added
         on the whole sketch span, which is then the upper bound).
     eigenvalue_bounds_ : (2, n_components) lower and upper bounds on the exact eigenvalues
         of the same features' centered covariance (RandomFeatureKPCA's): the uncompensated
@@ -220,6 +224,7 @@ class StreamingKPCA(BaseKPCA):
             "n_features_in_",
             "n_features_",
             "size_history_",
+            "_sketch_parts",
         ):
             if hasattr(self, name):
                 delattr(self, name)
@@ -250,8 +255,11 @@ class StreamingKPCA(BaseKPCA):
         """Add rows (an array, CSR matrix, iterable of blocks or dask array) to the model.
 
         The first call resolves the kernel (``gamma`` strings on its first rows) and draws the
-        features; later rows must have the same width.  The rows are fed to the same sketch in
-        order, so any blocking of the same rows gives the same sketch as ``fit``.  Returns self.
+        features; later rows must have the same width.  The rows are fed to the same sketches
+        in order (dealt between the parallel sketches by row index, as ``fit`` deals them), so
+        any blocking of the same rows gives the same sketch as ``fit`` up to round-off.  A
+        model read from a file continues from its merged sketch instead (the same guarantee,
+        a slightly different sketch).  Returns self.
         """
         first = not hasattr(self, "sketch_")
         if first:
@@ -322,6 +330,9 @@ class StreamingKPCA(BaseKPCA):
 
     def _store(self, stat: FeatureSketch):
         self.sketch_ = stat.sketch
+        # The statistic's parallel sketches, so that partial_fit continues each of them (the
+        # same sketch as fit over the same rows); a loaded model continues from sketch_.
+        self._sketch_parts = (stat.parts, self.sketch_)
         self.feature_sum_ = stat.feature_sum
         self.n_samples_seen_ = stat.n
         self._finalize()
@@ -336,7 +347,7 @@ class StreamingKPCA(BaseKPCA):
     def _finalize(self):
         """Eigenpairs, eigenvalue bounds, mean from the sketch (cheap: O(ell^2 m)).
 
-        The buffer (up to 2 ell rows) is used as it is rather than shrunk once more: it holds
+        The buffer (up to 3 ell rows) is used as it is rather than shrunk once more: it holds
         strictly more of the stream, and its loss is at most ``total_shrinkage`` per direction.
         """
         B = self.sketch_.rows()
@@ -398,7 +409,10 @@ class StreamingKPCA(BaseKPCA):
         return out
 
     def _statistic(self) -> FeatureSketch:
-        return FeatureSketch(self.sketch_, self.feature_sum_, self.n_samples_seen_)
+        parts, merged = getattr(self, "_sketch_parts", (None, None))
+        if merged is not self.sketch_:
+            parts = [self.sketch_]  # a loaded or replaced sketch: continue from it
+        return FeatureSketch(parts, self.feature_sum_, self.n_samples_seen_)
 
     def _transform_rows(self, X):
         """``(z(X) - mean_) @ components_.T``, in feature blocks."""

@@ -8,6 +8,9 @@ feature space.  Memory is O(ell m) for the sketch plus one row block, independen
 O(n m (d + ell)).  :class:`FeatureSketch` (the sketch, the exact float64 feature sum and the row
 count) is mergeable (the FD bound holds for the union), so a stream, ``partial_fit`` and a dask
 tree reduction build the same kind of model; :func:`skpca_eigen` turns it into eigenpairs.
+Inside one statistic the rows are dealt by index between :data:`PARALLEL_SKETCHES` sketches
+updated in parallel threads and merged when read, which uses both cores of a small machine for
+the shrinks (small eigendecompositions, serial in LAPACK).
 
 Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
 centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
@@ -25,38 +28,115 @@ streams mergeable.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+
 import numpy as np
 import scipy.linalg as la
 
 from ..features import FeatureMap, feature_blocks
-from ..sketch import FrequentDirections
+from ..sketch import FrequentDirections, one_blas_thread
 from ..solvers import postprocess_eigen
 
 __all__ = ["FeatureSketch", "feature_sketch", "skpca_eigen"]
 
 
+#: Independent Frequent Directions sketches a :class:`FeatureSketch` splits its rows between
+#: (merged when read).  Fixed, so that a model never depends on the machine: the threads that
+#: update them are ``min(PARALLEL_SKETCHES, os.cpu_count())``.
+PARALLEL_SKETCHES = 2
+#: Rows are dealt to the sketches in runs of this many consecutive rows, by row index (run j
+#: to sketch j mod PARALLEL_SKETCHES): the assignment depends only on the row order, never on
+#: the blocking or on thread timing.  A few shrink batches long, so a run costs one update
+#: call per sketch, and short enough that a block of 8192 rows is split evenly.
+SPLIT_ROWS = 1024
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_PID = 0
+
+
+def _threads() -> int:
+    return max(1, min(PARALLEL_SKETCHES, os.cpu_count() or 1))
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The module's thread pool, created on first use (again in a forked child, which
+    inherits the pool object but not its threads)."""
+    global _EXECUTOR, _EXECUTOR_PID
+    if _EXECUTOR is None or _EXECUTOR_PID != os.getpid():
+        _EXECUTOR = ThreadPoolExecutor(_threads(), thread_name_prefix="fastkpca-fd")
+        _EXECUTOR_PID = os.getpid()
+    return _EXECUTOR
+
+
 class FeatureSketch:
-    """A Frequent Directions sketch of feature rows, their float64 sum and their count.
+    """Frequent Directions sketches of feature rows, their float64 sum and their count.
+
+    The rows are dealt, in runs of :data:`SPLIT_ROWS` by row index, to
+    :data:`PARALLEL_SKETCHES` independent sketches updated in parallel threads (one BLAS thread
+    each: the shrinks are small eigendecompositions, where more BLAS threads only spin) and
+    merged when :attr:`sketch` is read.  Frequent Directions is mergeable (Agarwal et al.
+    2013; Ghashami et al. 2016, section 3.2): the merged sketch of the parts keeps the FD
+    bound of the whole stream, ``||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``.
 
     Parameters
     ----------
-    sketch : FrequentDirections
+    sketches : FrequentDirections or list of FrequentDirections
+        The parts (one: a sketch to continue, e.g. a fitted model's; the others are then
+        created empty).
     feature_sum : (m,) float64 array, updated in place
     n : int
     """
 
-    def __init__(self, sketch: FrequentDirections, feature_sum: np.ndarray, n: int = 0):
-        self.sketch = sketch
+    def __init__(self, sketches, feature_sum: np.ndarray, n: int = 0):
+        parts = [sketches] if isinstance(sketches, FrequentDirections) else list(sketches)
+        first = parts[0]
+        while len(parts) < PARALLEL_SKETCHES:
+            parts.append(FrequentDirections(first.sketch_size, first.n_columns, first.batch_size))
+        self.parts = parts
         self.feature_sum = feature_sum
         self.n = int(n)
+        self._merged: FrequentDirections | None = None
 
     @classmethod
     def empty(cls, sketch_size: int, m: int) -> FeatureSketch:
         return cls(FrequentDirections(sketch_size, m), np.zeros(m), 0)
 
+    @property
+    def sketch(self) -> FrequentDirections:
+        """The sketch of all rows: the parts merged (:meth:`FrequentDirections.merge`)."""
+        if self._merged is None:
+            merged = self.parts[0]
+            for part in self.parts[1:]:
+                if part.n_rows_seen:
+                    merged = merged.merge(part)
+            self._merged = merged
+        return self._merged
+
     def update(self, Z: np.ndarray) -> FeatureSketch:
-        """Add a block of feature rows."""
-        self.sketch.update(Z)
+        """Add a block of feature rows (finite: the features of validated input)."""
+        pieces: list[list[np.ndarray]] = [[] for _ in self.parts]
+        pos = 0
+        while pos < Z.shape[0]:
+            row = self.n + pos
+            stop = min(Z.shape[0], pos + SPLIT_ROWS - row % SPLIT_ROWS)
+            pieces[(row // SPLIT_ROWS) % len(self.parts)].append(Z[pos:stop])
+            pos = stop
+        busy = [(part, rows) for part, rows in zip(self.parts, pieces, strict=True) if rows]
+        # One BLAS thread for the shrinks (small eigendecompositions: more threads only spin;
+        # see FrequentDirections.update), set only when one will happen (entering costs ~1 ms)
+        # and here, never inside the threads: the limit is process-wide.
+        shrinks = any(_shrinks(part, rows) for part, rows in busy)
+        with one_blas_thread() if shrinks else nullcontext():
+            if len(busy) > 1 and _threads() > 1 and _in_main_thread():
+                for future in [_executor().submit(_extend, *job) for job in busy]:
+                    future.result()
+            else:
+                for job in busy:
+                    _extend(*job)
+        self._merged = None
         self.feature_sum += Z.sum(axis=0, dtype=np.float64)
         self.n += Z.shape[0]
         return self
@@ -68,6 +148,24 @@ class FeatureSketch:
             self.feature_sum + other.feature_sum,
             self.n + other.n,
         )
+
+
+def _shrinks(sketch: FrequentDirections, pieces: list) -> bool:
+    """Whether adding these rows to the sketch makes it shrink."""
+    rows = sum(piece.shape[0] for piece in pieces)
+    return sketch._buffer is None or sketch._filled + rows >= sketch._buffer.shape[0]
+
+
+def _extend(sketch: FrequentDirections, pieces: list) -> None:
+    for rows in pieces:
+        sketch._extend(rows)
+
+
+def _in_main_thread() -> bool:
+    """Threads only from the main thread: a dask worker thread runs one chunk's statistic
+    while others run theirs (dask parallelises over chunks), and the BLAS limit, which is
+    process-wide, must not be entered concurrently."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def feature_sketch(
