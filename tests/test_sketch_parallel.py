@@ -152,10 +152,12 @@ def test_streaming_partial_fit_equals_fit_across_parallel_sketches():
     assert full.n_samples_seen_ == part.n_samples_seen_ == 3000
     assert all(p.n_rows_seen for p in full._sketch_parts[0])  # both sketches were used
     # Same rows at the same counts in each sketch: only the round-off of computing features
-    # on blocks of other shapes (~1e-15) differs.
+    # on blocks of other shapes differs.  The Fourier features are computed in float32 around
+    # each chunk's own mean (features.py), so blocks of other shapes round differently by
+    # ~eps32 = 6e-8 relative per feature (measured 1.5e-9 of the largest Gram entry here).
     G1, G2 = _gram(part.sketch_), _gram(full.sketch_)
-    assert np.max(np.abs(G1 - G2)) <= 1e-9 * np.max(np.abs(G2))
-    np.testing.assert_allclose(part.eigenvalues_, full.eigenvalues_, rtol=1e-8)
+    assert np.max(np.abs(G1 - G2)) <= 1e-6 * np.max(np.abs(G2))
+    np.testing.assert_allclose(part.eigenvalues_, full.eigenvalues_, rtol=1e-5)
 
 
 def test_streaming_bounds_bracket_exact_solver_with_parallel_sketches():
