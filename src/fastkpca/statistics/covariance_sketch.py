@@ -1,0 +1,244 @@
+"""One-pass sketch of a centered scatter matrix, and its fixed-rank PSD reconstruction.
+
+For rows ``r_i`` in R^p (random features, kernel rows against landmarks) the centered scatter
+
+    S = sum_i (r_i - mean)(r_i - mean)^T                          (p x p, PSD)
+
+is what exact linear PCA of the rows diagonalises; forming it costs O(n p^2).  Its top-rank
+eigenpairs can be recovered instead from the *sketch* ``Y = S T`` against a fixed p x q test
+matrix T (q << p): Tropp, Yurtsever, Udell & Cevher, "Fixed-rank approximation of a
+positive-semidefinite matrix from streaming data" (NeurIPS 2017), section 3.  One pass over row
+blocks accumulates Y in O(n p q) time and O(p q) memory, and ``S`` is never formed.
+
+The statistic (:class:`ScatterSketch`): count, mean and ``Y`` of a set of rows.  ``Y`` is linear
+in S, so a block's sketch is ``Rc^T (Rc T)`` (two thin products, ``2 p q`` flops a row, against
+``p^2`` for the scatter itself) with ``Rc`` the block centered at its own mean, and two sets
+pool by Chan, Golub & LeVeque's pairwise update of the centered scatter, multiplied by T:
+
+    Y = Y_a + Y_b + (n_a n_b / n) d (d^T T),     d = mean_a - mean_b,
+
+so block sketches merge in any order (a tree reduction over dask chunks, or a stream).
+
+The reconstruction (:func:`fixed_rank_psd`) is the paper's Algorithm 3: the Nystrom
+approximation ``Y (T^T Y)^+ Y^T`` of S, computed stably from a Cholesky factor of a slightly
+shifted core matrix, then truncated to the requested rank.  Its eigenvalues are those of the
+best rank-r approximation of that Nystrom approximation: they never exceed S's (Nystrom
+approximations are dominated by the matrix, ``S_nys <= S`` in the PSD order), and for S of rank
+at most q they are exact.  Otherwise the error is controlled by S's tail beyond rank ~q (the
+paper's Theorem 4.1: the expected trace-norm error is at most ``(1 + r / (q - r - 1))`` times
+the best rank-r error), so q should be a few times the rank asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as la
+
+from ..solvers import flip_signs, one_blas_thread
+
+__all__ = ["ScatterSketch", "scatter_sketch", "merged", "test_matrix", "fixed_rank_psd"]
+
+
+@dataclass
+class ScatterSketch:
+    """Count, mean and sketch ``Y = S T`` of the centered scatter S of a set of rows (float64).
+
+    ``S = sum_i (r_i - mean)(r_i - mean)^T`` over the ``n`` rows seen; T is the fixed
+    (p, q) test matrix that every partial sketch of one fit shares (:func:`test_matrix`).
+
+    Attributes
+    ----------
+    n : int
+    mean : (p,) float64
+    Y : (p, q) float64
+    eps : float
+        Unit roundoff of the products that formed Y (float32's if any block was float32): the
+        precision :func:`fixed_rank_psd` must allow for.
+    """
+
+    n: int
+    mean: np.ndarray
+    Y: np.ndarray
+    eps: float = float(np.finfo(np.float64).eps)
+
+    @classmethod
+    def empty(cls, p: int, q: int) -> ScatterSketch:
+        """The sketch of no rows (neutral for :meth:`merge`)."""
+        return cls(0, np.zeros(p), np.zeros((p, q)))
+
+    def merge(self, other: ScatterSketch, T: np.ndarray) -> ScatterSketch:
+        """Both sets of rows pooled, as a new object (neither operand is modified).
+
+        Chan, Golub & LeVeque's pairwise update of the centered scatter,
+        ``S = S_a + S_b + (n_a n_b / n) d d^T`` with ``d = mean_a - mean_b``, times T.
+        An empty side is neutral.
+        """
+        if other.n == 0:
+            return ScatterSketch(self.n, self.mean.copy(), self.Y.copy(), self.eps)
+        if self.n == 0:
+            return ScatterSketch(other.n, other.mean.copy(), other.Y.copy(), other.eps)
+        if self.Y.shape != other.Y.shape or self.Y.shape != T.shape:
+            raise ValueError(
+                f"cannot merge scatter sketches of shapes {self.Y.shape} and {other.Y.shape} "
+                f"with a test matrix of shape {T.shape}"
+            )
+        n = self.n + other.n
+        d = self.mean - other.mean
+        Y = self.Y + other.Y
+        Y += (self.n * other.n / n) * np.outer(d, d @ T)
+        mean = self.mean - d * (other.n / n)
+        return ScatterSketch(n, mean, Y, max(self.eps, other.eps))
+
+
+def merged(a: ScatterSketch, b: ScatterSketch, T: np.ndarray) -> ScatterSketch:
+    """``a`` and ``b`` pooled into a new object: :meth:`ScatterSketch.merge` as a function."""
+    return a.merge(b, T)
+
+
+def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) -> ScatterSketch:
+    """:class:`ScatterSketch` of one block of rows.
+
+    Parameters
+    ----------
+    rows : (b, p) float32 or float64 array
+        The products ``Rc T`` and ``Rc^T (Rc T)`` run in the rows' precision (SGEMM for float32
+        rows, 2x the speed of DGEMM); the mean, the correction below and every merge are float64.
+    T : (p, q) array
+        The test matrix (cast to the rows' dtype for the products).
+    shift : (p,) array or None
+        A point close to the rows' mean, subtracted before the products (the "shifted data"
+        algorithm: the products then see the rows' spread, not their offset, so float32 rounding
+        is relative to the spread).  None: the block's own mean.  The exact float64 correction
+        ``- b (mean - c)(mean - c)^T T`` makes the result the scatter about the block's mean
+        whatever the shift; a shift shared by all blocks (e.g. the first block's mean) only
+        matters for rounding.
+    overwrite : bool
+        Shift ``rows`` in place (pass a block you own) instead of copying it.
+
+    Returns
+    -------
+    ScatterSketch
+    """
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or rows.shape[1] != T.shape[0]:
+        raise ValueError(
+            f"rows of shape {rows.shape} do not match a test matrix with {T.shape[0]} rows"
+        )
+    b, p = rows.shape
+    if b == 0:
+        return ScatterSketch.empty(p, T.shape[1])
+    dtype = np.float32 if rows.dtype == np.float32 else np.float64
+    if rows.dtype != dtype:
+        rows, overwrite = rows.astype(dtype), True
+    if shift is None:
+        shift = rows.mean(axis=0, dtype=np.float64)
+    # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
+    c = np.asarray(shift, dtype=np.float64).astype(dtype)
+    R = rows if overwrite else rows.copy()
+    R -= c
+    delta = R.sum(axis=0, dtype=np.float64) / b  # mean - c, exact in float64 up to summation
+    A = R @ T.astype(dtype, copy=False)
+    Y = (R.T @ A).astype(np.float64)
+    Y -= b * np.outer(delta, delta @ T)
+    return ScatterSketch(b, c.astype(np.float64) + delta, Y, float(np.finfo(dtype).eps))
+
+
+def test_matrix(p: int, q: int, rng) -> np.ndarray:
+    """A (p, q) test matrix with orthonormal columns: the Q factor of a standard Gaussian matrix.
+
+    Tropp et al. (2017), section 3 and Algorithm 1: any Gaussian test matrix works, and
+    orthonormalising its columns improves the numerical stability of the reconstruction (it
+    makes ``T^T T = I``, so the stability shift of :func:`fixed_rank_psd` moves every
+    eigenvalue of the core matrix by exactly nu).
+
+    Parameters
+    ----------
+    p : int
+        Rows (the dimension of the rows being sketched).
+    q : int
+        Columns, the sketch width; ``1 <= q <= p``.
+    rng : numpy.random.Generator or seed
+    """
+    if not 1 <= q <= p:
+        raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
+    rng = np.random.default_rng(rng)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, q)))
+    return Q
+
+
+test_matrix.__test__ = False  # type: ignore[attr-defined]  # not a pytest test when imported
+
+
+def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):
+    """Top-``rank`` eigenpairs of the PSD matrix S from its sketch ``Y = S T``.
+
+    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3 ("fixed-rank PSD
+    approximation"):
+
+    1. ``nu = sqrt(p) eps ||Y||_2`` and ``Y_nu = Y + nu T``: the sketch of ``S + nu I``, whose
+       core matrix ``B = T^T Y_nu`` is positive definite, so its Cholesky factor exists (the
+       ``sqrt(p)`` factor is the one of the authors' reference code, ``sqrt(n) eps(norm(Y))``);
+    2. ``B = C^T C`` (Cholesky of the symmetrised B), ``E = Y_nu C^{-1}``;
+    3. ``E = U Sigma V^T`` (thin SVD): ``E E^T = Y_nu B^{-1} Y_nu^T`` is the Nystrom
+       approximation of ``S + nu I``, with eigenpairs ``(Sigma^2, U)``;
+    4. remove the shift, ``Lambda = max(Sigma^2 - nu, 0)``, and keep the top ``rank`` pairs
+       (the paper's truncation ``[[.]]_r``, its section 3.3: truncating improves on the raw
+       rank-q Nystrom approximation).
+
+    The shift must be at least the rounding in Y: errors of size delta in the directions where
+    B is nearly singular are amplified to ``delta^2 / nu``.  ``eps`` is therefore the unit
+    roundoff of the products that formed Y (:attr:`ScatterSketch.eps`: float32's for float32
+    rows), not always float64's.  If B still fails to be positive definite, nu is raised to
+    twice the most negative eigenvalue of the symmetrised ``T^T Y`` (a measured noise level) and
+    the Cholesky retried.  The shift is removed in step 4 either way: it moves the top
+    eigenvalues by at most about nu.
+
+    Parameters
+    ----------
+    Y : (p, q) array, the sketch ``S T``
+    T : (p, q) array with orthonormal columns (:func:`test_matrix`)
+    rank : int, ``1 <= rank <= q``
+    eps : float or None
+        Unit roundoff of Y's products (None: float64's).
+
+    Returns
+    -------
+    eigenvalues : (rank,) float64, descending, >= 0
+        Those of the rank-``rank`` truncation of the Nystrom approximation: at most S's (the
+        Nystrom approximation is dominated by S) up to the rounding in Y, equal to them when
+        rank(S) <= q.
+    eigenvectors : (p, rank) float64, orthonormal columns, signs fixed (largest entry positive)
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    T = np.asarray(T, dtype=np.float64)
+    if Y.shape != T.shape or Y.ndim != 2:
+        raise ValueError(f"the sketch {Y.shape} and the test matrix {T.shape} must match")
+    p, q = Y.shape
+    if not 1 <= rank <= q:
+        raise ValueError(f"rank must be between 1 and the sketch width q = {q}, got {rank}")
+    if not np.isfinite(Y).all():
+        raise ValueError("the sketch contains NaN or infinite values")
+    norm = float(np.linalg.norm(Y, 2))
+    if norm == 0.0:
+        return np.zeros(rank), flip_signs(np.eye(p, rank))
+    eps = np.finfo(np.float64).eps if eps is None else float(eps)
+    nu = np.sqrt(p) * eps * norm
+    core = T.T @ Y
+    core = (core + core.T) / 2
+    with one_blas_thread():  # q x q LAPACK: threads cost more than they save
+        for _ in range(3):
+            try:
+                C = la.cholesky(core + nu * np.eye(q), lower=False, check_finite=False)
+                break
+            except la.LinAlgError:
+                lowest = float(la.eigvalsh(core, subset_by_index=[0, 0], check_finite=False)[0])
+                nu = max(2 * nu, -2 * lowest)
+        else:  # pragma: no cover - the raised shift makes ``core + nu I`` positive definite
+            raise np.linalg.LinAlgError("the sketch's core matrix is not positive definite")
+        # E = Y_nu C^{-1}: a triangular solve with C^T from the left on E^T.
+        E = la.solve_triangular(C, (Y + nu * T).T, trans="T", lower=False, check_finite=False).T
+        U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False)
+    values = np.maximum(sigma[:rank] ** 2 - nu, 0.0)
+    return values, flip_signs(np.array(U[:, :rank]))
