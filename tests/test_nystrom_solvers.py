@@ -3,6 +3,7 @@ kernel rows and the exact-KPCA path, against explicit references."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.decomposition import PCA
 from sklearn.kernel_approximation import Nystroem
 from sklearn.pipeline import make_pipeline
@@ -158,9 +159,12 @@ def test_auto_solver_choice(mixture):
     assert NystromKPCA(5, gamma=GAMMA, n_landmarks=200).fit(X).solver_ == "exact"
     # a landmark method asked for all rows: exact KPCA (the same model)
     assert NystromKPCA(5, gamma=GAMMA, n_landmarks=5000).fit(X).solver_ == "exact_kpca"
-    # a stream never takes the exact path
+    # a stream, sparse rows or a float n_components never take the exact path
     blocks = [X[i : i + 500] for i in range(0, len(X), 500)]
     assert NystromKPCA(5, gamma=GAMMA, n_landmarks=5000).fit(blocks).solver_ == "exact"
+    Xs = sp.csr_matrix(np.where(np.abs(X) > 1, X, 0.0))
+    assert NystromKPCA(5, gamma=GAMMA, n_landmarks=5000).fit(Xs).solver_ == "exact"
+    assert NystromKPCA(0.5, gamma=GAMMA, n_landmarks=5000).fit(X).solver_ == "exact"
     # n c^2 / 2 >= 1e9 and c >= 4 q: the sketch
     rng = np.random.default_rng(1)
     big = rng.standard_normal((16000, 4))

@@ -238,8 +238,9 @@ class NystromKPCA(BaseKPCA):
     the scale of ``sklearn.decomposition.KernelPCA.transform`` (and equal to
     ``make_pipeline(Nystroem(...), PCA(...))`` for the same landmarks, up to column signs).
 
-    The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"`` and rows that can be
-    taken by index (an array, not a stream), the fit is exact KPCA -- the Nystrom method's limit
+    The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"``, an integer (or None)
+    ``n_components`` and dense rows that can be taken by index (an array, not a stream or a
+    sparse matrix), the fit is exact KPCA -- the Nystrom method's limit
     with all n training rows as landmarks, at least as accurate as any c -- when (a) a landmark
     method is asked for ``n_landmarks >= n`` (then it is the same model), or (b) its estimated
     cost is lower: ``n^2 (d + 15 + 300)`` flops (the symmetric Gram, centering, block Krylov)
@@ -461,9 +462,9 @@ class NystromKPCA(BaseKPCA):
         n = source.n_samples
         if self.solver != "auto" or self.covariance != "data" or not source.random_access:
             return False
-        if not n:
-            return False
-        if self.kernel == "precomputed":
+        # Not for: unknown n, sparse rows (landmarks_ would be all of X, densified), a float
+        # n_components (exact KPCA would compute and store every eigenpair).
+        if not n or source.sparse or _is_fraction_like(self.n_components):
             return False
         all_rows = isinstance(self.landmarks, str) and c >= n
         c = min(int(c), n)
