@@ -305,6 +305,8 @@ FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
                 "n_landmarks_",
                 "n_samples_seen_",
                 "normalization_",
+                "solver_",
+                "kernel_row_dtype_",
             }
         ),
         "RandomFeatureKPCA": _RANDOM_FEATURES

@@ -1,16 +1,21 @@
 """NystromKPCA: exact linear PCA on the Nystrom features of c landmarks.
 
-With landmarks L and W = k(L, L), the Nystrom feature map ``z(x) = W^{-1/2} k(L, x)`` gives
-``z(x) . z(y) = k(x, L) W^{-1} k(L, y)``, the Nystrom approximation ``C W^{-1} C^T`` of the Gram
-matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et al. 2016, ``papers/004``
-section 3); kernel PCA on it is linear PCA on z.  With all n points as landmarks it is exact KPCA.
+With landmarks L and W = k(L, L), the Nystrom feature map ``z(x) = N k(L, x)`` (N a whitening,
+``N^T N = W^{-1}``) gives ``z(x) . z(y) = k(x, L) W^{-1} k(L, y)``, the Nystrom approximation
+``C W^{-1} C^T`` of the Gram matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et
+al. 2016, ``papers/004`` section 3); kernel PCA on it is linear PCA on z.  With all n points as
+landmarks it is exact KPCA.
 
 The fit is one pipeline for arrays, streams and dask arrays: the source (:mod:`fastkpca.source`)
 -> landmarks (uniform rows drawn by index or by reservoir sampling; k-means, ridge leverage or
-given rows, :mod:`fastkpca._landmarks`) -> the moments of the kernel rows ``k(L, x)`` reduced
-over the blocks (:mod:`fastkpca.statistics.kernel_moments`, never an n x c matrix) ->
-:func:`~fastkpca.statistics.kernel_moments.nystrom_kpca`.  See that module for the rank-deficient
-W, the density weights of ``landmarks="kmeans"`` and the performance notes.
+given rows, :mod:`fastkpca._landmarks`) -> the whitening of W (pivoted Cholesky) -> the moments
+of the kernel rows ``k(L, x)`` (``solver="exact"``) or their one-pass sketch
+(``solver="randomized"``) reduced over the blocks (:mod:`fastkpca.statistics.kernel_moments`,
+never an n x c matrix) -> :func:`~fastkpca.statistics.kernel_moments.nystrom_kpca` or
+:func:`~fastkpca.statistics.kernel_moments.nystrom_sketch_kpca`.  When exact KPCA is cheaper
+(c close to n) ``solver="auto"`` computes it instead (the class Notes).  See the statistics
+module for the rank-deficient W, the density weights of ``landmarks="kmeans"`` and the
+performance notes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
+from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks
 from .._utils import check_int
 from ..source import check_block
@@ -35,12 +41,20 @@ from ..statistics.growth import (
 )
 from ..statistics.kernel_moments import (
     landmark_kernel_moments,
+    landmark_kernel_sketch,
+    landmark_test_matrix,
     merged_moments,
+    merged_sketches,
+    nystrom_from_exact,
     nystrom_kpca,
-    nystrom_normalization,
+    nystrom_normalization,  # noqa: F401  (benchmarks import it from here)
+    nystrom_sketch_kpca,
+    nystrom_whitening,
     weighted_landmark_moments,
+    whitening_noise_gain,
 )
 from ._base import BaseKPCA, reduce_with_diag_sum
+from .exact import GRAM_FRACTION, check_exact_fits, exact_kpca
 
 __all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
 
@@ -52,6 +66,34 @@ DEFAULT_N_LANDMARKS = 1000
 LANDMARK_SUBSAMPLE = 100_000
 
 COVARIANCES = ("data", "landmarks")
+SOLVERS = ("auto", "exact", "randomized")
+
+#: ``sketch_size=None``: q = SKETCH_FACTOR * n_components + SKETCH_EXTRA columns (capped at the
+#: rank of W); see the class docstring for the measurements behind it.
+SKETCH_FACTOR = 4
+SKETCH_EXTRA = 20
+
+#: ``solver="auto"`` computes the kernel rows in float32 when independent rounding errors of
+#: this rms (float32 rbf blocks, tests/test_kernels.py) in the kernel rows, amplified by the
+#: whitening (:func:`~fastkpca.statistics.kernel_moments.whitening_noise_gain`), stay below
+#: FLOAT32_MAX_FEATURE_NOISE relative to the features' rms (1 for a kernel with unit diagonal).
+FLOAT32_KERNEL_RMS = 2e-7
+FLOAT32_MAX_FEATURE_NOISE = 1e-4
+
+#: Rows per kernel block of the sketch pass (float64 blocks of c columns in 64 MiB).
+SKETCH_BLOCK_MB = 64
+
+#: Cost model of ``solver="auto"`` (flops; GEMM-bound work and LAPACK ran at similar rates here,
+#: ``benchmarks/bench_nystrom.py --near-n``): a kernel value costs about ``2 d +
+#: KERNEL_VALUE_FLOPS`` (its share of the distance GEMM, the exp, the memory passes), and exact
+#: KPCA's centering and block-Krylov passes about ``EXACT_EIGEN_FLOPS`` per Gram entry (at
+#: n = 7438, d = 256 they took as long as filling the Gram).
+KERNEL_VALUE_FLOPS = 30
+EXACT_EIGEN_FLOPS = 300
+
+#: ``solver="auto"`` sketches only when the scatter's SYRK (``n c^2 / 2`` flops) would cost at
+#: least this (~0.1 s): below, the exact covariance is as fast and has no sketching error.
+RANDOMIZED_MIN_FLOPS = 1e9
 
 #: ``n_landmarks="auto"``: the sizes tried double from this (or 2 n_components) ...
 TOL_START_LANDMARKS = 128
@@ -62,10 +104,12 @@ TOL_MAX_LANDMARKS = 8192
 class NystromKPCA(BaseKPCA):
     """Kernel PCA on the Nystrom approximation ``C W^{-1} C^T`` of the Gram matrix.
 
-    Exact linear PCA of the Nystrom features ``z(x) = W^{-1/2} k(L, x)`` over c landmarks L,
-    computed in one pass over row blocks with O(c^2) memory (see the module notes); with all n
-    points as landmarks it is exact KPCA.  Fit costs ``n c (d + c / 2)`` flops plus the landmark
-    selection; transform ``c (d + k)`` per row.
+    Linear PCA of the Nystrom features ``z(x) = N k(L, x)`` over c landmarks L (N the
+    whitening of ``W = k(L, L)``, ``N^T N = W^{-1}``), computed in one pass over row blocks with
+    O(c^2) memory (see the module notes); with all n points as landmarks it is exact KPCA.  Fit
+    costs ``n c (2 d + c / 2)`` flops with ``solver="exact"``, ``n c (2 d + 4 q)`` with
+    ``"randomized"``, plus ``2 c^3 / 3`` for the whitening and the landmark selection;
+    transform ``c (d + k)`` per row.
 
     Accepts scipy.sparse (CSR) X.  ``kernel="precomputed"`` is refused (ValueError): the
     transform needs the kernel between new points and the landmarks.
@@ -108,6 +152,30 @@ class NystromKPCA(BaseKPCA):
         8 n c bytes, and rpcholesky's gain is in the clustered / heavy-tailed cases
         (trace error 1.2-2x lower on pendigits and cpu_act at c = 400, 3 to 30000x on
         kddcup, within 2 % elsewhere): choose it there.
+    solver : {"auto", "exact", "randomized"}
+        How the principal axes of the Nystrom features come out of the pass over the data.
+        ``"exact"``: the c x c scatter of the kernel rows (a SYRK, ``c^2 / 2`` flops a row),
+        then its top eigenpairs.  ``"randomized"``: one pass that never forms it -- the sketch
+        ``S T`` of the scatter against a c x q test matrix (``2 c q`` flops a row) and Tropp,
+        Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017), with half the
+        test matrix Gaussian and half the landmarks' own leading feature directions (see
+        :func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`); mergeable, so streams
+        and dask arrays work as with ``"exact"``.  ``"auto"`` (default) takes ``"randomized"``
+        when it is at least twice cheaper (``c >= 4 q``) and the scatter would cost at least
+        1e9 flops, else ``"exact"``; and it computes exact KPCA instead when that is cheaper
+        (see Notes).  Measured (``benchmarks/bench_nystrom.py``, RandomNoisy, n = 2e5,
+        d = 100, c = 1000, k = 10, float64 input, two runs): ``"randomized"`` fit in 4.9 / 2.1 s
+        against 15.5 / 6.4 s for ``"exact"`` and 30.2 / 12.4 s for scikit-learn's Nystroem +
+        PCA, with a held-out relative rank-k error of 1.0183 against 1.0170 for both (0.13 %
+        more).
+        ``"randomized"`` with rbf kernels computes the kernel rows in float32 when their rounding,
+        amplified by the whitening, stays below 1e-4 of the features' scale
+        (``FLOAT32_MAX_FEATURE_NOISE``; ``solver_`` and ``kernel_row_dtype_`` say what ran).
+    sketch_size : int or None
+        Columns q of the randomized solver's test matrix; None gives ``4 n_components + 20``
+        (capped at the rank of W).  Its error is that of the best rank-k approximation plus
+        the scatter's tail beyond rank ~q (Tropp et al., Theorem 4.1); with q >= the rank of W
+        it is exact.
     covariance : {"data", "landmarks"}
         ``"data"``: the covariance of z over all training rows (the Nystrom approximation's exact
         KPCA; landmark weights cancel).  ``"landmarks"``: over the landmarks weighted by
@@ -137,9 +205,18 @@ class NystromKPCA(BaseKPCA):
     ----------
     landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype.
     landmark_weights_ : (n_landmarks_,) float64 density weights, summing to 1.
-    normalization_ : (n_landmarks_, n_landmarks_) ``W^{-1/2}`` (pseudo-inverse square root).
-    mean_ : (n_landmarks_,) mean of the Nystrom features z over the training data.
-    components_ : (n_components_, n_landmarks_) principal axes in z-space (orthonormal rows).
+    normalization_ : (r, n_landmarks_) the whitening N: the Nystrom features are
+        ``z(x) = N k(L, x)`` (so ``Z = k(X, landmarks_) @ normalization_.T``), with
+        ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky factorisation of W
+        (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`; r is W's numerical rank,
+        n_landmarks_ unless landmarks repeat).  On the exact-KPCA path: ``diag(lambda)^{-1/2}
+        alpha^T`` (r = n_components_), the scaled dual coefficients of exact KPCA.
+    mean_ : (r,) mean of the Nystrom features z over the training data.
+    components_ : (n_components_, r) principal axes in z-space (orthonormal rows; the identity
+        on the exact-KPCA path).
+    solver_ : str, what the fit ran: ``"exact"``, ``"randomized"`` or ``"exact_kpca"``.
+    kernel_row_dtype_ : str, the precision of the kernel rows of the pass (``"float32"`` only
+        with ``solver_ == "randomized"``, see ``solver``).
     eigenvalues_ : (n_components_,) eigenvalues of the centered n x n Nystrom Gram, descending.
     kernel_ : the resolved Kernel.
     n_landmarks_, n_samples_seen_, n_components_, n_features_in_ : ints.
@@ -162,6 +239,26 @@ class NystromKPCA(BaseKPCA):
     ``transform(x) = (z(x) - mean_) @ components_.T``, the projections on the principal axes, on
     the scale of ``sklearn.decomposition.KernelPCA.transform`` (and equal to
     ``make_pipeline(Nystroem(...), PCA(...))`` for the same landmarks, up to column signs).
+
+    The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"``, an integer (or None)
+    ``n_components`` and dense rows that can be taken by index (an array, not a stream or a
+    sparse matrix), the fit is exact KPCA -- the Nystrom method's limit
+    with all n training rows as landmarks, at least as accurate as any c -- when (a) a landmark
+    method is asked for ``n_landmarks >= n`` (then it is the same model), or (b) its estimated
+    cost is lower: ``n^2 (d + 15 + 300)`` flops (the symmetric Gram, centering, block Krylov)
+    against the Nystrom fit's ``n c (2 d + 30 + min(c / 2, 2 q)) + 2 c^3 / 3`` (kernel rows, the
+    scatter or the sketch, the pivoted Cholesky of W and its inverse); and in both cases only
+    if the n x n Gram fits in memory (``ExactKPCA``'s rule).  For d ~ 100-1000 and n of a few
+    thousand, (b) holds from c ~ n / 3.  Measured on a USPS-shaped set (n = 7438, d = 256,
+    ``benchmarks/bench_nystrom.py --near-n``), as a multiple of ``ExactKPCA``'s 3.3 s: the
+    default took 0.42x at c = n / 4 (the sketch), 0.97x, 0.89x and 0.94x at c = n / 2, 4769
+    and n (the exact path); forcing the Nystrom approximation there (``"randomized"``) took
+    1.7x, 2.2x and 7.6x, for the same held-out error (1.0357).  The model then has
+    ``solver_ = "exact_kpca"``, ``landmarks_`` = the training rows, ``n_landmarks_ = n``,
+    uniform ``landmark_weights_``, ``normalization_`` as described above, the exact
+    ``eigenvalues_`` and ``total_variance_`` (error 0), and ``transform`` equal to
+    ``ExactKPCA``'s.  ``solver="exact"`` or ``"randomized"`` always computes the Nystrom
+    approximation on the c landmarks asked for.
 
     Examples
     --------
@@ -187,6 +284,8 @@ class NystromKPCA(BaseKPCA):
         n_landmarks=None,
         landmarks="uniform",
         covariance="data",
+        solver="auto",
+        sketch_size=None,
         random_state=None,
         tol=None,
         fit_inverse_transform=False,
@@ -201,6 +300,8 @@ class NystromKPCA(BaseKPCA):
         self.n_landmarks = n_landmarks
         self.landmarks = landmarks
         self.covariance = covariance
+        self.solver = solver
+        self.sketch_size = sketch_size
         self.random_state = random_state
         self.tol = tol
         self.fit_inverse_transform = fit_inverse_transform
@@ -224,6 +325,9 @@ class NystromKPCA(BaseKPCA):
         n_landmarks = check_int("n_landmarks", self.n_landmarks, low=1, allow_none=True)
         if self.covariance not in COVARIANCES:
             raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        sketch_size = check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
         method = self.landmarks if isinstance(self.landmarks, str) else None  # None: given rows
         if method is not None and method not in LANDMARK_METHODS:
             raise ValueError(
@@ -246,6 +350,8 @@ class NystromKPCA(BaseKPCA):
         # stream) on the landmarks.
         kernel = self._resolve_kernel(source, kernel_rng) if source.random_access else None
         c = n_landmarks or DEFAULT_N_LANDMARKS
+        if self._exact_kpca_is_cheaper(source, c if method is not None else len(self.landmarks)):
+            return self._fit_exact_kpca(source, kernel, rng)
         if method is None:
             L = check_block(self.landmarks, n_features=source.n_features, name="landmarks")
             L = L.astype(source.dtype, copy=False)
@@ -263,36 +369,145 @@ class NystromKPCA(BaseKPCA):
             L, weights = select_landmarks(rows, method, c, kernel, rng, target_rank=k)
         if kernel is None:
             kernel = self._resolve_kernel(L, kernel_rng)
-        if self.covariance == "data":
-            moments, diag_sum = reduce_with_diag_sum(
-                source, kernel, landmark_kernel_moments, merged_moments, L, kernel, block_rows=None
-            )
-        else:
+        # A selector may return fewer landmarks than asked for (rpcholesky on a kernel of lower
+        # rank): the components beyond the rank are then zero, as for exact KPCA.
+        asked = L.shape[0] if method is None else (min(c, n) if n is not None else L.shape[0])
+        L64 = L.astype(np.float64)
+        W = kernel(L64)
+        N, Z_landmarks = nystrom_whitening(W)
+        solver = self._choose_solver(N, sketch_size, source.n_samples)
+        self.solver_ = solver
+        self.kernel_row_dtype_ = "float64"
+        if self.covariance == "landmarks":
             diag_sum = np.nan  # a one-shot stream already read: no pass left for the diagonal
             if source.n_samples is None or source.reiterable:
                 diag_sum = source.reduce(_diag_sum, operator.add, kernel)
-            moments = weighted_landmark_moments(
-                kernel(L.astype(np.float64)), weights, source.n_samples
+            moments = weighted_landmark_moments(W, weights, source.n_samples)
+        elif solver == "exact":
+            moments, diag_sum = reduce_with_diag_sum(
+                source,
+                kernel,
+                landmark_kernel_moments,
+                merged_moments,
+                L64,
+                kernel,
+                block_rows=None,
             )
-        n = moments.count
-        # A selector may return fewer landmarks than asked for (rpcholesky on a kernel of lower
-        # rank): the components beyond the rank are then zero, as for exact KPCA.
-        asked = L.shape[0] if method is None else min(c, n)
+        else:
+            q = self._sketch_width(N, sketch_size)
+            Omega = landmark_test_matrix(Z_landmarks, q, rng)
+            T = N.T @ Omega
+            dtype = self._kernel_row_dtype(kernel, N)
+            self.kernel_row_dtype_ = np.dtype(dtype).name
+            # The landmarks' mean kernel row is close to the data's (uniform landmarks are a
+            # sample of them): a shared shift for the float32 products.
+            moments, diag_sum = reduce_with_diag_sum(
+                source,
+                kernel,
+                landmark_kernel_sketch,
+                merged_sketches(T),
+                L64,
+                kernel,
+                T,
+                W.mean(axis=0),
+                dtype,
+                min(SKETCH_BLOCK_MB, kernels.WORKING_MEMORY_MB),
+                block_rows=None,
+            )
+        n = moments.count if solver == "exact" or self.covariance == "landmarks" else moments.n
         self._resolve_n_components(min(n, asked), what="min(n_samples, n_landmarks)")
-        W = kernel(L.astype(np.float64))
-        values, vectors = nystrom_normalization(W)
-        eigenvalues, components, mean, normalization = nystrom_kpca(
-            moments, values, vectors, self.n_components_
-        )
+        if solver == "randomized" and self.covariance == "data":
+            eigenvalues, components, mean = nystrom_sketch_kpca(
+                moments, N, Omega, self.n_components_
+            )
+        else:
+            eigenvalues, components, mean = nystrom_kpca(moments, N, self.n_components_)
         self.landmarks_ = L
         self.landmark_weights_ = np.asarray(weights, dtype=np.float64)
-        self.normalization_ = normalization
+        self.normalization_ = N
         self.mean_ = mean
         self.components_ = components
         self.eigenvalues_ = eigenvalues
         self.n_landmarks_ = int(L.shape[0])
         self.n_samples_seen_ = int(n)
-        self._finish_fit(diag_sum, *self._mean_embedding(moments, method), L)
+        self._finish_fit(diag_sum, *self._mean_embedding(moments.mean, method), L)
+        return self
+
+    # --- the solver -----------------------------------------------------------------------
+    def _sketch_width(self, N, sketch_size) -> int:
+        k = self._n_components_guess()
+        q = sketch_size or SKETCH_FACTOR * k + SKETCH_EXTRA
+        return int(min(q, N.shape[0]))
+
+    def _n_components_guess(self) -> int:
+        k = self.n_components
+        return 10 if k is None or _is_fraction_like(k) else int(k)
+
+    def _choose_solver(self, N, sketch_size, n) -> str:
+        """``"exact"`` (the scatter, ``c^2 / 2`` flops a row) or ``"randomized"`` (the sketch,
+        ``2 c q``): ``auto`` takes the sketch when it is at least twice cheaper (``c >= 4 q``)
+        and the scatter would cost at least RANDOMIZED_MIN_FLOPS."""
+        if self.solver != "auto" or self.covariance == "landmarks":
+            return "exact" if self.solver == "auto" else self.solver
+        c = N.shape[1]
+        if n is not None and n * c * c / 2 < RANDOMIZED_MIN_FLOPS:
+            return "exact"
+        return "randomized" if c >= 4 * self._sketch_width(N, sketch_size) else "exact"
+
+    @staticmethod
+    def _kernel_row_dtype(kernel, N):
+        """float32 kernel rows where their rounding, amplified by the whitening, stays below
+        FLOAT32_MAX_FEATURE_NOISE of the features' scale (the kernel's largest diagonal)."""
+        if not isinstance(kernel, kernels.RBF):
+            return np.float64
+        noise = FLOAT32_KERNEL_RMS * whitening_noise_gain(N)
+        return np.float32 if noise <= FLOAT32_MAX_FEATURE_NOISE else np.float64
+
+    def _exact_kpca_is_cheaper(self, source, c) -> bool:
+        """Whether ``solver="auto"`` computes exact KPCA instead (see the class Notes)."""
+        n = source.n_samples
+        if self.solver != "auto" or self.covariance != "data" or not source.random_access:
+            return False
+        # Not for: unknown n, sparse rows (landmarks_ would be all of X, densified), a float
+        # n_components (exact KPCA would compute and store every eigenpair).
+        if not n or source.sparse or _is_fraction_like(self.n_components):
+            return False
+        all_rows = isinstance(self.landmarks, str) and c >= n
+        c = min(int(c), n)
+        d = source.n_features
+        k = self._n_components_guess()
+        per_value = 2 * d + KERNEL_VALUE_FLOPS
+        q = min(SKETCH_FACTOR * k + SKETCH_EXTRA, c)
+        per_row = min(c / 2, 2 * q)  # the cheaper of the scatter and the sketch, per value
+        nystrom = n * c * (per_value + per_row) + 2 * c**3 / 3
+        exact = n * n * (per_value / 2 + EXACT_EIGEN_FLOPS)
+        if not all_rows and exact >= nystrom:
+            return False
+        try:
+            check_exact_fits(source, fraction=GRAM_FRACTION if source.resident else None)
+        except ValueError:
+            return False
+        return True
+
+    def _fit_exact_kpca(self, source, kernel, rng):
+        """Exact KPCA, the Nystrom method with all n training rows as landmarks."""
+        X = source.in_memory(purpose="NystromKPCA's exact path")
+        n = X.shape[0]
+        k = self._resolve_n_components(n, what="min(n_samples, n_landmarks)")
+        vals, vecs, stats, _ = exact_kpca(X, kernel, k, eigen_solver="auto", rng=rng)
+        N, components, mean = nystrom_from_exact(vals, vecs, stats.col_means)
+        self.solver_ = "exact_kpca"
+        self.kernel_row_dtype_ = "float32" if X.dtype == np.float32 else "float64"
+        self.landmarks_ = X.copy()
+        self.landmark_weights_ = np.full(n, 1.0 / n)
+        self.normalization_ = N
+        self.mean_ = mean
+        self.components_ = components
+        self.eigenvalues_ = vals
+        self.n_landmarks_ = n
+        self.n_samples_seen_ = n
+        diag_sum = float(np.sum(kernel.diag(X), dtype=np.float64))
+        self._finish_fit(diag_sum, float(stats.total_mean), 0.0, self.landmarks_)
         return self
 
     # --- size chosen by tolerance ---------------------------------------------------------
@@ -327,14 +542,13 @@ class NystromKPCA(BaseKPCA):
         self.size_history_ = history
         return self
 
-    def _mean_embedding(self, moments, method):
-        """``||mu||^2`` and its standard error from the landmarks' mean kernel rows.
+    def _mean_embedding(self, h, method):
+        """``||mu||^2`` and its standard error from the landmarks' mean kernel rows h.
 
-        ``||mu||^2 = mean_i h(x_i)`` with ``h(x) = mean_j k(x, x_j)``, and ``moments.mean`` holds
-        h at each landmark; uniform landmarks are a uniform sample of the rows, so their mean h
-        is unbiased, with standard error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (0 when c = n).
+        ``||mu||^2 = mean_i h(x_i)`` with ``h(x) = mean_j k(x, x_j)``, and h holds it at each
+        landmark; uniform landmarks are a uniform sample of the rows, so their mean h is
+        unbiased, with standard error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (0 when c = n).
         """
-        h = moments.mean
         estimate = float(self.landmark_weights_ @ h)
         c, n = h.size, self.n_samples_seen_
         if method != "uniform" or self.covariance != "data":
@@ -353,7 +567,7 @@ class NystromKPCA(BaseKPCA):
         from .compress import KernelExpansion
 
         check_is_fitted(self)
-        coef = self.normalization_ @ self.components_.T
+        coef = self.normalization_.T @ self.components_.T
         return KernelExpansion(
             points=self.landmarks_,
             coef=coef,
@@ -362,16 +576,20 @@ class NystromKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """``(W^{-1/2} k(L, x) - mean_) @ components_.T``, in kernel blocks; z never
-        materialises: ``(N k - mean) . u = k . (N u) - mean . u``."""
+        """``(N k(L, x) - mean_) @ components_.T``, in kernel blocks; z never materialises:
+        ``(N k - mean) . u = k . (N^T u) - mean . u``."""
         dtype = np.float32 if X.dtype == np.float32 else np.float64
-        projection = self.normalization_ @ self.components_.T
+        projection = self.normalization_.T @ self.components_.T
         offset = self.mean_ @ self.components_.T
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         for start, stop, K in self.kernel_.blocks(X, self.landmarks_):
             out[start:stop] = K @ projection - offset
             del K  # free this block before the generator computes the next one
         return out
+
+
+def _is_fraction_like(k) -> bool:
+    return isinstance(k, float) and 0 < k < 1
 
 
 def _diag_sum(blocks, kernel) -> float:

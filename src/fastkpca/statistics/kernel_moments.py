@@ -2,28 +2,45 @@
 
 With landmarks L = (l_1, ..., l_c) and W = k(L, L), the Nystrom feature map is
 
-    z(x) = W^{-1/2} k(L, x)                                   (c-dimensional)
+    z(x) = N k(L, x),      N a whitening of W: N^T N = W^{-1}   (r <= c dimensional)
 
 so that ``z(x) . z(y) = k(x, L) W^{-1} k(L, y)`` is the Nystrom approximation ``C W^{-1} C^T`` of
 the Gram matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et al. 2016,
 ``papers/004`` section 3).  Kernel PCA on that approximate Gram is linear PCA on z: the top
-eigenvectors of the c x c centered covariance of z over the n training points.  With all n
-points as landmarks ``C W^{-1} C^T = K`` and the method is exact KPCA.
+eigenvectors of the centered covariance of z over the n training points.  With all n points as
+landmarks ``C W^{-1} C^T = K`` and the method is exact KPCA.
 
-Working in one pass over row blocks, and never with an n x c matrix
-    z is linear in k, so the covariance of z is ``W^{-1/2} S W^{-1/2}`` with S the centered
-    scatter of the kernel rows ``k(L, x_i)``.  Each block accumulates S by one SYRK of its
-    kernel block (``c^2 / 2`` flops per row) and merges it into the running total by Chan et al.'s
-    pairwise update (block means subtracted first, so nothing cancels catastrophically); z itself
-    is never formed, which saves the ``c^2`` flops per row of ``k @ W^{-1/2}``.  S, the mean and
-    the count are mergeable statistics (:class:`KernelMoments`), so a tree reduction over blocks
-    gives the same model.
+The whitening (:func:`nystrom_whitening`)
+    Any N with ``N^T N = W^{-1}`` gives the same Nystrom Gram, so the cheapest is taken: the
+    inverse transposed pivoted Cholesky factor, ``N = R^{-T} P^T`` (``c^3 / 3`` flops for the
+    factor, as many for the triangular inverse), not ``W^{-1/2}`` from a full ``eigh`` (about 9
+    c^3 flops, and memory-bound: 52 s against 2.9 s for the factor at c = 4769 on this
+    machine).  The landmarks' own features ``N W`` are the columns of R, for free.
 
 Rank-deficient W (duplicate or nearly collinear landmarks)
-    ``W^{-1/2}`` is the pseudo-inverse square root over the eigenvalues of W above
-    :data:`EIGENVALUE_FLOOR` times the largest.  Dropped directions carry at most that fraction of
-    W's spectrum, far below any component KPCA can resolve, while the floor bounds how much the
-    float64 round-off in S is amplified (by at most 1 / floor relative to ``||W||``).
+    The pivoted Cholesky stops at the first pivot below :data:`EIGENVALUE_FLOOR` times W's
+    largest diagonal entry; the r landmarks factored so far (the pivots) span the others to
+    that accuracy, and z has r coordinates.  The floor bounds how much round-off in the kernel
+    rows N amplifies (by at most ``1 / sqrt(floor)`` relative to ``||W||``, up to the
+    pivoting's growth).
+
+Two solvers for the covariance of z (the estimator's ``solver``)
+    ``"exact"``: z is linear in k, so the covariance of z is ``N S N^T`` with S the centered
+    scatter of the kernel rows ``k(L, x_i)``.  Each block accumulates S by one SYRK of its
+    kernel block (``c^2 / 2`` flops per row) and merges it into the running total by Chan et
+    al.'s pairwise update (block means subtracted first, so nothing cancels catastrophically);
+    S, the mean and the count are mergeable statistics (:class:`KernelMoments`), so a tree
+    reduction over blocks gives the same model.
+    ``"randomized"``: S is never formed.  The sketch ``S T`` against ``T = N^T Omega`` (Omega
+    r x q with orthonormal columns) costs ``2 c q`` flops per row and merges the same way
+    (:mod:`.covariance_sketch`); ``N S T = (N S N^T) Omega`` is then the sketch of z's
+    covariance, from which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation
+    (NeurIPS 2017) gives the top eigenpairs (:func:`nystrom_sketch_kpca`).  Half of Omega is
+    Gaussian, half the leading directions of the landmarks' own features
+    (:func:`landmark_test_matrix`): with a Gaussian Omega alone the one-pass approximation
+    underestimates the top eigenvalues on the slowly decaying spectra of kernel matrices (6 %
+    at q = 36 on three Gaussian clusters, n = c = 270), with the landmark directions added the
+    top four are within 0.2 %.
 
 Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     Scaling the landmarks by any positive weights leaves ``C W^{-1} C^T`` unchanged
@@ -36,28 +53,32 @@ Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     pass over the data after the landmarks are chosen.  Every landmark method stores its weights
     in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
 
-Performance notes (c = 1000, d = 100, float64, one 11,000-row block, one core)
-    The SYRK takes 0.59 s, the kernel block 0.19 s (0.12 s the ``x . l`` GEMM, 0.07 s the
-    distance / exp passes), the block mean and merge 0.07 s: the covariance pass is ~70% SYRK.
-    numpy's ``K.T @ K`` already calls SYRK (1.7x faster than the full GEMM; blocked GEMMs over
-    the upper triangle were no faster).  Computing the cross term in float32 for float32 input
-    would save 0.04 s of 0.85 s (4%) while adding float32 round-off to the kernel values, which
-    ``W^{-1/2}`` amplifies, so the kernels module's float64 blocks are used as they are; a float32
-    SYRK is ruled out for the same reason (its round-off in S is amplified by up to 1 / floor).
-    The two c x c eigendecompositions run with one BLAS thread: LAPACK's tridiagonal reduction
-    is memory-bound level-2 BLAS, and on a busy machine idle threads' spin-waits made a
-    1000 x 1000 ``eigh`` 15x slower (4 s instead of 0.27 s, measured on the 2-core development
-    machine under load).
+Performance notes (c = 1000, d = 100, float64 input, one 11,000-row block, one core, measured
+under a load average of ~8 on the 2-core machine)
+    The SYRK of ``"exact"`` takes 0.92 s, the float64 kernel block 0.5 s (0.27 s the ``x . l``
+    GEMM, 0.16 s the exp), the sketch of ``"randomized"`` (q = 60) 0.22 s in float64 and 0.11 s
+    in float32.  float32 kernel blocks (:meth:`fastkpca.kernels.Kernel.blocks` with
+    ``dtype=float32``: GEMM 0.11 s, exp 0.08 s) are used by ``"randomized"`` when their
+    rounding (rms ``2e-7``), amplified by the whitening (``||N||_F``, 100-120 on RandomNoisy
+    with c = 1000, 2e3 on the USPS-shaped set with c = 4769), stays below 1e-4 of the features'
+    scale; the held-out accuracy was the same to 5 digits either way.  ``"exact"`` keeps
+    float64 rows: its SYRK dominates, and a float32 SYRK's round-off in S would be amplified by
+    up to ``1 / floor``.  The small dense LAPACK calls run with one BLAS thread: on a busy
+    machine idle threads' spin-waits made a 1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30
+    QR took 1.1 s instead of milliseconds.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as la
+from scipy.linalg import lapack
 
 from ..solvers import eigh_topk, flip_signs, one_blas_thread
+from .covariance_sketch import ScatterSketch, fixed_rank_psd, merged, scatter_sketch
 
 __all__ = [
     "KernelMoments",
@@ -66,7 +87,15 @@ __all__ = [
     "merged_moments",
     "weighted_landmark_moments",
     "nystrom_normalization",
+    "nystrom_whitening",
+    "whitening_noise_gain",
     "nystrom_kpca",
+    "kernel_sketch",
+    "landmark_kernel_sketch",
+    "merged_sketches",
+    "nystrom_sketch_kpca",
+    "landmark_test_matrix",
+    "nystrom_from_exact",
     "EIGENVALUE_FLOOR",
 ]
 
@@ -176,32 +205,182 @@ def nystrom_normalization(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
     return vals[keep], vecs[:, keep]
 
 
-def nystrom_kpca(moments: KernelMoments, values, vectors, n_components: int):
-    """Top principal axes of the Nystrom features from the kernel-row moments.
+def nystrom_whitening(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
+    """The whitening N of the landmark Gram W: ``z(x) = N k(L, x)`` are the Nystrom features.
 
-    With ``W = V diag(values) V^T`` (kept part), the features in W's eigenbasis are
-    ``y = diag(values)^{-1/2} V^T k`` and their scatter is ``B^T S B`` (B = V diag(values)^{-1/2}),
-    an r x r matrix whose eigenvalues are those of the centered n x n Nystrom Gram.
+    Pivoted Cholesky (LAPACK ``dpstrf``, ``c^3 / 3`` flops, a twentieth of a full ``eigh``):
+    ``P^T W P = R^T R``, stopped at the first pivot below ``floor`` times W's largest diagonal
+    entry, which leaves r <= c landmarks L_r (the pivots).  ``N = R_11^{-T} P_r^T`` (r x c,
+    zero in the columns of the other landmarks) gives ``z(x) . z(y) = k(x, L_r) W_rr^{-1}
+    k(L_r, y)``: the Nystrom approximation on the pivots, which differs from ``C W^+ C^T`` on
+    all landmarks by at most the Schur complement left (every diagonal entry below the floor:
+    those landmarks are numerically in the span of the pivots, e.g. duplicates).  The floor
+    also bounds how much round-off in the kernel rows N amplifies (``||N||_2^2 <= 1 / r_rr^2``
+    up to the pivoting's growth).
 
     Returns
     -------
-    eigenvalues : (n_components,) float64, descending (0 beyond the rank of W)
-    components : (n_components, c) float64, orthonormal principal axes in z-space
-    mean : (c,) float64, the mean of z over the training data
-    normalization : (c, c) float64, ``W^{-1/2}`` (pseudo-inverse square root)
+    N : (r, c) float64, ``N W N^T = I_r`` on the pivots (r >= 1 unless W = 0: ValueError)
+    Z : (r, c) float64, the landmarks' own features ``N W`` (columns of R, un-permuted: free)
     """
-    B = vectors / np.sqrt(values)
-    scatter_y = B.T @ moments.scatter @ B
-    scatter_y = (scatter_y + scatter_y.T) / 2
-    r = scatter_y.shape[0]
+    W = np.asarray(W, dtype=np.float64)
+    c = W.shape[0]
+    top = float(np.max(np.diag(W), initial=0.0))
+    if not top > 0:
+        raise ValueError(
+            "the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
+            "in the landmarks"
+        )
+    with one_blas_thread():  # small dense LAPACK: see the module notes
+        R, piv, rank, _ = lapack.dpstrf(W, tol=floor * top, lower=0)
+        rank = max(int(rank), 1)
+        R = np.triu(R[:rank])
+        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
+    order = piv - 1
+    N = np.zeros((rank, c))
+    N[:, order[:rank]] = np.triu(R_inv).T
+    Z = np.empty((rank, c))
+    Z[:, order] = R
+    return N, Z
+
+
+def whitening_noise_gain(N: np.ndarray) -> float:
+    """``||N||_F``: independent errors of rms sigma in the kernel rows become errors of rms
+    ``sigma ||N||_F`` in the Nystrom features (``E ||N e||^2 = sigma^2 ||N||_F^2``)."""
+    return float(np.linalg.norm(N))
+
+
+def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
+    """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments.
+
+    The scatter of z is ``N S N^T`` (r x r, S the kernel-row scatter); its eigenvalues are those
+    of the centered n x n Nystrom Gram.  Its top eigenpairs come from
+    :func:`fastkpca.solvers.eigh_topk` (``auto``: dense LAPACK up to r = 1000, block Krylov
+    above; never a full eigendecomposition).
+
+    Returns
+    -------
+    eigenvalues : (n_components,) float64, descending (0 beyond the rank r)
+    components : (n_components, r) float64, orthonormal principal axes in z-space
+    mean : (r,) float64, the mean of z over the training data
+    """
+    scatter_z = N @ moments.scatter @ N.T
+    scatter_z = (scatter_z + scatter_z.T) / 2
+    r = scatter_z.shape[0]
     k = min(n_components, r)
     with one_blas_thread():
-        evals, U = eigh_topk(scatter_y, k, method="dense")
-    # Axes in z-space (z = V y); signs fixed on the axes themselves.
-    axes = flip_signs(vectors @ U)
+        evals, U = eigh_topk(scatter_z, k, method="auto", rng=0, overwrite=True)
+    return _padded(evals, U, n_components) + (N @ moments.mean,)
+
+
+def _padded(evals, U, n_components):
+    """Eigenpairs padded with zeros to ``n_components`` (beyond the rank), signs fixed."""
+    k = evals.shape[0]
     eigenvalues = np.zeros(n_components)
     eigenvalues[:k] = evals
-    components = np.zeros((n_components, vectors.shape[0]))
-    components[:k] = axes.T
-    normalization = B @ vectors.T
-    return eigenvalues, components, normalization @ moments.mean, normalization
+    components = np.zeros((n_components, U.shape[0]))
+    components[:k] = flip_signs(U).T
+    return eigenvalues, components
+
+
+# --- the one-pass randomized solver ---------------------------------------------------------
+def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working_memory_mb=None):
+    """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
+    ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
+
+    Each kernel block (``dtype``: float32 blocks are computed and multiplied in float32) costs
+    ``2 c q`` flops a row against the ``c^2 / 2`` of the scatter's SYRK; ``shift`` (a point near
+    the rows' mean, shared by every block) keeps float32 products relative to the rows' spread.
+    """
+    sketch = ScatterSketch.empty(landmarks.shape[0], T.shape[1])
+    for block in blocks:
+        for _, _, K in kernel.blocks(
+            block, landmarks, dtype=dtype, working_memory_mb=working_memory_mb
+        ):
+            sketch = sketch.merge(scatter_sketch(K, T, shift, overwrite=True), T)
+            del K  # free this block before the generator computes the next one
+    return sketch
+
+
+def landmark_kernel_sketch(blocks, landmarks, kernel, T, shift, dtype, working_memory_mb=None):
+    """:func:`kernel_sketch` over ``(start, block)`` row blocks: the statistic
+    ``RowSource.reduce`` computes over all blocks (or once per dask chunk)."""
+    return kernel_sketch(
+        (block for _, block in blocks), landmarks, kernel, T, shift, dtype, working_memory_mb
+    )
+
+
+def merged_sketches(T):
+    """The merge of two kernel-row sketches against test matrix T (a picklable callable)."""
+    return functools.partial(_merged_with, T)
+
+
+def _merged_with(T, a, b):
+    return merged(a, b, T)
+
+
+def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 2):
+    """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter.
+
+    Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee they keep:
+    enlarging the range of the test matrix only improves the Nystrom approximation
+    ``Y (Omega^T Y)^+ Y^T``, which is monotone in that range and dominated by the matrix), the
+    other half the leading left singular directions of the landmarks' centered features Z
+    (a randomized range finder with ``power_iterations``, ``O(r c q)``): the landmarks are a
+    sample of the rows, so these directions approximate the top principal axes, and a one-pass
+    sketch against them recovers the axes where a Gaussian one, on the slowly decaying spectra
+    of kernel matrices, leaves a bias (measured in ``benchmarks/bench_nystrom.py``).
+    """
+    r = Z.shape[0]
+    q = min(q, r)
+    q_data = q - q // 2
+    A = Z - Z.mean(axis=1, keepdims=True)
+    with one_blas_thread():  # thin products and QR: threads cost more than they save
+        Y = A @ rng.standard_normal((A.shape[1], q_data))
+        for _ in range(power_iterations):
+            Y, _ = np.linalg.qr(Y)
+            Y = A @ (A.T @ Y)
+        Q, _ = np.linalg.qr(np.hstack([Y, rng.standard_normal((r, q - q_data))]))
+    return Q
+
+
+def nystrom_sketch_kpca(sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray, n_components):
+    """Top principal axes of the Nystrom features from a sketch of the kernel-row scatter.
+
+    The scatter of ``z = N k`` is ``C = N S N^T``.  Sketching S against ``T = N^T Omega``
+    (Omega r x q with orthonormal columns) gives ``N Y = C Omega``, the sketch of C itself, from
+    which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017, Alg. 3;
+    :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`) recovers the top
+    ``n_components`` eigenpairs; it never exceeds C's eigenvalues, and is exact when C has rank
+    at most q.
+
+    Returns
+    -------
+    eigenvalues, components, mean : as :func:`nystrom_kpca`
+    """
+    q = Omega.shape[1]
+    k = min(n_components, q)
+    with one_blas_thread():  # (r, q) products, QR and SVD
+        evals, U = fixed_rank_psd(N @ sketch.Y, Omega, k, eps=sketch.eps)
+    return _padded(evals, U, n_components) + (N @ sketch.mean,)
+
+
+def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
+    """Nystrom attributes of exact KPCA (all n rows as landmarks) from its dual solution.
+
+    With alpha the unit eigenvectors of the centered Gram and lambda their eigenvalues,
+    ``N = diag(lambda)^{-1/2} alpha^T`` (k x n), identity components and ``mean = N K 1 / n``
+    give ``(N k(X, x) - mean)`` = exact KPCA's centered projections (alpha is orthogonal to the
+    constant vector, so the other centering terms vanish); zero eigenvalues give zero rows.
+
+    Returns
+    -------
+    normalization : (k, n) float64
+    components : (k, k) float64, the identity
+    mean : (k,) float64
+    """
+    values = np.asarray(eigenvalues, dtype=np.float64)
+    scale = np.zeros_like(values)
+    scale[values > 0] = 1.0 / np.sqrt(values[values > 0])
+    N = (np.asarray(eigenvectors, dtype=np.float64) * scale).T
+    return N, np.eye(values.shape[0]), N @ np.asarray(col_means, dtype=np.float64)
