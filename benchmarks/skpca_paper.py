@@ -236,7 +236,7 @@ def uncentered_embedding(method, model, X):
         return model.feature_map_(X)
     if kind == "nystrom":
         K = model.kernel_(X, model.landmarks_)
-        return np.asarray(K, dtype=np.float64) @ model.normalization_
+        return np.asarray(K, dtype=np.float64) @ model.normalization_.T  # z = N k(L, x)
     if kind in ("sk_rff", "sk_nys"):
         return model[0].transform(X)
     raise ValueError(method)

@@ -184,6 +184,12 @@ def test_method_certificates_against_explicit_references():
     assert cert["value"] == pytest.approx(explicit, rel=1e-6, abs=1e-8 * np.trace(K))
     assert cert["relative"] == pytest.approx(explicit / np.trace(K), rel=1e-6, abs=1e-8)
 
+    # With all rows as landmarks NystromKPCA takes the exact-KPCA path: there is no Nystrom
+    # residual to certify, and none is reported (its whitening keeps only the top k rows).
+    full = NystromKPCA(4, n_landmarks=400, gamma=0.2, random_state=0).fit(X)
+    assert full.solver_ == "exact_kpca"
+    assert "nystrom_residual_trace" not in method_certificates(full, X)
+
     sk = StreamingKPCA(4, n_features=200, sketch_size=8, gamma=0.2, random_state=0).fit(X)
     rf = RandomFeatureKPCA(4, n_features=200, gamma=0.2, random_state=0).fit(X)
     fd = method_certificates(sk, X)["fd_eigenvalue_bounds"]

@@ -653,7 +653,9 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
         approximation, from one pass over the kernel diagonal and the landmark columns
         (``sum_i k(x_i, x_i) - ||W^{+1/2} k(L, x_i)||^2``); ``K - K~`` is positive
         semi-definite, so it bounds ``||K - K~||_2`` and ``||K - K~||_F`` (the RPCholesky
-        papers' measure).  With ``"relative"`` = it over ``tr(K)``.
+        papers' measure).  With ``"relative"`` = it over ``tr(K)``.  Not given for a model
+        that took the exact-KPCA path (``solver_ == "exact_kpca"``: no approximation of the
+        training Gram).
     ``StreamingKPCA``
         ``"fd_eigenvalue_bounds"``: the sketch's rigorous lower / upper bounds on the
         eigenvalues of the same features' centered covariance (``eigenvalue_bounds_``) and
@@ -674,7 +676,10 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
     kernel = getattr(model, "kernel_", None)
     if not isinstance(kernel, Kernel):
         raise ValueError("model must be a fitted fastkpca estimator with a kernel_")
-    if hasattr(model, "landmarks_") and hasattr(model, "normalization_"):
+    # A NystromKPCA that took the exact-KPCA path (``solver_ == "exact_kpca"``) keeps only the
+    # top-k rows of its whitening, so ``||N k||^2`` is not the Nystrom approximation's diagonal.
+    exact_path = getattr(model, "solver_", None) == "exact_kpca"
+    if hasattr(model, "landmarks_") and hasattr(model, "normalization_") and not exact_path:
         diag = 0.0
         explained = 0.0
         for start, stop, K in kernel.blocks(X, model.landmarks_):
