@@ -127,6 +127,33 @@ def _escape_prose(app, what, name, obj, options, lines):
         lines[i] = "".join(parts)
 
 
+_ONE_LINE_ENTRY = re.compile(r"^(\s*)([A-Za-z_*][\w*]*(?:, [A-Za-z_*][\w*]*)*) : (\S.*)$")
+_SECOND_ENTRY = re.compile(r"(?<=\.)\s+([A-Za-z_][\w]*(?:, [A-Za-z_][\w]*)*) : ")
+
+
+def _one_line_entries(app, what, name, obj, options, lines):
+    """Many entries read ``name : description.`` on one line (``tol, max_iter : iterative-solver
+    stopping parameters.``), some two to a line (``degree, coef0 : ...  nu : ...``).  numpydoc
+    reads the text after the colon as the type; when nothing indented follows, it is the
+    description: move it to its own indented line (before napoleon parses the sections)."""
+    out = []
+    for i, line in enumerate(lines):
+        m = _ONE_LINE_ENTRY.match(line)
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        continued = nxt.strip() and len(nxt) - len(nxt.lstrip()) > len(line) - len(line.lstrip())
+        if m is None or continued or " " not in m.group(3).strip():  # "k." would be a list item
+            out.append(line)
+            continue
+        indent = m.group(1)
+        entries = _SECOND_ENTRY.split(f"{m.group(2)} : {m.group(3)}")
+        # split gives [first "names : text", names2, text2, names3, text3, ...]
+        first_names, _, first_text = entries[0].partition(" : ")
+        pairs = [(first_names, first_text)] + list(zip(entries[1::2], entries[2::2], strict=True))
+        for names, text in pairs:
+            out += [indent + names, indent + "    " + text.strip()]
+    lines[:] = out
+
+
 def _skip_foreign_members(app, what, name, obj, skip, options):
     """Inherited members from scikit-learn (set_output, get_params, ...) are documented there."""
     module = getattr(obj, "__module__", None) or ""
@@ -218,6 +245,7 @@ def _exists_in_fastkpca(target, module, cls):
 
 
 def setup(app):
+    app.connect("autodoc-process-docstring", _one_line_entries, priority=400)  # before napoleon
     app.connect("autodoc-process-docstring", _escape_prose)
     app.connect("autodoc-skip-member", _skip_foreign_members)
     app.connect("missing-reference", _resolve_short_names)
