@@ -1,11 +1,14 @@
 # make demo: set up .venv (from pyproject.toml) and run the demo on the embedded data set.
 # make test: set up .venv and run the default test suite (slow tests deselected).
 # make lint: ruff check, ruff format --check and mypy on the package (CI runs it before the tests).
+# make docs: the documentation site (Sphinx + MyST, strict: -n -W) into build/docs/html.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
+DOCS_OUT := build/docs/html
 
-.PHONY: demo test test-all bench lint clean
+.PHONY: demo test test-all bench lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +33,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src
 
+$(DOCS_STAMP): pyproject.toml $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# -n: every reference must resolve (docs/conf.py exempts only other projects' names);
+# -W --keep-going: any warning fails the build, after reporting all of them; -E: no stale pages.
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/sphinx-build -E -n -W --keep-going -q -b html docs $(DOCS_OUT)
+	@echo "site: $(DOCS_OUT)/index.html"
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache docs/_generated

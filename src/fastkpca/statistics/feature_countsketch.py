@@ -1,14 +1,46 @@
 """CountSketch of random features: the statistics and the solver of ``solver="countsketch"``.
 
-Musco & Woodruff 2017, section 3.2: random Fourier features followed by an input-sparsity low-rank
-method (Clarkson & Woodruff 2013).  The feature rows are hashed into a t x m CountSketch ``S Z``
-(:class:`FeatureCountSketch`, merged by sums): O(n m) time (O(nnz(X) m) for ``X @ W`` on CSR
-input), O(t m) memory.  Centering is exact afterwards (``S Zc = S Z - (S 1) mu^T``); the top
-``k + oversamples`` right singular vectors of ``S Zc`` span the approximate top subspace, refined
-by a second pass (Rayleigh-Ritz: the exact covariance of ``Zc V`` in that small subspace,
-:func:`ritz_scatter`, O(n m (k + p))) or used directly (one pass, singular values of the sketch
-as the eigenvalues).  What is not implemented: the paper's fast Gaussian sketch after the
-CountSketch, and its choice of m from the statistical dimension.
+Musco & Woodruff (2017, section 3) get kernel PCA for shift-invariant kernels in input-sparsity
+time in three steps: (1) m random Fourier features, m set from the statistical dimension of the
+kernel matrix (Lemma 7: then the feature matrix Z is a projection-cost-preserving sketch of the
+kernelized data, so a near-best rank-k subspace of Z is one of the data, their guarantee (2));
+(2) the features computed with a fast multiplication by the Gaussian frequency matrix
+(section 3.2.2, after Kapralov et al. 2016), so that ``X W`` costs O(nnz(X)) plus lower-order
+terms instead of O(nnz(X) m); (3) an input-sparsity low-rank method on Z (Clarkson & Woodruff
+2013; their Corollary 8).
+
+What ``RandomFeatureKPCA(solver="countsketch")`` implements is step (3), on features computed
+exactly:
+
+- the features ``Z = [cos(X W), sin(X W)] / sqrt(m/2)`` (``features="rff"`` draws the paper's
+  i.i.d. Gaussian frequencies; the default ``"auto"`` draws orthogonal ones, ``orf``) are formed
+  one row block at a time: ``X @ W`` costs O(nnz(X) m) on CSR input (O(n d m) dense), cos / sin
+  O(n m), per pass; the n x m matrix Z is never held;
+- the feature rows are hashed into a t x m CountSketch ``S Z`` (:class:`FeatureCountSketch`,
+  merged by sums): O(n m) time, O(t m) memory; centering is exact afterwards
+  (``S Zc = S Z - (S 1) mu^T``);
+- the top ``q = k + oversamples`` right singular vectors V of ``S Zc`` (from the smaller Gram of
+  the sketch: O(t m min(t, m)), independent of n) span the approximate top subspace; with
+  ``n_passes=2`` (default) a second pass recomputes the features and solves the q x q
+  eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz, :func:`ritz_scatter`,
+  O(n m q)); with ``n_passes=1`` the sketch's squared singular values are the eigenvalues.
+  Clarkson & Woodruff project onto the whole t-dimensional row space of ``S Z``; truncating to
+  its top q directions first is this implementation's choice (it keeps the second pass at
+  O(n m q)).
+
+What it does not implement:
+
+- the fast Gaussian multiplication of step (2).  Computing the features densely costs
+  O(nnz(X) m) for ``X @ W`` plus O(n m) for cos / sin and O(n m) for the sketch, per pass, so
+  the fit is O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps).  On sparse data with
+  few non-zeros per row (Adult: ~14 of 123) ``X @ W`` is the smaller part: the dense O(n m)
+  feature work and the n-independent SVD of the t x m sketch dominate (measured in
+  ``benchmarks/countsketch_paper.py``, ``docs/papers/countsketch.md``);
+- the choice of m from the statistical dimension: m is ``n_features`` (default 1000; the
+  ``tol`` search of ``n_features="auto"`` sizes m by the estimated error instead);
+- sketch sizes from the target error: t is ``n_buckets`` (default ``max(2000, 50 q)``), not
+  derived from eps (Clarkson & Woodruff's CountSketch bound is t = O(k^2 / eps^2)), so no
+  (1 + eps) guarantee is claimed; the relative error is measured instead.
 """
 
 from __future__ import annotations
