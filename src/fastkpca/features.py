@@ -394,7 +394,8 @@ class FourierFeatureMap(FeatureMap):
     """``z(x) = [cos(x W), sin(x W)] / sqrt(D)`` for a frequency matrix W of shape (d, D).
 
     Used by ``rff`` (i.i.d. frequencies) and ``orf`` (orthogonal frequencies); m = 2 D.  Accepts
-    CSR input (``X @ W`` costs nnz(X) D, the input-sparsity time of Musco & Woodruff, section 3).
+    CSR input (``X @ W`` costs nnz(X) D; the cos / sin that follow cost n D whatever the
+    sparsity, so this is not the input-sparsity time of Musco & Woodruff's section 3).
     """
 
     accepts_sparse = True

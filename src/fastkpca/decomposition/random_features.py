@@ -165,8 +165,10 @@ class RandomFeatureKPCA(BaseKPCA):
         features) at 1.083 with eigenvalues 24-38% below the exact solver's: the faster
         solver matches scikit-learn's accuracy, the default keeps the features' best and
         reports true eigenvalues.
-        ``countsketch``: Musco & Woodruff's input-sparsity method, O(n m) time plus
-        O(n m (k + oversamples)) for the second pass; see the module docstring.
+        ``countsketch``: a CountSketch of the random features then Rayleigh-Ritz, the low-rank
+        step of Musco & Woodruff (2017, section 3.2); the features themselves are computed
+        exactly, O(nnz(X) m + n m) per pass, not in the paper's input-sparsity time (see
+        :mod:`fastkpca.statistics.feature_countsketch`).
     n_buckets : int or None
         CountSketch rows t for ``solver="countsketch"`` (None: ``max(2000, 50 (k +
         oversamples))``, see :meth:`_default_buckets`).

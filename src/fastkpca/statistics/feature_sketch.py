@@ -199,11 +199,12 @@ def skpca_eigen(
 
     (clipped at 0; the ``mu_i`` are the uncompensated, paper's estimates).  The estimate is
     ``lambda_i(B^T B - s s^T / n + E_est)`` clipped to those bounds, with ``E_est = V^T H V +
-    rho (I - V^T V)`` the sketch's tracked loss (:meth:`fastkpca.sketch.FrequentDirections.
-    loss_model`): exact in directions that stayed in the sketch, elsewhere the geometric mean
-    of the average loss and ``delta`` (every direction's loss is at most ``delta``; the
-    estimated operator is also ``rho`` on the complement of the sketch's span, so ``rho`` can
-    be reported where the sketch has nothing larger).  The former estimate, ``delta`` added
+    rho (I - V^T V)`` the sketch's tracked loss
+    (:meth:`fastkpca.sketch.FrequentDirections.loss_model`): exact in directions that stayed
+    in the sketch, elsewhere the geometric mean of the average loss and ``delta`` (every
+    direction's loss is at most ``delta``; the estimated operator is also ``rho`` on the
+    complement of the sketch's span, so ``rho`` can be reported where the sketch has nothing
+    larger).  The former estimate, ``delta`` added
     on B's whole row span (compensative FD, Desai et al. 2016), is the upper bound whenever
     the top directions did not stay in the sketch: 3x the truth on RandomNoisy, ell = 10.
 
