@@ -20,9 +20,10 @@ fit is recorded: the machine is shared):
     ``StreamingKPCA(n_features=m, sketch_size=20)``.
 ``sklearn_rbf``
     ``make_pipeline(RBFSampler(n_components=m), PCA(k))``.
-``nystrom_floor``
-    The floor of a Nystrom fit: the n x c kernel rows ``k(x, L)`` computed once in 8192-row
-    blocks (fastkpca's rbf kernel on c given landmarks; discarded).
+``nystrom_floor``, ``nystrom_floor_f32``
+    The floor of a Nystrom fit: the n x c kernel rows ``k(x, L)`` computed once, in float64 and
+    in float32 (``Kernel.blocks``, fastkpca's rbf kernel on c given landmarks; discarded).  The
+    default fit uses float32 rows (``kernel_row_dtype_``), so its floor is the float32 one.
 ``nystrom_default``
     ``NystromKPCA(n_landmarks=c)``.
 ``sklearn_nystroem``
@@ -76,7 +77,9 @@ FLOORS = {
     "rf_randomized": "rf_floor",
     "rf_exact": "rf_floor",
     "streaming": "rf_floor",
-    "nystrom_default": "nystrom_floor",
+    # NystromKPCA's default (randomized) solver computes float32 rbf kernel rows (its
+    # kernel_row_dtype_): its floor is those rows computed once.
+    "nystrom_default": "nystrom_floor_f32",
 }
 
 
@@ -127,14 +130,13 @@ def work_rf_floor(data):
     return {"feature_dtype": str(Z.dtype)}
 
 
-def work_nystrom_floor(data, gamma):
+def work_nystrom_floor(data, gamma, dtype="float64"):
     from fastkpca.kernels import RBF
 
     X, L = data
     kernel = RBF(gamma)
-    for start in range(0, X.shape[0], BLOCK_ROWS):
-        K = kernel(X[start : start + BLOCK_ROWS], L)
-    return {"kernel_dtype": str(K.dtype)}
+    dtypes = {str(K.dtype) for _, _, K in kernel.blocks(X, L, dtype=np.dtype(dtype))}
+    return {"kernel_dtype": sorted(dtypes)}
 
 
 def work_estimator(X, cls, **params):
@@ -222,6 +224,13 @@ def runs(args):
             dict(train, c=c),
             work_nystrom_floor,
             {"gamma": gamma},
+        ),
+        (
+            "nystrom_floor_f32",
+            load_train_and_landmarks,
+            dict(train, c=c),
+            work_nystrom_floor,
+            {"gamma": gamma, "dtype": "float32"},
         ),
         (
             "nystrom_default",
@@ -323,7 +332,7 @@ def main(argv=None):
 
     table = {}
     for name, row in rows.items():
-        if not row.get("ok") or name.endswith("_floor") or name.startswith("sklearn"):
+        if not row.get("ok") or "_floor" in name or name.startswith("sklearn"):
             continue
         base_name = TIME_GOALS.get(name, ("sklearn_rbf" if name.startswith("rf") else "",))[0]
         base = rows.get(base_name, {})
