@@ -106,7 +106,7 @@ class FeatureSketch:
 
     @property
     def sketch(self) -> FrequentDirections:
-        """The sketch of all rows: the parts merged (:meth:`FrequentDirections.merge`)."""
+        """The sketch of all rows, the parts merged by :meth:`FrequentDirections.merge`."""
         if self._merged is None:
             merged = self.parts[0]
             for part in self.parts[1:]:

@@ -53,19 +53,18 @@ Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     pass over the data after the landmarks are chosen.  Every landmark method stores its weights
     in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
 
-Performance notes (c = 1000, d = 100, float64 input, one 11,000-row block, one core, measured
-under a load average of ~8 on the 2-core machine)
-    The SYRK of ``"exact"`` takes 0.92 s, the float64 kernel block 0.5 s (0.27 s the ``x . l``
-    GEMM, 0.16 s the exp), the sketch of ``"randomized"`` (q = 60) 0.22 s in float64 and 0.11 s
-    in float32.  float32 kernel blocks (:meth:`fastkpca.kernels.Kernel.blocks` with
-    ``dtype=float32``: GEMM 0.11 s, exp 0.08 s) are used by ``"randomized"`` when their
-    rounding (rms ``2e-7``), amplified by the whitening (``||N||_F``, 100-120 on RandomNoisy
-    with c = 1000, 2e3 on the USPS-shaped set with c = 4769), stays below 1e-4 of the features'
-    scale; the held-out accuracy was the same to 5 digits either way.  ``"exact"`` keeps
-    float64 rows: its SYRK dominates, and a float32 SYRK's round-off in S would be amplified by
-    up to ``1 / floor``.  The small dense LAPACK calls run with one BLAS thread: on a busy
-    machine idle threads' spin-waits made a 1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30
-    QR took 1.1 s instead of milliseconds.
+Performance notes (c = 1000, d = 100, float64 input, one 11,000-row block, one core)
+    Measured under a load average of ~8 on the 2-core machine.  The SYRK of ``"exact"`` takes
+    0.92 s, the float64 kernel block 0.5 s (0.27 s the ``x . l`` GEMM, 0.16 s the exp), the sketch
+    of ``"randomized"`` (q = 60) 0.22 s in float64 and 0.11 s in float32.  float32 kernel blocks
+    (:meth:`fastkpca.kernels.Kernel.blocks` with ``dtype=float32``: GEMM 0.11 s, exp 0.08 s) are
+    used by ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening
+    (``||N||_F``, 100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769),
+    stays below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
+    way.  ``"exact"`` keeps float64 rows: its SYRK dominates, and a float32 SYRK's round-off in S
+    would be amplified by up to ``1 / floor``.  The small dense LAPACK calls run with one BLAS
+    thread: on a busy machine idle threads' spin-waits made a 1000 x 1000 ``eigh`` 15x slower, and a
+    4769 x 30 QR took 1.1 s instead of milliseconds.
 """
 
 from __future__ import annotations
