@@ -162,6 +162,12 @@ def _rbf_factors(X, kernel):
         return None
     X = np.asarray(X, dtype=np.float64)
     sq = np.einsum("ij,ij->i", X, X)
+    if not np.all(np.isfinite(sq)):
+        # As the kernel's own blocks (kernels.squared_euclidean): |x|^2 beyond float64 would give
+        # inf - inf = nan exponents, a silent nan or all-zero Gram.
+        raise ValueError(
+            "X has values too large for the kernel: squared distances overflow float64"
+        )
     scaled = np.sqrt(2.0 * kernel.gamma) * X
     ones = np.ones((X.shape[0], 1))
     g = (-kernel.gamma * sq)[:, None]
