@@ -342,10 +342,8 @@ REFERENCE_VECTORS = 2
 _W_FLOOR = 1e-10
 
 
-def _check_model_and_data(model, X, n_probe):
-    """Validated ``(X, T)``: the data and ``model.transform(X)`` in float64; ValueError if not."""
-    from sklearn.utils.validation import check_array
-
+def _check_fitted_model(model) -> None:
+    """ValueError unless ``model`` is a fitted fastkpca estimator with a fastkpca kernel."""
     for name in ("transform", "kernel_", "eigenvalues_", "n_features_in_"):
         if not hasattr(model, name):
             raise ValueError(
@@ -353,6 +351,13 @@ def _check_model_and_data(model, X, n_probe):
             )
     if not isinstance(model.kernel_, Kernel):
         raise ValueError("model.kernel_ is not a fastkpca.kernels.Kernel")
+
+
+def _check_model_and_data(model, X, n_probe):
+    """Validated ``(X, T)``: the data and ``model.transform(X)`` in float64; ValueError if not."""
+    from sklearn.utils.validation import check_array
+
+    _check_fitted_model(model)
     if not isinstance(n_probe, int | np.integer) or isinstance(n_probe, bool) or n_probe < 2:
         raise ValueError(f"n_probe must be an integer >= 2, got {n_probe!r}")
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32], ensure_min_samples=2)
@@ -814,13 +819,7 @@ def reconstruction_error(
     """
     from sklearn.utils.validation import check_array
 
-    for name in ("transform", "kernel_", "eigenvalues_", "n_features_in_"):
-        if not hasattr(model, name):
-            raise ValueError(
-                f"model must be a fitted fastkpca estimator (it has no {name!r}); fit it first"
-            )
-    if not isinstance(model.kernel_, Kernel):
-        raise ValueError("model.kernel_ is not a fastkpca.kernels.Kernel")
+    _check_fitted_model(model)
     if estimator not in RECONSTRUCTION_ESTIMATORS:
         raise ValueError(f"estimator must be one of {RECONSTRUCTION_ESTIMATORS}, got {estimator!r}")
     X = check_array(X, dtype=[np.float64, np.float32], ensure_min_samples=2)
