@@ -27,39 +27,39 @@ def test_sketch_covering_all_features_is_exact(digits):
     rnd = RandomFeatureKPCA(solver="randomized", oversamples=40, **kw).fit(digits)
     np.testing.assert_allclose(rnd.eigenvalues_, ex.eigenvalues_, rtol=1e-5)
     assert rel_err(ex.transform(digits), rnd.transform(digits)) < 1e-4
-    assert rnd.total_variance_ == pytest.approx(ex.total_variance_, rel=1e-12)
+    # The sketch's mean comes from float32 sums of the shifted chunk features (partial sums of
+    # 16 rows, ~16 eps32 of their spread), the exact solver's from float64 sums; the total
+    # variance n k(0) - n |mean|^2 amplifies that by n |mean|^2 / tr(HKH) ~ 1.7: measured 6e-10.
+    assert rnd.total_variance_ == pytest.approx(ex.total_variance_, rel=1e-8)
 
 
 def test_close_to_exact_on_data():
-    """RandomNoisy, n = 4000, d = 50, m = 600, k = 5, default sketch width q = 2 k + 10 = 20.
+    """RandomNoisy, n = 4000, d = 50, signal dimension 10, m = 600, k = 5, default q = 20.
 
-    The Nystrom eigenvalues are below the exact solver's (the approximation is dominated by the
-    covariance).  Measured over 3 seeds at q = 20: 7-14% below, held-out relative rank-k error
-    1.8-3.5% above the exact solver's; at q = 60 (``oversamples=50``): 1-2.5% below, error
-    equal (0.0-0.3% below), axes closer to the exact ones.  Bounds with some margin.
+    The Nystrom eigenvalues never exceed the exact solver's (the approximation is dominated by
+    the covariance).  Half the test matrix is the first block's leading axes
+    (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`), which here (a
+    spectrum with a clear top) contain the top axes: measured over 3 seeds, eigenvalues and
+    held-out error equal to the exact solver's to 1e-9, axes within 2e-7.  The slow spectra
+    where it matters are in tests/test_covariance_sketch.py.  Bounds with margin for round-off.
     """
     X = make_random_noisy(4600, 50, signal_dim=10, random_state=0)
     X_train, X_eval = X[:4000], X[4000:]
     gamma = 1.0 / 100
     for seed in range(2):  # (3 seeds measured; 2 keep the test short)
         kw = dict(n_components=5, gamma=gamma, n_features=600, random_state=seed)
-        ex = RandomFeatureKPCA(**kw).fit(X_train)
+        ex = RandomFeatureKPCA(solver="exact", **kw).fit(X_train)
         rnd = RandomFeatureKPCA(solver="randomized", **kw).fit(X_train)
-        wide = RandomFeatureKPCA(solver="randomized", oversamples=50, **kw).fit(X_train)
         assert np.all(rnd.eigenvalues_ <= ex.eigenvalues_ * (1 + 1e-6))
-        assert np.all(rnd.eigenvalues_ >= 0.8 * ex.eigenvalues_)
-        assert np.all(wide.eigenvalues_ >= 0.95 * ex.eigenvalues_)
-        errs = [
-            relative_rank_k_error(X_eval, m.transform(X_eval), RBF(gamma)) for m in (ex, rnd, wide)
-        ]
-        assert errs[1] < 1.06 * errs[0] and errs[2] < 1.01 * errs[0]
-        assert subspace_distance(wide.components_.T, ex.components_.T) < subspace_distance(
-            rnd.components_.T, ex.components_.T
-        )
-        # The kernel's total variance does not come from the solver.
-        assert rnd.total_variance_ == pytest.approx(ex.total_variance_, rel=1e-12)
+        assert np.all(rnd.eigenvalues_ >= (1 - 1e-5) * ex.eigenvalues_)
+        errs = [relative_rank_k_error(X_eval, m.transform(X_eval), RBF(gamma)) for m in (ex, rnd)]
+        assert errs[1] < (1 + 1e-5) * errs[0]
+        assert subspace_distance(rnd.components_.T, ex.components_.T) < 1e-5
+        # The kernel's total variance does not come from the solver (up to the float32 sums of
+        # the sketch's mean, see above).
+        assert rnd.total_variance_ == pytest.approx(ex.total_variance_, rel=1e-8)
         np.testing.assert_allclose(
-            rnd.explained_variance_ratio_, rnd.eigenvalues_ / ex.total_variance_, rtol=1e-12
+            rnd.explained_variance_ratio_, rnd.eigenvalues_ / rnd.total_variance_, rtol=1e-12
         )
 
 
@@ -92,7 +92,8 @@ def test_same_features_as_exact_solver(digits):
     ex = RandomFeatureKPCA(**kw).fit(digits)
     rnd = RandomFeatureKPCA(solver="randomized", **kw).fit(digits)
     np.testing.assert_array_equal(ex.feature_map_.frequencies, rnd.feature_map_.frequencies)
-    np.testing.assert_allclose(rnd.mean_, ex.mean_, rtol=1e-10, atol=1e-12)
+    # float32 partial sums of 16 shifted rows (test above): ~1e-9 of the mean here.
+    np.testing.assert_allclose(rnd.mean_, ex.mean_, rtol=1e-7, atol=1e-12)
 
 
 def test_float32_input(digits):
@@ -108,3 +109,26 @@ def test_float32_input(digits):
 def test_fraction_of_variance_needs_exact(digits):
     with pytest.raises(ValueError, match="solver='exact'"):
         RandomFeatureKPCA(0.9, solver="randomized").fit(digits)
+
+
+def test_auto_solver_choice():
+    # "auto" (the default) sketches when the exact covariance would cost >= 1e9 flops
+    # (n m^2 / 2) and the sketch is at least twice cheaper (m >= 4 q, q = 2 k + oversamples);
+    # a stream of unknown length counts as large; a float n_components needs every eigenvalue.
+    X = make_random_noisy(6000, 20, signal_dim=5, random_state=0)
+    kw = dict(n_components=3, gamma=0.05, random_state=0)
+    small = RandomFeatureKPCA(n_features=200, **kw).fit(X[:500])  # 1e7 flops
+    assert small.solver == "auto" and small.solver_ == "exact"
+    big = RandomFeatureKPCA(n_features=1000, **kw).fit(X)  # 3e9 flops, q = 16 <= 250
+    assert big.solver_ == "randomized"
+    stream = RandomFeatureKPCA(n_features=200, **kw).fit(iter([X[:300], X[300:500]]))
+    assert stream.solver_ == "randomized"  # n unknown up front; 200 >= 4 * 16
+    narrow = RandomFeatureKPCA(n_features=40, **kw).fit(iter([X[:300], X[300:500]]))
+    assert narrow.solver_ == "exact"  # 40 < 4 * 16
+    fraction = RandomFeatureKPCA(n_components=0.5, gamma=0.05, n_features=1000).fit(X)
+    assert fraction.solver_ == "exact"
+    for name, model in [("exact", small), ("randomized", big)]:
+        explicit = RandomFeatureKPCA(n_features=model.n_output_features_, solver=name, **kw)
+        explicit.fit(X if model is big else X[:500])
+        assert explicit.solver_ == name
+        np.testing.assert_allclose(explicit.eigenvalues_, model.eigenvalues_, rtol=1e-6)

@@ -226,6 +226,12 @@ class _BlockStream:
         self.reader, self.args, self.dense, self.desc = reader, args, dense, desc
         self.n_rows = 0
 
+    @property
+    def n_samples(self) -> int | None:
+        """The reader's row count when known up front (what ``BlockSource`` reads, so that the
+        estimators' size-dependent choices, e.g. ``solver="auto"``, match an in-memory fit)."""
+        return self.reader.n_samples
+
     def __iter__(self):
         n = 0
         with _bar(self.args, self.reader.n_samples, self.desc) as bar:

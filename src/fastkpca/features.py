@@ -89,6 +89,7 @@ __all__ = [
     "init_feature_map",
     "fwht",
     "feature_blocks",
+    "reduce_feature_chunks",
     "feature_projection",
     "RandomFourierFeatures",
     "OrthogonalRandomFeatures",
@@ -211,6 +212,16 @@ def _single_threaded_blas():
             yield
 
 
+_WORKER = threading.local()
+
+
+def _worker_index() -> int:
+    """Which of :func:`_map_row_chunks`'s workers runs the caller (0 outside one): the key of
+    per-thread accumulators that persist across calls (worker i never runs concurrently with
+    itself)."""
+    return getattr(_WORKER, "index", 0)
+
+
 def _map_row_chunks(n: int, fn, *, chunk_rows: int = _CHUNK_ROWS) -> None:
     """Call ``fn(start, stop)`` over row chunks of ``[0, n)``, spread over the cores.
 
@@ -218,25 +229,31 @@ def _map_row_chunks(n: int, fn, *, chunk_rows: int = _CHUNK_ROWS) -> None:
     to one thread: per chunk the GEMMs are small, numpy releases the GIL in them and in the
     element-wise steps, and threads over chunks keep every step (including cos / sin, which
     numpy runs on one core) parallel and in cache, where a multi-threaded BLAS would only
-    parallelise the products and synchronise on every small call.
+    parallelise the products and synchronise on every small call.  Worker i's index is
+    :func:`_worker_index` inside ``fn``.
     """
     if n == 0:
         return
     n_chunks = -(-n // chunk_rows)
     n_workers = max(1, min(os.cpu_count() or 1, n_chunks))
 
-    def run(lo, hi):
-        for start in range(lo, hi, chunk_rows):
-            fn(start, min(hi, start + chunk_rows))
+    def run(index, lo, hi):
+        _WORKER.index = index
+        try:
+            for start in range(lo, hi, chunk_rows):
+                fn(start, min(hi, start + chunk_rows))
+        finally:
+            _WORKER.index = 0
 
     bounds = [(n_chunks * i // n_workers) * chunk_rows for i in range(n_workers)] + [n]
     with _single_threaded_blas():
         if n_workers == 1:
-            run(0, n)
+            run(0, 0, n)
             return
         with ThreadPoolExecutor(n_workers) as pool:
             jobs = [
-                pool.submit(run, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+                pool.submit(run, i, lo, hi)
+                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
             ]
             for job in jobs:
                 job.result()
@@ -375,6 +392,19 @@ class FeatureMap:
         the input's float dtype here)."""
         return np.float32 if input_dtype == np.float32 else np.float64
 
+    def feed_chunks(self, X, feed) -> None:
+        """Call ``feed(Z)`` with the features of every row chunk of X, on every core.
+
+        Z is a ``(<= 256, m)`` array in the map's computing dtype (:meth:`feature_dtype`) that
+        ``feed`` may overwrite; it runs in :func:`_map_row_chunks`'s workers, with BLAS held to
+        one thread (:func:`_worker_index` tells them apart).  Here the features of X are
+        computed first (in blocks, :func:`feature_blocks`) and then cut into chunks; the Fourier
+        maps compute each chunk's features in cache right before feeding it
+        (:func:`reduce_feature_chunks`).
+        """
+        for _, Z in feature_blocks([(0, X)], self):
+            _map_row_chunks(Z.shape[0], lambda start, stop, Z=Z: feed(Z[start:stop]))
+
     def _check_width(self, X):
         if X.ndim != 2 or X.shape[1] != self.n_input_features:
             raise ValueError(
@@ -422,17 +452,44 @@ class FourierFeatureMap(FeatureMap):
         """Features of the rows of X, computed in float32 (module notes), returned in ``dtype``
         (default: X's float dtype)."""
         dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
-        if not sp.issparse(X):
+        X = self._rows(X)
+        if out is None:
+            out = np.empty((X.shape[0], self.n_output_features), dtype=dtype)
+        write = self._chunk_writer(X)
+        _map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
+        return out
+
+    def feed_chunks(self, X, feed) -> None:
+        """:meth:`FeatureMap.feed_chunks`, each chunk's float32 features computed in a
+        per-thread buffer right before ``feed`` sees them (in cache, never all in memory)."""
+        X = self._rows(X)
+        write = self._chunk_writer(X)
+        local = threading.local()
+
+        def chunk(start, stop):
+            if not hasattr(local, "buffer"):
+                local.buffer = np.empty((_CHUNK_ROWS, self.n_output_features), FOURIER_DTYPE)
+            Z = local.buffer[: stop - start]
+            write(start, stop, Z)
+            feed(Z)
+
+        _map_row_chunks(X.shape[0], chunk)
+
+    def _rows(self, X):
+        """X as CSR or as a float32 / float64 array, width checked."""
+        if sp.issparse(X):
+            X = X.tocsr()
+        else:
             X = np.asarray(X)
             if X.dtype != np.float32:
                 X = np.asarray(X, dtype=np.float64)
-        else:
-            X = X.tocsr()
         self._check_width(X)
-        n, D = X.shape[0], self.frequencies.shape[1]
-        if out is None:
-            out = np.empty((n, 2 * D), dtype=dtype)
-        scale = FOURIER_DTYPE(1.0 / np.sqrt(D))
+        return X
+
+    def _chunk_writer(self, X):
+        """``write(start, stop, out)``: the features of rows ``start:stop`` of X (from
+        :meth:`_rows`) into ``out``, computed in float32 (module notes)."""
+        scale = FOURIER_DTYPE(1.0 / np.sqrt(self.frequencies.shape[1]))
         if sp.issparse(X):
             # Sparse rows are not shifted (that would densify them): the phases ``X W`` (nnz(X) D
             # flops) are formed in X's precision and float64 ones reduced modulo 2 pi first.
@@ -461,12 +518,11 @@ class FourierFeatureMap(FeatureMap):
                     return _reduced_f32(rows @ self.frequencies), None
                 return shifted @ W32, offset
 
-        def chunk(start, stop):
+        def write(start, stop, out):
             P, offset = phases(start, stop)
-            _write_features(P, offset, out[start:stop], scale)
+            _write_features(P, offset, out, scale)
 
-        _map_row_chunks(n, chunk)
-        return out
+        return write
 
     def to_state(self) -> dict:
         return {"frequencies": self.frequencies, "kind": self.kind}
@@ -609,6 +665,21 @@ class FastfoodFeatureMap(FeatureMap):
 
         self._run(X, store, fourier=True)
         return out
+
+    def feed_chunks(self, X, feed) -> None:
+        """:meth:`FeatureMap.feed_chunks`, each chunk's float32 features computed in a
+        per-thread buffer right before ``feed`` sees them."""
+        scale = FOURIER_DTYPE(1.0 / np.sqrt(self.n_frequencies))
+        local = threading.local()
+
+        def store(start, stop, Pc, offset):
+            if not hasattr(local, "buffer"):
+                local.buffer = np.empty((_CHUNK_ROWS, self.n_output_features), FOURIER_DTYPE)
+            Z = local.buffer[: stop - start]
+            _write_features(Pc, offset, Z, scale)
+            feed(Z)
+
+        self._run(X, store, fourier=True)
 
     def to_state(self) -> dict:
         return {
@@ -767,6 +838,33 @@ def feature_blocks(blocks, fmap: FeatureMap):
                 yield start + s, fmap(part)
             else:  # only maps that override feature_dtype (and take dtype=) get here
                 yield start + s, fmap(part, dtype=dtype)  # type: ignore[call-arg]
+
+
+def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> list:
+    """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators.
+
+    ``add(accumulator, Z)`` runs for every row chunk's features Z (float32 for the Fourier maps,
+    at most 256 rows, overwritable; see :meth:`FeatureMap.feed_chunks`) in the thread that
+    computed them, so a chunk is reduced while it is still in cache and no feature block is
+    ever held; each worker thread has its own accumulator, made by ``new_accumulator()`` on
+    first use.  Returns the accumulators (one per worker that ran, at most ``os.cpu_count()``),
+    for the caller to combine: what the statistics of one pass over the data (a
+    ``RowSource.reduce`` statistic, one dask chunk) are built from.
+    """
+    accumulators: dict[int, object] = {}
+
+    def feed(Z):
+        index = _worker_index()
+        accumulator = accumulators.get(index)
+        if accumulator is None:
+            accumulator = accumulators[index] = new_accumulator()
+        add(accumulator, Z)
+
+    for _, Xb in blocks:
+        if sp.issparse(Xb) and not fmap.accepts_sparse:
+            Xb = Xb.toarray()
+        fmap.feed_chunks(Xb, feed)
+    return [accumulators[i] for i in sorted(accumulators)]
 
 
 def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.ndarray):

@@ -310,7 +310,7 @@ FITTED_ATTRIBUTES: dict[str, frozenset[str]] = {
             }
         ),
         "RandomFeatureKPCA": _RANDOM_FEATURES
-        | {"components_", "eigenvalues_", "mean_", "n_components_", "n_samples_seen_"},
+        | {"components_", "eigenvalues_", "mean_", "n_components_", "n_samples_seen_", "solver_"},
         "StreamingKPCA": _RANDOM_FEATURES
         | {
             "components_",

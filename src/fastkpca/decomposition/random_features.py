@@ -48,13 +48,14 @@ from ..features import (
     init_feature_map,
     resolve_features,
 )
-from ..statistics.covariance_sketch import ScatterSketch, test_matrix
+from ..statistics.covariance_sketch import ScatterSketch, informed_test_matrix
 from ..statistics.feature_countsketch import rf_kpca_countsketch
 from ..statistics.feature_moments import (
     FeatureMoments,
     feature_moments,
     feature_scatter_sketch,
     feature_shift,
+    head_features,
     rf_kpca_exact,
     rf_kpca_randomized,
 )
@@ -72,7 +73,12 @@ from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, reduce_with_dia
 
 __all__ = ["RandomFeatureKPCA", "SOLVERS", "feature_mean_embedding", "constant_diag_sum"]
 
-SOLVERS = ("exact", "randomized", "countsketch")
+SOLVERS = ("auto", "exact", "randomized", "countsketch")
+
+#: ``solver="auto"`` sketches only when the exact covariance (``n m^2 / 2`` flops for its
+#: SYRK) would cost at least this (~0.1 s here): below, the exact solver is as fast and has no
+#: sketching error.
+RANDOMIZED_MIN_FLOPS = 1e9
 
 #: ``n_features="auto"``: the sizes tried double from this (or 2 n_components) ...
 TOL_START_FEATURES = 256
@@ -238,7 +244,7 @@ class RandomFeatureKPCA(BaseKPCA):
         nu=1.5,
         n_features=None,
         features="auto",
-        solver="exact",
+        solver="auto",
         n_buckets=None,
         oversamples=10,
         n_passes=2,
@@ -276,10 +282,24 @@ class RandomFeatureKPCA(BaseKPCA):
         check_int("oversamples", self.oversamples, low=0)
         if self.n_passes not in (1, 2) or isinstance(self.n_passes, bool):
             raise ValueError(f"n_passes must be 1 or 2, got {self.n_passes!r}")
-        if self.solver != "exact" and _is_fraction(self.n_components):
+        if self.solver not in ("exact", "auto") and _is_fraction(self.n_components):
             raise ValueError(
                 "a float n_components (a fraction of the variance) needs solver='exact'"
             )
+
+    def _choose_solver(self, n, m: int) -> str:
+        """``solver="auto"``: ``"randomized"`` when its sketch is at least twice cheaper than
+        the exact covariance (``m >= 4 q``: ``2 m q`` against ``m^2 / 2`` flops a row) and that
+        would cost at least RANDOMIZED_MIN_FLOPS (n unknown, a stream: assumed large), else
+        ``"exact"`` (always for a float ``n_components``, which needs every eigenvalue)."""
+        if self.solver != "auto":
+            return self.solver
+        if _is_fraction(self.n_components):
+            return "exact"
+        if n is not None and n * m * m / 2 < RANDOMIZED_MIN_FLOPS:
+            return "exact"
+        k = self._resolve_n_components(m, what="n_output_features")
+        return "randomized" if m >= 4 * self._sketch_width(k, m) else "exact"
 
     def _sketch_width(self, k: int, m: int) -> int:
         """q = min(m, 2 k + oversamples) columns of the randomized solver's test matrix."""
@@ -310,7 +330,8 @@ class RandomFeatureKPCA(BaseKPCA):
         first = source.head()
         fmap, rng = init_feature_map(self, first)
         m = fmap.n_output_features
-        if self.solver == "exact":
+        solver = self._choose_solver(source.n_samples, m)
+        if solver == "exact":
             shift = feature_shift(first, fmap)
             moments, diag_sum = reduce_with_diag_sum(
                 source, self.kernel_, feature_moments, FeatureMoments.merge, fmap, shift
@@ -318,12 +339,13 @@ class RandomFeatureKPCA(BaseKPCA):
             n, mean = moments.n, moments.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")
             vals, comps = rf_kpca_exact(moments, k, rng=rng)
-        elif self.solver == "randomized":
+        elif solver == "randomized":
             # The test matrix is drawn after the features (as the countsketch hash), so the
             # features stay those of StreamingKPCA / solver="exact" for the same random_state.
             k = self._resolve_n_components(m, what="n_output_features")
-            T = test_matrix(m, self._sketch_width(k, m), rng)
-            shift = feature_shift(first, fmap)
+            Z_first = head_features(first, fmap)
+            shift = feature_shift(first, fmap, Z_first)
+            T = informed_test_matrix(Z_first, self._sketch_width(k, m), rng)
             sketch, diag_sum = reduce_with_diag_sum(
                 source,
                 self.kernel_,
@@ -359,6 +381,7 @@ class RandomFeatureKPCA(BaseKPCA):
             )
             vals, comps = vals[:k], comps[:k]
             diag_sum = constant_diag_sum(self.kernel_, n, self.n_features_in_)
+        self.solver_ = solver
         self.feature_map_ = fmap
         self.n_output_features_ = m
         self.n_samples_seen_ = int(n)
@@ -392,7 +415,8 @@ class RandomFeatureKPCA(BaseKPCA):
         k = self.n_components or DEFAULT_N_COMPONENTS
         start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
         sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
-        if kind in ("rff", "orf") and self.solver == "exact":
+        grows = kind in ("rff", "orf") and self.solver in ("exact", "auto")
+        if grows:
             grown = GrowingFourierMoments(kind)
 
             def fit_at(m):
@@ -420,7 +444,8 @@ class RandomFeatureKPCA(BaseKPCA):
                 return adopt_fitted(self, fixed.fit(X))
 
         _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
-        if kind in ("rff", "orf") and self.solver == "exact":
+        if grows:
+            self.solver_ = "exact"
             # What fit does after its solver, once for the chosen size (rff / orf kernels are
             # shift-invariant: the diagonal sum is n k(0)).
             self._finish_fit(

@@ -40,7 +40,14 @@ import scipy.linalg as la
 
 from ..solvers import flip_signs, one_blas_thread
 
-__all__ = ["ScatterSketch", "scatter_sketch", "merged", "test_matrix", "fixed_rank_psd"]
+__all__ = [
+    "ScatterSketch",
+    "scatter_sketch",
+    "merged",
+    "test_matrix",
+    "informed_test_matrix",
+    "fixed_rank_psd",
+]
 
 
 @dataclass
@@ -213,6 +220,58 @@ def test_matrix(p: int, q: int, rng) -> np.ndarray:
 
 
 test_matrix.__test__ = False  # type: ignore[attr-defined]  # not a pytest test when imported
+
+
+def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.ndarray:
+    """A (p, q) test matrix with orthonormal columns: half Gaussian, half the leading principal
+    axes of a sample of the rows being sketched.
+
+    The Nystrom approximation ``Y (T^T Y)^+ Y^T`` of a PSD matrix S grows with the range of T
+    (it is the compression of S onto range(S^(1/2) T), and a larger range only adds to it) and
+    stays dominated by S, so adding columns to Tropp et al.'s Gaussian test matrix keeps its
+    guarantee for the Gaussian half, ``q // 2`` columns.  The other ``q - q // 2`` columns are
+    the leading right singular vectors of the centered sample (e.g. the first row block, which
+    a one-pass fit reads first anyway): when the sample is representative they approximate S's
+    top eigenvectors, and the sketch then recovers those nearly exactly, where a Gaussian T of
+    the same width leaves a large bias on the slowly decaying spectra of kernel features
+    (measured on RandomNoisy, n = 2e5, m = 1000, k = 10, q = 30: eigenvalues 0.2-0.6% below
+    the exact covariance's against 17-28% with a Gaussian T, held-out relative rank-k error
+    1.0259 against 1.0758, exact 1.0261; ``tests/test_covariance_sketch.py``).
+
+    The axes come from a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.4)
+    with ``power_iterations`` subspace iterations and 10 extra columns, then Rayleigh-Ritz:
+    ``O(b p (q + 10) power_iterations)`` for b sample rows, small next to the pass (with 2
+    iterations the axes were too rough: eigenvalues 0.6-0.9% low; with 4-6 as good as an
+    exact eigendecomposition of the sample).
+
+    Parameters
+    ----------
+    rows : (b, p) array
+        The sample; centered here (in float64).
+    q : int
+        Columns, ``1 <= q <= p``.
+    rng : numpy.random.Generator or seed
+    power_iterations : int
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    p = rows.shape[1]
+    if not 1 <= q <= p:
+        raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
+    rng = np.random.default_rng(rng)
+    n_data = min(q - q // 2, rows.shape[0])
+    columns = [rng.standard_normal((p, q - n_data))]
+    if n_data > 0:
+        A = rows - rows.mean(axis=0)
+        with one_blas_thread():  # thin products and QRs: threads cost more than they save
+            Q, _ = np.linalg.qr(A.T @ (A @ rng.standard_normal((p, min(p, n_data + 10)))))
+            for _ in range(power_iterations):
+                Q, _ = np.linalg.qr(A.T @ (A @ Q))
+            B = A @ Q
+            _, V = np.linalg.eigh(B.T @ B)
+            columns.insert(0, Q @ V[:, ::-1][:, :n_data])
+    with one_blas_thread():
+        T, _ = np.linalg.qr(np.hstack(columns))
+    return T
 
 
 def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):
