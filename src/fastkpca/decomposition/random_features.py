@@ -112,6 +112,15 @@ def _merge_sketches(a, b, T):
     return ScatterSketch.merge(a, b, T)
 
 
+def _shift_and_test_matrix(X_first, fmap, q, rng):
+    """The randomized solver's shift and (m, q) test matrix, both from the first feature block
+    (:func:`~fastkpca.statistics.feature_moments.head_features`), which is freed before the
+    pass: the feature mean, and half Gaussian, half that block's leading principal axes
+    (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`)."""
+    Z_first = head_features(X_first, fmap)
+    return feature_shift(X_first, fmap, Z_first), informed_test_matrix(Z_first, q, rng)
+
+
 def constant_diag_sum(kernel, n_samples, n_features):
     """``sum_i k(x_i, x_i) = n k(0)`` for a shift-invariant kernel (no pass needed); nan else."""
     if not getattr(kernel, "shift_invariant", False):
@@ -343,9 +352,7 @@ class RandomFeatureKPCA(BaseKPCA):
             # The test matrix is drawn after the features (as the countsketch hash), so the
             # features stay those of StreamingKPCA / solver="exact" for the same random_state.
             k = self._resolve_n_components(m, what="n_output_features")
-            Z_first = head_features(first, fmap)
-            shift = feature_shift(first, fmap, Z_first)
-            T = informed_test_matrix(Z_first, self._sketch_width(k, m), rng)
+            shift, T = _shift_and_test_matrix(first, fmap, self._sketch_width(k, m), rng)
             sketch, diag_sum = reduce_with_diag_sum(
                 source,
                 self.kernel_,

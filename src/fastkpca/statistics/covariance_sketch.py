@@ -246,14 +246,16 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
 
     Parameters
     ----------
-    rows : (b, p) array
-        The sample; centered here (in float64).
+    rows : (b, p) float32 or float64 array
+        The sample; centered here, in its precision.
     q : int
         Columns, ``1 <= q <= p``.
     rng : numpy.random.Generator or seed
     power_iterations : int
     """
-    rows = np.asarray(rows, dtype=np.float64)
+    rows = np.asarray(rows)
+    if rows.dtype not in (np.float32, np.float64):
+        rows = rows.astype(np.float64)
     p = rows.shape[1]
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
@@ -261,14 +263,17 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     n_data = min(q - q // 2, rows.shape[0])
     columns = [rng.standard_normal((p, q - n_data))]
     if n_data > 0:
-        A = rows - rows.mean(axis=0)
+        # In the rows' precision (float32 features: half the memory of a float64 copy; these
+        # are directions to sketch along, not results, so float32 rounding does not matter).
+        A = rows - rows.mean(axis=0, dtype=np.float64).astype(rows.dtype)
+        G = rng.standard_normal((p, min(p, n_data + 10))).astype(rows.dtype)
         with one_blas_thread():  # thin products and QRs: threads cost more than they save
-            Q, _ = np.linalg.qr(A.T @ (A @ rng.standard_normal((p, min(p, n_data + 10)))))
+            Q, _ = np.linalg.qr(A.T @ (A @ G))
             for _ in range(power_iterations):
                 Q, _ = np.linalg.qr(A.T @ (A @ Q))
-            B = A @ Q
+            B = (A @ Q).astype(np.float64)
             _, V = np.linalg.eigh(B.T @ B)
-            columns.insert(0, Q @ V[:, ::-1][:, :n_data])
+            columns.insert(0, Q.astype(np.float64) @ V[:, ::-1][:, :n_data])
     with one_blas_thread():
         T, _ = np.linalg.qr(np.hstack(columns))
     return T
