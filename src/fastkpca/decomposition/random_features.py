@@ -17,12 +17,17 @@ The fit is one pipeline for arrays, streams of blocks and dask arrays: the sourc
     exact PCA of the features.
 ``solver="randomized"``
     Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3: one pass accumulates the sketch
-    ``Zc^T Zc T`` of the covariance against a fixed m x q Gaussian test matrix T with orthonormal
-    columns (:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch`, mergeable), and
-    :func:`~fastkpca.statistics.feature_moments.rf_kpca_randomized` recovers the top-k
-    eigenpairs from its Nystrom approximation: O(n (d m + m q)) time, O(m q) memory; the
-    covariance is never formed.  An approximation of the exact solver's eigenpairs (eigenvalues
-    below them: measured 7-14% at the default q = 2 k + 10, 1-2.5% at q = 2 k + 50).
+    ``Zc^T Zc T`` of the covariance against a fixed m x q test matrix T with orthonormal columns,
+    half Gaussian and half the first block's leading feature axes
+    (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`), chunk by chunk while
+    the features are in cache (:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch`,
+    mergeable), and :func:`~fastkpca.statistics.feature_moments.rf_kpca_randomized` recovers
+    the top-k eigenpairs from its Nystrom approximation: O(n (d m + m q)) time, O(m q) memory;
+    the covariance is never formed.  An approximation of the exact solver's eigenpairs
+    (eigenvalues at most theirs: measured 0.2-0.6% below at the default q = 2 k + 10).
+``solver="auto"`` (default)
+    ``randomized`` where the covariance would cost more than twice the sketch and at least 1e9
+    flops, else ``exact``.
 ``solver="countsketch"``
     Musco & Woodruff (2017, section 3.2):
     :func:`~fastkpca.statistics.feature_countsketch.rf_kpca_countsketch`, a t x m CountSketch of
@@ -163,23 +168,29 @@ class RandomFeatureKPCA(BaseKPCA):
         The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
         matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
         (:func:`fastkpca.features.resolve_features`).
-    solver : {"exact", "randomized", "countsketch"}
+    solver : {"auto", "exact", "randomized", "countsketch"}
         ``exact``: PCA of the accumulated m x m feature covariance, O(n m^2) time.
         ``randomized``: one pass, Tropp et al.'s fixed-rank PSD approximation of that covariance
-        from its sketch against q = min(m, 2 k + oversamples) random directions, O(n m q)
-        time; its eigenvalues are those of a Nystrom approximation, below the exact solver's
-        (measured on RandomNoisy, m = 600, k = 5: 7-14% below with the default
-        ``oversamples=10``, 1-2.5% with ``oversamples=50``; the held-out relative rank-k error
-        1.8-3.5% and 0-0.3% from the exact solver's).  ``total_variance_`` does not depend on
-        the solver, so ``explained_variance_ratio_`` is biased low by the same factor.
-        ``exact`` is the default: measured on RandomNoisy, n = 10^6, d = 100, float64 input,
-        m = 1000, k = 10 (benchmarks/bench_random_features.py, each fit in its own process,
-        shared 2-core machine) it took 22.5 s (0.17x scikit-learn's RBFSampler + PCA, 135.6 s;
-        2.2x the 10.1 s of computing the features once) at a held-out relative rank-k error of
-        1.025 (scikit-learn 1.087), where ``randomized`` took 10.8 s (0.08x; 1.07x the
-        features) at 1.083 with eigenvalues 24-38% below the exact solver's: the faster
-        solver matches scikit-learn's accuracy, the default keeps the features' best and
-        reports true eigenvalues.
+        from its sketch against q = min(m, 2 k + oversamples) directions, O(n m q) time, the
+        covariance never formed.  Half the directions are Gaussian (the paper's test matrix,
+        whose guarantee they keep), half the leading principal axes of the first block's
+        features (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`).  Its
+        eigenvalues are those of a Nystrom approximation, never above the exact solver's:
+        measured on RandomNoisy (n = 2e5, d = 100, m = 1000, k = 10, q = 30) 0.2-0.6% below,
+        with a held-out relative rank-k error of 1.0259 against 1.0261 for ``exact``
+        (a Gaussian test matrix alone: 17-28% below, 1.0758).  ``total_variance_`` does not
+        depend on the solver, so ``explained_variance_ratio_`` is biased low by the same
+        factor.  The informed half assumes the first block is like the rest; where it is not,
+        the sketch degrades towards the Gaussian one: rows sorted along their leading
+        principal direction (n = 4e4, otherwise as above) gave eigenvalues 0.5-4% below and a
+        held-out error of 1.039 against 1.026; ask for ``exact`` (or more ``oversamples``)
+        when the order of the rows carries a trend.
+        ``auto`` (default): ``randomized`` when its sketch is at least twice cheaper than the
+        covariance (``m >= 4 q``) and the covariance would cost at least 1e9 flops
+        (``n m^2 / 2``; a stream of unknown length counts as large), else ``exact``; a float
+        ``n_components`` always takes ``exact``.  ``solver_`` says which ran.  Measured
+        (``benchmarks/bench_goals.py``, RandomNoisy, n = 10^6, d = 100, float64 input,
+        m = 1000, k = 10, each fit in its own process): see the README's benchmark table.
         ``countsketch``: a CountSketch of the random features then Rayleigh-Ritz, the low-rank
         step of Musco & Woodruff (2017, section 3.2); the features themselves are computed
         exactly, O(nnz(X) m + n m) per pass, not in the paper's input-sparsity time (see
@@ -221,6 +232,9 @@ class RandomFeatureKPCA(BaseKPCA):
         (``solver="randomized"``: of its Nystrom approximation, see ``solver``).
     components_ : (n_components, n_output_features_) principal axes in feature space.
     mean_ : (n_output_features_,) the training features' mean.
+    solver_ : str
+        The solver that ran, ``"exact"``, ``"randomized"`` or ``"countsketch"`` (``solver="auto"``
+        resolved).
     feature_map_ : the drawn :class:`fastkpca.features.FeatureMap`.
     kernel_ : the resolved Kernel.
     n_output_features_ : int, m.
