@@ -576,16 +576,23 @@ class NystromKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """``(N k(L, x) - mean_) @ components_.T``, in kernel blocks; z never materialises:
+        """``(N k(L, x) - mean_) @ components_.T``, in small chunks of float64 kernel rows on
+        all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
         ``(N k - mean) . u = k . (N^T u) - mean . u``."""
         dtype = np.float32 if X.dtype == np.float32 else np.float64
         projection = self.normalization_.T @ self.components_.T
         offset = self.mean_ @ self.components_.T
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        for start, stop, K in self.kernel_.blocks(X, self.landmarks_):
+
+        def project(state, start, stop, K):
             out[start:stop] = K @ projection - offset
-            del K  # free this block before the generator computes the next one
+
+        self.kernel_.fold_rows(X, self.landmarks_, project, _no_state)
         return out
+
+
+def _no_state():
+    return None
 
 
 def _is_fraction_like(k) -> bool:
