@@ -53,18 +53,25 @@ Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     pass over the data after the landmarks are chosen.  Every landmark method stores its weights
     in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
 
-Performance notes (c = 1000, d = 100, float64 input, one 11,000-row block, one core)
-    Measured under a load average of ~8 on the 2-core machine.  The SYRK of ``"exact"`` takes
-    0.92 s, the float64 kernel block 0.5 s (0.27 s the ``x . l`` GEMM, 0.16 s the exp), the sketch
-    of ``"randomized"`` (q = 60) 0.22 s in float64 and 0.11 s in float32.  float32 kernel blocks
-    (:meth:`fastkpca.kernels.Kernel.blocks` with ``dtype=float32``: GEMM 0.11 s, exp 0.08 s) are
-    used by ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening
-    (``||N||_F``, 100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769),
-    stays below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
-    way.  ``"exact"`` keeps float64 rows: its SYRK dominates, and a float32 SYRK's round-off in S
-    would be amplified by up to ``1 / floor``.  The small dense LAPACK calls run with one BLAS
-    thread: on a busy machine idle threads' spin-waits made a 1000 x 1000 ``eigh`` 15x slower, and a
-    4769 x 30 QR took 1.1 s instead of milliseconds.
+Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine)
+    The randomized pass is one :meth:`~fastkpca.kernels.Kernel.fold_rows` per row block: each
+    core takes a contiguous share of 256-row chunks and, while a chunk (1 MiB of float32 kernel
+    rows) is in cache, runs the distance GEMM (2.4 us a row on one core), ``exp`` (1.4 us; numpy
+    runs it on one core, hence threads over chunks rather than a threaded BLAS), the row
+    preparation and the shift (0.5 us) and the sketch's two products (3.3 us): about 7.6 us a
+    row per core, the GEMMs near the single-thread SGEMM rate (~80 GFLOP/s).  At n = 10^6 the
+    fit took 8.7-10.5 s of CPU (9.5 s wall with other processes on the machine) where kernel
+    blocks with a one-threaded ``exp`` and element-wise passes over 44 MB blocks, then the
+    sketch, took 25.5 s.  The c x c work (W, its pivoted Cholesky and inverse, the test matrix,
+    the fixed-rank solve) took 0.2 s together.  float32 kernel rows are used by
+    ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening (``||N||_F``,
+    100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769), stays
+    below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
+    way.  ``"exact"`` keeps float64 rows (threaded :meth:`~fastkpca.kernels.Kernel.blocks`,
+    then a SYRK per block, which dominates: 0.92 s per 11,000-row block on one core); a
+    float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  The small dense
+    LAPACK calls run with one BLAS thread: on a busy machine idle threads' spin-waits made a
+    1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30 QR took 1.1 s instead of milliseconds.
 """
 
 from __future__ import annotations
