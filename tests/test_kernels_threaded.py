@@ -111,6 +111,12 @@ def test_wide_landmarks_and_huge_rows_take_the_float64_path():
     Xh[7] = 1e20
     K32 = _stack(fk.RBF(0.5), Xh, X[:30], dtype=np.float32)
     assert np.all(np.isfinite(K32)) and np.all(K32[7] == 0.0)
+    # Coordinates beyond float32's range with a tiny gamma (gamma |x - c|^2 small, but the
+    # float32 row would be inf): the float64 path, which gets them right.
+    Xt = X.copy()
+    Xt[3] = 1e40
+    K32 = _stack(fk.RBF(1e-82), Xt, X[:30], dtype=np.float32)
+    np.testing.assert_allclose(K32, _reference(Xt, X[:30], 1e-82), rtol=6e-8, atol=0)
     # ... and rows beyond float64's range the ValueError of the float64 kernel.
     Xh[7] = 1e200
     with pytest.raises(ValueError, match="too large"):

@@ -393,9 +393,10 @@ class _Radial(Kernel):
         return np.ones(X.shape[0], dtype=result_dtype(X))
 
 
-#: ``gamma |x - c|^2`` above which :meth:`RBF._block32` takes the float64 path: with the columns
-#: within FLOAT32_MAX_SPREAD every term of its float32 GEMM stays far below float32's 3.4e38.
-_MAX_EXPONENT32 = 1e30
+#: ``max(|x - c|^2, gamma |x - c|^2)`` above which :meth:`RBF._block32` takes the float64 path:
+#: below it the rows' float32 coordinates are finite and, with the columns within
+#: FLOAT32_MAX_SPREAD, every term of the float32 GEMM stays far below float32's 3.4e38.
+_MAX_SQ_NORM32 = 1e30
 
 
 class RBF(_Radial):
@@ -448,15 +449,14 @@ class RBF(_Radial):
         Xs = np.asarray(Xc, dtype=np.float64) - center
         d = Xs.shape[1]
         x_sq = np.einsum("ij,ij->i", Xs, Xs)
-        x_sq *= -self.gamma
-        if not np.min(x_sq, initial=0.0) >= -_MAX_EXPONENT32:
+        if not np.max(x_sq, initial=0.0) * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
             # Rows far enough to overflow the float32 GEMM (or not finite): the float64 block,
             # which raises the ValueError of overflowing rows.
             return Kernel._block32(self, Xc, Y, prepared, out)
         A = np.empty((Xs.shape[0], d + 2), dtype=np.float32)
         A[:, :d] = Xs
         A[:, d] = 1.0
-        A[:, d + 1] = x_sq
+        np.multiply(x_sq, -self.gamma, out=A[:, d + 1], casting="same_kind")
         np.matmul(A, B, out=out)
         # No clamp of the exponent at 0 (the float64 path's ``max(D, 0)``): a rounding-positive
         # exponent is within the bound above, so K exceeds 1 by at most FLOAT32_BLOCK_ATOL, and
