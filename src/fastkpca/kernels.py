@@ -234,7 +234,8 @@ class Kernel:
         ----------
         X, Y : arrays (X may be sparse)
         step : callable ``step(state, start, stop, K)``, called from the worker threads; it may
-            write to shared arrays only at its own rows ``start:stop``
+            write to shared arrays only at its own rows ``start:stop``, and must not start
+            threaded work of its own (the caller holds the BLAS limit's lock meanwhile)
         init : callable returning a new state
         dtype : None or np.float32, as for :meth:`blocks`
 
