@@ -19,9 +19,11 @@ The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(
 Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
 
 Gram blocks are computed in row chunks whose size comes from a memory budget
-(:data:`WORKING_MEMORY_MB`).  float32 input gives float32 output, but squared distances are
-accumulated in float64: ``|x|^2 + |y|^2 - 2 x.y`` cancels catastrophically in float32 for
-nearby points (the same reason ``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
+(:data:`WORKING_MEMORY_MB`); :meth:`Kernel.blocks` and :meth:`Kernel.fold_rows` fill them on all
+cores, in chunks of about 1 MiB that stay in cache (numpy's ``exp`` runs on one core).
+float32 input gives float32 output, but squared distances are accumulated in float64: ``|x|^2 +
+|y|^2 - 2 x.y`` cancels catastrophically in float32 for nearby points (the same reason
+``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
 """
 
 from __future__ import annotations
