@@ -19,15 +19,18 @@ The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(
 Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
 
 Gram blocks are computed in row chunks whose size comes from a memory budget
-(:data:`WORKING_MEMORY_MB`).  float32 input gives float32 output, but squared distances are
-accumulated in float64: ``|x|^2 + |y|^2 - 2 x.y`` cancels catastrophically in float32 for
-nearby points (the same reason ``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
+(:data:`WORKING_MEMORY_MB`); :meth:`Kernel.blocks` and :meth:`Kernel.fold_rows` fill them on all
+cores, in chunks of about 1 MiB that stay in cache (numpy's ``exp`` runs on one core).
+float32 input gives float32 output, but squared distances are accumulated in float64: ``|x|^2 +
+|y|^2 - 2 x.y`` cancels catastrophically in float32 for nearby points (the same reason
+``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,10 +53,23 @@ __all__ = [
 #: Memory budget (in MiB) for one Gram row chunk and its float64 temporaries.
 WORKING_MEMORY_MB = 256
 
-#: Bound on ``|K32 - K64|`` of an rbf block computed in float32 (``Kernel.blocks(dtype=float32)``)
-#: for rows with ``gamma |x - centre|^2 <= 10``: the exponent's rounding (above) times the
-#: kernel value, plus float32's own rounding of the value; tested in tests/test_kernels.py.
+#: Bound on ``|K32 - K64|`` of an rbf block computed in float32 (``Kernel.blocks(dtype=float32)``):
+#: the exponent's rounding (:meth:`RBF._block32`) times the kernel value, plus float32's own
+#: rounding of the value.  It holds for any rows when the landmarks' spread ``gamma |y -
+#: centre|^2`` is at most :data:`FLOAT32_MAX_SPREAD` (wider landmarks get float64 blocks,
+#: rounded); tested in tests/test_kernels_float32.py.
 FLOAT32_BLOCK_ATOL = 1e-5
+
+#: Largest ``gamma |y - centre|^2`` of the columns' rows (the landmarks) for which rbf blocks are
+#: computed in float32 (see :meth:`RBF._block32` for why only the columns' spread matters).
+FLOAT32_MAX_SPREAD = 10.0
+
+#: Bytes of one row chunk of the threaded kernel rows (:meth:`Kernel.fold_rows`): about 1 MiB,
+#: so that a chunk stays in cache from its GEMM through ``exp`` to the caller's products.
+KERNEL_CHUNK_BYTES = 2**20
+
+#: The fewest rows per chunk (thinner GEMMs lose efficiency; c > 8192 columns then exceed 1 MiB).
+KERNEL_CHUNK_MIN_ROWS = 32
 
 
 def chunk_rows(
@@ -67,6 +83,12 @@ def chunk_rows(
     budget = (working_memory_mb or WORKING_MEMORY_MB) * 2**20
     per_row = max(1, n_cols) * itemsize * n_temporaries
     return int(max(1, budget // per_row))
+
+
+def kernel_chunk_rows(n_cols: int, itemsize: int) -> int:
+    """Rows per chunk of the threaded kernel rows: :data:`KERNEL_CHUNK_BYTES` of ``n_cols``
+    values (256 rows of 1000 float32 values), at least :data:`KERNEL_CHUNK_MIN_ROWS`."""
+    return max(KERNEL_CHUNK_MIN_ROWS, KERNEL_CHUNK_BYTES // (max(1, n_cols) * itemsize))
 
 
 def _as_float64(X):
@@ -175,17 +197,84 @@ class Kernel:
         ``dtype=np.float32`` yields float32 blocks instead (whatever X's dtype), for callers
         whose own error dwarfs float32 rounding: the rbf kernel then computes them in float32
         (:meth:`RBF._block32`, about twice as fast; entries within :data:`FLOAT32_BLOCK_ATOL`
-        of the float64 ones for data of moderate ``gamma * spread``), the other kernels in
-        float64, rounded.
+        of the float64 ones), the other kernels in float64, rounded.  Each block is filled in
+        small row chunks on all cores, as :meth:`fold_rows` computes them.
         """
         Y = X if Y is None else Y
-        low = dtype is not None and np.dtype(dtype) == np.float32
+        low = _is_float32(dtype)
         ctx = self._prepare32(Y) if low else self._prepare(Y)
-        block = self._block32 if low else self._block
+        out_dtype = np.float32 if low else np.float64
         for start, stop in self.iter_chunks(
             X.shape[0], Y.shape[0], working_memory_mb=working_memory_mb
         ):
-            yield start, stop, _check_finite_block(block(X[start:stop], Y, ctx))
+            out = np.empty((stop - start, Y.shape[0]), dtype=out_dtype)
+            Xb = X[start:stop]
+            if not self.parallel_safe:
+                self._chunk(Xb, Y, ctx, low, out)
+            else:
+
+                def fill(s, e, out=out, Xb=Xb):
+                    self._chunk(Xb[s:e], Y, ctx, low, out[s:e])
+
+                _map_chunks(stop - start, kernel_chunk_rows(Y.shape[0], out.itemsize), fill)
+            yield start, stop, out
+
+    def fold_rows(self, X, Y, step: Callable, init: Callable, *, dtype=None) -> list:
+        """Fold ``step(state, start, stop, K)`` over small row chunks of ``K = k(X, Y)`` in threads.
+
+        The rows are split into chunks of :func:`kernel_chunk_rows` rows (about 1 MiB), and the
+        chunks into one contiguous share per core, each run by a thread with BLAS held to one
+        thread (:func:`fastkpca.features._map_row_chunks`).  A thread computes its chunks into
+        one buffer of its own and hands each to ``step`` with the state ``init()`` made for its
+        share, while the chunk is still in cache: numpy's ``exp`` and element-wise steps run on
+        one core, so threads over chunks make every step parallel, and a chunk's GEMM and the
+        caller's products on it never go through main memory.  ``K`` is overwritten by the next
+        chunk after ``step`` returns (``step`` may modify it).  Kernels that are not
+        :attr:`parallel_safe` run in the calling thread, in blocks of the memory budget.
+
+        Parameters
+        ----------
+        X, Y : arrays (X may be sparse)
+        step : callable ``step(state, start, stop, K)``, called from the worker threads; it may
+            write to shared arrays only at its own rows ``start:stop``, and must not start
+            threaded work of its own (the caller holds the BLAS limit's lock meanwhile)
+        init : callable returning a new state
+        dtype : None or np.float32, as for :meth:`blocks`
+
+        Returns
+        -------
+        list of the shares' states in row order: merged in that order they give the same result
+        run after run (the shares depend only on the row count and ``os.cpu_count()``).
+        """
+        low = _is_float32(dtype)
+        ctx = self._prepare32(Y) if low else self._prepare(Y)
+        out_dtype = np.float32 if low else np.float64
+        n, m = X.shape[0], Y.shape[0]
+        if not self.parallel_safe:
+            state = init()
+            for start, stop in self.iter_chunks(n, m):
+                K = np.empty((stop - start, m), dtype=out_dtype)
+                self._chunk(X[start:stop], Y, ctx, low, K)
+                step(state, start, stop, K)
+                del K  # free this block before the next one is computed
+            return [state]
+        rows = kernel_chunk_rows(m, np.dtype(out_dtype).itemsize)
+        n_chunks = -(-n // rows)
+        n_shares = max(1, min(os.cpu_count() or 1, n_chunks))
+        bounds = [(n_chunks * i // n_shares) * rows for i in range(n_shares)] + [n]
+        states: list = [None] * n_shares
+
+        def share(i, _):
+            state, buffer = init(), np.empty((rows, m), dtype=out_dtype)
+            for start in range(bounds[i], bounds[i + 1], rows):
+                stop = min(bounds[i + 1], start + rows)
+                K = buffer[: stop - start]
+                self._chunk(X[start:stop], Y, ctx, low, K)
+                step(state, start, stop, K)
+            states[i] = state
+
+        _map_chunks(n_shares, 1, share)  # one "row" per share: each runs on its own thread
+        return states
 
     @staticmethod
     def iter_chunks(n_rows, n_cols, *, working_memory_mb=None):
@@ -216,6 +305,11 @@ class Kernel:
         """A JSON-serialisable description; ``make_kernel(**config)`` rebuilds the kernel."""
         return {"kernel": self.name, **self.get_params()}
 
+    #: Whether :meth:`blocks` and :meth:`fold_rows` may call ``_block`` from several threads at
+    #: once: True for the kernels of this module (numpy / scipy ufuncs only), False by default
+    #: (e.g. user callables, which run in the calling thread).
+    parallel_safe = False
+
     # --- internals ----------------------------------------------------------------------------
     _exact_diag_one = False
 
@@ -228,8 +322,16 @@ class Kernel:
     def _prepare32(self, Y):
         return self._prepare(Y)
 
-    def _block32(self, Xc, Y, ctx) -> np.ndarray:
-        return self._block(Xc, Y, ctx).astype(np.float32)
+    def _block32(self, Xc, Y, ctx, out) -> None:
+        """Write the float32 block into ``out``: here the float64 block, rounded."""
+        out[...] = _check_finite_block(self._block(Xc, Y, ctx))
+
+    def _chunk(self, Xc, Y, ctx, low, out) -> None:
+        """Write the block ``k(Xc, Y)`` into ``out``: float32 (``_block32``) or float64."""
+        if low:
+            self._block32(Xc, Y, ctx, out)
+        else:
+            out[...] = _check_finite_block(self._block(Xc, Y, ctx))
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -240,6 +342,19 @@ class Kernel:
 
     def __hash__(self):
         return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
+
+
+def _is_float32(dtype) -> bool:
+    return dtype is not None and np.dtype(dtype) == np.float32
+
+
+def _map_chunks(n: int, rows: int, fn) -> None:
+    """``fn(start, stop)`` over chunks of ``rows`` rows of ``[0, n)``, a contiguous share per
+    core, BLAS on one thread each (:func:`fastkpca.features._map_row_chunks`)."""
+    # Imported here: fastkpca.features imports this module.
+    from .features import _map_row_chunks
+
+    _map_row_chunks(n, fn, chunk_rows=rows)
 
 
 def result_dtype(X, Y=None):
@@ -261,6 +376,7 @@ def _check_positive(name, value, *, allow_zero=False):
 class _Radial(Kernel):
     """Kernels that are a function of the squared Euclidean distance."""
 
+    parallel_safe = True
     shift_invariant = True
     _exact_diag_one = True
 
@@ -280,6 +396,12 @@ class _Radial(Kernel):
         return np.ones(X.shape[0], dtype=result_dtype(X))
 
 
+#: ``max(|x - c|^2, gamma |x - c|^2)`` above which :meth:`RBF._block32` takes the float64 path:
+#: below it the rows' float32 coordinates are finite and, with the columns within
+#: FLOAT32_MAX_SPREAD, every term of the float32 GEMM stays far below float32's 3.4e38.
+_MAX_SQ_NORM32 = 1e30
+
+
 class RBF(_Radial):
     """Gaussian kernel ``exp(-gamma ||x - y||^2)``; gamma = 1 / (2 sigma^2)."""
 
@@ -290,34 +412,59 @@ class RBF(_Radial):
         return np.exp(D2, out=D2)
 
     def _prepare32(self, Y):
+        """Y centered at its mean, as the float32 right factor of :meth:`_block32`'s GEMM.
+
+        ``B = [2 gamma (Y - centre)^T; -gamma |y - centre|^2; 1]`` ((d + 2) x m), or None (then
+        float64 blocks, rounded) for sparse Y or columns wider than :data:`FLOAT32_MAX_SPREAD`.
+        """
+        prepared = self._prepare(Y)
         if sp.issparse(Y):
-            return None, None, None, self._prepare(Y)
+            return None, None, prepared
         Yd = np.asarray(Y, dtype=np.float64)
         center = Yd.mean(axis=0)
-        Yc = (Yd - center).astype(np.float32)
-        return center, Yc, np.einsum("ij,ij->i", Yc, Yc), self._prepare(Y)
+        Yc = Yd - center
+        y_sq = np.einsum("ij,ij->i", Yc, Yc) * self.gamma
+        if not np.max(y_sq, initial=0.0) <= FLOAT32_MAX_SPREAD:  # (nan: also float64)
+            return None, None, prepared
+        d = Yd.shape[1]
+        B = np.empty((d + 2, Yd.shape[0]), dtype=np.float32)
+        B[:d] = (2.0 * self.gamma) * Yc.T
+        B[d] = -y_sq
+        B[d + 1] = 1.0
+        return center, B, prepared
 
-    def _block32(self, Xc, Y, ctx):
-        """The block in float32: distances of rows centered at Y's mean, then ``exp``.
+    def _block32(self, Xc, Y, ctx, out):
+        """The block in float32 into ``out``: ``-gamma |x - y|^2`` from one GEMM, then ``exp``.
 
         Distances are shift-invariant, so both sides are centered at the mean of Y (in float64,
-        then rounded): ``|x|^2 + |y|^2 - 2 x.y`` then cancels only relative to the rows' spread
-        about that centre, not their offset, and the float32 GEMM's rounding in ``gamma D`` is
-        about ``4 eps32 gamma max(|x - centre|^2, |y - centre|^2)`` absolute (``2e-7`` per unit
-        of ``gamma |x - centre|^2``).  float32 GEMM and ``exp`` are about twice as fast as
-        float64 (``exp`` has a SIMD path in both).
+        then rounded), and ``[x - c, 1, -gamma |x - c|^2] @ B`` (B from :meth:`_prepare32`) is
+        ``-gamma (|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c))`` with the norms computed in float64
+        and only the GEMM's accumulation in float32: its rounding is about ``eps32`` times the
+        sum of the terms' magnitudes, ``gamma (|x - c| + |y - c|)^2 <= 2 gamma |x - y|^2 + 8 gamma
+        |y - c|^2``, and scaled by the value ``exp(-gamma |x - y|^2)`` the first part stays
+        below ``2 / e`` whatever x: the error of K is bounded by the columns' spread alone
+        (:data:`FLOAT32_MAX_SPREAD`).  float32 GEMM and ``exp`` are about twice as fast as
+        float64, and the chunk stays in cache through both (:meth:`Kernel.fold_rows`).
         """
-        center, Yc, y_sq, prepared = ctx
+        center, B, prepared = ctx
         if center is None or sp.issparse(Xc):
-            return self._block(Xc, Y, prepared).astype(np.float32)
-        Xs = (np.asarray(Xc, dtype=np.float64) - center).astype(np.float32)
-        D = Xs @ Yc.T
-        D *= -2.0
-        D += np.einsum("ij,ij->i", Xs, Xs)[:, None]
-        D += y_sq[None, :]
-        np.maximum(D, 0.0, out=D)
-        D *= np.float32(-self.gamma)
-        return np.exp(D, out=D)
+            return Kernel._block32(self, Xc, Y, prepared, out)
+        Xs = np.asarray(Xc, dtype=np.float64) - center
+        d = Xs.shape[1]
+        x_sq = np.einsum("ij,ij->i", Xs, Xs)
+        if not np.max(x_sq, initial=0.0) * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
+            # Rows far enough to overflow the float32 GEMM (or not finite): the float64 block,
+            # which raises the ValueError of overflowing rows.
+            return Kernel._block32(self, Xc, Y, prepared, out)
+        A = np.empty((Xs.shape[0], d + 2), dtype=np.float32)
+        A[:, :d] = Xs
+        A[:, d] = 1.0
+        np.multiply(x_sq, -self.gamma, out=A[:, d + 1], casting="same_kind")
+        np.matmul(A, B, out=out)
+        # No clamp of the exponent at 0 (the float64 path's ``max(D, 0)``): a rounding-positive
+        # exponent is within the bound above, so K exceeds 1 by at most FLOAT32_BLOCK_ATOL, and
+        # the clamp would cost 5 % of a Nystrom fit's pass.
+        np.exp(out, out=out)
 
     def sample_frequencies(self, n_features, dim, rng):
         # Spectral density of exp(-gamma r^2) is N(0, 2 gamma I) (Rahimi & Recht 2007).
@@ -330,6 +477,7 @@ class Laplacian(Kernel):
     The L1 distance, as ``sklearn.metrics.pairwise.laplacian_kernel``.
     """
 
+    parallel_safe = True
     name = "laplacian"
     shift_invariant = True
     _exact_diag_one = True
@@ -406,6 +554,7 @@ class Matern(_Radial):
 class Polynomial(Kernel):
     """Polynomial kernel ``(gamma <x, y> + coef0)^degree``."""
 
+    parallel_safe = True
     name = "polynomial"
 
     def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0):
@@ -431,6 +580,7 @@ class Polynomial(Kernel):
 class Linear(Kernel):
     """Linear kernel ``<x, y>``."""
 
+    parallel_safe = True
     name = "linear"
 
     def _block(self, Xc, Y, ctx):
@@ -443,6 +593,7 @@ class Linear(Kernel):
 class Cosine(Kernel):
     """Cosine similarity ``<x, y> / (||x|| ||y||)`` (zero rows give 0, as scikit-learn)."""
 
+    parallel_safe = True
     name = "cosine"
 
     @staticmethod
@@ -471,6 +622,7 @@ class Sigmoid(Kernel):
     gamma and coef0, so its centered Gram can have negative eigenvalues.
     """
 
+    parallel_safe = True
     name = "sigmoid"
 
     def __init__(self, gamma: float = 1.0, coef0: float = 1.0):

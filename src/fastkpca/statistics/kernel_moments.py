@@ -53,23 +53,31 @@ Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     pass over the data after the landmarks are chosen.  Every landmark method stores its weights
     in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
 
-Performance notes (c = 1000, d = 100, float64 input, one 11,000-row block, one core)
-    Measured under a load average of ~8 on the 2-core machine.  The SYRK of ``"exact"`` takes
-    0.92 s, the float64 kernel block 0.5 s (0.27 s the ``x . l`` GEMM, 0.16 s the exp), the sketch
-    of ``"randomized"`` (q = 60) 0.22 s in float64 and 0.11 s in float32.  float32 kernel blocks
-    (:meth:`fastkpca.kernels.Kernel.blocks` with ``dtype=float32``: GEMM 0.11 s, exp 0.08 s) are
-    used by ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening
-    (``||N||_F``, 100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769),
-    stays below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
-    way.  ``"exact"`` keeps float64 rows: its SYRK dominates, and a float32 SYRK's round-off in S
-    would be amplified by up to ``1 / floor``.  The small dense LAPACK calls run with one BLAS
-    thread: on a busy machine idle threads' spin-waits made a 1000 x 1000 ``eigh`` 15x slower, and a
-    4769 x 30 QR took 1.1 s instead of milliseconds.
+Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine)
+    The randomized pass is one :meth:`~fastkpca.kernels.Kernel.fold_rows` per row block: each
+    core takes a contiguous share of 256-row chunks and, while a chunk (1 MiB of float32 kernel
+    rows) is in cache, runs the distance GEMM (2.4 us a row on one core), ``exp`` (1.4 us; numpy
+    runs it on one core, hence threads over chunks rather than a threaded BLAS), the row
+    preparation and the shift (0.5 us) and the sketch's two products (3.3 us): about 7.6 us a
+    row per core, the GEMMs near the single-thread SGEMM rate (~80 GFLOP/s).  At n = 10^6 the
+    fit took 8.7-10.5 s of CPU (9.5 s wall with other processes on the machine) where kernel
+    blocks with a one-threaded ``exp`` and element-wise passes over 44 MB blocks, then the
+    sketch, took 25.5 s.  The c x c work (W, its pivoted Cholesky and inverse, the test matrix,
+    the fixed-rank solve) took 0.2 s together.  float32 kernel rows are used by
+    ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening (``||N||_F``,
+    100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769), stays
+    below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
+    way.  ``"exact"`` keeps float64 rows (threaded :meth:`~fastkpca.kernels.Kernel.blocks`,
+    then a SYRK per block, which dominates: 0.92 s per 11,000-row block on one core); a
+    float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  The small dense
+    LAPACK calls run with one BLAS thread: on a busy machine idle threads' spin-waits made a
+    1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30 QR took 1.1 s instead of milliseconds.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +85,7 @@ import scipy.linalg as la
 from scipy.linalg import lapack
 
 from ..solvers import eigh_topk, flip_signs, one_blas_thread
-from .covariance_sketch import ScatterSketch, fixed_rank_psd, merged, scatter_sketch
+from .covariance_sketch import ScatterSketch, fixed_rank_psd, merged
 
 __all__ = [
     "KernelMoments",
@@ -287,18 +295,72 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
     ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
 
-    Each kernel block (``dtype``: float32 blocks are computed and multiplied in float32) costs
-    ``2 c q`` flops a row against the ``c^2 / 2`` of the scatter's SYRK; ``shift`` (a point near
-    the rows' mean, shared by every block) keeps float32 products relative to the rows' spread.
+    Each row block is one :meth:`~fastkpca.kernels.Kernel.fold_rows` pass: every thread computes
+    small chunks of kernel rows (``dtype``: float32 rows are computed and multiplied in float32)
+    and, while a chunk is in cache, adds its products to its own float64 sketch
+    (:func:`_sketch_chunk`), ``2 c q`` flops a row against the ``c^2 / 2`` of the scatter's
+    SYRK; the threads' sketches and block sketches then merge exactly (:func:`_block_sketch`).
+    ``shift`` (a point near the rows' mean, shared by every block) keeps float32 products
+    relative to the rows' spread.  ``working_memory_mb`` is not used (the chunks are about
+    1 MiB, :func:`fastkpca.kernels.kernel_chunk_rows`); it stays for callers that pass it.
     """
-    sketch = ScatterSketch.empty(landmarks.shape[0], T.shape[1])
+    p, q = T.shape
+    low = dtype is not None and np.dtype(dtype) == np.float32
+    row_dtype = np.float32 if low else np.float64
+    # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
+    c = np.asarray(shift, dtype=np.float64).astype(row_dtype)
+    T_rows = T.astype(row_dtype)
+    step = functools.partial(_sketch_chunk, c, T_rows)
+    sketch = ScatterSketch.empty(p, q)
     for block in blocks:
-        for _, _, K in kernel.blocks(
-            block, landmarks, dtype=dtype, working_memory_mb=working_memory_mb
-        ):
-            sketch = sketch.merge(scatter_sketch(K, T, shift, overwrite=True), T)
-            del K  # free this block before the generator computes the next one
+        parts = kernel.fold_rows(
+            block, landmarks, step, functools.partial(_SketchPart, p, q), dtype=row_dtype
+        )
+        part = _block_sketch(parts, block.shape[0], c, T, float(np.finfo(row_dtype).eps))
+        sketch = sketch.merge(part, T)
     return sketch
+
+
+class _SketchPart:
+    """One thread's share of a block sketch: ``[R^T (R T); 1^T R]`` transposed, in float64
+    (``totals``: ``q + 1`` rows of c), over the shifted kernel rows ``R = K - shift`` it saw."""
+
+    def __init__(self, p, q):
+        self.totals = np.zeros((q + 1, p))
+        self.products = None  # its (rows, q + 1) buffer [R T, 1], made on the first chunk
+
+
+def _sketch_chunk(c, T, part: _SketchPart, start, stop, K):
+    """Add a chunk of kernel rows K (overwritten) to a thread's :class:`_SketchPart`.
+
+    ``A = [R T, 1]`` and ``A^T R`` (the transposed product: measured 1.4-1.6x faster than
+    ``R^T A`` with OpenBLAS, :func:`~fastkpca.statistics.covariance_sketch.scatter_sketch`), so
+    the column sums ``1^T R`` come out of the same GEMM as the sketch.
+    """
+    b, q = K.shape[0], T.shape[1]
+    if part.products is None or part.products.shape[0] < b:
+        part.products = np.ones((b, q + 1), dtype=K.dtype)
+    A = part.products[:b]
+    K -= c
+    np.matmul(K, T, out=A[:, :q])
+    part.totals += A.T @ K
+
+
+def _block_sketch(parts, b, c, T, eps) -> ScatterSketch:
+    """The :class:`ScatterSketch` of a block of b rows from its threads' parts.
+
+    With ``R`` the rows shifted by c and ``delta`` their mean, ``sum (r - rbar)(r - rbar)^T =
+    R^T R - b delta delta^T``: the correction uses the sums of the very rows multiplied, so it
+    cancels what they carry (as :func:`~fastkpca.statistics.covariance_sketch.scatter_sketch`).
+    """
+    p, q = T.shape
+    if b == 0:
+        return ScatterSketch.empty(p, q)
+    totals = functools.reduce(operator.add, (part.totals for part in parts))
+    delta = totals[q] / b
+    Y = np.ascontiguousarray(totals[:q].T)
+    Y -= b * np.outer(delta, delta @ T)
+    return ScatterSketch(b, c.astype(np.float64) + delta, Y, eps)
 
 
 def landmark_kernel_sketch(blocks, landmarks, kernel, T, shift, dtype, working_memory_mb=None):
