@@ -27,10 +27,13 @@ fit is recorded: the machine is shared):
     ``StreamingKPCA(n_features=m, sketch_size=20)``.
 ``sklearn_rbf``
     ``make_pipeline(RBFSampler(n_components=m), PCA(k))``.
+``nystrom_floor_chunks``
+    The floor of a Nystrom fit: the n x c float32 kernel rows ``k(x, L)`` (fastkpca's rbf kernel
+    on c given landmarks) computed once, chunk by chunk on both cores and discarded while in
+    cache (``Kernel.fold_rows`` with nothing to do), as the default fit computes them (its
+    ``kernel_row_dtype_`` is float32 here).
 ``nystrom_floor``, ``nystrom_floor_f32``
-    The floor of a Nystrom fit: the n x c kernel rows ``k(x, L)`` computed once, in float64 and
-    in float32 (``Kernel.blocks``, fastkpca's rbf kernel on c given landmarks; discarded).  The
-    default fit uses float32 rows (``kernel_row_dtype_``), so its floor is the float32 one.
+    The same rows written out in blocks (``Kernel.blocks``), in float64 and in float32.
 ``nystrom_default``
     ``NystromKPCA(n_landmarks=c)``.
 ``sklearn_nystroem``
@@ -89,7 +92,7 @@ FLOORS = {
     "streaming": "rf_floor_chunks",
     # NystromKPCA's default (randomized) solver computes float32 rbf kernel rows (its
     # kernel_row_dtype_): its floor is those rows computed once.
-    "nystrom_default": "nystrom_floor_f32",
+    "nystrom_default": "nystrom_floor_chunks",
 }
 
 
@@ -156,6 +159,14 @@ def work_nystrom_floor(data, gamma, dtype="float64"):
     kernel = RBF(gamma)
     dtypes = {str(K.dtype) for _, _, K in kernel.blocks(X, L, dtype=np.dtype(dtype))}
     return {"kernel_dtype": sorted(dtypes)}
+
+
+def work_nystrom_floor_chunks(data, gamma):
+    from fastkpca.kernels import RBF
+
+    X, L = data
+    parts = RBF(gamma).fold_rows(X, L, lambda state, start, stop, K: None, list, dtype=np.float32)
+    return {"threads": len(parts)}
 
 
 def work_estimator(X, cls, **params):
@@ -257,6 +268,13 @@ def runs(args):
             dict(train, c=c),
             work_nystrom_floor,
             {"gamma": gamma, "dtype": "float32"},
+        ),
+        (
+            "nystrom_floor_chunks",
+            load_train_and_landmarks,
+            dict(train, c=c),
+            work_nystrom_floor_chunks,
+            {"gamma": gamma},
         ),
         (
             "nystrom_default",
