@@ -267,16 +267,34 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
         # are directions to sketch along, not results, so float32 rounding does not matter).
         A = rows - rows.mean(axis=0, dtype=np.float64).astype(rows.dtype)
         G = rng.standard_normal((p, min(p, n_data + 10))).astype(rows.dtype)
-        with one_blas_thread():  # thin products and QRs: threads cost more than they save
-            Q, _ = np.linalg.qr(A.T @ (A @ G))
-            for _ in range(power_iterations):
-                Q, _ = np.linalg.qr(A.T @ (A @ Q))
+        Q = G
+        for _ in range(power_iterations + 1):
+            Y = _gram_times(A, Q)
+            with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
+                Q, _ = np.linalg.qr(Y)
+        with one_blas_thread():
             B = (A @ Q).astype(np.float64)
             _, V = np.linalg.eigh(B.T @ B)
             columns.insert(0, Q.astype(np.float64) @ V[:, ::-1][:, :n_data])
     with one_blas_thread():
         T, _ = np.linalg.qr(np.hstack(columns))
     return T
+
+
+def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """``A^T (A Q)``, a contiguous share of A's rows per core (one BLAS thread each: on thin
+    products two one-threaded halves beat a two-threaded BLAS, see :func:`_sketch_products`)."""
+    from ..features import _map_row_chunks, _worker_index
+
+    n_cores = os.cpu_count() or 1
+    parts: dict[int, np.ndarray] = {}
+
+    def share(start, stop):
+        rows = A[start:stop]
+        parts[_worker_index()] = rows.T @ (rows @ Q)
+
+    _map_row_chunks(A.shape[0], share, chunk_rows=max(1, -(-A.shape[0] // n_cores)))
+    return sum(parts[i] for i in sorted(parts))
 
 
 def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):
