@@ -1,15 +1,13 @@
 """The fast shrink of FrequentDirections against exact references.
 
-``buffer_gram`` (the buffer's Gram from its orthogonal sketch rows), ``top_eigh`` (LAPACK's
-eigh steps, top eigenvectors only) and ``_stream_shrink`` (the lean shrink of a sketch's own
-buffer) against ``C @ C.T``, ``scipy.linalg.eigh`` and the general ``_shrink``; and a whole
-stream against the definition of Frequent Directions (``fd_shrink`` whenever the buffer is
-full).
+``buffer_gram`` (the buffer's Gram from its orthogonal sketch rows) and ``_stream_shrink``
+(the lean shrink of a sketch's own buffer) against ``C @ C.T`` and the general ``_shrink``;
+and a whole stream against the definition of Frequent Directions (``fd_shrink`` whenever the
+buffer is full).
 """
 
 import numpy as np
 import pytest
-import scipy.linalg as la
 
 from fastkpca.sketch import (
     FrequentDirections,
@@ -17,7 +15,6 @@ from fastkpca.sketch import (
     _stream_shrink,
     buffer_gram,
     fd_shrink,
-    top_eigh,
 )
 
 # float64 products and eigendecompositions of matrices of norm ||G||: backward errors are a few
@@ -46,27 +43,6 @@ def test_buffer_gram_lower_triangle_is_the_gram(rng):
     assert np.abs(G[:ell, :ell] - np.diag(row_sq)).max() == 0.0
 
 
-@pytest.mark.parametrize("r, n_vectors", [(2, 1), (7, 3), (30, 10), (60, 20), (61, 60), (5, 5)])
-def test_top_eigh_matches_scipy(rng, r, n_vectors):
-    X = rng.standard_normal((r, r + 3))
-    G = X @ X.T
-    G_lower = np.asfortranarray(np.where(np.tri(r, dtype=bool), G, np.nan))  # upper unread
-    lam, U = top_eigh(G_lower, n_vectors)
-    ref_lam, ref_U = la.eigh(G)
-    scale = np.abs(ref_lam).max()
-    np.testing.assert_allclose(lam, ref_lam, rtol=0, atol=TOL * scale)
-    assert U.shape == (r, n_vectors)
-    # orthonormal eigenvectors of the largest eigenvalues: residual and orthogonality at
-    # round-off, and the same vectors as scipy's up to sign (the spectrum is simple: random)
-    top = ref_lam[r - n_vectors :]
-    np.testing.assert_allclose(G @ U - U * top, 0.0, atol=TOL * scale)
-    np.testing.assert_allclose(U.T @ U, np.eye(n_vectors), atol=1e-12)
-    signs = np.sign(np.sum(U * ref_U[:, r - n_vectors :], axis=0))
-    gap = np.min(np.diff(ref_lam)) / scale
-    # Davis-Kahan: eigenvector error ~ eps ||G|| / gap
-    np.testing.assert_allclose(U * signs, ref_U[:, r - n_vectors :], atol=1e-13 / gap)
-
-
 def test_stream_shrink_equals_general_shrink(rng):
     ell, b, m = 6, 9, 40
     A = rng.standard_normal((ell + 20 * b, m)) * np.geomspace(3.0, 0.1, m)
@@ -76,7 +52,7 @@ def test_stream_shrink_equals_general_shrink(rng):
     C = np.vstack([fd.rows(), N])
     row_sq = np.einsum("ij,ij->i", C[:ell], C[:ell])
     args = (fd._loss, fd.squared_norm + np.sum(N * N), fd.total_shrinkage)
-    gram, out = np.empty((ell + b, ell + b), order="F"), np.empty((ell, m))
+    gram, out = np.empty((ell + b, ell + b)), np.empty((ell, m))
     B, delta, H = _stream_shrink(C, ell, row_sq, *args, gram, out)
     B_ref, delta_ref, H_ref = _shrink(C, ell, [(0, ell + b, *args)])
     assert B is out and delta > 0

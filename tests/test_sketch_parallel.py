@@ -207,3 +207,41 @@ def test_thread_pool_works_in_a_forked_child():
     assert queue.get(timeout=120) == 2500
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+def _feature_stat(fmap, X, block, ell=6):
+    blocks = ((s, X[s : s + block]) for s in range(0, X.shape[0], block))
+    return feature_sketch_module.feature_sketch(blocks, fmap, ell)
+
+
+def test_pipelined_feature_sketch_equals_block_by_block(rng, monkeypatch):
+    """Sketching a block while the next block's features are computed changes nothing: the
+    same rows reach the same sketches at the same counts."""
+    X = rng.standard_normal((5000, 5))
+    fmap = StreamingKPCA(3, n_features=40, sketch_size=6, random_state=0).fit(X).feature_map_
+    piped = _feature_stat(fmap, X, 700)
+    monkeypatch.setattr(feature_sketch_module, "PIPELINE", False)
+    serial = _feature_stat(fmap, X, 700)
+    assert piped.n == serial.n == 5000
+    Z = fmap(X, dtype=np.float64)
+    scale = float(np.sum(Z * Z))
+    # one code path (round-off room only: a float32 feature sum summed in another order)
+    np.testing.assert_allclose(piped.feature_sum, serial.feature_sum, rtol=1e-6)
+    np.testing.assert_allclose(
+        _gram(piped.sketch), _gram(serial.sketch), rtol=0, atol=1e-12 * scale
+    )
+    np.testing.assert_allclose(piped.sketch.total_shrinkage, serial.sketch.total_shrinkage)
+
+
+def test_pipelined_feature_sketch_propagates_block_errors(rng):
+    X = rng.standard_normal((3000, 5))
+    fmap = StreamingKPCA(3, n_features=40, sketch_size=6, random_state=0).fit(X).feature_map_
+
+    def blocks():
+        yield 0, X[:1500]
+        raise ValueError("bad block")
+
+    with pytest.raises(ValueError, match="bad block"):
+        feature_sketch_module.feature_sketch(blocks(), fmap, 6)
+    # the threads are idle again: a new statistic runs normally
+    assert _feature_stat(fmap, X, 1000).n == 3000

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import lapack as _lapack
 from threadpoolctl import ThreadpoolController
 
 from ._state import register_state_class
@@ -219,43 +218,6 @@ def _shrink(C: np.ndarray, ell: int, history=(), gram=None, out=None):
     return B, delta, H_new
 
 
-def top_eigh(G: np.ndarray, n_vectors: int):
-    """All eigenvalues (ascending) of a symmetric G and the eigenvectors of the largest ones.
-
-    Reads the lower triangle of G (overwritten: a Fortran-ordered G avoids a copy).  LAPACK's
-    own steps of ``numpy.linalg.eigh`` (``dsyevd``: Householder tridiagonalisation, divide and
-    conquer on the tridiagonal matrix, back-transformation), except that only ``n_vectors``
-    eigenvectors are transformed back (``dormqr`` on the reflectors of ``dsytrd``, as
-    ``dormtr`` does): 15-20 % less time than ``eigh`` at the buffer sizes of
-    :class:`FrequentDirections` (r = 60, 20 vectors: 0.24 ms against 0.29 ms on one core),
-    where the eigendecomposition is half of the sketch's cost.  Same accuracy (backward
-    stable: eigenvalues within ``eps ||G||``).
-
-    Returns
-    -------
-    lam : (r,) ascending
-    U : (r, n_vectors), the eigenvectors of ``lam[-n_vectors:]``, in the same order
-    """
-    r = G.shape[0]
-    if not 0 < n_vectors < r:
-        lam, U = np.linalg.eigh(G)
-        return lam, U[:, r - n_vectors :]
-    c, d, e, tau, info = _lapack.dsytrd(G, lower=1, overwrite_a=1)
-    if info == 0:
-        lam, Z, info = _lapack.dstevd(d, e, compute_v=1, overwrite_d=1, overwrite_e=1)
-    if info == 0:
-        # G = Q T Q^T with Q = H(1) ... H(r-1), H(i) fixing the first coordinate: U = Q Z
-        U = Z[:, r - n_vectors :].copy(order="F")
-        tail, _, info = _lapack.dormqr(
-            "L", "N", c[1:, : r - 1], tau, U[1:], max(64 * n_vectors, 1), overwrite_c=1
-        )
-        U[1:] = tail
-    if info != 0:  # not expected (a NaN); numpy's eigh raises the usual error
-        lam, U = np.linalg.eigh(G)
-        return lam, U[:, r - n_vectors :]
-    return lam, U
-
-
 def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     """:func:`_shrink` of a sketch's own full buffer, lean: the shrink of every ``batch`` rows.
 
@@ -270,11 +232,14 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     """
     r, m = C.shape
     buffer_gram(C, ell, row_sq, out=gram)
-    lam, U = top_eigh(gram, ell)  # ascending; reads the lower triangle only
+    # numpy's eigh, not scipy's LAPACK wrappers: those hold the GIL, and two sketches shrink in
+    # parallel threads (computing only the top eigenvectors through dsytrd / dstevd / dormqr
+    # took 15-20 % less time on one thread, but ran the two threads one at a time).
+    lam, U = np.linalg.eigh(gram)  # ascending; reads the lower triangle only
     np.maximum(lam, 0.0, out=lam)
     delta = float(lam[r - ell - 1])  # the (ell+1)-th largest
     top = lam[: r - ell - 1 : -1]  # the ell largest, descending
-    U_top = U[:, ::-1]
+    U_top = U[:, : r - ell - 1 : -1]
     live = top > delta
     all_live = bool(live.all())
     if all_live:
@@ -499,8 +464,7 @@ class FrequentDirections:
         row_sq = self._row_sq
         if self._spare is None:
             self._spare = np.empty_like(self._buffer)
-            # Fortran order: LAPACK reads it without a copy (top_eigh)
-            self._gram = np.empty((self._buffer.shape[0],) * 2, order="F")
+            self._gram = np.empty((self._buffer.shape[0],) * 2)
         spare, gram = self._spare, self._gram[:r, :r]
         if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
             B, delta, H = _stream_shrink(
