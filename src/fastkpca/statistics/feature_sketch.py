@@ -10,8 +10,7 @@ count) is mergeable (the FD bound holds for the union), so a stream, ``partial_f
 tree reduction build the same kind of model; :func:`skpca_eigen` turns it into eigenpairs.
 Inside one statistic the rows are dealt by index between :data:`PARALLEL_SKETCHES` sketches
 updated in parallel threads and merged when read, which uses both cores of a small machine for
-the shrinks (small eigendecompositions, serial in LAPACK); :func:`feature_sketch` computes the
-features of the next block while those threads sketch the last one.
+the shrinks (small eigendecompositions, serial in LAPACK).
 
 Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
 centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
@@ -53,9 +52,6 @@ PARALLEL_SKETCHES = 2
 #: the blocking or on thread timing.  A few shrink batches long, so a run costs one update
 #: call per sketch, and short enough that a block of 8192 rows is split evenly.
 SPLIT_ROWS = 1024
-#: Whether :func:`feature_sketch` computes the features of the next block while the sketch
-#: threads work on the last one.
-PIPELINE = True
 
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_PID = 0
@@ -121,20 +117,6 @@ class FeatureSketch:
 
     def update(self, Z: np.ndarray) -> FeatureSketch:
         """Add a block of feature rows (finite: the features of validated input)."""
-        busy = self._deal(Z)
-        # One BLAS thread for the shrinks (small eigendecompositions: more threads only spin;
-        # see FrequentDirections.update), set only when one will happen (entering costs ~1 ms)
-        # and here, never inside the threads: the limit is process-wide.
-        shrinks = any(_shrinks(part, rows) for part, rows in busy)
-        with one_blas_thread() if shrinks else nullcontext():
-            if len(busy) > 1 and _threads() > 1 and _in_main_thread():
-                self._collect([_executor().submit(_extend, *job) for job in busy])
-            else:
-                self._add_sums([_extend(*job) for job in busy])
-        return self
-
-    def _deal(self, Z: np.ndarray) -> list:
-        """``(sketch, pieces)`` jobs: Z's rows dealt to the parts by row index; counts them."""
         pieces: list[list[np.ndarray]] = [[] for _ in self.parts]
         pos = 0
         while pos < Z.shape[0]:
@@ -142,21 +124,22 @@ class FeatureSketch:
             stop = min(Z.shape[0], pos + SPLIT_ROWS - row % SPLIT_ROWS)
             pieces[(row // SPLIT_ROWS) % len(self.parts)].append(Z[pos:stop])
             pos = stop
-        self.n += Z.shape[0]
+        busy = [(part, rows) for part, rows in zip(self.parts, pieces, strict=True) if rows]
+        # One BLAS thread for the shrinks (small eigendecompositions: more threads only spin;
+        # see FrequentDirections.update), set only when one will happen (entering costs ~1 ms)
+        # and here, never inside the threads: the limit is process-wide.
+        shrinks = any(_shrinks(part, rows) for part, rows in busy)
+        with one_blas_thread() if shrinks else nullcontext():
+            if len(busy) > 1 and _threads() > 1 and _in_main_thread():
+                futures = [_executor().submit(_extend, *job) for job in busy]
+                sums = [future.result() for future in futures]
+            else:
+                sums = [_extend(*job) for job in busy]
         self._merged = None
-        return [(part, rows) for part, rows in zip(self.parts, pieces, strict=True) if rows]
-
-    def _collect(self, futures: list) -> None:
-        """Wait for the threads' jobs (all of them, even if one failed) and add their sums."""
-        try:
-            for future in futures:
-                future.exception()
-        finally:
-            self._add_sums([future.result() for future in futures])
-
-    def _add_sums(self, sums: list) -> None:
-        for part_sum in sums:
+        for part_sum in sums:  # the column sums, taken in the threads
             self.feature_sum += part_sum
+        self.n += Z.shape[0]
+        return self
 
     def merge(self, other: FeatureSketch) -> FeatureSketch:
         """The statistic of the rows of both (a new object; neither input is modified)."""
@@ -197,22 +180,8 @@ def feature_sketch(
     """:class:`FeatureSketch` of the features of ``(start, block)`` row blocks (added to ``into``
     when given): the one per-block step of SKPCA (Ghashami et al. 2016, Algorithm 1)."""
     stat = FeatureSketch.empty(sketch_size, fmap.n_output_features) if into is None else into
-    features = (Z for _, Z in feature_blocks(blocks, fmap))
-    if not (PIPELINE and len(stat.parts) > 1 and _threads() > 1 and _in_main_thread()):
-        for Z in features:
-            stat.update(Z)
-        return stat
-    # Pipelined: the threads sketch one block while this thread computes the features of
-    # the next, so neither waits for the other at every block (the cores are then shared,
-    # with the shrinks on one BLAS thread throughout).
-    Z = next(features, None)
-    with one_blas_thread():
-        while Z is not None:
-            futures = [_executor().submit(_extend, *job) for job in stat._deal(Z)]
-            try:
-                Z = next(features, None)
-            finally:
-                stat._collect(futures)
+    for _, Z in feature_blocks(blocks, fmap):
+        stat.update(Z)
     return stat
 
 
