@@ -417,7 +417,8 @@ def test_fd_missing_energy_is_exact_trace_of_loss(name):
     # relative round-off ~ n eps.
     np.testing.assert_allclose(fd.squared_norm, np.sum(A * A), rtol=1e-12)
     E = exact_loss(A, fd)
-    assert fd.missing_energy > 0
+    # A stream of rank <= ell loses nothing but round-off (missing_energy may then be 0)
+    assert fd.missing_energy > 0 or np.linalg.matrix_rank(A) <= 5
     np.testing.assert_allclose(
         fd.missing_energy, np.trace(E), rtol=1e-9, atol=ROUND * np.sum(A * A)
     )
