@@ -305,9 +305,9 @@ class Kernel:
         """A JSON-serialisable description; ``make_kernel(**config)`` rebuilds the kernel."""
         return {"kernel": self.name, **self.get_params()}
 
-    #: Whether :meth:`blocks` and :meth:`fold_rows` may call ``_block`` from several threads at
-    #: once: True for the kernels of this module (numpy / scipy ufuncs only), False by default
-    #: (e.g. user callables, which run in the calling thread).
+    #: Whether :meth:`Kernel.blocks` and :meth:`Kernel.fold_rows` may call ``_block`` from
+    #: several threads at once: True for the kernels of this module (numpy / scipy ufuncs only),
+    #: False by default (e.g. user callables, which run in the calling thread).
     parallel_safe = False
 
     # --- internals ----------------------------------------------------------------------------

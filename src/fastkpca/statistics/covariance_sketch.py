@@ -294,7 +294,11 @@ def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
         parts[_worker_index()] = rows.T @ (rows @ Q)
 
     _map_row_chunks(A.shape[0], share, chunk_rows=max(1, -(-A.shape[0] // n_cores)))
-    return sum(parts[i] for i in sorted(parts))
+    order = sorted(parts)
+    total = parts[order[0]].copy()
+    for i in order[1:]:
+        total += parts[i]
+    return total
 
 
 def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):
