@@ -132,3 +132,24 @@ def test_auto_solver_choice():
         explicit.fit(X if model is big else X[:500])
         assert explicit.solver_ == name
         np.testing.assert_allclose(explicit.eigenvalues_, model.eigenvalues_, rtol=1e-6)
+
+
+def test_fused_statistic_equals_the_sketch_of_formed_features(digits):
+    # feature_scatter_sketch reduces each 256-row chunk's float32 features in the thread that
+    # computed them; the same sketch from the features formed in memory (float64 products):
+    # agreement to float32 rounding of the chunk products (measured 2e-7 relative).
+    from fastkpca.features import feature_blocks
+    from fastkpca.statistics.covariance_sketch import scatter_sketch, test_matrix
+    from fastkpca.statistics.feature_moments import feature_scatter_sketch, feature_shift
+
+    fmap = RandomFeatureKPCA(n_features=64, gamma=0.05, random_state=3).fit(digits).feature_map_
+    T = test_matrix(64, 8, 0)
+    blocks = [(s, digits[s : s + 250]) for s in range(0, 600, 250)]
+    fused = feature_scatter_sketch(blocks, fmap, T, feature_shift(digits, fmap))
+    Z = np.vstack([Zb for _, Zb in feature_blocks(blocks, fmap)]).astype(np.float64)
+    reference = scatter_sketch(Z, T)
+    assert fused.n == 600
+    # The means differ by the float32 rounding of the shifted sums: a few eps32 times the
+    # features' scale 1 / sqrt(32) (measured 2e-9).
+    np.testing.assert_allclose(fused.mean, reference.mean, rtol=1e-6, atol=3e-8)
+    assert rel_err(reference.Y, fused.Y) < 1e-5
