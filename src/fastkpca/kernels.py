@@ -29,8 +29,8 @@ float32 input gives float32 output, but squared distances are accumulated in flo
 from __future__ import annotations
 
 import numbers
-import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -258,23 +258,23 @@ class Kernel:
                 step(state, start, stop, K)
                 del K  # free this block before the next one is computed
             return [state]
+        from .features import _worker_index  # here: fastkpca.features imports this module
+
         rows = kernel_chunk_rows(m, np.dtype(out_dtype).itemsize)
-        n_chunks = -(-n // rows)
-        n_shares = max(1, min(os.cpu_count() or 1, n_chunks))
-        bounds = [(n_chunks * i // n_shares) * rows for i in range(n_shares)] + [n]
-        states: list = [None] * n_shares
+        states: dict[int, Any] = {}
+        buffers: dict[int, np.ndarray] = {}
 
-        def share(i, _):
-            state, buffer = init(), np.empty((rows, m), dtype=out_dtype)
-            for start in range(bounds[i], bounds[i + 1], rows):
-                stop = min(bounds[i + 1], start + rows)
-                K = buffer[: stop - start]
-                self._chunk(X[start:stop], Y, ctx, low, K)
-                step(state, start, stop, K)
-            states[i] = state
+        def chunk(start, stop):
+            worker = _worker_index()  # worker i runs the i-th contiguous share of the rows
+            if worker not in states:
+                states[worker] = init()
+                buffers[worker] = np.empty((rows, m), dtype=out_dtype)
+            K = buffers[worker][: stop - start]
+            self._chunk(X[start:stop], Y, ctx, low, K)
+            step(states[worker], start, stop, K)
 
-        _map_chunks(n_shares, 1, share)  # one "row" per share: each runs on its own thread
-        return states
+        _map_chunks(n, rows, chunk)
+        return [states[i] for i in sorted(states)] or [init()]
 
     @staticmethod
     def iter_chunks(n_rows, n_cols, *, working_memory_mb=None):

@@ -31,8 +31,6 @@ the best rank-r error), so q should be a few times the rank asked for.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,26 +170,16 @@ def _sketch_products(R: np.ndarray, T: np.ndarray) -> np.ndarray:
     BLAS calls on these thin products were up to 5x slower than two one-threaded ones (the idle
     thread's spin-waits), as :mod:`fastkpca.features` found for its own products.
     """
-    from ..features import _single_threaded_blas
+    from ..features import _sum_over_shares
 
-    b, p = R.shape
-    q = T.shape[1]
-    n_workers = max(1, min(os.cpu_count() or 1, -(-b // (4 * _CHUNK_ROWS))))
-
-    def share(lo, hi):
-        Yt = np.zeros((q, p))
-        for start in range(lo, hi, _CHUNK_ROWS):
-            Rc = R[start : min(hi, start + _CHUNK_ROWS)]
+    def share(start, stop):
+        Yt = np.zeros((T.shape[1], R.shape[1]))
+        for lo in range(start, stop, _CHUNK_ROWS):
+            Rc = R[lo : min(stop, lo + _CHUNK_ROWS)]
             Yt += (Rc @ T).T @ Rc
         return Yt
 
-    bounds = [b * i // n_workers for i in range(n_workers + 1)]
-    with _single_threaded_blas():
-        if n_workers == 1:
-            return share(0, b).T
-        with ThreadPoolExecutor(n_workers) as pool:
-            parts = list(pool.map(share, bounds[:-1], bounds[1:]))
-    return sum(parts[1:], parts[0]).T
+    return _sum_over_shares(R.shape[0], share, min_rows=4 * _CHUNK_ROWS).T
 
 
 def test_matrix(p: int, q: int, rng) -> np.ndarray:
@@ -284,21 +272,13 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
 def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
     """``A^T (A Q)``, a contiguous share of A's rows per core (one BLAS thread each: on thin
     products two one-threaded halves beat a two-threaded BLAS, see :func:`_sketch_products`)."""
-    from ..features import _map_row_chunks, _worker_index
-
-    n_cores = os.cpu_count() or 1
-    parts: dict[int, np.ndarray] = {}
+    from ..features import _sum_over_shares
 
     def share(start, stop):
         rows = A[start:stop]
-        parts[_worker_index()] = rows.T @ (rows @ Q)
+        return rows.T @ (rows @ Q)
 
-    _map_row_chunks(A.shape[0], share, chunk_rows=max(1, -(-A.shape[0] // n_cores)))
-    order = sorted(parts)
-    total = parts[order[0]].copy()
-    for i in order[1:]:
-        total += parts[i]
-    return total
+    return _sum_over_shares(A.shape[0], share).astype(A.dtype, copy=False)
 
 
 def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):

@@ -18,9 +18,6 @@ m x m covariance is never formed.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
@@ -125,22 +122,13 @@ def _gram(Z: np.ndarray) -> np.ndarray:
     numpy's two-threaded product took 0.99 s, a one-threaded one 0.47 s and two one-threaded
     halves 0.52 s; an idle machine gives the two halves both cores without BLAS's spin-waits.
     """
-    from ..features import _single_threaded_blas
+    from ..features import _sum_over_shares
 
-    b = Z.shape[0]
-    n_workers = max(1, min(os.cpu_count() or 1, b // 1024))
-    bounds = [b * i // n_workers for i in range(n_workers + 1)]
+    def share(start, stop):
+        rows = Z[start:stop]
+        return rows.T @ rows
 
-    def share(lo, hi):
-        part = Z[lo:hi]
-        return (part.T @ part).astype(np.float64, copy=False)
-
-    with _single_threaded_blas():
-        if n_workers == 1:
-            return share(0, b)
-        with ThreadPoolExecutor(n_workers) as pool:
-            parts = list(pool.map(share, bounds[:-1], bounds[1:]))
-    return sum(parts[1:], parts[0])
+    return _sum_over_shares(Z.shape[0], share, min_rows=1024)
 
 
 def accumulate_moments(feature_rows, m: int, shift: np.ndarray | None = None) -> FeatureMoments:
