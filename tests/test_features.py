@@ -300,16 +300,26 @@ def test_blas_threads_restored_after_concurrent_calls():
 
 
 # --- chunked reductions over the features -----------------------------------------------------
-@pytest.mark.parametrize(
-    "features, kernel, sparse",
-    [
-        ("rff", RBF(0.5), False),
-        ("rff", RBF(0.5), True),
-        ("orf", RBF(0.5), False),
-        ("fastfood", RBF(0.5), False),
-        ("tensorsketch", Polynomial(degree=2, gamma=0.5, coef0=1.0), False),
-    ],
-)
+#: One map of every kind (and sparse input for rff), for the chunked feature paths.
+EVERY_MAP_KIND = [
+    ("rff", RBF(0.5), False),
+    ("rff", RBF(0.5), True),
+    ("orf", RBF(0.5), False),
+    ("fastfood", RBF(0.5), False),
+    ("tensorsketch", Polynomial(degree=2, gamma=0.5, coef0=1.0), False),
+]
+
+
+def _rows_and_map(features, kernel, sparse, n, seed):
+    """n rows (CSR with ~70 % zeros if sparse) and a 64-feature map of that kind."""
+    X = np.random.default_rng(seed).standard_normal((n, D_IN)) * 0.3
+    if sparse:
+        X[np.abs(X) < 0.3] = 0.0
+        X = sp.csr_matrix(X)
+    return X, draw_feature_map(features, kernel, 64, D_IN, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("features, kernel, sparse", EVERY_MAP_KIND)
 def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
     # Per-thread totals of the chunks fed (row count, column sums, Gram) add up to those of the
     # features computed by feature_blocks: every row exactly once, whatever the blocking.  The
@@ -317,12 +327,7 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
     # agree to float32 rounding summed over ~1000 rows (measured 1e-6).
     from fastkpca.features import feature_blocks, reduce_feature_chunks
 
-    rng = np.random.default_rng(3)
-    X = rng.standard_normal((1100, D_IN)) * 0.3
-    if sparse:
-        X[np.abs(X) < 0.3] = 0.0
-        X = sp.csr_matrix(X)
-    fmap = draw_feature_map(features, kernel, 64, D_IN, np.random.default_rng(0))
+    X, fmap = _rows_and_map(features, kernel, sparse, 1100, seed=3)
     blocks = [(s, X[s : s + 400]) for s in range(0, 1100, 400)]
     Z = np.vstack([Zb for _, Zb in feature_blocks(blocks, fmap)]).astype(np.float64)
 
@@ -340,3 +345,23 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
     assert sum(p["n"] for p in parts) == 1100
     np.testing.assert_allclose(sum(p["sum"] for p in parts), Z.sum(axis=0), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(sum(p["gram"] for p in parts), Z.T @ Z, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("features, kernel, sparse", EVERY_MAP_KIND)
+def test_row_writer_writes_the_features_of_any_rows_from_two_threads(features, kernel, sparse):
+    # write(lo, hi, out) gives the features of rows lo:hi (ranges across the 256-row chunks,
+    # two threads at once), in the map's computing dtype.  The Fourier and Fastfood maps center
+    # each chunk before the float32 phases, so ranges cut differently from fmap(X)'s chunks
+    # agree to float32 rounding of features <= sqrt(2 / 32) = 0.25: atol 1e-6.
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, fmap = _rows_and_map(features, kernel, sparse, 900, seed=5)
+    Z = fmap(X)
+    write = fmap.row_writer(X)
+    dtype = fmap.feature_dtype(np.float64)
+    ranges = [(0, 1), (3, 300), (300, 811), (811, 900)]
+    outs = [np.full((hi - lo, 64), np.nan, dtype=dtype) for lo, hi in ranges]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda i: write(*ranges[i], outs[i]), range(len(ranges))))
+    for (lo, hi), out in zip(ranges, outs, strict=True):
+        np.testing.assert_allclose(out, Z[lo:hi], rtol=0, atol=1e-6)

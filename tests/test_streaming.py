@@ -68,7 +68,11 @@ def test_exact_limit_equals_random_feature_kpca(noisy, features, kernel):
     np.testing.assert_allclose(ours.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
     X_new = noisy[700:900]
     assert rel(ours.transform(X_new), ref.transform(X_new)) < 1e-6  # signs included
-    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-10, atol=1e-14)
+    # The features themselves are float32 (Fourier and Fastfood maps), computed in chunks cut
+    # differently by the two fits (each sketch thread computes its own rows), and summed with
+    # float32 partial sums of 16 rows: the means agree to float32 rounding of features of size
+    # <= sqrt(2 / n_features) ~ 0.11, i.e. ~1e-8, not to float64's.
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=0, atol=1e-7)
 
 
 def test_exact_limit_matches_kernel_pca_as_features_grow(noisy):

@@ -282,6 +282,16 @@ def _sum_over_shares(n: int, part, *, min_rows: int = 1) -> np.ndarray:
     return total
 
 
+def column_sums(Z: np.ndarray) -> np.ndarray:
+    """Column sums of a feature chunk, as float64.  For float32: partial sums of 16 rows in
+    float32 (rounding ~16 eps32 of the rows' spread), their sum in float64; a float64 sum of
+    the whole chunk cost 6x more, a fifth of the randomized solver's sketch."""
+    b = Z.shape[0]
+    if Z.dtype == np.float64 or b % 16:
+        return Z.sum(axis=0, dtype=np.float64)
+    return Z.reshape(16, b // 16, Z.shape[1]).sum(axis=0).sum(axis=0, dtype=np.float64)
+
+
 def _cos_sin(P, out, scale):
     """``out = [cos(P), sin(P)] * scale`` for a projection chunk P (overwritten)."""
     D = P.shape[1]
@@ -420,13 +430,42 @@ class FeatureMap:
 
         Z is a ``(<= 256, m)`` array in the map's computing dtype (:meth:`feature_dtype`) that
         ``feed`` may overwrite; it runs in :func:`_map_row_chunks`'s workers, with BLAS held to
-        one thread (:func:`_worker_index` tells them apart).  Here the features of X are
-        computed first (in blocks, :func:`feature_blocks`) and then cut into chunks; the Fourier
-        maps compute each chunk's features in cache right before feeding it
-        (:func:`reduce_feature_chunks`).
+        one thread (:func:`_worker_index` tells them apart).  Each chunk's features are written
+        (:meth:`row_writer`) into a per-thread buffer right before ``feed`` sees them: in
+        cache, never all in memory (:func:`reduce_feature_chunks`).
         """
-        for _, Z in feature_blocks([(0, X)], self):
-            _map_row_chunks(Z.shape[0], lambda start, stop, Z=Z: feed(Z[start:stop]))
+        write = self.row_writer(X)
+        dtype = self.feature_dtype(np.float32 if X.dtype == np.float32 else np.float64)
+        local = threading.local()
+
+        def chunk(start, stop):
+            if not hasattr(local, "buffer"):
+                local.buffer = np.empty((_CHUNK_ROWS, self.n_output_features), dtype)
+            Z = local.buffer[: stop - start]
+            write(start, stop, Z)
+            feed(Z)
+
+        _map_row_chunks(X.shape[0], chunk)
+
+    def row_writer(self, X):
+        """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``.
+
+        ``out`` is a ``(stop - start, m)`` array of the map's computing dtype
+        (:meth:`feature_dtype` of X's float dtype); ``write`` may run in several threads at
+        once, each on its own rows, which is how a statistic that deals rows to per-thread
+        state computes them in cache in the thread that uses them
+        (:class:`~fastkpca.statistics.feature_sketch.FeatureSketch`).  Here by calling the map
+        on the slice; the Fourier and Fastfood maps write it directly.
+        """
+        self._check_width(X)
+
+        def write(start, stop, out):
+            rows = X[start:stop]
+            if sp.issparse(rows) and not self.accepts_sparse:
+                rows = rows.toarray()
+            out[...] = self(rows)
+
+        return write
 
     def _check_width(self, X):
         if X.ndim != 2 or X.shape[1] != self.n_input_features:
@@ -482,21 +521,9 @@ class FourierFeatureMap(FeatureMap):
         _map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
         return out
 
-    def feed_chunks(self, X, feed) -> None:
-        """:meth:`FeatureMap.feed_chunks`, each chunk's float32 features computed in a
-        per-thread buffer right before ``feed`` sees them (in cache, never all in memory)."""
-        X = self._rows(X)
-        write = self._chunk_writer(X)
-        local = threading.local()
-
-        def chunk(start, stop):
-            if not hasattr(local, "buffer"):
-                local.buffer = np.empty((_CHUNK_ROWS, self.n_output_features), FOURIER_DTYPE)
-            Z = local.buffer[: stop - start]
-            write(start, stop, Z)
-            feed(Z)
-
-        _map_row_chunks(X.shape[0], chunk)
+    def row_writer(self, X):
+        """:meth:`FeatureMap.row_writer`: each chunk's float32 features written directly."""
+        return self._chunk_writer(self._rows(X))
 
     def _rows(self, X):
         """X as CSR or as a float32 / float64 array, width checked."""
@@ -640,29 +667,49 @@ class FastfoodFeatureMap(FeatureMap):
         local = threading.local()
 
         def chunk(start, stop):
-            if not hasattr(local, "scratch"):
-                local.scratch = self._scratch(dtype)
             if not fourier:
+                if not hasattr(local, "scratch"):
+                    local.scratch = self._scratch(dtype)
                 Xc = _as_dense_float(X[start:stop], dtype)
                 chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), None)
                 return
-            rows = _dense_rows(X[start:stop])
-            if not hasattr(local, "scratch64"):
-                local.scratch64 = self._scratch(np.float64)
-            with np.errstate(over="ignore", invalid="ignore"):
-                center = _chunk_center(rows)
-                offset = self._project_chunk(center[None, :], np.float64, local.scratch64)
-            offset = offset[0].copy()
-            if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
-                center = offset = None
-            Xc = _shifted_f32(rows, center) if _finite(offset) else None
-            if Xc is None:  # beyond float32's range: float64 phases, reduced
-                P64 = self._project_chunk(np.asarray(rows, np.float64), np.float64, local.scratch64)
-                chunk_out(start, stop, _reduced_f32(P64), None)
-                return
-            chunk_out(start, stop, self._project_chunk(Xc, dtype, local.scratch), offset)
+            chunk_out(start, stop, *self._phases(X[start:stop], local))
 
         _map_row_chunks(X.shape[0], chunk)
+
+    def _phases(self, rows, local):
+        """The float32 phases ``V (x - c)`` of a chunk of at most ``_CHUNK_ROWS`` rows and the
+        float64 offset phases ``V c`` (or None), in the scratch arrays kept on ``local`` (a
+        ``threading.local``, one set per thread)."""
+        if not hasattr(local, "scratch"):
+            local.scratch = self._scratch(FOURIER_DTYPE)
+            local.scratch64 = self._scratch(np.float64)
+        rows = _dense_rows(rows)
+        with np.errstate(over="ignore", invalid="ignore"):
+            center = _chunk_center(rows)
+            offset = self._project_chunk(center[None, :], np.float64, local.scratch64)
+        offset = offset[0].copy()
+        if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
+            center = offset = None
+        Xc = _shifted_f32(rows, center) if _finite(offset) else None
+        if Xc is None:  # beyond float32's range: float64 phases, reduced
+            P64 = self._project_chunk(np.asarray(rows, np.float64), np.float64, local.scratch64)
+            return _reduced_f32(P64), None
+        return self._project_chunk(Xc, FOURIER_DTYPE, local.scratch), offset
+
+    def row_writer(self, X):
+        """:meth:`FeatureMap.row_writer`: float32 features in chunks of per-thread scratch."""
+        self._check_width(X)
+        scale = FOURIER_DTYPE(1.0 / np.sqrt(self.n_frequencies))
+        local = threading.local()
+
+        def write(start, stop, out):
+            for lo in range(start, stop, _CHUNK_ROWS):
+                hi = min(stop, lo + _CHUNK_ROWS)
+                P, offset = self._phases(X[lo:hi], local)
+                _write_features(P, offset, out[lo - start : hi - start], scale)
+
+        return write
 
     def projections(self, X) -> np.ndarray:
         """``V x`` for every row of X (no center): shape ``(n, n_frequencies)``, X's dtype."""
@@ -688,21 +735,6 @@ class FastfoodFeatureMap(FeatureMap):
 
         self._run(X, store, fourier=True)
         return out
-
-    def feed_chunks(self, X, feed) -> None:
-        """:meth:`FeatureMap.feed_chunks`, each chunk's float32 features computed in a
-        per-thread buffer right before ``feed`` sees them."""
-        scale = FOURIER_DTYPE(1.0 / np.sqrt(self.n_frequencies))
-        local = threading.local()
-
-        def store(start, stop, Pc, offset):
-            if not hasattr(local, "buffer"):
-                local.buffer = np.empty((_CHUNK_ROWS, self.n_output_features), FOURIER_DTYPE)
-            Z = local.buffer[: stop - start]
-            _write_features(Pc, offset, Z, scale)
-            feed(Z)
-
-        self._run(X, store, fourier=True)
 
     def to_state(self) -> dict:
         return {

@@ -228,7 +228,10 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     shrinkage)])`` with the Gram from :func:`buffer_gram` (written to ``gram``, r x r) and B
     written to ``out`` (ell x m, not overlapping C), in about half of its numpy calls: this runs
     once per ``batch`` rows, where the general function's Python overhead (~0.1 ms per shrink)
-    was not far below the cost of the Gram.  Returns ``(B, delta, H_new)``.
+    was not far below the cost of the Gram.  Returns ``(B, delta, H_new, row_sq_new)``, the
+    last the squared norms of B's rows, ``lambda_i - delta`` (equal in exact arithmetic: row i
+    is ``sqrt(1 - delta / lambda_i) u_i^T C`` and ``u_i^T C C^T u_i = lambda_i``), which
+    spares a pass over B.
     """
     r, m = C.shape
     buffer_gram(C, ell, row_sq, out=gram)
@@ -258,7 +261,7 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     if not all_live:
         H[~live] = 0.0
         H[:, ~live] = 0.0
-    return out, delta, H
+    return out, delta, H, np.where(live, top - delta, 0.0)
 
 
 _BLAS_CONTROLLER: list = []
@@ -467,7 +470,7 @@ class FrequentDirections:
             self._gram = np.empty((self._buffer.shape[0],) * 2)
         out, gram = self._shrunk_rows, self._gram[:r, :r]
         if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
-            B, delta, H = _stream_shrink(
+            B, delta, H, new_sq = _stream_shrink(
                 C,
                 ell,
                 row_sq,
@@ -480,11 +483,12 @@ class FrequentDirections:
         else:  # a sketch row too short to define a direction: the general loss update
             gram = buffer_gram(C, ell, row_sq, out=gram)
             B, delta, H = _shrink(C, ell, self._history(), gram=gram, out=out)
+            new_sq = np.einsum("ij,ij->i", B, B)
         self._buffer[:ell] = B
         self._filled = ell
         self.total_shrinkage += delta
         self._loss = H
-        self._row_sq = np.einsum("ij,ij->i", B, B)
+        self._row_sq = new_sq
 
     def _set_shrunk(self, B: np.ndarray, delta: float, H: np.ndarray) -> None:
         ell = self._ell

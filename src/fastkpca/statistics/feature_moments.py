@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..features import FeatureMap, feature_blocks, reduce_feature_chunks
+from ..features import FeatureMap, column_sums, feature_blocks, reduce_feature_chunks
 from ..solvers import eigh_topk, one_blas_thread
 from .covariance_sketch import ScatterSketch, fixed_rank_psd
 
@@ -227,7 +227,7 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     def add(totals, Z):
         Z -= c
         totals.n += Z.shape[0]
-        totals.sum += _column_sums(Z)
+        totals.sum += column_sums(Z)
         totals.YT += (Z @ T_low).T @ Z  # q x m: the transposed product, 1.4-1.6x faster
 
     parts = reduce_feature_chunks(blocks, fmap, new, add)
@@ -239,16 +239,6 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     Y -= n * np.outer(delta, delta @ T)
     mean = c.astype(np.float64) + delta
     return ScatterSketch(int(n), mean, Y, float(np.finfo(dtype).eps))
-
-
-def _column_sums(Z: np.ndarray) -> np.ndarray:
-    """Column sums of a float32 chunk, as float64: partial sums of 16 rows in Z's precision
-    (rounding ~16 eps32 of the rows' spread), their sum in float64.  A float64 sum of the whole
-    chunk costs 6x more here, as much as a fifth of the sketch itself."""
-    b = Z.shape[0]
-    if Z.dtype == np.float64 or b % 16:
-        return Z.sum(axis=0, dtype=np.float64)
-    return Z.reshape(16, b // 16, Z.shape[1]).sum(axis=0).sum(axis=0, dtype=np.float64)
 
 
 class _SketchTotals:

@@ -10,7 +10,9 @@ count) is mergeable (the FD bound holds for the union), so a stream, ``partial_f
 tree reduction build the same kind of model; :func:`skpca_eigen` turns it into eigenpairs.
 Inside one statistic the rows are dealt by index between :data:`PARALLEL_SKETCHES` sketches
 updated in parallel threads and merged when read, which uses both cores of a small machine for
-the shrinks (small eigendecompositions, serial in LAPACK).
+the shrinks (small eigendecompositions, serial in LAPACK); each thread computes the features of
+its own rows, 256 at a time, right before its sketch takes them
+(:meth:`FeatureSketch.update_rows`), so no block of features is ever formed.
 
 Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
 centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
@@ -35,8 +37,9 @@ from contextlib import nullcontext
 
 import numpy as np
 import scipy.linalg as la
+import scipy.sparse as sp
 
-from ..features import FeatureMap, feature_blocks
+from ..features import _CHUNK_ROWS, FeatureMap, column_sums
 from ..sketch import FrequentDirections, one_blas_thread
 from ..solvers import postprocess_eigen
 
@@ -117,28 +120,59 @@ class FeatureSketch:
 
     def update(self, Z: np.ndarray) -> FeatureSketch:
         """Add a block of feature rows (finite: the features of validated input)."""
-        pieces: list[list[np.ndarray]] = [[] for _ in self.parts]
+        runs = self._deal(Z.shape[0])
+        jobs = [(part, [Z[lo:hi] for lo, hi in spans]) for part, spans in runs]
+        shrinks = any(_shrinks(part, sum(p.shape[0] for p in pieces)) for part, pieces in jobs)
+        return self._run(_extend, jobs, Z.shape[0], limit=shrinks)
+
+    def update_rows(self, X, fmap: FeatureMap) -> FeatureSketch:
+        """Add the features of a block of input rows, each sketch's rows computed in its own
+        thread right before it takes them (:meth:`FeatureMap.row_writer`, chunks of 256 rows in
+        cache): no feature block is formed.  The same rows go to the same sketch as with
+        ``update(fmap(X))``; the features agree to their float32 rounding."""
+        if sp.issparse(X):
+            X = X.tocsr()  # row slices
+        write = fmap.row_writer(X)
+        dtype = fmap.feature_dtype(np.float32 if X.dtype == np.float32 else np.float64)
+        jobs = [
+            (part, write, spans, fmap.n_output_features, dtype)
+            for part, spans in self._deal(X.shape[0])
+        ]
+        return self._run(_extend_features, jobs, X.shape[0], limit=True)
+
+    def _deal(self, n_rows: int) -> list:
+        """``(sketch, [(lo, hi), ...])`` for each sketch that gets some of the next n_rows rows:
+        runs of :data:`SPLIT_ROWS` by global row index, run j to sketch j mod the number of
+        sketches (block offsets lo:hi into the new rows)."""
+        spans: list[list[tuple[int, int]]] = [[] for _ in self.parts]
         pos = 0
-        while pos < Z.shape[0]:
+        while pos < n_rows:
             row = self.n + pos
-            stop = min(Z.shape[0], pos + SPLIT_ROWS - row % SPLIT_ROWS)
-            pieces[(row // SPLIT_ROWS) % len(self.parts)].append(Z[pos:stop])
+            stop = min(n_rows, pos + SPLIT_ROWS - row % SPLIT_ROWS)
+            spans[(row // SPLIT_ROWS) % len(self.parts)].append((pos, stop))
             pos = stop
-        busy = [(part, rows) for part, rows in zip(self.parts, pieces, strict=True) if rows]
-        # One BLAS thread for the shrinks (small eigendecompositions: more threads only spin;
-        # see FrequentDirections.update), set only when one will happen (entering costs ~1 ms)
-        # and here, never inside the threads: the limit is process-wide.
-        shrinks = any(_shrinks(part, rows) for part, rows in busy)
-        with one_blas_thread() if shrinks else nullcontext():
-            if len(busy) > 1 and _threads() > 1 and _in_main_thread():
-                futures = [_executor().submit(_extend, *job) for job in busy]
+        return [(part, own) for part, own in zip(self.parts, spans, strict=True) if own]
+
+    def _run(self, extend, jobs: list, n_rows: int, limit: bool) -> FeatureSketch:
+        """``extend(*job)`` for each sketch's job, in parallel threads when there are several
+        (from the main thread only), under one BLAS thread when ``limit``: the shrinks are small
+        eigendecompositions and the feature products small GEMMs, where more BLAS threads only
+        spin (see FrequentDirections.update).  The limit is process-wide, so it is set here,
+        never inside the threads, only when needed (entering costs ~1 ms) and only from the
+        main thread (dask worker threads run several statistics at once: there the jobs run
+        one after the other, BLAS as it is).  Adds the column sums the jobs return, in sketch
+        order."""
+        main = _in_main_thread()
+        with one_blas_thread() if limit and main else nullcontext():
+            if len(jobs) > 1 and _threads() > 1 and main:
+                futures = [_executor().submit(extend, *job) for job in jobs]
                 sums = [future.result() for future in futures]
             else:
-                sums = [_extend(*job) for job in busy]
+                sums = [extend(*job) for job in jobs]
         self._merged = None
         for part_sum in sums:  # the column sums, taken in the threads
             self.feature_sum += part_sum
-        self.n += Z.shape[0]
+        self.n += n_rows
         return self
 
     def merge(self, other: FeatureSketch) -> FeatureSketch:
@@ -150,9 +184,8 @@ class FeatureSketch:
         )
 
 
-def _shrinks(sketch: FrequentDirections, pieces: list) -> bool:
-    """Whether adding these rows to the sketch makes it shrink."""
-    rows = sum(piece.shape[0] for piece in pieces)
+def _shrinks(sketch: FrequentDirections, rows: int) -> bool:
+    """Whether adding this many rows to the sketch makes it shrink."""
     return sketch._buffer is None or sketch._filled + rows >= sketch._buffer.shape[0]
 
 
@@ -163,7 +196,24 @@ def _extend(sketch: FrequentDirections, pieces: list) -> np.ndarray:
     total = np.zeros(pieces[0].shape[1])
     for rows in pieces:
         sketch._extend(rows)
-        total += rows.sum(axis=0, dtype=np.float64)
+        total += column_sums(rows)
+    return total
+
+
+def _extend_features(sketch: FrequentDirections, write, spans: list, m: int, dtype) -> np.ndarray:
+    """Compute the features of the rows ``lo:hi`` of each span chunk by chunk (``write``, a
+    :meth:`FeatureMap.row_writer`) into one chunk buffer and add them to the sketch; returns
+    their float64 column sum.  Runs in the sketch's thread."""
+    chunk = _CHUNK_ROWS
+    Z = np.empty((chunk, m), dtype)
+    total = np.zeros(m)
+    for lo, hi in spans:
+        for start in range(lo, hi, chunk):
+            stop = min(hi, start + chunk)
+            rows = Z[: stop - start]
+            write(start, stop, rows)
+            sketch._extend(rows)
+            total += column_sums(rows)
     return total
 
 
@@ -180,8 +230,8 @@ def feature_sketch(
     """:class:`FeatureSketch` of the features of ``(start, block)`` row blocks (added to ``into``
     when given): the one per-block step of SKPCA (Ghashami et al. 2016, Algorithm 1)."""
     stat = FeatureSketch.empty(sketch_size, fmap.n_output_features) if into is None else into
-    for _, Z in feature_blocks(blocks, fmap):
-        stat.update(Z)
+    for _, Xb in blocks:
+        stat.update_rows(Xb, fmap)
     return stat
 
 
