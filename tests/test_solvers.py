@@ -159,3 +159,41 @@ def test_randomized_warns_when_stalled_above_tol(psd):
     assert n_iter < 200
     # still the float32 answer: ~1e-7 relative, 1e-5 leaves room for the projected round-off
     np.testing.assert_allclose(vals, psd[1][:5], rtol=1e-5)
+
+
+def test_one_blas_thread_is_shared_between_threads_and_restored():
+    # The limit holds in every thread that enters it, also a worker thread after the main
+    # thread has used it (threadpoolctl >= 3.6 ignores changes from a thread that is not the
+    # "controlling" one: such a limit was void in dask worker threads), stays while another
+    # thread still holds it, and the original is back when the last one leaves.
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_info
+
+    from fastkpca.solvers import one_blas_thread
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    original = blas_threads()
+    if not original or max(original) == 1:
+        pytest.skip("BLAS runs one thread here: nothing to limit")
+    seen = {}
+
+    def hold(name, seconds):
+        with one_blas_thread():
+            time.sleep(seconds)
+            seen[name] = blas_threads()
+
+    with one_blas_thread():
+        seen["main"] = blas_threads()
+    first = threading.Thread(target=hold, args=("first", 0.05))
+    second = threading.Thread(target=hold, args=("second", 0.3))
+    first.start()
+    time.sleep(0.01)
+    second.start()  # still inside its limit when the first leaves
+    first.join()
+    second.join()
+    assert seen["main"] == seen["first"] == seen["second"] == [1] * len(original)
+    assert blas_threads() == original

@@ -69,7 +69,6 @@ from contextlib import contextmanager
 import numpy as np
 import scipy.fft
 import scipy.sparse as sp
-from threadpoolctl import ThreadpoolController
 
 from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_int
@@ -192,24 +191,16 @@ def _write_features(P, offset, out, scale) -> None:
 
 
 _BLAS_LOCK = threading.RLock()
-_BLAS_CONTROLLER: list = []
 
 
 @contextmanager
 def _single_threaded_blas():
-    """Hold BLAS to one thread while inside; callers from several threads take turns.
-
-    threadpoolctl's limits are process-wide, and OpenBLAS was seen to ignore a restore issued
-    from another thread than the one that set the limit, so the limit is set and restored by the
-    same thread under a lock: concurrent callers (e.g. a threaded Dask scheduler mapping feature
-    blocks) run one at a time, which costs nothing since each call already uses every core.
-    The controller is built once (building one scans the loaded libraries).
-    """
-    with _BLAS_LOCK:
-        if not _BLAS_CONTROLLER:
-            _BLAS_CONTROLLER.append(ThreadpoolController())
-        with _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas"):
-            yield
+    """Hold BLAS to one thread (:func:`~fastkpca.solvers.one_blas_thread`) while inside;
+    callers from several threads take turns: concurrent callers (e.g. a threaded Dask scheduler
+    mapping feature blocks) run one at a time, which costs nothing since each call already uses
+    every core."""
+    with _BLAS_LOCK, one_blas_thread():
+        yield
 
 
 _WORKER = threading.local()

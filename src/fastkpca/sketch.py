@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import ThreadpoolController
 
 from ._state import register_state_class
 from ._utils import as_generator, check_int
+from .solvers import one_blas_thread
 from .source.memory import check_block
 
 __all__ = ["FrequentDirections", "CountSketch", "fd_shrink", "default_batch_size"]
@@ -262,20 +262,6 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
         H[~live] = 0.0
         H[:, ~live] = 0.0
     return out, delta, H, np.where(live, top - delta, 0.0)
-
-
-_BLAS_CONTROLLER: list = []
-
-
-def one_blas_thread():
-    """Context manager holding BLAS to one thread (process-wide, like ``threadpool_limits``).
-
-    The controller is built once: building one scans the loaded libraries, which took ~17 ms
-    per call, i.e. ~2 s over the 122 blocks of a 10^6-row fit, as long as the features.
-    """
-    if not _BLAS_CONTROLLER:
-        _BLAS_CONTROLLER.append(ThreadpoolController())
-    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 def default_batch_size(sketch_size: int) -> int:

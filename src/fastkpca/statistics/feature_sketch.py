@@ -40,8 +40,8 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from ..features import _CHUNK_ROWS, FeatureMap, column_sums
-from ..sketch import FrequentDirections, one_blas_thread
-from ..solvers import postprocess_eigen
+from ..sketch import FrequentDirections
+from ..solvers import one_blas_thread, postprocess_eigen
 
 __all__ = ["FeatureSketch", "feature_sketch", "skpca_eigen"]
 
@@ -157,14 +157,13 @@ class FeatureSketch:
         """``extend(*job)`` for each sketch's job, in parallel threads when there are several
         (from the main thread only), under one BLAS thread when ``limit``: the shrinks are small
         eigendecompositions and the feature products small GEMMs, where more BLAS threads only
-        spin (see FrequentDirections.update).  The limit is process-wide, so it is set here,
-        never inside the threads, only when needed (entering costs ~1 ms) and only from the
-        main thread (dask worker threads run several statistics at once: there the jobs run
-        one after the other, BLAS as it is).  Adds the column sums the jobs return, in sketch
-        order."""
-        main = _in_main_thread()
-        with one_blas_thread() if limit and main else nullcontext():
-            if len(jobs) > 1 and _threads() > 1 and main:
+        spin (see FrequentDirections.update); it is set only when needed (entering costs
+        ~1 ms) and shared with the other threads that hold it
+        (:func:`~fastkpca.solvers.one_blas_thread`: dask worker threads run several statistics
+        at once, each with its jobs one after the other).  Adds the column sums the jobs
+        return, in sketch order."""
+        with one_blas_thread() if limit else nullcontext():
+            if len(jobs) > 1 and _threads() > 1 and _in_main_thread():
                 futures = [_executor().submit(extend, *job) for job in jobs]
                 sums = [future.result() for future in futures]
             else:
