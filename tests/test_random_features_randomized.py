@@ -27,8 +27,9 @@ def test_sketch_covering_all_features_is_exact(digits):
     rnd = RandomFeatureKPCA(solver="randomized", oversamples=40, **kw).fit(digits)
     np.testing.assert_allclose(rnd.eigenvalues_, ex.eigenvalues_, rtol=1e-5)
     assert rel_err(ex.transform(digits), rnd.transform(digits)) < 1e-4
-    # The sketch's mean comes from float32 sums of the shifted chunk features (partial sums of
-    # 16 rows, ~16 eps32 of their spread), the exact solver's from float64 sums; the total
+    # The sketch's mean comes from float32 sums of the shifted chunk features (over <= 256 rows
+    # in the sketch's product, ~16 eps32 of their spread), the exact solver's from float64
+    # sums; the total
     # variance n k(0) - n |mean|^2 amplifies that by n |mean|^2 / tr(HKH) ~ 1.7: measured 6e-10.
     assert rnd.total_variance_ == pytest.approx(ex.total_variance_, rel=1e-8)
 
@@ -92,7 +93,7 @@ def test_same_features_as_exact_solver(digits):
     ex = RandomFeatureKPCA(**kw).fit(digits)
     rnd = RandomFeatureKPCA(solver="randomized", **kw).fit(digits)
     np.testing.assert_array_equal(ex.feature_map_.frequencies, rnd.feature_map_.frequencies)
-    # float32 partial sums of 16 shifted rows (test above): ~1e-9 of the mean here.
+    # float32 sums of shifted rows (test above): ~1e-9 of the mean here.
     np.testing.assert_allclose(rnd.mean_, ex.mean_, rtol=1e-7, atol=1e-12)
 
 
@@ -153,3 +154,17 @@ def test_fused_statistic_equals_the_sketch_of_formed_features(digits):
     # features' scale 1 / sqrt(32) (measured 2e-9).
     np.testing.assert_allclose(fused.mean, reference.mean, rtol=1e-6, atol=3e-8)
     assert rel_err(reference.Y, fused.Y) < 1e-5
+
+
+def test_sketch_width_fills_the_gemm_panels():
+    # q = 2 k + oversamples, raised so that q + 1 (with the column-sum column) is a multiple
+    # of 8, never above m: the default k = 10 gives 31.
+    for k, over, m, q in [
+        (10, 10, 1000, 31),
+        (4, 10, 1000, 23),
+        (5, 0, 1000, 15),
+        (10, 10, 20, 20),
+    ]:
+        got = RandomFeatureKPCA(oversamples=over)._sketch_width(k, m)
+        assert got == q
+        assert got == m or ((got + 1) % 8 == 0 and got >= 2 * k + over)
