@@ -276,7 +276,7 @@ def _sum_over_shares(n: int, part, *, min_rows: int = 1) -> np.ndarray:
 def column_sums(Z: np.ndarray) -> np.ndarray:
     """Column sums of a feature chunk, as float64.  For float32: partial sums of 16 rows in
     float32 (rounding ~16 eps32 of the rows' spread), their sum in float64; a float64 sum of
-    the whole chunk cost 6x more, a fifth of the randomized solver's sketch."""
+    the whole chunk cost 6x more (0.4 us a row at m = 1000)."""
     b = Z.shape[0]
     if Z.dtype == np.float64 or b % 16:
         return Z.sum(axis=0, dtype=np.float64)
