@@ -246,3 +246,21 @@ def test_informed_test_matrix_recovers_slow_spectra():
     assert np.all(ratios["informed"] <= 1 + 1e-6) and np.all(ratios["gaussian"] <= 1 + 1e-6)
     assert ratios["informed"].min() > 0.99
     assert ratios["gaussian"].max() < 0.9
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_add_sketch_chunk_gives_the_sketch_rows_and_the_column_sums(dtype):
+    # totals += [R T, 1]^T R: rows 0..q-1 are (R T)^T R, the last the column sums of R, from
+    # one product into the front of a larger buffer; float32 to its rounding over 40 rows.
+    from fastkpca.statistics.covariance_sketch import add_sketch_chunk, with_sum_column
+
+    rng = np.random.default_rng(0)
+    R = rng.standard_normal((40, 25)).astype(dtype)
+    T = cs.test_matrix(25, 7, 1)
+    totals = np.ones((8, 25))  # added to
+    buffer = np.full((64, 8), np.nan, dtype)
+    add_sketch_chunk(totals, buffer, R, with_sum_column(T, dtype))
+    R64 = R.astype(np.float64)
+    expected = 1.0 + np.vstack([(R64 @ T).T @ R64, R64.sum(axis=0)])
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(totals, expected, rtol=0, atol=tol * np.abs(expected).max())

@@ -53,7 +53,7 @@ from ..features import (
     init_feature_map,
     resolve_features,
 )
-from ..statistics.covariance_sketch import ScatterSketch, informed_test_matrix
+from ..statistics.covariance_sketch import ScatterSketch, gemm_width, informed_test_matrix
 from ..statistics.feature_countsketch import rf_kpca_countsketch
 from ..statistics.feature_moments import (
     FeatureMoments,
@@ -327,15 +327,9 @@ class RandomFeatureKPCA(BaseKPCA):
 
     def _sketch_width(self, k: int, m: int) -> int:
         """q columns of the randomized solver's test matrix: ``2 k + oversamples``, raised so
-        that q + 1 is a multiple of 8, at most m.
-
-        The sketch's two products per chunk run with q + 1 columns (the last one carries the
-        column sums, :func:`~fastkpca.statistics.feature_moments.feature_scatter_sketch`), and
-        OpenBLAS's SGEMM kernels work on panels of 8 columns: measured on 256 x 1000 float32
-        chunks, the products with 31 + 1 columns took 465-537 us where 30 columns plus a
-        separate column sum took 546-694 us.  The extra directions are free and only add
-        accuracy."""
-        return min(m, -(-(2 * k + self.oversamples + 1) // 8) * 8 - 1)
+        that q + 1 fills SGEMM's 8-column panels, at most m
+        (:func:`~fastkpca.statistics.covariance_sketch.gemm_width`)."""
+        return gemm_width(2 * k + self.oversamples, m)
 
     def _default_buckets(self, k: int) -> int:
         """t = max(2000, 50 q) with q = k + oversamples: the sketch costs O(t m) memory and

@@ -45,6 +45,9 @@ __all__ = [
     "test_matrix",
     "informed_test_matrix",
     "fixed_rank_psd",
+    "gemm_width",
+    "with_sum_column",
+    "add_sketch_chunk",
 ]
 
 
@@ -180,6 +183,43 @@ def _sketch_products(R: np.ndarray, T: np.ndarray) -> np.ndarray:
         return Yt
 
     return _sum_over_shares(R.shape[0], share, min_rows=4 * _CHUNK_ROWS).T
+
+
+def gemm_width(q: int, limit: int) -> int:
+    """q raised so that ``q + 1`` is a multiple of 8, at most ``limit``: the width of
+    ``RandomFeatureKPCA``'s test matrix, whose chunk products run with ``q + 1`` columns
+    (:func:`add_sketch_chunk`) on OpenBLAS's SGEMM kernels, which work on panels of 8 columns.
+    Measured on 256 x 1000 float32 chunks: 31 + 1 columns took 465-537 us, where 30 columns
+    plus a separate column sum took 546-694 us; the extra directions only add accuracy."""
+    return int(min(limit, -(-(q + 1) // 8) * 8 - 1))
+
+
+def with_sum_column(T: np.ndarray, dtype) -> np.ndarray:
+    """``[T, 0]`` in ``dtype``: the test matrix of :func:`add_sketch_chunk`, one column wider."""
+    p, q = T.shape
+    out = np.zeros((p, q + 1), dtype)
+    out[:, :q] = T
+    return out
+
+
+def add_sketch_chunk(totals: np.ndarray, buffer: np.ndarray, R: np.ndarray, T_sum: np.ndarray):
+    """``totals += [R T, 1]^T R``: a chunk's sketch rows ``(R T)^T R`` and, last, its column sums
+    ``1^T R``, from one product.
+
+    ``T_sum = with_sum_column(T, R.dtype)``; the product ``R T_sum`` goes to ``buffer`` (at least
+    ``len(R)`` rows of ``q + 1``, overwritten) and its last, zero column is set to ones.  The
+    transposed product ``A^T R`` was measured 1.4-1.6x faster than ``R^T A`` with OpenBLAS, and
+    a product into a contiguous buffer 10-25 % faster than one into ``buffer[:, :q]``.  The sums
+    are accumulated in R's precision over the chunk's rows (float32: of shifted values), the
+    totals in float64.  The streamed statistics of both one-pass randomized solvers
+    (:func:`~fastkpca.statistics.feature_moments.feature_scatter_sketch`,
+    :func:`~fastkpca.statistics.kernel_moments.kernel_sketch`) add their chunks here.
+    """
+    q = T_sum.shape[1] - 1
+    A = buffer[: R.shape[0]]
+    np.matmul(R, T_sum, out=A)
+    A[:, q] = 1.0
+    totals += A.T @ R
 
 
 def test_matrix(p: int, q: int, rng) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..features import _CHUNK_ROWS, FeatureMap, feature_blocks, reduce_feature_chunks
 from ..solvers import eigh_topk, one_blas_thread
-from .covariance_sketch import ScatterSketch, fixed_rank_psd
+from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, with_sum_column
 
 __all__ = [
     "FeatureMoments",
@@ -210,9 +210,9 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     (:func:`~fastkpca.features.reduce_feature_chunks`), on every core: each chunk Z (float32
     for the Fourier maps) is shifted by ``shift`` (the first block's mean features, as for
     :class:`FeatureMoments`), and its sketch product ``(Zc T)^T Zc`` and column sums are added
-    to its thread's float64 totals.  Both come from one product ``P^T Zc`` with
-    ``P = Zc [T, 0]`` and ones written into P's last column (SGEMMs in the features'
-    precision; the sums are float32 over the <= 256 rows of a chunk, of shifted values).
+    to its thread's float64 totals, both from one product
+    (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`, SGEMMs in the features'
+    precision).
     With ``s`` the sum of the shifted rows, the scatter about their mean is
     ``sum Zc^T Zc - s s^T / n``, so the sketch is ``Y = sum Zc^T (Zc T) - n delta (delta^T T)``
     with ``delta = s / n``, and the mean is ``shift + delta`` (float32 rounding relative to the
@@ -221,21 +221,15 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     m, q = T.shape
     dtype = np.dtype(fmap.feature_dtype(np.float64))
     c = np.asarray(shift, dtype=np.float64).astype(dtype)
-    # T and a column for the column sums: P = Zc T_ext gets ones in that column (written after
-    # the product), so one product P^T Zc gives the sketch rows and the column sums together.
-    T_ext = np.zeros((m, q + 1), dtype)
-    T_ext[:, :q] = T
+    T_sum = with_sum_column(T, dtype)
 
     def new():
         return _SketchTotals(m, q + 1, dtype)
 
     def add(totals, Z):
         Z -= c
-        P = totals.P[: Z.shape[0]]
-        np.matmul(Z, T_ext, out=P)
-        P[:, q] = 1.0
         totals.n += Z.shape[0]
-        totals.YT += P.T @ Z  # (q + 1) x m: the transposed product, 1.4-1.6x faster
+        add_sketch_chunk(totals.YT, totals.P, Z, T_sum)
 
     parts = reduce_feature_chunks(blocks, fmap, new, add)
     n = sum(part.n for part in parts)
