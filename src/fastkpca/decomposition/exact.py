@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,6 +18,7 @@ from .._centering import (
     centered_operator,
     gram_row_stats,
 )
+from ..execution import available_memory_bytes, usable_cores
 from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, auto_method, eigh_topk
 from ._base import BaseKPCA, _is_fraction
@@ -99,21 +99,6 @@ EXACT_MEMORY_FRACTION = 0.25
 GRAM_FRACTION = 1 / 1.35
 
 
-def available_memory_bytes() -> int:
-    """Memory available to a new allocation on this machine (``MemAvailable``), in bytes."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not on this platform
-        return 8 * 2**30
-
-
 def check_exact_fits(X, *, fraction: float | None = None, available=None) -> None:
     """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
 
@@ -144,10 +129,7 @@ def _center_block_rows(n):
 
 
 def _n_workers():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _rbf_factors(X, kernel):

@@ -1,0 +1,104 @@
+"""The number of cores this process may run on.
+
+``os.cpu_count()`` counts the machine's cores; a process confined by ``taskset``, a container's
+CPU quota or a batch scheduler's allocation may use fewer, and threads beyond those only
+oversubscribe them.  :func:`usable_cores` takes the smallest of: the CPU affinity set
+(``os.process_cpu_count`` on Python >= 3.13, ``os.sched_getaffinity`` before), and the cgroup CPU
+quota (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us`` of v1), rounded up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+__all__ = ["usable_cores"]
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _affinity_cores() -> int:
+    count = getattr(os, "process_cpu_count", None)  # Python >= 3.13: affinity-aware
+    if count is not None:
+        return max(1, count() or 1)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _own_cgroup_dirs(root: Path) -> list[Path]:
+    """The cgroup folders of this process, innermost first (``/proc/self/cgroup``); the root as
+    a fallback (inside a container the process's cgroup is usually mounted at the root)."""
+    dirs = []
+    text = _read(Path("/proc/self/cgroup")) or ""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[2].startswith("/"):
+            rel = parts[2].lstrip("/")
+            for sub in ("", "cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                p = root / sub / rel if sub else root / rel
+                while True:
+                    if p.is_dir() and p not in dirs:
+                        dirs.append(p)
+                    if p == root or p.parent == p:
+                        break
+                    p = p.parent
+    for sub in ("", "cpu", "cpu,cpuacct"):
+        p = root / sub if sub else root
+        if p.is_dir() and p not in dirs:
+            dirs.append(p)
+    return dirs
+
+
+def cgroup_cpu_quota(root: Path = _CGROUP_ROOT) -> float | None:
+    """The tightest cgroup CPU quota over this process's cgroups, in cores, or None."""
+    quotas = []
+    for d in _own_cgroup_dirs(root):
+        v2 = _read(d / "cpu.max")
+        if v2:
+            fields = v2.split()
+            if len(fields) == 2 and fields[0] != "max":
+                try:
+                    quotas.append(int(fields[0]) / int(fields[1]))
+                except (ValueError, ZeroDivisionError):
+                    pass
+            continue
+        quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        if quota and period:
+            try:
+                q, p = int(quota), int(period)
+            except ValueError:
+                continue
+            if q > 0 and p > 0:
+                quotas.append(q / p)
+    return min(quotas) if quotas else None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, capped by a cgroup CPU quota.
+
+    ``FASTKPCA_CORES`` (a positive integer), when set, takes precedence: it is how a benchmark or
+    a test pins the count without ``taskset``.
+    """
+    forced = os.environ.get("FASTKPCA_CORES")
+    if forced:
+        try:
+            value = int(forced)
+        except ValueError:
+            value = 0
+        if value >= 1:
+            return value
+    cores = _affinity_cores()
+    quota = cgroup_cpu_quota()
+    if quota is not None and quota > 0:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return cores
