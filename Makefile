@@ -1,5 +1,7 @@
 # make demo: set up .venv (from pyproject.toml) and run the demo on the embedded data set.
 # make test: set up .venv and run the default test suite (slow tests deselected).
+# make test-other-cpu: the default suite again as on another CPU (.ci/other-cpu: numpy's widest
+#   SIMD paths off, an older OpenBLAS core type), so a CPU-dependent test fails in CI.
 # make lint: ruff check, ruff format --check and mypy on the package (CI runs it before the tests).
 # make docs: the documentation site (Sphinx + MyST, strict: -n -W) into build/docs/html.
 PYTHON ?= python3
@@ -8,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 DOCS_STAMP := $(VENV)/.docs-stamp
 DOCS_OUT := build/docs/html
 
-.PHONY: demo test test-all bench lint docs clean
+.PHONY: demo test test-other-cpu test-all bench lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +23,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+test-other-cpu: $(STAMP)
+	.ci/other-cpu $(VENV)/bin/python -m pytest -q
 
 test-all: $(STAMP)
 	$(VENV)/bin/python -m pytest -m ''
