@@ -59,8 +59,12 @@ def test_exact_when_n_at_most_n_probe():
     assert out["relative_rank_k_error"]["estimate"] == pytest.approx(err, rel=1e-8)
     assert out["excess_error"]["estimate"] == pytest.approx(err - 1, rel=1e-6)
     assert out["eigenvalue_error"]["estimate"] == pytest.approx(eig_err, rel=1e-8)
-    np.testing.assert_allclose(out["eigenvalues"]["estimate"], lam, rtol=1e-8)
+    # per row: the training rows' eigenvalues over n (X is all of them: exact, no uncertainty)
+    np.testing.assert_allclose(out["eigenvalues_per_row"]["estimate"], lam / 300, rtol=1e-8)
+    assert out["eigenvalues_per_row"]["stderr"] == [0.0] * K
+    assert out["eigenvalue_error"]["stderr"] == 0.0
     assert out["relative_rank_k_error"]["stderr"] == 0.0
+    assert out["n_train"] == 300
 
 
 def test_probe_estimate_unbiased_with_covering_stderr(probe_problem):
@@ -73,7 +77,7 @@ def test_probe_estimate_unbiased_with_covering_stderr(probe_problem):
         est.append(out["excess_error"]["estimate"])
         se.append(out["excess_error"]["stderr"])
         eig_est.append(out["eigenvalue_error"]["estimate"])
-        theta.append(out["eigenvalues"]["estimate"])
+        theta.append(out["eigenvalues_per_row"]["estimate"])
     est, se = np.array(est), np.array(se)
     # Over 10 probes the mean is within 3 standard errors of the mean of the truth: no bias
     # beyond the sampling noise (the reference subspace's own bias is far below it here).
@@ -83,7 +87,7 @@ def test_probe_estimate_unbiased_with_covering_stderr(probe_problem):
     assert np.sum(np.abs(est - excess) <= 2 * se) >= 8
     assert 0.5 <= se.mean() / est.std(ddof=1) <= 2.0
     # Eigenvalues: Ritz values on span(T, Nystrom vectors) within 0.5 % of the exact ones.
-    np.testing.assert_allclose(np.mean(theta, axis=0), lam, rtol=5e-3)
+    np.testing.assert_allclose(np.mean(theta, axis=0), lam / len(X), rtol=5e-3)
     assert np.mean(eig_est) == pytest.approx(eig_err, rel=0.05, abs=1e-3)
 
 
@@ -98,8 +102,9 @@ def test_interval_and_structure(probe_problem):
         assert entry["stderr"] >= 0
     rel, exc = out["relative_rank_k_error"], out["excess_error"]
     assert rel["estimate"] == pytest.approx(1 + exc["estimate"])
-    assert out["eigenvalues"]["estimate"].shape == (K,)
-    assert out["n_samples"] == 1000 and out["n_probe"] == 300
+    assert len(out["eigenvalues_per_row"]["estimate"]) == K
+    assert len(out["model_eigenvalues_per_row"]) == K
+    assert out["n_samples"] == 1000 and out["n_probe"] == 300 and out["n_train"] == 1000
     # Same seed, same result.
     again = estimate_error(model, X, n_probe=300, random_state=0)
     assert again["excess_error"]["estimate"] == pytest.approx(exc["estimate"], rel=1e-12)
@@ -208,3 +213,296 @@ def test_method_certificates_against_explicit_references():
     ]
     # Monte-Carlo error ~ 1/sqrt(m): 16x the features, ~4x smaller (at least 2x)
     assert errors[1] < errors[0] / 2
+
+
+# --------------------------------------------------------------------------------------------
+# one meaning whatever the size of X: eigenvalues per row, with the sampling of X in the stderr
+# --------------------------------------------------------------------------------------------
+N_TRAIN = 1500
+
+
+@pytest.fixture(scope="module")
+def subsample_problem():
+    """A training set, its exact per-row spectrum, and a coarse and a fine Nystrom model with
+    their true eigenvalue errors (against the training rows' exact eigenvalues)."""
+    X = _data(N_TRAIN, seed=4)
+    lam = ExactKPCA(K, gamma=GAMMA).fit(X).eigenvalues_
+    models = {}
+    for n_landmarks in (30, 300):
+        model = NystromKPCA(K, gamma=GAMMA, n_landmarks=n_landmarks, random_state=0).fit(X)
+        models[n_landmarks] = (model, eigenvalue_error(model.eigenvalues_, lam))
+    return X, lam / N_TRAIN, models
+
+
+def _subsample(X, size, seed):
+    return X[np.random.default_rng(seed).choice(len(X), size, replace=False)]
+
+
+@pytest.mark.parametrize("n_landmarks", [30, 300])
+def test_eigenvalue_error_consistent_across_subsample_sizes(subsample_problem, n_landmarks):
+    """The same model on 10 %, a third and all of its training rows: each estimate is within
+    two stated standard errors of the truth and of the others (formerly it compared the
+    model's eigenvalues, of 1500 rows, with those of the subsample's Gram: 9 on 150 rows)."""
+    X, lam_per_row, models = subsample_problem
+    model, truth = models[n_landmarks]
+    outs = {
+        size: estimate_error(model, _subsample(X, size, 0), n_probe=200, random_state=0)
+        for size in (150, 500, N_TRAIN)
+    }
+    assert outs[150]["eigenvalue_error"]["method"] == "exact"
+    assert outs[N_TRAIN]["eigenvalue_error"]["method"] == "probe"
+    for size, out in outs.items():
+        err = out["eigenvalue_error"]
+        assert out["n_samples"] == size and out["n_train"] == N_TRAIN
+        np.testing.assert_allclose(
+            out["model_eigenvalues_per_row"], model.eigenvalues_ / N_TRAIN, rtol=1e-12
+        )
+        # the stated stderr bounds the root-mean-square error: 2 of them hold the truth
+        assert abs(err["estimate"] - truth) <= 2 * err["stderr"], size
+        lo, hi = err["interval"]
+        assert lo <= truth <= hi
+        # every per-row eigenvalue within 3 of its standard errors of the training rows'
+        ev = out["eigenvalues_per_row"]
+        assert np.all(
+            np.abs(np.subtract(ev["estimate"], lam_per_row)) <= 3 * np.array(ev["stderr"])
+        )
+    sizes = list(outs)
+    for i, a in enumerate(sizes):
+        for b in sizes[i + 1 :]:
+            ea, eb = outs[a]["eigenvalue_error"], outs[b]["eigenvalue_error"]
+            assert abs(ea["estimate"] - eb["estimate"]) <= 2 * np.hypot(ea["stderr"], eb["stderr"])
+
+
+def test_eigenvalue_stderr_covers_the_sampling_of_x(subsample_problem):
+    """Over 10 subsamples of 150 rows (exact on each), the estimates scatter around the truth
+    by no more than the stated stderr (a root-mean-square bound), and the per-row eigenvalues
+    by about their stated stderr."""
+    X, lam_per_row, models = subsample_problem
+    model, truth = models[30]
+    errors, stderrs, z = [], [], []
+    for seed in range(10):
+        out = estimate_error(model, _subsample(X, 150, seed), n_probe=200, random_state=seed)
+        errors.append(out["eigenvalue_error"]["estimate"] - truth)
+        stderrs.append(out["eigenvalue_error"]["stderr"])
+        ev = out["eigenvalues_per_row"]
+        z.append((np.array(ev["estimate"]) - lam_per_row) / np.array(ev["stderr"]))
+    # An rms over 10 draws fluctuates by about 1 / sqrt(20) ~ 22 %: 1.5x leaves room for it.
+    assert np.sqrt(np.mean(np.square(errors))) <= 1.5 * np.mean(stderrs)
+    # Standardized per-row eigenvalues: root-mean-square 1 if the stderr is right (first-order
+    # sampling theory; measured 0.6 to 1.5 per component at 150 rows).
+    rms_z = np.sqrt(np.mean(np.square(z), axis=0))
+    assert np.all((0.3 <= rms_z) & (rms_z <= 2.0)), rms_z
+
+
+@pytest.mark.slow
+def test_eigenvalue_error_consistent_2000_10000_all_30000():
+    """The report's sizes: a Nystrom model on 30000 rows, estimated on 2000, 10000 and all
+    of them (n_probe 2000 as the command line's default): consistent within the stated
+    uncertainty (formerly 13.9, 2.0 and 0.0003 on such a model)."""
+    X = _data(30000, seed=5)
+    model = NystromKPCA(K, gamma=GAMMA, n_landmarks=200, random_state=0).fit(X)
+    outs = [
+        estimate_error(model, _subsample(X, size, 1), n_probe=2000, random_state=0)
+        for size in (2000, 10000, 30000)
+    ]
+    errs = [out["eigenvalue_error"] for out in outs]
+    for i, a in enumerate(errs):
+        assert a["estimate"] < 0.2
+        for b in errs[i + 1 :]:
+            assert abs(a["estimate"] - b["estimate"]) <= 2 * np.hypot(a["stderr"], b["stderr"])
+    per_row = [np.array(out["eigenvalues_per_row"]["estimate"]) for out in outs]
+    se = [np.array(out["eigenvalues_per_row"]["stderr"]) for out in outs]
+    for i in range(2):
+        assert np.all(np.abs(per_row[i] - per_row[2]) <= 3 * np.hypot(se[i], se[2]))
+
+
+def test_eigenvalues_per_row():
+    from fastkpca.metrics import eigenvalues_per_row
+
+    X = _data(300)
+    model = ExactKPCA(K, gamma=GAMMA).fit(X)
+    np.testing.assert_allclose(eigenvalues_per_row(model), model.eigenvalues_ / 300, rtol=1e-15)
+    with pytest.raises(ValueError, match="eigenvalues_"):
+        eigenvalues_per_row(SparsePCAStandIn())
+
+
+class SparsePCAStandIn:
+    """A fitted transformer with no eigenvalues."""
+
+    n_features_in_ = 6
+
+    def transform(self, X):
+        return np.asarray(X)[:, :2]
+
+
+# --------------------------------------------------------------------------------------------
+# any fitted transformer: scikit-learn's KernelPCA, pipelines, kernel=
+# --------------------------------------------------------------------------------------------
+SKLEARN_CASES = [
+    dict(kernel="rbf", gamma=GAMMA),
+    dict(kernel="rbf"),  # gamma_ = 1 / n_features
+    dict(kernel="poly", degree=2, gamma=0.05, coef0=0.5),
+    dict(kernel="sigmoid", gamma=0.01, coef0=0.1),
+    dict(kernel="linear"),
+    dict(kernel="cosine"),
+]
+
+
+@pytest.mark.parametrize("params", SKLEARN_CASES, ids=lambda p: "-".join(map(str, p.values())))
+def test_sklearn_kernel_pca_on_its_training_rows_is_exact(params):
+    """scikit-learn's exact KernelPCA on its own rows: rank-k error 1 and eigenvalue error 0
+    up to round-off, which holds only if its kernel was rebuilt right."""
+    from sklearn.decomposition import KernelPCA as SkKernelPCA
+
+    X = _data(250, seed=6)
+    model = SkKernelPCA(K, **params).fit(X)
+    out = estimate_error(model, X, n_probe=300)
+    # Two dense eigensolvers on the same Gram: eigenvalues agree to ~1e-12 relative.
+    assert out["relative_rank_k_error"]["estimate"] == pytest.approx(1.0, abs=1e-8)
+    assert out["eigenvalue_error"]["estimate"] == pytest.approx(0.0, abs=1e-8)
+    assert out["n_train"] == 250 and out["certificates"] == {}
+
+
+def test_sklearn_pipelines():
+    from sklearn.decomposition import PCA
+    from sklearn.decomposition import KernelPCA as SkKernelPCA
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from fastkpca.kernels import RBF
+
+    X = _data(300, seed=7) * np.arange(1, 7)
+    # The kernel of the final KernelPCA applies to the scaled rows.
+    scaled = make_pipeline(StandardScaler(), SkKernelPCA(K, kernel="rbf", gamma=0.2)).fit(X)
+    out = estimate_error(scaled, X, n_probe=300)
+    assert out["eigenvalue_error"]["estimate"] == pytest.approx(0.0, abs=1e-8)
+    assert out["relative_rank_k_error"]["estimate"] == pytest.approx(1.0, abs=1e-8)
+    # Nystroem's kernel applies to the input rows; PCA has no kernel eigenvalues.
+    approx = make_pipeline(Nystroem(gamma=0.05, n_components=40, random_state=0), PCA(K)).fit(X)
+    out = estimate_error(approx, X, n_probe=300)
+    truth = relative_rank_k_error(X, approx.transform(X), RBF(gamma=0.05))
+    # the same formula on the same explicit Gram
+    assert out["relative_rank_k_error"]["estimate"] == pytest.approx(truth, rel=1e-10)
+    assert out["eigenvalue_error"] is None and out["model_eigenvalues_per_row"] is None
+    assert out["n_train"] is None and len(out["eigenvalues_per_row"]["estimate"]) == K
+
+
+def test_kernel_argument_and_refusals():
+    from sklearn.decomposition import PCA
+    from sklearn.decomposition import KernelPCA as SkKernelPCA
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from fastkpca.kernels import RBF
+
+    X = _data(200, seed=8)
+    # A callable kernel cannot be rebuilt: kernel= gives it.
+    model = SkKernelPCA(K, kernel=lambda a, b: rbf_kernel(a[None], b[None], gamma=GAMMA)[0, 0])
+    model.fit(X[:40])
+    with pytest.raises(ValueError, match="kernel="):
+        estimate_error(model, X[:40])
+    out = estimate_error(model, X[:40], kernel=RBF(gamma=GAMMA))
+    assert out["eigenvalue_error"]["estimate"] == pytest.approx(0.0, abs=1e-8)
+    with pytest.raises(ValueError, match="fastkpca.kernels.Kernel"):
+        estimate_error(model, X[:40], kernel="rbf")
+    # no kernel at all (plain PCA): kernel= is needed
+    pca = PCA(K).fit(X)
+    with pytest.raises(ValueError, match="kernel="):
+        estimate_error(pca, X)
+    assert estimate_error(pca, X, kernel=RBF(gamma=GAMMA))["eigenvalue_error"] is None
+    # a precomputed Gram: its transform takes kernel values, not rows
+    pre = SkKernelPCA(K, kernel="precomputed").fit(rbf_kernel(X, gamma=GAMMA))
+    with pytest.raises(ValueError, match="precomputed"):
+        estimate_error(pre, X)
+    from fastkpca import KernelPCA as FastKernelPCA
+
+    pre = FastKernelPCA(K, kernel="precomputed").fit(rbf_kernel(X, gamma=GAMMA))
+    with pytest.raises(ValueError, match="precomputed"):
+        estimate_error(pre, X)
+    # not fitted, not a transformer
+    with pytest.raises(ValueError, match="fit it first"):
+        estimate_error(SkKernelPCA(K), X)
+    with pytest.raises(ValueError, match="transform"):
+        estimate_error(object(), X)
+
+
+# --------------------------------------------------------------------------------------------
+# plain, documented structure
+# --------------------------------------------------------------------------------------------
+ERROR_KEYS = {"estimate", "stderr", "interval", "method"}
+TOP_KEYS = {
+    "relative_rank_k_error",
+    "excess_error",
+    "eigenvalue_error",
+    "eigenvalues_per_row",
+    "model_eigenvalues_per_row",
+    "n_samples",
+    "n_probe",
+    "n_train",
+    "certificates",
+}
+
+
+def _assert_plain(value, where="result"):
+    """Only dict (str keys), list, float, int, str, bool or None: no numpy type anywhere."""
+    if isinstance(value, dict):
+        for key, v in value.items():
+            assert type(key) is str, where
+            _assert_plain(v, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _assert_plain(v, f"{where}[{i}]")
+    else:
+        assert value is None or type(value) in (float, int, str, bool), (where, type(value))
+
+
+@pytest.mark.parametrize("n_probe", [300, 150], ids=["exact", "probe"])
+def test_result_is_plain_and_documented(n_probe):
+    import json
+
+    X = _data(300, seed=9)
+    model = StreamingKPCA(K, gamma=GAMMA, n_features=100, sketch_size=12, random_state=0).fit(X)
+    out = estimate_error(model, X, n_probe=n_probe, random_state=0)
+    _assert_plain(out)
+    assert json.loads(json.dumps(out)) == out  # no tuples, no numpy scalars
+    assert set(out) == TOP_KEYS
+    for key in ("relative_rank_k_error", "excess_error", "eigenvalue_error"):
+        assert set(out[key]) == ERROR_KEYS
+        assert type(out[key]["estimate"]) is float and len(out[key]["interval"]) == 2
+    assert set(out["eigenvalues_per_row"]) == {"estimate", "stderr", "method"}
+    assert set(out["certificates"]) == {"fd_eigenvalue_bounds", "feature_gram_error"}
+    assert type(out["n_samples"]) is int and type(out["n_probe"]) is int
+
+
+def test_model_without_training_size():
+    """A compressed expansion keeps the eigenvalues but not the number of training rows:
+    the eigenvalue error is then unknown (None), the rest is estimated."""
+    from fastkpca import compress_expansion
+
+    X = _data(300, seed=10)
+    model = compress_expansion(NystromKPCA(K, gamma=GAMMA, n_landmarks=30, random_state=0).fit(X))
+    out = estimate_error(model, X, n_probe=300)
+    assert out["n_train"] is None and out["eigenvalue_error"] is None
+    assert out["relative_rank_k_error"]["estimate"] >= 1.0
+
+
+def test_cli_evaluate_gives_one_eigenvalue_error(tmp_path, capsys):
+    """``fastkpca evaluate --json`` on a subsample: the estimate's eigenvalue error and the
+    table's (against exact KPCA of the same rows) are the same quantity, per row."""
+    import json
+
+    from fastkpca.cli import main
+
+    X = _data(1200, seed=11)
+    model = NystromKPCA(K, gamma=GAMMA, n_landmarks=30, random_state=0).fit(X)
+    model.save(tmp_path / "m.npz")
+    np.save(tmp_path / "x.npy", X)
+    args = ["evaluate", str(tmp_path / "m.npz"), str(tmp_path / "x.npy"), "--json", "-q"]
+    assert main(args + ["--max-samples", "300"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    est = res["estimate"]["eigenvalue_error"]
+    # 300 rows <= n_probe: both are exact on the same Gram (two dense eigensolvers: 1e-8)
+    assert est["estimate"] == pytest.approx(res["metrics"]["eigenvalue_error"]["model"], rel=1e-8)
+    # and a sample of a quarter of the training rows estimates the training rows' value
+    truth = eigenvalue_error(model.eigenvalues_, ExactKPCA(K, gamma=GAMMA).fit(X).eigenvalues_)
+    assert abs(est["estimate"] - truth) <= 2 * est["stderr"]

@@ -18,12 +18,15 @@ R of a fitted model, estimated on held-out data).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import scipy.linalg as la
 from scipy.sparse.linalg import LinearOperator, eigsh
 
 from ._utils import as_generator
-from .kernels import Kernel, chunk_rows
+from .kernels import Kernel, chunk_rows, make_kernel
 from .solvers import eigh_topk
 
 __all__ = [
@@ -36,6 +39,8 @@ __all__ = [
     "mmd",
     "MAX_EXACT_N",
     "estimate_error",
+    "eigenvalues_per_row",
+    "SKLEARN_KERNELS",
     "method_certificates",
     "reconstruction_error",
 ]
@@ -341,6 +346,211 @@ REFERENCE_VECTORS = 2
 #: Eigenvalues of ``k(L, L)`` below this fraction of the largest are dropped (pseudo-inverse).
 _W_FLOOR = 1e-10
 
+#: scikit-learn's kernel names (``sklearn.decomposition.KernelPCA(kernel=...)``, with its
+#: ``gamma_``, ``degree`` and ``coef0``) -> the fastkpca kernel that computes the same function.
+SKLEARN_KERNELS = {
+    "rbf": "rbf",
+    "laplacian": "laplacian",
+    "poly": "polynomial",
+    "polynomial": "polynomial",
+    "linear": "linear",
+    "cosine": "cosine",
+    "sigmoid": "sigmoid",
+}
+
+
+@dataclass(frozen=True)
+class _FittedKPCA:
+    """What the error estimates need of a fitted kernel PCA model, whatever its class.
+
+    Attributes
+    ----------
+    model : object
+        The fitted transformer whose ``transform`` gives the projections (a whole Pipeline).
+    before_kernel : tuple
+        The steps before the one that holds the kernel: their ``transform`` gives the rows the
+        kernel is evaluated on (empty for a plain model).
+    final : object
+        The last step (the model itself if not a Pipeline): the eigenvalues and the training
+        size come from it.
+    kernel_step : object or None
+        The step that holds the kernel (None when ``kernel=`` was given and no step names one).
+    kernel : Kernel
+    eigenvalues : (k,) float64 array or None
+        ``final.eigenvalues_`` (eigenvalues of the centered training Gram), if it has them.
+    n_train : int or None
+        The number of training rows, if ``final`` tells it.
+    """
+
+    model: Any
+    before_kernel: tuple
+    final: Any
+    kernel_step: Any
+    kernel: Kernel
+    eigenvalues: np.ndarray | None
+    n_train: int | None
+
+    def kernel_rows(self, X):
+        """X through the steps before the kernel's: the rows the kernel sees."""
+        for step in self.before_kernel:
+            X = step.transform(X)
+        return X
+
+
+def _fitted_kpca(model, kernel=None) -> _FittedKPCA:
+    """Describe a fitted kernel PCA transformer for :func:`estimate_error`.
+
+    The kernel is ``kernel`` when given, else the one of the last step that names one:
+    fastkpca's ``kernel_``, or scikit-learn's ``kernel`` name (:data:`SKLEARN_KERNELS`) with
+    ``gamma_`` (else ``gamma``, else ``1 / n_features_in_``, scikit-learn's default), ``degree``
+    and ``coef0`` (``sklearn.kernel_approximation.Nystroem`` and ``RBFSampler``-style steps
+    included).  It is evaluated on the rows that step receives: the pipeline's input for
+    ``Pipeline(Nystroem(...), PCA(...))``, the scaled rows for ``Pipeline(StandardScaler(),
+    KernelPCA(...))``.
+
+    Raises
+    ------
+    ValueError
+        Not a fitted transformer, or its kernel cannot be known (a precomputed Gram, a callable
+        or unknown kernel name, no kernel at all) and ``kernel`` is not given.
+    """
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    name = type(model).__name__
+    if not callable(getattr(model, "transform", None)):
+        raise ValueError(f"model must be a fitted transformer with a transform method, got {name}")
+    if callable(getattr(model, "fit", None)):
+        try:
+            check_is_fitted(model)
+        except NotFittedError:
+            raise ValueError(f"model {name} is not fitted; fit it first") from None
+    if kernel is not None and not isinstance(kernel, Kernel):
+        raise ValueError(
+            "kernel must be a fastkpca.kernels.Kernel (e.g. fastkpca.kernels.RBF(gamma=0.5)), "
+            f"got {type(kernel).__name__}"
+        )
+    steps = _leaf_steps(model)
+    at = max((i for i, step in enumerate(steps) if _names_kernel(step)), default=None)
+    if kernel is None:
+        if at is None:
+            raise ValueError(
+                f"cannot tell the kernel of {name}: pass kernel=, a fastkpca.kernels.Kernel "
+                "(e.g. fastkpca.kernels.RBF(gamma=0.5))"
+            )
+        kernel = _model_kernel(steps[at])
+    final = steps[-1]
+    eigenvalues, n_train = _model_spectrum(final)
+    return _FittedKPCA(
+        model=model,
+        before_kernel=tuple(steps[: at or 0]),
+        final=final,
+        kernel_step=None if at is None else steps[at],
+        kernel=kernel,
+        eigenvalues=eigenvalues,
+        n_train=n_train,
+    )
+
+
+def _leaf_steps(model) -> list:
+    """A Pipeline's steps in order, nested Pipelines flattened (the model itself if not one)."""
+    from sklearn.pipeline import Pipeline
+
+    if not isinstance(model, Pipeline):
+        return [model]
+    out = []
+    for _, step in model.steps:
+        if step is not None and not (isinstance(step, str) and step == "passthrough"):
+            out += _leaf_steps(step)
+    return out
+
+
+def _names_kernel(step) -> bool:
+    return isinstance(getattr(step, "kernel_", None), Kernel) or (
+        getattr(step, "kernel", None) is not None
+    )
+
+
+def _model_kernel(model) -> Kernel:
+    """The kernel of a fitted step: fastkpca's ``kernel_`` or scikit-learn's parameters."""
+    name = type(model).__name__
+    fitted = getattr(model, "kernel_", None)
+    if isinstance(fitted, Kernel):
+        return fitted
+    spec = getattr(model, "kernel", None)
+    if isinstance(spec, Kernel):
+        return spec
+    if isinstance(spec, str) and spec == "precomputed":
+        raise ValueError(
+            f"{name} was fitted on a precomputed Gram matrix: its transform takes kernel values, "
+            "not rows, and its kernel is unknown; fit it on rows with a named kernel"
+        )
+    if isinstance(spec, str) and spec in SKLEARN_KERNELS:
+        gamma = getattr(model, "gamma_", None)
+        if gamma is None:
+            gamma = getattr(model, "gamma", None)
+        n_in = getattr(model, "n_features_in_", None)
+        if gamma is None and n_in:
+            gamma = 1.0 / n_in  # scikit-learn's default gamma
+        # scikit-learn's defaults where a step leaves them None (Nystroem's degree, coef0)
+        degree = getattr(model, "degree", None)
+        coef0 = getattr(model, "coef0", None)
+        return make_kernel(
+            SKLEARN_KERNELS[spec],
+            gamma=gamma,
+            degree=3 if degree is None else degree,
+            coef0=1.0 if coef0 is None else coef0,
+        )
+    raise ValueError(
+        f"cannot tell the kernel of {name} (kernel={spec!r}): pass kernel=, a "
+        "fastkpca.kernels.Kernel that computes it (e.g. fastkpca.kernels.RBF(gamma=0.5))"
+    )
+
+
+def _model_spectrum(model) -> tuple[np.ndarray | None, int | None]:
+    """A fitted model's eigenvalues of its centered training Gram and its number of training
+    rows, from its fitted attributes (None where it has none)."""
+    eigenvalues = getattr(model, "eigenvalues_", None)
+    if eigenvalues is None:
+        eigenvalues = getattr(model, "lambdas_", None)  # scikit-learn before 1.0
+    if eigenvalues is not None:
+        eigenvalues = np.asarray(eigenvalues, dtype=np.float64).ravel()
+    n_train = None
+    for name in ("n_samples_seen_", "n_samples_fit_"):
+        value = getattr(model, name, None)
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value > 0:
+            n_train = int(value)
+            break
+    else:
+        for name in ("eigenvectors_", "X_fit_"):  # (n_train, k), (n_train, d): exact KPCA
+            shape = tuple(getattr(getattr(model, name, None), "shape", ()))
+            if len(shape) == 2 and shape[0] > 0:
+                n_train = int(shape[0])
+                break
+    return eigenvalues, n_train
+
+
+def eigenvalues_per_row(model) -> np.ndarray:
+    """A fitted model's eigenvalues per training row, ``eigenvalues_ / n_train``.
+
+    These are the eigenvalues of the centered kernel covariance of the training rows,
+    ``(1/n) sum_i (phi(x_i) - mu)(phi(x_i) - mu)^T``, which do not grow with n: the same for
+    the training rows and for a uniform sample of them, up to sampling noise.  The eigenvalue
+    errors of :func:`estimate_error` compare these.  ``model`` may be a Pipeline (its last
+    step's).
+
+    Raises
+    ------
+    ValueError
+        The model has no eigenvalues or does not tell its number of training rows.
+    """
+    final = _leaf_steps(model)[-1]
+    eigenvalues, n_train = _model_spectrum(final)
+    if eigenvalues is None or n_train is None:
+        what = "eigenvalues_" if eigenvalues is None else "number of training rows"
+        raise ValueError(f"{type(final).__name__} has no {what}")
+    return eigenvalues / n_train
+
 
 def _check_fitted_model(model) -> None:
     """ValueError unless ``model`` is a fitted fastkpca estimator with a fastkpca kernel."""
@@ -353,27 +563,34 @@ def _check_fitted_model(model) -> None:
         raise ValueError("model.kernel_ is not a fastkpca.kernels.Kernel")
 
 
-def _check_model_and_data(model, X, n_probe):
-    """Validated ``(X, T)``: the data and ``model.transform(X)`` in float64; ValueError if not."""
+def _check_model_and_data(fitted: _FittedKPCA, X, n_probe):
+    """Validated ``(Xk, T)``: the rows the kernel sees and the projections, float64."""
     from sklearn.utils.validation import check_array
 
-    _check_fitted_model(model)
     if not isinstance(n_probe, int | np.integer) or isinstance(n_probe, bool) or n_probe < 2:
         raise ValueError(f"n_probe must be an integer >= 2, got {n_probe!r}")
-    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32], ensure_min_samples=2)
-    if X.shape[1] != model.n_features_in_:
-        raise ValueError(
-            f"X has {X.shape[1]} features, but the model was fitted on {model.n_features_in_}"
+    n_in = getattr(fitted.model, "n_features_in_", None)
+    if not fitted.before_kernel:
+        X = check_array(
+            X, accept_sparse="csr", dtype=[np.float64, np.float32], ensure_min_samples=2
         )
-    T = np.asarray(model.transform(X), dtype=np.float64)
-    if T.ndim != 2 or T.shape[0] != X.shape[0]:
-        raise ValueError(f"model.transform(X) has shape {T.shape}, expected ({X.shape[0]}, k)")
-    if T.shape[1] >= X.shape[0]:
+        if n_in is not None and X.shape[1] != n_in:
+            raise ValueError(f"X has {X.shape[1]} features, but the model was fitted on {n_in}")
+    Xk = check_array(
+        fitted.kernel_rows(X),
+        accept_sparse="csr",
+        dtype=[np.float64, np.float32],
+        ensure_min_samples=2,
+    )
+    T = np.asarray(fitted.model.transform(X), dtype=np.float64)
+    if T.ndim != 2 or T.shape[0] != Xk.shape[0]:
+        raise ValueError(f"model.transform(X) has shape {T.shape}, expected ({Xk.shape[0]}, k)")
+    if T.shape[1] >= Xk.shape[0]:
         raise ValueError(
-            f"the model has {T.shape[1]} components for {X.shape[0]} rows: a rank-k error "
+            f"the model has {T.shape[1]} components for {Xk.shape[0]} rows: a rank-k error "
             "needs k < n_samples"
         )
-    return X, T
+    return Xk, T
 
 
 def _summary(estimate, replicates, method):
@@ -384,14 +601,14 @@ def _summary(estimate, replicates, method):
         return {
             "estimate": float(estimate),
             "stderr": float("nan"),
-            "interval": (float("nan"), float("nan")),
+            "interval": [float("nan"), float("nan")],
             "method": method,
         }
     lo, hi = np.percentile(finite, [2.5, 97.5])
     return {
         "estimate": float(estimate),
         "stderr": float(np.std(finite, ddof=1)),
-        "interval": (float(min(lo, estimate)), float(max(hi, estimate))),
+        "interval": [float(min(lo, estimate)), float(max(hi, estimate))],
         "method": method,
     }
 
@@ -404,30 +621,78 @@ def _excess(num_minus_den, den):
     return x / (np.sqrt(1.0 + x) + 1.0)
 
 
-def _exact_errors(model, X, T):
-    """The exact relative rank-k error and eigenvalue error (one explicit n x n Gram)."""
+def _eigenvalue_estimates(fitted: _FittedKPCA, n, vals, vals_se, scores, method):
+    """``"eigenvalues_per_row"``, ``"eigenvalue_error"``, ``"model_eigenvalues_per_row"``.
+
+    ``vals`` are the top eigenvalues of X's centered Gram (exact, or Ritz values from the
+    probe) with ``vals_se`` their probe standard errors, ``scores`` the centered coordinates of
+    rows of X (all of them, or the probe's residual rows) on the matching eigenvectors.
+
+    Per row, ``vals / n`` estimates the training rows' ``lambda_i / n_train``.  If X is a uniform
+    sample (without replacement) of the training rows, ``lambda_i(X) / n - lambda_i / n_train``
+    is to first order the mean over X of ``s_i^2`` minus its mean over the training rows (s_i
+    the rows' coordinates on the i-th eigenvector; simple eigenvalues), with variance
+    ``var(s_i^2) / n (1 - n / n_train)``; 0 when X is all the training rows.  Without
+    ``n_train`` the sample is taken as drawn from an unlimited population (factor 1).
+    """
+    k = vals.size
+    per_row = vals / n
+    fpc = 1.0 if fitted.n_train is None else max(0.0, 1.0 - n / fitted.n_train)
+    sampling_var = np.zeros(k)
+    if scores.shape[0] > 1 and fpc > 0:
+        sampling_var = np.var(scores**2, axis=0, ddof=1) / n * fpc
+    se = np.sqrt((vals_se / n) ** 2 + sampling_var)
+    out: dict = {
+        "eigenvalues_per_row": {"estimate": per_row, "stderr": se, "method": method},
+        "eigenvalue_error": None,
+        "model_eigenvalues_per_row": None,
+    }
+    if fitted.eigenvalues is None or fitted.n_train is None:
+        return out
+    mine = (fitted.eigenvalues / fitted.n_train)[:k]
+    j = mine.size
+    out["model_eigenvalues_per_row"] = mine
+    estimate = eigenvalue_error(mine, per_row[:j])
+    # |err(ref_hat) - err(ref)| <= (1 + err) ||ref_hat - ref|| / ||ref_hat|| (triangle
+    # inequality, to first order), and E ||ref_hat - ref||^2 = sum se^2: a root-mean-square
+    # bound on the estimate's error, whatever the (unknown) direction of the reference's.
+    stderr = (1.0 + estimate) * float(np.sqrt(np.sum(se[:j] ** 2)) / np.linalg.norm(per_row[:j]))
+    out["eigenvalue_error"] = {
+        "estimate": estimate,
+        "stderr": stderr,
+        "interval": [max(0.0, estimate - 2 * stderr), estimate + 2 * stderr],
+        "method": method,
+    }
+    return out
+
+
+def _exact_errors(fitted: _FittedKPCA, X, T):
+    """The exact relative rank-k error and X's exact spectrum (one explicit n x n Gram)."""
     n, k = T.shape
-    G = _centered_gram(X, model.kernel_, True)
+    G = _centered_gram(X, fitted.kernel, True)
     num2 = 0.0
     step = chunk_rows(n)
     for start in range(0, n, step):
         D = G[start : start + step] - T[start : start + step] @ T.T
         num2 += float(np.einsum("ij,ij->", D, D))
     fro2 = float(np.einsum("ij,ij->", G, G))
-    vals, _ = eigh_topk(G, k, method="dense" if n <= 3000 else "lanczos", rng=0, overwrite=True)
+    vals, vecs = eigh_topk(G, k, method="dense" if n <= 3000 else "lanczos", rng=0, overwrite=True)
     den2 = max(fro2 - float(np.sum(vals**2)), 0.0)
-    excess = _excess(num2 - den2, den2)
-    eig_err = eigenvalue_error(model.eigenvalues_, vals)
+    scale = max(fro2, np.finfo(float).tiny)
+    if den2 <= 1e-12 * scale:  # a Gram of rank <= k: as relative_rank_k_error decides
+        excess = 0.0 if num2 <= 1e-10 * scale else float("inf")
+    else:
+        excess = _excess(num2 - den2, den2)
     exact = {"stderr": 0.0, "method": "exact"}
+    scores = vecs * np.sqrt(np.maximum(vals, 0.0))
     return {
         "relative_rank_k_error": {
             "estimate": 1.0 + excess,
-            "interval": (1.0 + excess,) * 2,
+            "interval": [1.0 + excess] * 2,
             **exact,
         },
-        "excess_error": {"estimate": excess, "interval": (excess, excess), **exact},
-        "eigenvalue_error": {"estimate": eig_err, "interval": (eig_err, eig_err), **exact},
-        "eigenvalues": {"estimate": vals, "stderr": np.zeros(k), "method": "exact"},
+        "excess_error": {"estimate": excess, "interval": [excess, excess], **exact},
+        **_eigenvalue_estimates(fitted, n, vals, np.zeros(k), scores, "exact"),
         "n_samples": n,
         "n_probe": n,
     }
@@ -451,49 +716,104 @@ def _probe_pass(X, kernel, XP, Tc):
     return (gram2 + gram2.T) / 2, row_sums / n, KT
 
 
-def _ritz(H, YtY, k):
-    """Top-k Ritz values of the pencil ``(H, YtY)`` and the k x k block trace ``tr(H[:k, :k])``."""
+def _ritz(H, YtY, k, vectors=False):
+    """Top-k Ritz values of the pencil ``(H, YtY)`` (zero-padded to k), and with ``vectors``
+    their coefficient vectors C (``Y C`` has orthonormal columns)."""
     s, Q = la.eigh(YtY)
     keep = s > 1e-12 * s[-1]
     R = Q[:, keep] / np.sqrt(s[keep])
-    theta = la.eigvalsh(R.T @ H @ R)[::-1]
-    theta = np.maximum(theta[:k], 0.0)
+    if vectors:
+        theta, W = la.eigh(R.T @ H @ R)
+        theta, C = theta[::-1][:k], (R @ W[:, ::-1])[:, :k]
+    else:
+        theta = la.eigvalsh(R.T @ H @ R)[::-1][:k]
+    theta = np.maximum(theta, 0.0)
     if theta.size < k:
         theta = np.concatenate([theta, np.zeros(k - theta.size)])
-    return theta
+        if vectors:
+            C = np.hstack([C, np.zeros((C.shape[0], k - C.shape[1]))])
+    return (theta, C) if vectors else theta
 
 
-def estimate_error(model, X, *, n_probe=2000, random_state=None) -> dict:
+def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
     """Estimate a fitted model's relative rank-k error and eigenvalue error without exact KPCA.
 
-    With ``T = model.transform(X)``, ``Kc = H K H`` the centered Gram of X and ``lambda_i`` its
-    eigenvalues, the targets are ``relative_rank_k_error`` (``||Kc - T T^T||_F /
-    ||Kc - (Kc)_k||_F``, 1.0 is exact KPCA's optimum) and ``eigenvalue_error`` (the relative l2
-    error of ``model.eigenvalues_`` against ``lambda_1..lambda_k``).  For ``n <= n_probe`` both
-    are computed exactly; above, from a uniform probe of ``n_probe`` rows in one pass over Gram
-    column blocks (never n x n).
+    Every number has one meaning whatever the size of X: the Gram errors are those of the
+    embedding of the rows X (``relative_rank_k_error`` on X's own Gram), the eigenvalue errors
+    compare eigenvalues per row, ``lambda / n`` (the eigenvalues of the centered kernel
+    covariance, which do not grow with n), so that the model's (from its ``n_train`` training
+    rows) and X's (from ``n`` rows) are the same quantity.  With ``T = model.transform(X)``,
+    ``Kc = H K H`` the centered Gram of X and ``lambda_i`` its eigenvalues:
+
+    - ``relative_rank_k_error`` = ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` (1.0 is exact KPCA's
+      optimum on X);
+    - ``eigenvalue_error`` = ``||m - l||_2 / ||l||_2`` with ``m = model.eigenvalues_[:k] /
+      n_train`` and l the training rows' per-row eigenvalues, estimated by ``lambda_i / n``
+      (X is taken to be the training rows or a uniform sample of them: then the estimate is
+      consistent whatever n, and on all the training rows it is exact).
+
+    For ``n <= n_probe`` X's Gram is computed exactly; above, its quantities are estimated from
+    a uniform probe of ``n_probe`` rows in one pass over Gram column blocks (never n x n).
 
     Parameters
     ----------
-    model : fitted fastkpca estimator
-        Anything with ``transform``, ``kernel_``, ``eigenvalues_`` and ``n_features_in_``.
+    model : fitted transformer
+        Anything fitted whose ``transform`` gives kernel PCA projections: a fastkpca estimator,
+        a ``sklearn.decomposition.KernelPCA``, a ``sklearn.pipeline.Pipeline`` (e.g.
+        ``StandardScaler`` then ``KernelPCA``, or ``Nystroem`` then ``PCA``).  The kernel is
+        that of the last step that names one (fastkpca's ``kernel_``; scikit-learn's ``kernel``
+        name, :data:`SKLEARN_KERNELS`, with ``gamma_``, else ``gamma``, else ``1 /
+        n_features_in_``, and ``degree``, ``coef0``), evaluated on the rows that step receives;
+        a precomputed, callable or unknown kernel needs ``kernel=``.  The eigenvalue entries
+        need the last step's ``eigenvalues_`` and number of training rows
+        (``n_samples_seen_``, ``n_samples_fit_``, or the rows of ``eigenvectors_`` /
+        ``X_fit_``); without them they are None.
     X : array or CSR matrix of shape (n_samples, n_features)
-        The data the errors refer to (normally the training data).
+        The rows the errors refer to: the training rows or a uniform sample of them (for the
+        eigenvalue error); any rows for the relative rank-k error.
     n_probe : int
         Probe rows p; cost ``O(n p (d + p + k))`` time, ``O(n k + p^2)`` memory.  At least
         ``max(40, (2 k + 1) / 0.75)``.
     random_state : int, Generator or None
         Draws the probe (and the bootstrap).
+    kernel : fastkpca.kernels.Kernel or None
+        The model's kernel, evaluated on the rows the step that names a kernel receives (the
+        model's input if none does); None takes it from the model as described under ``model``.
 
     Returns
     -------
     dict
-        ``"relative_rank_k_error"``, ``"excess_error"`` (``relative_rank_k_error - 1``) and
-        ``"eigenvalue_error"``: each a dict with ``"estimate"``, ``"stderr"`` (bootstrap standard
-        error over probe rows), ``"interval"`` (95 % bootstrap percentile interval, widened to
-        contain the estimate) and ``"method"`` (``"exact"`` or ``"probe"``);
-        ``"eigenvalues"``: ``{"estimate": (k,) array, "stderr": (k,) array, "method"}``, the
-        estimated top-k eigenvalues of ``Kc``; ``"n_samples"``, ``"n_probe"``.
+        Plain Python values only (``float``, ``int``, ``str``, ``None``, ``list``, ``dict``:
+        ``json.dumps`` writes it as it is).  Each error entry is a dict ``{"estimate": float,
+        "stderr": float, "interval": [low, high], "method": "exact" | "probe"}``; ``"method"``
+        says how X's Gram was handled (computed exactly, or a probe of ``n_probe`` rows).
+
+        ``"relative_rank_k_error"``
+            ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` on X.  ``stderr``: bootstrap over the
+            probe's residual rows (0 when exact); ``interval``: 95 % bootstrap percentile
+            interval, widened to contain the estimate.
+        ``"excess_error"``
+            ``relative_rank_k_error - 1``, estimated without cancellation, same uncertainty.
+        ``"eigenvalue_error"``
+            ``||m - l||_2 / ||l||_2`` (see above), or None when the model has no eigenvalues or
+            training size.  ``stderr`` bounds the root-mean-square error of the estimate from the
+            uncertainty of l (``"eigenvalues_per_row"``'s stderr, propagated by the triangle
+            inequality: ``(1 + estimate) ||stderr|| / ||l||``); ``interval``: estimate +- 2
+            stderr, clipped at 0.  When the model is more accurate than l is known, the estimate
+            is about ``||stderr|| / ||l||`` and the interval reaches down to 0.
+        ``"eigenvalues_per_row"``
+            ``{"estimate": [k floats], "stderr": [k floats], "method"}``: the training rows'
+            top-k eigenvalues per row, ``lambda_i / n`` of X's Gram (Ritz values for the
+            probe).  ``stderr``: the probe's bootstrap and, when X is a sample of fewer than all
+            ``n_train`` training rows, the sampling of X (first order, with the finite
+            population factor ``1 - n / n_train``; factor 1 when ``n_train`` is unknown).
+        ``"model_eigenvalues_per_row"``
+            ``[k floats]``, ``model.eigenvalues_[:k] / n_train`` (m above), or None.
+        ``"n_samples"``, ``"n_probe"``, ``"n_train"``
+            int: n, the rows whose Gram was computed (p, or n when exact), the model's
+            training rows (None when unknown).
+        ``"certificates"``
+            :func:`method_certificates`: the error certificates the model's method gives.
 
     Notes
     -----
@@ -518,8 +838,8 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None) -> dict:
     ||K_j||^2 - 2 n r_j^2``; the same sum for ``K~`` is exact (its eigenvalues), and ``h -
     h~``, ``r - r~`` vanish on S, so only these small differences are estimated from R.
 
-    Uncertainty: ``"stderr"`` and ``"interval"`` come from a bootstrap over the residual rows R
-    (:data:`N_BOOTSTRAP` replicates), the landmarks held fixed.  They cover the sampling noise,
+    Uncertainty: the probe's part comes from a bootstrap over the residual rows R
+    (:data:`N_BOOTSTRAP` replicates), the landmarks held fixed.  It covers the sampling noise,
     not the one-sided bias of the reference subspace: Ritz values are lower bounds of the
     ``lambda_i``, which makes ``err - 1`` too small by about ``sum (lambda_i^2 - theta_i^2) /
     (2 D)`` (noticeable only when the model is about as good as a Nystrom model on
@@ -529,19 +849,41 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None) -> dict:
     product), ``O(p^3)`` for the p x p eigenproblems, plus ``model.transform(X)``; memory
     ``O(n k + p^2)``.
     """
-    X, T = _check_model_and_data(model, X, n_probe)
+    fitted = _fitted_kpca(model, kernel)
+    X, T = _check_model_and_data(fitted, X, n_probe)
     rng = as_generator(random_state)
-    result = _probe_errors(model, X, T, n_probe, rng)
-    result["certificates"] = method_certificates(model, X, n_probe=n_probe, random_state=rng)
-    return result
+    result = _probe_errors(fitted, X, T, n_probe, rng)
+    result["n_train"] = fitted.n_train
+    result["certificates"] = (
+        method_certificates(
+            fitted.final, X, n_probe=n_probe, random_state=rng, kernel=fitted.kernel
+        )
+        if fitted.kernel_step is fitted.final
+        else {}  # the certificates read the kernel step's fitted attributes
+    )
+    return _plain(result)
 
 
-def _probe_errors(model, X, T, n_probe, rng) -> dict:
+def _plain(value):
+    """``value`` with numpy arrays, numpy scalars and tuples turned into plain Python ones."""
+    if isinstance(value, dict):
+        return {key: _plain(v) for key, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value)
+    return value
+
+
+def _probe_errors(fitted: _FittedKPCA, X, T, n_probe, rng) -> dict:
     """The estimates of :func:`estimate_error`: exact for ``n <= n_probe``, else from a probe."""
     n, k = T.shape
     if n <= n_probe:
-        return _exact_errors(model, X, T)
-    kernel = model.kernel_
+        return _exact_errors(fitted, X, T)
     p = int(n_probe)
     p1 = int(round(PROBE_LANDMARK_FRACTION * p))
     p2 = p - p1
@@ -560,17 +902,17 @@ def _probe_errors(model, X, T, n_probe, rng) -> dict:
     TtT = Tc.T @ Tc
     extra = 2 * n * float(tbar @ TtT @ tbar) + n**2 * float(tbar @ tbar) ** 2
 
-    gram2, r, KT = _probe_pass(X, kernel, XP, Tc)
-    KPP = np.asarray(kernel(XP), dtype=np.float64)
+    gram2, r, KT = _probe_pass(X, fitted.kernel, XP, Tc)
+    KPP = np.asarray(fitted.kernel(XP), dtype=np.float64)
     from ._landmarks import one_blas_thread
 
     # p x p factorizations and many tiny eigenproblems: latency-bound, and on a busy machine
     # idle BLAS threads' spin-waits made them 10x slower (see fastkpca._landmarks).
     with one_blas_thread():
-        return _probe_estimates(model, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng)
+        return _probe_estimates(fitted, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng)
 
 
-def _probe_estimates(model, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng):
+def _probe_estimates(fitted, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng):
     """The estimates of :func:`estimate_error` from the probe pass's statistics."""
     p = p1 + p2
     S, R = slice(0, p1), slice(p1, p)
@@ -611,46 +953,46 @@ def _probe_estimates(model, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, K
     dh_R = h_R - h_ny_R
     dr_R = r[R] - r_ny_R
 
-    def estimate(idx_res):
+    def ritz_block(idx_res):
         E_hat = scale_R * (Y_R[idx_res].T @ EY_R[idx_res])
-        H = H_ny + (E_hat + E_hat.T) / 2
-        theta = _ritz(H, YtY, k)
+        return H_ny + (E_hat + E_hat.T) / 2
+
+    def estimate(idx_res, H, theta):
         trace = float(np.trace(H[:k, :k]))
         delta = float(np.sum(theta**2)) - 2 * trace + float(np.sum(TtT**2)) + extra
         rbar = rbar_ny + (n - p1) / n * float(dr_R[idx_res].mean())
         F = F_ny + (n - p1) * float(dh_R[idx_res].mean()) + n**2 * (rbar**2 - rbar_ny**2)
-        den = F - float(np.sum(theta**2))
-        return _excess(delta, den), theta, den
+        return _excess(delta, F - float(np.sum(theta**2)))
 
-    excess, theta, den = estimate(np.arange(p2))
+    all_rows = np.arange(p2)
+    H = ritz_block(all_rows)
+    theta, C = _ritz(H, YtY, k, vectors=True)
+    excess = estimate(all_rows, H, theta)
     boot_rng = np.random.default_rng(rng.integers(2**63))
-    reps_ex, reps_eig, reps_theta = [], [], []
+    reps_ex, reps_theta = [], []
     for _ in range(N_BOOTSTRAP):
         idx_r = boot_rng.integers(0, p2, p2)
-        ex_b, th_b, _ = estimate(idx_r)
-        reps_ex.append(ex_b)
-        reps_theta.append(th_b)
-        reps_eig.append(eigenvalue_error(model.eigenvalues_, th_b) if th_b[0] > 0 else np.nan)
-    eig_err = eigenvalue_error(model.eigenvalues_, theta)
+        H_b = ritz_block(idx_r)
+        theta_b = _ritz(H_b, YtY, k)
+        reps_ex.append(estimate(idx_r, H_b, theta_b))
+        reps_theta.append(theta_b)
     excess_summary = _summary(excess, reps_ex, "probe")
     rel = dict(excess_summary)
     rel["estimate"] = 1.0 + excess
-    rel["interval"] = tuple(1.0 + v for v in excess_summary["interval"])
+    rel["interval"] = [1.0 + v for v in excess_summary["interval"]]
+    # The residual rows' coordinates on the Ritz vectors (unit vectors Y C of R^n).
+    scores = (Y_R @ C) * np.sqrt(theta)
+    theta_se = np.std(np.asarray(reps_theta), axis=0, ddof=1)
     return {
         "relative_rank_k_error": rel,
         "excess_error": excess_summary,
-        "eigenvalue_error": _summary(eig_err, reps_eig, "probe"),
-        "eigenvalues": {
-            "estimate": theta,
-            "stderr": np.std(np.asarray(reps_theta), axis=0, ddof=1),
-            "method": "probe",
-        },
+        **_eigenvalue_estimates(fitted, n, theta, theta_se, scores, "probe"),
         "n_samples": n,
         "n_probe": p,
     }
 
 
-def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
+def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
     """The error certificates a fitted model gives for free, on the rows X.
 
     ``NystromKPCA`` (and any model with ``landmarks_`` and ``normalization_``)
@@ -663,22 +1005,24 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
         training Gram).
     ``StreamingKPCA``
         ``"fd_eigenvalue_bounds"``: the sketch's rigorous lower / upper bounds on the
-        eigenvalues of the same features' centered covariance (``eigenvalue_bounds_``) and
-        ``"max_relative_width"``, the largest ``(upper - lower) / eigenvalue``: a bound on the
-        relative error of ``eigenvalues_`` against exact PCA of the features (RNCA), not
-        against exact KPCA (the features' Monte-Carlo error comes on top).
+        eigenvalues of the same features' centered covariance (``eigenvalue_bounds_``, lists
+        of k floats) and ``"max_relative_width"``, the largest ``(upper - lower) /
+        eigenvalue``: a bound on the relative error of ``eigenvalues_`` against exact PCA of the
+        features (RNCA), not against exact KPCA (the features' Monte-Carlo error comes on top).
     random-feature models (``feature_map_``)
         ``"feature_gram_error"``: ``||K_PP - Z_P Z_P^T||_F / ||K_PP||_F`` on a probe P of at
         most ``min(n_probe, 1000)`` rows, the Monte-Carlo error of the features' Gram.
 
-    Other models give an empty mapping.
+    Other models give an empty mapping.  ``kernel`` is the model's kernel (None: its
+    ``kernel_``).  The values are plain Python floats, ints and lists.
     """
     from sklearn.utils.validation import check_array
 
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
     rng = as_generator(random_state)
     out: dict = {}
-    kernel = getattr(model, "kernel_", None)
+    if kernel is None:
+        kernel = getattr(model, "kernel_", None)
     if not isinstance(kernel, Kernel):
         raise ValueError("model must be a fitted fastkpca estimator with a kernel_")
     # A NystromKPCA that took the exact-KPCA path (``solver_ == "exact_kpca"``) keeps only the
@@ -720,7 +1064,7 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None) -> dict:
             "value": float(np.linalg.norm(KP - Z @ Z.T)) / norm if norm > 0 else 0.0,
             "n_probe": p,
         }
-    return out
+    return _plain(out)
 
 
 # --- reconstruction error (Sriperumbudur & Sterge) -------------------------------------------

@@ -11,6 +11,15 @@ Also shared, after the solver (:meth:`BaseKPCA._finish_fit`): the total variance
 ``tr(H K H)`` of the training Gram behind ``explained_variance_ratio_`` and a float
 ``n_components`` (a fraction of that variance), and the pre-image map of ``inverse_transform``
 (kernel ridge regression from projections back to rows, learned on a bounded set of anchor rows).
+
+A failed call leaves the model as it was: every call that changes a model (the names in
+:data:`MUTATING_METHODS`, wherever a subclass defines them) runs through
+:func:`restores_on_failure`, which keeps the estimator's attribute mapping before the call and puts
+it back if the call raises.  That copy is shallow, O(number of attributes), so it is correct only
+because of a rule every estimator keeps: a call never modifies an object the model already holds
+(an array, a sketch, a statistic); it builds new ones and assigns them (``StreamingKPCA``'s
+``partial_fit`` continues copies of its sketches).  ``tests/test_failed_calls.py`` checks the rule
+for every estimator and several ways to fail.
 """
 
 from __future__ import annotations
@@ -26,16 +35,18 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
 from .._utils import as_generator
-from ..kernels import Kernel, make_kernel
+from ..kernels import Kernel, make_kernel, warn_if_degenerate
 from ..source import RowSource, as_source
 
 __all__ = [
     "BaseKPCA",
+    "MUTATING_METHODS",
     "DEFAULT_N_COMPONENTS",
     "DEFAULT_N_INVERSE_SAMPLES",
     "DEFAULT_N_PROBE",
     "mean_embedding_probe",
     "reduce_with_diag_sum",
+    "restores_on_failure",
 ]
 
 #: ``n_components=None`` means this many, capped to what the data allows.  scikit-learn's
@@ -53,9 +64,56 @@ DEFAULT_N_PROBE = 1000
 #: keep no rows (RandomFeatureKPCA, StreamingKPCA).
 DEFAULT_N_INVERSE_SAMPLES = 1000
 
+#: The public calls that change a model; each leaves it as it was when it raises
+#: (:func:`restores_on_failure`, applied by :meth:`BaseKPCA.__init_subclass__`).  ``set_params``
+#: is not among them: it only stores parameters, checked by the next ``fit``.
+MUTATING_METHODS = ("fit", "fit_transform", "partial_fit", "merge")
+
+
+def restores_on_failure(method):
+    """Wrap a method so that, if it raises (any exception, ``KeyboardInterrupt`` included), the
+    estimator's attributes are put back as they were before the call.
+
+    The saved state is the attribute mapping itself (a shallow copy: O(number of attributes),
+    never O(n)); the objects it refers to stay untouched because estimators replace fitted
+    objects instead of modifying them (see the module docstring).  Calls nest (``fit`` calling
+    ``partial_fit``): each level restores what it saw.
+    """
+    if getattr(method, "restores_on_failure", False):
+        return method
+
+    @functools.wraps(method)
+    def transaction(self, *args, **kwargs):
+        saved = dict(vars(self))
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            state = vars(self)
+            state.clear()
+            state.update(saved)
+            raise
+
+    transaction.restores_on_failure = True  # type: ignore[attr-defined]
+    return transaction
+
 
 class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Mixin of the shared machinery; not an estimator by itself."""
+
+    def __init_subclass__(cls, **kwargs):
+        """Make each call of :data:`MUTATING_METHODS` that ``cls`` defines restore the model
+        when it fails (:func:`restores_on_failure`)."""
+        super().__init_subclass__(**kwargs)
+        for name in MUTATING_METHODS:
+            method = cls.__dict__.get(name)
+            if callable(method):
+                setattr(cls, name, restores_on_failure(method))
+
+    @restores_on_failure
+    def fit_transform(self, X, y=None, **params):
+        """Fit to X and return ``transform(X)`` (scikit-learn's ``fit_transform``); if either
+        step fails, the model is left as it was before the call."""
+        return super().fit_transform(X, y, **params)
 
     #: Whether ``fit`` / ``transform`` accept scipy.sparse input.
     _accepts_sparse = False
@@ -154,6 +212,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if not (np.isfinite(diag_sum) and np.isfinite(mean_sq)):
             return
         n = self._n_train
+        warn_if_degenerate(self.kernel_, n, diag_sum, mean_sq, mean_sq_error)
         self.total_variance_ = float(diag_sum - n * mean_sq)
         self.total_variance_error_ = float(n * mean_sq_error)
 

@@ -260,6 +260,10 @@ class StreamingKPCA(BaseKPCA):
         any blocking of the same rows gives the same sketch as ``fit`` up to round-off.  A
         model read from a file continues from its merged sketch instead (the same guarantee,
         a slightly different sketch).  Returns self.
+
+        A call that fails (NaN or a wrong width in a later block of an iterable) leaves the model
+        as it was: the rows go into a copy of the sketches (O(ell m) time and memory per call,
+        the size of the model), which replaces them only when every block was added.
         """
         first = not hasattr(self, "sketch_")
         if first:
@@ -286,7 +290,9 @@ class StreamingKPCA(BaseKPCA):
             self._draw(source.head())
             stat = FeatureSketch.empty(self._sketch_rows(), self.n_output_features_)
         else:
-            stat = self._statistic()
+            # The rows go into a copy (O(ell m)): a block that fails half-way (NaN, wrong width)
+            # must not leave its first rows in the model's sketches (see BaseKPCA).
+            stat = self._statistic().copy()
         self._store(
             feature_sketch(source.blocks(), self.feature_map_, stat.sketch.sketch_size, into=stat)
         )
@@ -377,7 +383,9 @@ class StreamingKPCA(BaseKPCA):
         kernel resolved to the same value); the Frequent Directions sketches are merged
         (:meth:`fastkpca.sketch.FrequentDirections.merge`, the bound holds for the union, the
         exact energies and the loss estimates add) and the feature sums added.  This is the
-        reduction a tree merge over data blocks uses.
+        reduction a tree merge over data blocks uses.  An incompatible ``other`` (another class,
+        unfitted, other parameters, input width or drawn features) raises ValueError before
+        anything is computed.
         """
         if not isinstance(other, StreamingKPCA):
             raise ValueError(f"can only merge with a StreamingKPCA, got {type(other).__name__}")

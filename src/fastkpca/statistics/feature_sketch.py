@@ -107,6 +107,11 @@ class FeatureSketch:
     def empty(cls, sketch_size: int, m: int) -> FeatureSketch:
         return cls(FrequentDirections(sketch_size, m), np.zeros(m), 0)
 
+    def copy(self) -> FeatureSketch:
+        """An independent copy (the sketches and the sum): updating it leaves this one as it
+        is, so a failed update of the copy loses nothing; O(ell m) time."""
+        return FeatureSketch([part.copy() for part in self.parts], self.feature_sum.copy(), self.n)
+
     @property
     def sketch(self) -> FrequentDirections:
         """The sketch of all rows, the parts merged by :meth:`FrequentDirections.merge`."""
@@ -337,5 +342,6 @@ def skpca_eigen(
     vals, vecs = postprocess_eigen(w, Q @ U)
     vals[vals <= floor] = 0.0
     estimate = np.clip(top(vals, rho), lower, upper)
+    estimate[estimate <= floor] = 0.0  # a rounding-size shrinkage (rho) is rounding too
     out = (estimate, vecs[:, :k].T)
     return out + (np.vstack([lower, upper]),) if return_bounds else out
