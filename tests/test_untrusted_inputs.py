@@ -75,8 +75,10 @@ def test_failed_transform_leaves_existing_output_untouched(files, tmp_path, caps
     lines = csv.read_text().splitlines()
     lines[50] = lines[50].replace(lines[50].split(",")[1], "oops", 1)  # data row 50 is bad
     bad.write_text("\n".join(lines) + "\n")
-    # blocks of 10 rows: four blocks are transformed and written before row 50 fails
-    line = refused(capsys, tmp_path, ["transform", model, bad, "--block-rows", "10", "-o", out])
+    # blocks of 10 rows: four blocks are transformed and written before row 50 fails (--force:
+    # the existing output may be replaced, but only by a complete one)
+    argv = ["transform", model, bad, "--block-rows", "10", "-o", out, "--force"]
+    line = refused(capsys, tmp_path, argv)
     assert "line 51 (data row 50)" in line and "'oops'" in line
     assert out.read_bytes() == b"previous result"
     # the same for fit: the existing model stays as it was
@@ -89,7 +91,7 @@ def test_transform_output_keeps_mode_and_replaces_atomically(files, tmp_path, ca
     out = tmp_path / "t.csv"
     out.write_text("old")
     os.chmod(out, 0o640)
-    assert main(["transform", str(model), str(csv), "-o", str(out)]) == 0
+    assert main(["transform", str(model), str(csv), "-o", str(out), "--force"]) == 0
     assert out.read_text().startswith("pc1,pc2\n")
     assert (out.stat().st_mode & 0o777) == 0o640
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

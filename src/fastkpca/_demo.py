@@ -22,10 +22,14 @@ import tracemalloc
 
 import numpy as np
 
-__all__ = ["run_demo", "DEMO_SIGMA", "method_settings"]
+__all__ = ["run_demo", "DEMO_SIGMA", "DEMO_PLOT_SOFTWARE", "method_settings"]
 
 #: Gaussian bandwidth the reduced-set KPCA paper uses on pendigits.
 DEMO_SIGMA = 120.0
+
+#: The PNG "Software" text of the demo's plot, by which ``fastkpca demo`` knows its own earlier
+#: plot (replaced without ``--force``) from any other file.
+DEMO_PLOT_SOFTWARE = "fastkpca demo"
 
 
 def method_settings(n_samples: int) -> dict:
@@ -213,6 +217,15 @@ def _plot(embeddings, reference, y, output, n_components):
         f"Kernel PCA of pendigits (RBF, sigma = {DEMO_SIGMA:g}), first 2 of "
         f"{n_components} components"
     )
-    fig.savefig(output, dpi=110)
+    from pathlib import Path
+
+    from .persistence import atomic_output
+
+    # written to a temporary file renamed at the end, so a failed or interrupted save leaves
+    # an existing file as it was; the format follows the name, as savefig's own rule
+    fmt = Path(output).suffix.lstrip(".").lower() or "png"
+    metadata = {"Software": DEMO_PLOT_SOFTWARE} if fmt == "png" else None
+    with atomic_output(output) as tmp:
+        fig.savefig(tmp, dpi=110, format=fmt, metadata=metadata)
     plt.close(fig)
     return output

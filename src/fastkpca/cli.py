@@ -18,18 +18,27 @@ Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
 Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
 traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
 
-Files are safe from the command's mistakes: ``-o`` naming an input file (the same path, a link
-or the same inode) is refused; models and projections are written to a temporary file renamed
-at the end, so a failure leaves an existing output as it was.  A model file records its
-training file's column names and label column; ``transform`` and ``evaluate`` select DATA's
-columns by those names (reordering swapped columns, refusing missing ones).
+Files are safe from the command's mistakes.  No command overwrites a file it did not write:
+``fit`` replaces an existing output only when it is a fastkpca model (recognised by its
+metadata, :func:`fastkpca.persistence.is_model_file`), ``demo`` only its own plot, ``transform``
+no existing file; ``--force`` replaces any regular file, and a replacement is said on stderr
+(``fastkpca: replacing the fastkpca model model.npz``).  ``-o`` naming an input file (the same
+path, a link or the same inode) is refused even with ``--force``.  Models, projections and
+plots are written to a temporary file renamed at the end, so a failure leaves an existing
+output as it was; SIGTERM and SIGHUP end the command like an error (exit status 128 + the
+signal's number), so the temporary file is removed then too.  A model file records its
+training file's column names, label column and, for a LIBSVM file, its feature numbering;
+``transform`` and ``evaluate`` select DATA's columns by those names (reordering swapped
+columns, refusing missing ones) and read a LIBSVM DATA with the same numbering.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -75,8 +84,50 @@ _METHOD_OPTIONS = [
 ]
 
 
+#: The model file ``fit`` writes without ``-o``.
+DEFAULT_MODEL = "model.npz"
+
+
 class CLIError(Exception):
     """An error reported to the user as one line."""
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the command is, so that cleanup runs (``finally``
+    blocks, the removal of temporary output files) and the command exits with 128 + signal.
+
+    A BaseException, like KeyboardInterrupt: ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
+    raise _Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_end_like_errors():
+    """Within the block, SIGTERM and SIGHUP (where the platform has it) raise
+    :class:`_Terminated`; a signal that was ignored (``nohup``) stays ignored.  Outside the
+    main thread signals cannot be handled, and the block runs as it is."""
+    installed = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is None or signal.getsignal(signum) is signal.SIG_IGN:
+            continue
+        try:
+            installed[signum] = signal.signal(signum, _raise_terminated)
+        except ValueError:  # not the main thread
+            break
+    try:
+        yield
+    finally:
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)
 
 
 # --- small helpers --------------------------------------------------------------------------------
@@ -108,6 +159,16 @@ def _parse_gamma(text: str):
         raise argparse.ArgumentTypeError(
             f"gamma must be a number, 'scale' or 'median', got {text!r}"
         ) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def _parse_column(text: str):
@@ -162,7 +223,15 @@ def _reader_options(args) -> dict:
         opts["columns"] = [_parse_column(c) for c in args.columns.split(",") if c.strip()]
     if args.header != "auto":
         opts["header"] = args.header == "yes"
+    if args.max_line_length is not None:
+        opts["max_line_length"] = args.max_line_length
     return opts
+
+
+def _index_base_option(args) -> int | None:
+    """``--libsvm-index-base``: 0, 1, or None (auto)."""
+    value = getattr(args, "libsvm_index_base", "auto")
+    return None if value == "auto" else int(value)
 
 
 def _dtype_option(args):
@@ -170,30 +239,47 @@ def _dtype_option(args):
     return "auto" if args.dtype == "auto" else np.dtype(args.dtype)
 
 
-def _open(args, path, n_features=None, **extra):
-    """Open DATA; for a LIBSVM file, ``n_features`` (a model's width) fixes the block width."""
+def _open(args, path, n_features=None, index_base=None, **extra):
+    """Open DATA; for a LIBSVM file, ``n_features`` (a model's width) fixes the block width and
+    ``index_base`` (the model's feature numbering, 0 or 1) how its indices are read."""
     from .source.files import detect_format, open_data
 
     opts = {**_reader_options(args), **extra}
-    fmt = opts.get("format") or detect_format(path)
+    fmt = opts.get("format") or detect_format(path, max_line_length=opts.get("max_line_length"))
     if fmt in ("text", "csv", "tsv"):
         opts.setdefault("header", "auto")
     else:
         opts.pop("header", None)
         if args.header != "auto":
             raise CLIError(f"--header applies to delimited text, not to {fmt} files")
+    if fmt in ("npy", "parquet", "pq") and opts.pop("max_line_length", None) is not None:
+        raise CLIError(f"--max-line-length applies to text and LIBSVM files, not to {fmt} files")
     width = n_features or getattr(args, "libsvm_features", None)
+    base = _index_base_option(args)
     if fmt in ("libsvm", "svmlight"):
+        if index_base is not None:
+            if base is not None and base != index_base:
+                raise CLIError(
+                    f"--libsvm-index-base {base}: the model's LIBSVM training file numbered its "
+                    f"features from {index_base}, and {path} is read the same way"
+                )
+            base = index_base
+        if base is not None:
+            opts["zero_based"] = base == 0
         if width:
             opts["max_features"] = width
-    elif getattr(args, "libsvm_features", None):
-        raise CLIError(f"--libsvm-features applies to LIBSVM files, not to {fmt} files")
+    else:
+        if getattr(args, "libsvm_features", None):
+            raise CLIError(f"--libsvm-features applies to LIBSVM files, not to {fmt} files")
+        if base is not None:
+            raise CLIError(f"--libsvm-index-base applies to LIBSVM files, not to {fmt} files")
     reader = open_data(path, **opts)
     if fmt in ("libsvm", "svmlight") and width and reader.n_features < width:
         # a LIBSVM file whose rows never reach the model's last features: widen its blocks,
         # keeping the index base found by the scan
         opts.pop("max_features", None)
-        reader = open_data(path, n_features=width, zero_based=reader.zero_based, **opts)
+        opts["zero_based"] = reader.zero_based
+        reader = open_data(path, n_features=width, **opts)
     return reader
 
 
@@ -215,8 +301,76 @@ def _check_output(output, **inputs):
             )
 
 
-def _densify(block, dense: bool):
-    return block.toarray() if dense and hasattr(block, "toarray") else block
+def _claim_output(path, *, force: bool, kind: str | None = None, ours=None) -> str | None:
+    """Check that the command may write ``path``; the stderr line to print if it replaces a file.
+
+    A name that does not exist yet is free (a dangling link too: its target is created).  An
+    existing regular file is replaced only when ``ours(path)`` recognises it as what the
+    command writes (``kind``: "fastkpca model" for ``fit``), or with ``--force``; anything else
+    (a folder, a device such as /dev/null, a pipe) is never replaced.  Called before the work,
+    so a refusal costs nothing, and again just before the file is replaced.
+    """
+    target = Path(path)
+    if not target.exists():
+        return None
+    if target.is_dir():
+        raise CLIError(f"output {path} is a folder; give a file name (-o FILE)")
+    if not target.is_file():
+        raise CLIError(f"output {path} is not a regular file; fastkpca writes only files")
+    if ours is not None and ours(target):
+        return f"fastkpca: replacing the {kind} {path}"
+    if force:
+        return f"fastkpca: replacing {path} (--force)"
+    what = f"exists and is not a {kind}" if kind else "exists"
+    raise CLIError(
+        f"output {path} {what}: fastkpca does not overwrite files it did not write; choose "
+        "another name with -o, or give --force to replace it"
+    )
+
+
+def _is_demo_plot(path) -> bool:
+    """Whether ``path`` is a PNG written by ``fastkpca demo`` (its Software text chunk says so).
+
+    Reads the PNG chunks before the image data only, at most 64 KiB: cheap on any file.
+    """
+    from ._demo import DEMO_PLOT_SOFTWARE
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    if not head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return False
+    pos, marker = 8, b"Software\x00" + DEMO_PLOT_SOFTWARE.encode("latin-1")
+    while pos + 8 <= len(head):
+        length = int.from_bytes(head[pos : pos + 4], "big")
+        kind = head[pos + 4 : pos + 8]
+        if kind in (b"IDAT", b"IEND"):
+            return False
+        if kind == b"tEXt" and head[pos + 8 : pos + 8 + length] == marker:
+            return True
+        pos += 12 + length
+    return False
+
+
+def _require_dense(n_rows, width, dtype, what):
+    """Refuse up front ``n_rows`` dense rows of ``width`` features that cannot fit in memory."""
+    from .execution import require_memory
+
+    require_memory(
+        int(n_rows) * int(width) * np.dtype(dtype).itemsize,
+        f"{what} as dense rows ({n_rows} x {width} {np.dtype(dtype).name})",
+        hint=f"the rows are {width} features wide (a LIBSVM file's largest feature index "
+        "sets the width)",
+    )
+
+
+def _densify(block, dense: bool, what="a block of DATA"):
+    if dense and hasattr(block, "toarray"):
+        _require_dense(block.shape[0], block.shape[1], block.dtype, what)
+        return block.toarray()
+    return block
 
 
 class _BlockStream:
@@ -247,6 +401,8 @@ def _read_all(reader, args, *, dense, desc="reading"):
     import scipy.sparse as sp
 
     stream = _BlockStream(reader, args, dense=dense, desc=desc)
+    if dense and reader.format == "libsvm" and reader.n_samples is not None:
+        _require_dense(reader.n_samples, reader.n_features, reader.dtype, str(reader.path))
     if reader.n_samples is not None and reader.format != "libsvm":
         # known length (npy, parquet): fill one array instead of holding blocks and a copy
         X = np.empty((reader.n_samples, reader.n_features), dtype=reader.dtype)
@@ -300,7 +456,7 @@ def _fit_params(args, cls) -> dict:
         from .source.files import read_data
 
         X_land, _ = read_data(landmarks, dtype=_dtype_option(args))
-        params["landmarks"] = X_land.toarray() if hasattr(X_land, "toarray") else X_land
+        params["landmarks"] = _densify(X_land, True, f"the landmark file {landmarks}")
     return params
 
 
@@ -323,12 +479,32 @@ def _data_info(reader, args) -> dict:
     label = reader.label_index
     if label is not None:
         info["label_column"] = reader.column_names[label] if reader.column_names else label
+    if reader.format == "libsvm":
+        # how the file numbered its features: transform reads files for this model the same way
+        info["libsvm_index_base"] = reader.index_base
     return info
 
 
+def _claim_model_output(args) -> str | None:
+    from .persistence import is_model_file
+
+    try:
+        return _claim_output(
+            args.output, force=args.force, kind="fastkpca model", ours=is_model_file
+        )
+    except CLIError as exc:
+        if args.output_given:
+            raise
+        raise CLIError(f"{exc} ({DEFAULT_MODEL} is the default output of fit)") from None
+
+
 def cmd_fit(args):
+    args.output_given = args.output is not None
+    if args.output is None:
+        args.output = DEFAULT_MODEL
     landmarks = args.landmarks if args.landmarks and Path(args.landmarks).is_file() else None
     _check_output(args.output, data=args.data, landmarks=landmarks)
+    _claim_model_output(args)
     cls = estimator_class(args.method)
     params = _fit_params(args, cls)
     model = cls(**params)
@@ -352,7 +528,10 @@ def cmd_fit(args):
     if "columns" in info:
         # scikit-learn's record of the input's column names: transform checks them
         model.feature_names_in_ = np.asarray(info["columns"], dtype=object)
+    replacing = _claim_model_output(args)  # again: the file may have appeared during the fit
     save_model(model, args.output, data=info)
+    if replacing:
+        print(replacing, file=sys.stderr)
     k = getattr(model, "n_components_", None)
     print(
         f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
@@ -492,9 +671,10 @@ def _open_for_model(args, model, meta):
     names = None if names is None else [str(n) for n in names]
     width = getattr(model, "n_features_in_", None)
     data = meta.get("data") or {}
-    extra = {}
+    base = data.get("libsvm_index_base")
+    extra = {"index_base": base}
     if names is not None and not args.columns:
-        probe = _open(args, args.data, width)
+        probe = _open(args, args.data, width, index_base=base)
         if probe.column_names is not None:
             missing = [n for n in names if n not in probe.column_names]
             if missing:
@@ -518,10 +698,17 @@ def _open_for_model(args, model, meta):
     ):
         # a headerless training file with a label column given by number: the same column of
         # DATA is its label when DATA is one column wider than the model
-        probe = _open(args, args.data, width)
+        probe = _open(args, args.data, width, index_base=base)
         if width is not None and probe.n_features == width + 1 and not probe.has_labels:
             extra["label_column"] = data["label_column"]
     reader = _open(args, args.data, width, **extra)
+    if reader.format == "libsvm" and base is None and _index_base_option(args) is None:
+        print(
+            f"fastkpca: note: {args.model} does not record how its training file numbered "
+            f"LIBSVM features; {args.data} is read as numbered from {reader.index_base} "
+            "(--libsvm-index-base sets it)",
+            file=sys.stderr,
+        )
     if names is not None and reader.feature_names is not None and args.columns:
         if list(reader.feature_names) != names:
             raise CLIError(
@@ -547,6 +734,7 @@ def cmd_transform(args):
 
     _check_output(args.output, data=args.data, model=args.model)
     _output_kind(args.output)
+    _claim_output(args.output, force=args.force)
     model, meta = load_with_info(args.model)
     reader = _open_for_model(args, model, meta)
     dense = not getattr(model, "_accepts_sparse", False)
@@ -560,6 +748,10 @@ def cmd_transform(args):
                 writer.write(_transform_quietly(model, block))
         finally:
             writer.close()
+        # again, before the rename: a file may have appeared under that name meanwhile
+        replacing = _claim_output(args.output, force=args.force)
+    if replacing:
+        print(replacing, file=sys.stderr)
     seconds = time.perf_counter() - t0
     rows = getattr(writer, "rows", None) or reader.n_samples
     print(
@@ -575,12 +767,16 @@ def _subsample(reader, args, m, rng):
     """A uniform random subsample of at most m rows (two passes when the row count is unknown)."""
     n = reader.count_rows()
     keep = np.arange(n) if n <= m else np.sort(rng.choice(n, size=m, replace=False))
+    # the rows are selected from each block before it is densified: a block of a wide LIBSVM
+    # file is small as CSR and large dense
+    _require_dense(keep.size, reader.n_features, reader.dtype, f"a sample of {keep.size} rows")
     parts, start = [], 0
-    for block in _BlockStream(reader, args, dense=True, desc="sampling"):
+    for block in _BlockStream(reader, args, dense=False, desc="sampling"):
         stop = start + block.shape[0]
         lo, hi = np.searchsorted(keep, [start, stop])
         if hi > lo:
-            parts.append(block[keep[lo:hi] - start])
+            rows = block[keep[lo:hi] - start]
+            parts.append(rows.toarray() if hasattr(rows, "toarray") else rows)
         start = stop
     return np.concatenate(parts), n
 
@@ -589,10 +785,10 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     """Errors of ``model`` on X against exact KPCA of X (same kernel, same k): two columns.
 
     ``model`` is the fitted model's error; ``exact`` is exact KPCA's own (the best any rank-k
-    method can do on X: 1.0 for the relative rank-k error).  Eigenvalues compared: the column
-    sums of squares of the model's centered projections of X against the exact eigenvalues of
-    X's centered Gram (both scale with the number of rows of X, so the model's training size does
-    not enter).
+    method can do on X: 1.0 for the relative rank-k error).  Eigenvalues compared per row, as
+    ``fastkpca.metrics.estimate_error`` compares them: the model's ``eigenvalues_ / n_train``
+    against the exact ``lambda / n`` of X's centered Gram (left out for a model that does not
+    tell its eigenvalues and training size).
     """
     from . import metrics
     from .decomposition.exact import ExactKPCA
@@ -602,7 +798,6 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     k = T.shape[1]
     ref = ExactKPCA(n_components=k, kernel=kernel, random_state=random_state)
     R = np.asarray(ref.fit_transform(X), dtype=np.float64)
-    Tc = T - T.mean(axis=0)
     rows = {}
     for name, fn in (
         ("relative_rank_k_error", metrics.relative_rank_k_error),
@@ -611,8 +806,12 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     ):
         rows[name] = {"model": fn(X, T, kernel), "exact": fn(X, R, kernel)}
     rows["embedding_error"] = {"model": metrics.embedding_error(T, R), "exact": 0.0}
+    try:
+        per_row = metrics.eigenvalues_per_row(model)
+    except ValueError:  # no eigenvalues_ or training size: no eigenvalue error to give
+        return rows
     rows["eigenvalue_error"] = {
-        "model": metrics.eigenvalue_error((Tc**2).sum(axis=0), ref.eigenvalues_),
+        "model": metrics.eigenvalue_error(per_row, ref.eigenvalues_ / X.shape[0]),
         "exact": 0.0,
     }
     return rows
@@ -623,7 +822,7 @@ _METRIC_NOTES = {
     "gram_spectral_error": "||HGH - TT'||_2 / n",
     "gram_frobenius_error": "||HGH - TT'||_F / n^2",
     "embedding_error": "vs exact KPCA, Procrustes-aligned",
-    "eigenvalue_error": "projection variances vs exact eigenvalues",
+    "eigenvalue_error": "eigenvalues per row (lambda / n) vs exact ones of these rows",
 }
 
 
@@ -678,8 +877,9 @@ def _estimate(model, X, args) -> dict:
 def _estimate_lines(est: dict, all_rows: bool) -> str:
     """The error estimate, for people: the ratio with its interval, and how it was made.
 
-    The eigenvalue error compares the model's ``eigenvalues_`` (of its training rows) with the
-    estimated eigenvalues of the rows given, so it is shown only when those are all the rows.
+    The eigenvalue error compares eigenvalues per row (``lambda / n``), the model's (of its
+    training rows) with those estimated from the rows given, a sample of the training rows or
+    all of them; it is left out for a model that does not tell its eigenvalues and training size.
     """
     err, eig = est["relative_rank_k_error"], est["eigenvalue_error"]
     lo, hi = err["interval"]
@@ -694,7 +894,7 @@ def _estimate_lines(est: dict, all_rows: bool) -> str:
         f"  relative rank-k error  {err['estimate']:.4f}   (95% interval {lo:.4f}-{hi:.4f}; "
         "1 = exact KPCA)"
     ]
-    if all_rows:
+    if eig is not None:
         lines.append(f"  eigenvalue error       {eig['estimate']:.4g}   (+- {eig['stderr']:.2g})")
     return "\n".join(lines + [f"  {how}"])
 
@@ -813,6 +1013,21 @@ def _has_quick_mode(path: Path) -> bool:
         return False
 
 
+def _run_script(cmd, **kwargs) -> int:
+    """Run a benchmark script; when this command is interrupted or terminated, the script is
+    asked to stop (SIGTERM, so that it cleans up) before the interruption goes on."""
+    with subprocess.Popen(cmd, **kwargs) as proc:
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+
+
 def cmd_bench(args):
     folder = _find_benchmarks(args.dir)
     if folder is None:
@@ -851,7 +1066,7 @@ def cmd_bench(args):
         cmd = [sys.executable, str(scripts[name]), *extra]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
-        rc = subprocess.call(cmd, cwd=folder.parent, env=env)
+        rc = _run_script(cmd, cwd=folder.parent, env=env)
         print(
             f"== {name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in "
             f"{time.perf_counter() - t0:.1f} s",
@@ -872,6 +1087,12 @@ def cmd_bench(args):
 def cmd_demo(args):
     from ._demo import run_demo
 
+    if not args.no_plot:
+        replacing = _claim_output(
+            args.output, force=args.force, kind="fastkpca demo plot", ours=_is_demo_plot
+        )
+        if replacing:
+            print(replacing, file=sys.stderr)
     methods = args.methods.split(",") if args.methods else None
     rows = run_demo(
         output=None if args.no_plot else args.output,
@@ -890,6 +1111,8 @@ def cmd_demo(args):
 
 
 def _add_data_options(p):
+    from .source.files import DEFAULT_MAX_LINE_LENGTH
+
     g = p.add_argument_group("data file")
     g.add_argument(
         "--label-column",
@@ -915,7 +1138,7 @@ def _add_data_options(p):
     )
     g.add_argument(
         "--block-rows",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="rows per block when streaming (default 8192)",
@@ -929,11 +1152,35 @@ def _add_data_options(p):
     )
     g.add_argument(
         "--libsvm-features",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="number of features of a LIBSVM file (default: its largest index, refused when "
         "far beyond the file's size)",
+    )
+    g.add_argument(
+        "--libsvm-index-base",
+        choices=["auto", "0", "1"],
+        default="auto",
+        help="the number of a LIBSVM file's first feature (default auto: 0 when an index 0 "
+        "occurs in the file, else 1 as LIBSVM writes them; transform and evaluate use the "
+        "numbering the model's training file had)",
+    )
+    g.add_argument(
+        "--max-line-length",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="longest line of a text or LIBSVM file, in characters (default "
+        f"{DEFAULT_MAX_LINE_LENGTH}); a longer line is refused",
+    )
+
+
+def _add_force_option(p, what):
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace an existing output file even if it is not {what}",
     )
 
 
@@ -1013,10 +1260,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         "-o",
-        default="model.npz",
+        default=None,
         metavar="MODEL",
-        help="model file to write (default model.npz)",
+        help=f"model file to write (default {DEFAULT_MODEL}); an existing file is replaced only "
+        "if it is a fastkpca model, or with --force",
     )
+    _add_force_option(p, "a fastkpca model")
     p.add_argument(
         "--estimate-error",
         action="store_true",
@@ -1047,8 +1296,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         required=True,
         metavar="OUT",
-        help="output file: .npy, .csv or .tsv (optionally .gz)",
+        help="output file: .npy, .csv or .tsv (optionally .gz); an existing file is replaced "
+        "only with --force",
     )
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_data_options(p)
     p.set_defaults(func=cmd_transform)
 
@@ -1133,8 +1384,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         default="fastkpca-demo.png",
         metavar="PNG",
-        help="plot file (default fastkpca-demo.png)",
+        help="plot file (default fastkpca-demo.png); an existing file is replaced only if it is "
+        "a plot of fastkpca demo, or with --force",
     )
+    _add_force_option(p, "a plot of fastkpca demo")
     p.add_argument("--no-plot", action="store_true", help="skip the plot")
     p.add_argument(
         "--n-samples",
@@ -1178,7 +1431,11 @@ def main(argv=None) -> int:
 
         args.block_rows = DEFAULT_BLOCK_ROWS
     try:
-        return int(args.func(args) or 0)
+        with _signals_end_like_errors():
+            return int(args.func(args) or 0)
+    except _Terminated as exc:
+        print(f"fastkpca: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print("fastkpca: interrupted", file=sys.stderr)
         return 130

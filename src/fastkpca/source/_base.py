@@ -70,7 +70,8 @@ class RowSource:
         raise NotImplementedError
 
     def take(self, indices):
-        """The rows at sorted global ``indices``, as a dense array."""
+        """The rows at sorted global ``indices``, as a dense array (:meth:`require_dense`
+        checked first)."""
         raise ValueError(
             f"{type(self).__name__} cannot take rows by index: pass an array or a dask array"
         )
@@ -80,6 +81,7 @@ class RowSource:
         the rows of :func:`uniform_indices` with the same generator."""
         n = self.n_samples
         assert n is not None  # random-access sources know their length
+        self.require_dense(min(n_rows, n), f"a uniform sample of {n_rows} rows")
         return self.take(uniform_indices(n, n_rows, rng))
 
     def in_memory(self, max_rows: int | None = None, rng: np.random.Generator | None = None):
@@ -131,6 +133,35 @@ class RowSource:
     def entry_variance(self) -> float:
         """The variance of all entries (``gamma="scale"``)."""
         raise ValueError(f"{type(self).__name__} cannot compute the variance of its entries")
+
+    # --- memory of dense rows ----------------------------------------------------------------
+    def dense_bytes(self, n_rows: int) -> int:
+        """Bytes of ``n_rows`` rows of this source as a dense array (``n_features`` wide, in
+        :attr:`dtype`): what densifying them (``take``, a sample, a CSR block's ``toarray``)
+        allocates, whatever the rows' own storage."""
+        return int(n_rows) * int(self.n_features) * np.dtype(self.dtype).itemsize
+
+    def require_dense(self, n_rows: int, what: str, *, hint: str = "") -> None:
+        """Raise ValueError up front unless ``n_rows`` dense rows of this source fit in memory.
+
+        Called before rows are densified, with ``what`` naming the parameter that decides
+        ``n_rows`` (``"n_landmarks=1000 landmarks"``): a sparse file of a few kilobytes whose
+        largest feature index is 10**6 has rows of 8 MB each when dense, and a step that needs
+        a thousand of them is refused here, naming the width and the memory, instead of
+        failing (or swapping) in the allocation.  See :func:`fastkpca.execution.require_memory`.
+        """
+        from ..execution import require_memory
+
+        n_rows = int(n_rows)
+        d = self.n_features
+        stored = " (the data is sparse, this step needs them dense)" if self.sparse else ""
+        require_memory(
+            self.dense_bytes(n_rows),
+            f"{what} as dense rows ({n_rows} x {d} {np.dtype(self.dtype).name})",
+            hint=hint
+            or f"the rows are {d} features wide{stored}: use fewer rows for this step, or "
+            "fewer features (a LIBSVM file's largest feature index sets the width)",
+        )
 
     def require_passes(self, n_passes: int, why: str) -> None:
         """Raise ValueError up front when ``n_passes > 1`` and the source is read-once."""

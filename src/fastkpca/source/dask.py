@@ -179,7 +179,9 @@ class DaskSource(RowSource):
             )
 
     def take(self, indices):
-        rows = self.X[np.asarray(indices, dtype=np.int64)].compute()
+        indices = np.asarray(indices, dtype=np.int64)
+        self.require_dense(indices.size, "rows taken by index")
+        rows = self.X[indices].compute()
         rows = self._check(rows, "sampled rows")
         return rows.toarray() if hasattr(rows, "toarray") else rows
 

@@ -19,6 +19,13 @@ format      files                                    parser
 
 Rows and columns in error messages are 1-based (the first data row is row 1, the first column
 is column 1); text formats also give the line number in the file.
+
+What a hostile or broken file can cost is bounded: a line of text longer than
+``max_line_length`` characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused after reading
+that many, so a one-line file of gigabytes (or a small gzip expanding to one) takes a bounded
+amount of memory; column names must be unique (a repeated name would make selecting columns by
+name ambiguous); every damaged input is a ``ValueError`` naming the file (and the line, row or
+column where there is one).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ __all__ = [
     "ParquetReader",
     "LibsvmReader",
     "FORMATS",
+    "DEFAULT_MAX_LINE_LENGTH",
+    "MAX_LIBSVM_INDEX",
 ]
 
 _TEXT_SUFFIXES = {".csv", ".tsv", ".txt", ".dat", ".data"}
@@ -55,6 +64,20 @@ _PARQUET_SUFFIXES = {".parquet", ".pq"}
 FORMATS = ("npy", "text", "parquet", "libsvm")
 _FORMAT_ALIASES = {"csv": "text", "tsv": "text", "svmlight": "libsvm", "pq": "parquet"}
 _GZIP_MAGIC = b"\x1f\x8b"
+
+#: The widest row a text line may describe by default: fields of a delimited text file, or
+#: ``index:value`` pairs of a LIBSVM line (far beyond real data sets: MNIST has 784 columns, a
+#: wide gene-expression table some 6e4, a LIBSVM row of news20 or url a few thousand pairs).
+MAX_LINE_FIELDS = 2**18
+#: Characters per field allowed for by the default line length (17 significant digits, sign,
+#: exponent, a LIBSVM index and separators fit in 32).
+MAX_FIELD_WIDTH = 32
+#: The longest line of text read by default, in characters (bytes for LIBSVM files, read as
+#: bytes; 8 MiB of ASCII either way): parsing a line takes some 10 to 30 times its length in
+#: memory, so one line costs at most a few hundred MiB.
+DEFAULT_MAX_LINE_LENGTH = MAX_LINE_FIELDS * MAX_FIELD_WIDTH
+#: The largest LIBSVM feature index read (the parser keeps indices as 32-bit integers).
+MAX_LIBSVM_INDEX = 2**31 - 1
 
 
 def _open_binary(path: Path):
@@ -73,12 +96,56 @@ def _open_text(path: Path):
 
 
 def _check_exists(path) -> Path:
+    """``path`` as a Path if it is a readable regular file; the error names it otherwise."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"data file not found: {path}")
     if path.is_dir():
         raise ValueError(f"{path} is a directory, not a data file")
+    if not path.is_file():
+        # a pipe or a device cannot be read more than once (and opening a pipe would wait)
+        raise ValueError(f"{path} is not a regular file (a pipe or a device?); give a data file")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
     return path
+
+
+def _check_max_line_length(value) -> int:
+    if value is None:
+        return DEFAULT_MAX_LINE_LENGTH
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"max_line_length must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _bounded_lines(f, path: Path, max_line_length: int):
+    """``(line number, line)`` of an open file, refusing a line longer than ``max_line_length``.
+
+    Each line is read with ``readline(max_line_length + 1)``, so a line without an end (a
+    one-line file of gigabytes, or a small gzip expanding to one) costs at most
+    ``max_line_length`` characters before it is refused.  Errors of a damaged file (bad UTF-8,
+    a truncated gzip stream) are ValueErrors naming the file.
+    """
+    newline = "\n" if isinstance(f, _io.TextIOBase) else b"\n"
+    lineno = 0
+    while True:
+        try:
+            line = f.readline(max_line_length + 1)
+        except _READ_ERRORS as exc:
+            raise _read_error(path, exc) from None
+        if not line:
+            return
+        lineno += 1
+        if len(line) > max_line_length and not line.endswith(newline):
+            raise ValueError(
+                f"{path}: line {lineno} is longer than {max_line_length} characters, the "
+                "longest line read (if the file is right, raise max_line_length: "
+                "--max-line-length on the command line)"
+            )
+        yield lineno, line
 
 
 #: What reading a damaged text or gzip file raises (gzip.BadGzipFile is an OSError).
@@ -92,10 +159,10 @@ def _read_error(path: Path, exc: BaseException) -> ValueError:
     return ValueError(f"{path}: not a readable text file ({exc})")
 
 
-def _first_content_line(path: Path) -> str | None:
+def _first_content_line(path: Path, max_line_length: int = DEFAULT_MAX_LINE_LENGTH) -> str | None:
     try:
         with _open_text(path) as f:
-            for line in f:
+            for _, line in _bounded_lines(f, path, max_line_length):
                 stripped = line.strip()
                 if stripped and not stripped.startswith("#"):
                     return stripped
@@ -112,11 +179,12 @@ def _looks_like_libsvm(line: str) -> bool:
     return all(":" in t for t in tokens[1:]) and tokens[1].split(":", 1)[0].isdigit()
 
 
-def detect_format(path) -> str:
+def detect_format(path, *, max_line_length=None) -> str:
     """The reader format of ``path``: ``"npy"``, ``"text"``, ``"parquet"`` or ``"libsvm"``.
 
     Decided by the suffix (ignoring a final ``.gz``); for other suffixes by the content: a text
-    file whose first line reads ``label index:value ...`` is LIBSVM, any other text is ``text``.
+    file whose first line reads ``label index:value ...`` is LIBSVM, any other text is ``text``
+    (a first line longer than ``max_line_length`` characters is refused).
     """
     path = Path(path)
     suffixes = [s.lower() for s in path.suffixes]
@@ -138,7 +206,7 @@ def detect_format(path) -> str:
         return "npy"
     if head.startswith(b"PAR1"):
         return "parquet"
-    line = _first_content_line(path)
+    line = _first_content_line(path, _check_max_line_length(max_line_length))
     if line is not None and _looks_like_libsvm(line):
         return "libsvm"
     return "text"
@@ -397,6 +465,18 @@ class DataReader:
         return f"column {col + 1}{name}"
 
 
+def _check_unique_names(path: Path, names: Sequence[str]) -> None:
+    """Refuse a header or schema that names two columns alike (ValueError naming both)."""
+    first: dict[str, int] = {}
+    for j, name in enumerate(names):
+        if name in first:
+            raise ValueError(
+                f"{path}: the column name {name!r} appears twice (columns {first[name] + 1} and "
+                f"{j + 1}); column names must be unique to select columns by name: rename one"
+            )
+        first[name] = j
+
+
 # --- npy ---------------------------------------------------------------------------------------
 
 
@@ -417,8 +497,11 @@ class NpyReader(DataReader):
             )
         try:
             return np.load(self.path, mmap_mode="r", allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(f"{self.path}: cannot read as .npy ({exc})") from None
+        except Exception as exc:
+            # a damaged header fails in numpy's header tokenizer or literal parser (TokenError,
+            # SyntaxError) or its checks (ValueError); nothing of the file is run
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise ValueError(f"{self.path}: cannot read as .npy ({detail})") from None
 
     def _native_dtype(self):
         return np.dtype(np.float32 if self._open().dtype == np.float32 else np.float64)
@@ -486,20 +569,28 @@ class TextReader(DataReader):
     of its fields is a number (``header=True`` / ``False`` overrides).  Blank lines and lines
     starting with ``#`` are skipped.  Each block of lines is parsed by ``numpy.loadtxt``; when it
     fails, the block is scanned once more to name the line, row and column of the bad cell.
+
+    Column names (the header's fields) must be unique: a header that repeats a name (``a,a,b``)
+    is refused with a ValueError naming the file and the name, whether or not columns are
+    selected by name, because the name alone could not tell which of the columns a model fitted
+    on this file used: rename the columns.  A line longer than ``max_line_length`` characters
+    (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused, naming the line, after reading that
+    many characters of it.
     """
 
     format = "text"
 
-    def __init__(self, path, *, delimiter="auto", header="auto", **kwargs):
+    def __init__(self, path, *, delimiter="auto", header="auto", max_line_length=None, **kwargs):
         self._delimiter_spec = delimiter
         self._header_spec = header
+        self.max_line_length = _check_max_line_length(max_line_length)
         super().__init__(path, **kwargs)
 
     def _split(self, line):
         return line.split(self.delimiter) if self.delimiter is not None else line.split()
 
     def _inspect(self):
-        first = _first_content_line(self.path)
+        first = _first_content_line(self.path, self.max_line_length)
         if first is None:
             raise ValueError(f"{self.path}: the file is empty (no data rows)")
         delim = self._delimiter_spec
@@ -513,17 +604,22 @@ class TextReader(DataReader):
             else:
                 delim = next((d for d in (",", ";") if d in first), None)
         self.delimiter = delim
-        fields = self._split(first)
+        # the first line is split into fields only where its names are needed: a data line of
+        # 10**5 numbers would cost some 60 bytes per field as Python strings
+        self._n_columns = first.count(delim) + 1 if delim is not None else len(first.split())
         if self._header_spec == "auto":
             self.has_header = False  # for _lines while deciding
-            self.has_header = not any(_is_number(f) for f in fields) or self._numbered_header(
-                fields
-            )
+            head = first.split(delim, 1)[0] if delim is not None else first.split(None, 1)[0]
+            if _is_number(head):
+                # a data line, unless it is a header of column numbers 0, 1, ... or 1, 2, ...
+                self.has_header = _unquote(head) in ("0", "1") and self._numbered_header(first)
+            else:
+                self.has_header = not any(_is_number(f) for f in self._split(first))
         else:
             self.has_header = bool(self._header_spec)
-        self._n_columns = len(fields)
         if self.has_header:
-            self.column_names = [f.strip().strip('"').strip("'") for f in fields]
+            self.column_names = [_unquote(f) for f in self._split(first)]
+            _check_unique_names(self.path, self.column_names)
             if not any(True for _ in itertools.islice(self._lines(), 1)):
                 raise ValueError(f"{self.path}: no data rows (only a header)")
 
@@ -531,14 +627,7 @@ class TextReader(DataReader):
         """(line number, text) of the data lines: blank, comment and header lines skipped."""
         with _open_text(self.path) as f:
             header_pending = self.has_header and skip_header
-            lines = enumerate(f, 1)
-            while True:
-                try:
-                    lineno, line = next(lines)
-                except StopIteration:
-                    return
-                except _READ_ERRORS as exc:
-                    raise _read_error(self.path, exc) from None
+            for lineno, line in _bounded_lines(f, self.path, self.max_line_length):
                 stripped = line.strip()
                 if not stripped or stripped.startswith("#"):
                     continue
@@ -547,26 +636,32 @@ class TextReader(DataReader):
                     continue
                 yield lineno, stripped
 
-    def _numbered_header(self, fields) -> bool:
+    def _numbered_header(self, first: str) -> bool:
         """Whether an all-numeric first line is a header of column numbers, not data.
 
         ``0,1,...,n-1`` or ``1,2,...,n`` written as integers (what pandas writes for a frame with
         default column labels) is taken as a header when the next lines hold a number that is
-        not an integer (the body is real-valued, the first line counts columns), or when the run
-        is at least 8 long and no next line repeats it.  Such a header must not become a data
-        row: it would enter the fit as a sample.  ``header=True`` covers other numeric headers.
+        not an integer among their first 64 fields (the body is real-valued, the first line
+        counts columns), or when the run is at least 8 long and no next line repeats it.  Such
+        a header must not become a data row: it would enter the fit as a sample.
+        ``header=True`` covers other numeric headers.  The next 20 lines are read one at a
+        time and only their first fields split, so a wide file costs one line here.
         """
         try:
-            values = [int(_unquote(f)) for f in fields]
+            values = [int(_unquote(f)) for f in self._split(first)]
         except ValueError:
             return False
         n = len(values)
         if n < 2 or values not in (list(range(n)), list(range(1, n + 1))):
             return False
-        body = [self._split(t) for _, t in itertools.islice(self._lines(skip_header=False), 1, 21)]
-        if not body or any(row == fields for row in body):
-            return False
-        return n >= 8 or any(_is_real(f) for row in body for f in row)
+        has_body = has_real = False
+        for _, text in itertools.islice(self._lines(skip_header=False), 1, 21):
+            if text == first:
+                return False
+            has_body = True
+            head = text.split(self.delimiter, 64)[:64]
+            has_real = has_real or any(_is_real(f) for f in head)
+        return has_body and (n >= 8 or has_real)
 
     def _blocks(self):
         lines_iter = self._lines()
@@ -599,7 +694,8 @@ class TextReader(DataReader):
             )
         opts: dict[str, Any] = dict(delimiter=self.delimiter, comments=None, quotechar='"', ndmin=2)
         try:
-            X = np.loadtxt(texts, usecols=list(self._feature_idx), dtype=self.dtype, **opts)
+            usecols = None if self._all_features else list(self._feature_idx)
+            X = np.loadtxt(texts, usecols=usecols, dtype=self.dtype, **opts)
         except ValueError as exc:
             self._locate_bad_cell(texts, linenos, row0)
             raise ValueError(f"{self.path}: rows {row0 + 1}-{row0 + len(texts)}: {exc}") from None
@@ -639,7 +735,11 @@ def _import_parquet():
 
 
 class ParquetReader(DataReader):
-    """Row blocks of a Parquet file, one pyarrow record batch at a time (numeric columns)."""
+    """Row blocks of a Parquet file, one pyarrow record batch at a time (numeric columns).
+
+    Column names must be unique: a schema with two columns of one name is refused with a
+    ValueError naming the file and the name (columns are read by name).
+    """
 
     format = "parquet"
 
@@ -655,6 +755,7 @@ class ParquetReader(DataReader):
         pf = self._file()
         schema = pf.schema_arrow
         self.column_names = list(schema.names)
+        _check_unique_names(self.path, self.column_names)
         self._n_columns = len(self.column_names)
         self._n_samples = pf.metadata.num_rows
         self._types = [schema.field(i).type for i in range(self._n_columns)]
@@ -714,10 +815,25 @@ class LibsvmReader(DataReader):
 
     Chunks of lines are parsed by ``sklearn.datasets.load_svmlight_file``.  The width must be the
     same for every block: give ``n_features``, or it is found by one scan of the file (which also
-    decides ``zero_based="auto"``: indices are 0-based if an index 0 occurs, else 1-based as
-    LIBSVM writes them).  With ``n_features`` given and ``zero_based="auto"``, 1-based is assumed.
-    ``label_column`` does not apply: the label is the first token of each line.  The index base
-    used is in the ``zero_based`` attribute.
+    decides ``zero_based="auto"``).  ``label_column`` does not apply: the label is the first
+    token of each line.
+
+    Feature numbering.  LIBSVM numbers features from 1; some tools write them from 0.  A file
+    does not say which, and the two readings of a file without an index 0 differ by a shift of
+    one column, so the rule is fixed: with ``zero_based="auto"`` the scan reads the file as
+    0-based when an index 0 occurs in it, and as 1-based (LIBSVM's convention) otherwise, which
+    is also what ``sklearn.datasets.load_svmlight_file`` decides.  With ``n_features`` given and
+    ``zero_based="auto"``, 1-based is assumed.  The numbering used is in ``zero_based`` and
+    :attr:`index_base`; a model fitted on the file records it, and files transformed with that
+    model must be read with the same numbering (``zero_based=True`` / ``False``), not guessed
+    again from their own indices.
+
+    Each line is checked: a label or value that is not a number, a token that is not
+    ``index:value``, an index that is not a decimal integer, negative, above
+    :data:`MAX_LIBSVM_INDEX`, 0 in a file numbered from 1, beyond ``n_features``, repeated or not
+    ascending within the line, is a ValueError naming the file, the line and the token.  A line
+    longer than ``max_line_length`` characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is
+    refused after reading that many.
 
     The width found by the scan is bounded by the file: a width above ``max_features`` (default
     :func:`default_max_features` of the bytes scanned, at least 2**20) is refused unless
@@ -727,7 +843,16 @@ class LibsvmReader(DataReader):
 
     format = "libsvm"
 
-    def __init__(self, path, *, n_features=None, zero_based="auto", max_features=None, **kwargs):
+    def __init__(
+        self,
+        path,
+        *,
+        n_features=None,
+        zero_based="auto",
+        max_features=None,
+        max_line_length=None,
+        **kwargs,
+    ):
         for name, value in (("n_features", n_features), ("max_features", max_features)):
             if value is not None and (
                 not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1
@@ -738,7 +863,13 @@ class LibsvmReader(DataReader):
         self._n_features_spec = n_features
         self._max_features = max_features
         self._zero_based_spec = zero_based
+        self.max_line_length = _check_max_line_length(max_line_length)
         super().__init__(path, **kwargs)
+
+    @property
+    def index_base(self) -> int:
+        """The number of the first feature in the file: 0 or 1 (see the class notes)."""
+        return 0 if self.zero_based else 1
 
     def _inspect(self):
         if self._label_spec is not None:
@@ -746,7 +877,7 @@ class LibsvmReader(DataReader):
                 "label_column does not apply to LIBSVM files (the label is the "
                 "first token of each line)"
             )
-        if _first_content_line(self.path) is None:
+        if _first_content_line(self.path, self.max_line_length) is None:
             raise ValueError(f"{self.path}: the file is empty (no data rows)")
         if self._n_features_spec is None:
             self._scan()
@@ -758,17 +889,23 @@ class LibsvmReader(DataReader):
         """One pass: the largest and smallest feature index (and the row count)."""
         max_col, min_idx, rows = 0, None, 0
         for chunk, linenos, row0 in self._chunks():
+            # indices as written (zero_based=True keeps them): the numbering is decided below
             X = self._parse(chunk, linenos, row0, n_features=None, zero_based=True)
             max_col = max(max_col, X.shape[1])
             if X.nnz:
                 m = int(X.indices.min())
+                if m == 0 and self._zero_based_spec is False:
+                    # the line of the first index 0, for the error
+                    i = int(np.searchsorted(X.indptr, np.argmin(X.indices), side="right")) - 1
+                    raise ValueError(
+                        f"{self.path}: {self._where(row0 + i, linenos, i)}: feature index 0, "
+                        "but the features are read as numbered from 1 (zero_based=False)"
+                    )
                 min_idx = m if min_idx is None else min(min_idx, m)
             rows += X.shape[0]
         zero_based = self._zero_based_spec
         if zero_based == "auto":
             zero_based = min_idx == 0
-        if zero_based is False and min_idx == 0:
-            raise ValueError(f"{self.path}: feature index 0 found, but zero_based=False")
         self.zero_based = bool(zero_based)
         self._n_columns = max(1, max_col if self.zero_based else max_col - 1)
         self._n_samples = rows
@@ -791,14 +928,7 @@ class LibsvmReader(DataReader):
             row0 = 0
             buf: list[bytes] = []
             linenos: list[int] = []
-            lines = enumerate(f, 1)
-            while True:
-                try:
-                    lineno, line = next(lines)
-                except StopIteration:
-                    break
-                except _READ_ERRORS as exc:
-                    raise _read_error(self.path, exc) from None
+            for lineno, line in _bounded_lines(f, self.path, self.max_line_length):
                 self._bytes_scanned += len(line)
                 stripped = line.strip()
                 if not stripped or stripped.startswith(b"#"):
@@ -822,38 +952,28 @@ class LibsvmReader(DataReader):
                 dtype=self.dtype,
                 zero_based=zero_based,
             )
-        except ValueError as exc:
-            self._locate_bad_line(lines, linenos, row0, n_features, zero_based, exc)
+        except (ValueError, OverflowError) as exc:
+            # OverflowError: an index beyond the parser's 32-bit integers
+            self._locate_bad_line(lines, linenos, row0, n_features, zero_based)
             raise ValueError(f"{self.path}: rows {row0 + 1}-{row0 + len(lines)}: {exc}") from None
         self._last_labels = y
         return X
 
-    def _locate_bad_line(self, lines, linenos, row0, n_features, zero_based, exc):
+    def _locate_bad_line(self, lines, linenos, row0, n_features, zero_based):
+        """Raise a ValueError naming the first bad line of a chunk and what is wrong with it."""
         from sklearn.datasets import load_svmlight_file
 
         for i, line in enumerate(lines):
-            try:
+            where = self._where(row0 + i, linenos, i)
+            problem = _libsvm_line_problem(line, zero_based=zero_based, n_features=n_features)
+            if problem is not None:
+                raise ValueError(f"{self.path}: {where}, {problem}")
+            try:  # what the checks above do not know of: the parser's own verdict
                 load_svmlight_file(
                     _io.BytesIO(line + b"\n"), n_features=n_features, zero_based=zero_based
                 )
-                continue
-            except ValueError as line_exc:
-                reason = str(line_exc)
-            where = self._where(row0 + i, linenos, i)
-            tokens = line.decode("utf-8", "replace").split()
-            if not _is_number(tokens[0]):
-                raise ValueError(
-                    f"{self.path}: {where}, column 1 (label): cannot read {tokens[0]!r} as a number"
-                )
-            for k, tok in enumerate(tokens[1:], 2):
-                idx, _, val = tok.partition(":")
-                if idx == "qid":
-                    continue
-                if not idx.isdigit() or not _is_number(val):
-                    raise ValueError(
-                        f"{self.path}: {where}, column {k} (token {tok!r}): expected index:value"
-                    )
-            raise ValueError(f"{self.path}: {where}: {reason}")
+            except (ValueError, OverflowError) as exc:
+                raise ValueError(f"{self.path}: {where}: {exc}") from None
 
     def _blocks(self):
         for chunk, linenos, row0 in self._chunks():
@@ -868,6 +988,60 @@ class LibsvmReader(DataReader):
 
     def _count_rows(self):
         return sum(len(chunk) for chunk, _, _ in self._chunks())
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _libsvm_line_problem(line: bytes, *, zero_based: bool, n_features: int | None) -> str | None:
+    """What is wrong with one LIBSVM line (``label index:value ...``), in words; None if nothing.
+
+    The answer starts with the token, called a column and numbered from 1 (the label is column
+    1) as columns are in the other formats.
+    """
+    tokens = line.split(b"#", 1)[0].decode("utf-8", "replace").split()
+    if not tokens:
+        return None
+    if not _is_float(tokens[0]):
+        return f"column 1 (label): cannot read {tokens[0]!r} as a number"
+    previous = None
+    for k, token in enumerate(tokens[1:], 2):
+        where = f"column {k} (token {token!r})"
+        name, sep, value = token.partition(":")
+        if not sep:
+            return f"{where}: expected index:value"
+        if name == "qid":
+            if not value.lstrip("+").isdigit():
+                return f"{where}: the query id is not an integer"
+            continue
+        if not name.lstrip("+-").isdigit():
+            return f"{where}: the feature index {name!r} is not an integer"
+        index = int(name)
+        if index < 0:
+            return f"{where}: negative feature index {index}"
+        if index > MAX_LIBSVM_INDEX:
+            return f"{where}: feature index {name} is too large (at most {MAX_LIBSVM_INDEX})"
+        if index == 0 and not zero_based:
+            return f"{where}: feature index 0, but the features are read as numbered from 1"
+        if previous is not None and index == previous:
+            return f"{where}: feature index {index} appears twice in the line"
+        if previous is not None and index < previous:
+            return f"{where}: feature indices must be ascending ({index} after {previous})"
+        if not _is_float(value):
+            return f"{where}: cannot read the value {value!r} as a number"
+        column = index if zero_based else index - 1
+        if n_features is not None and column >= n_features:
+            return (
+                f"{where}: feature index {index} is beyond n_features={n_features} "
+                f"(features numbered from {0 if zero_based else 1})"
+            )
+        previous = index
+    return None
 
 
 def default_max_features(n_bytes: int) -> int:
@@ -886,8 +1060,8 @@ _READERS = {"npy": NpyReader, "text": TextReader, "parquet": ParquetReader, "lib
 _FORMAT_OPTIONS = {
     "npy": set(),
     "parquet": set(),
-    "text": {"delimiter", "header"},
-    "libsvm": {"n_features", "zero_based", "max_features"},
+    "text": {"delimiter", "header", "max_line_length"},
+    "libsvm": {"n_features", "zero_based", "max_features", "max_line_length"},
 }
 
 
@@ -927,6 +1101,8 @@ def open_data(
     **options
         Text: ``delimiter`` (``"auto"``, a string, or None for whitespace), ``header``
         (``"auto"``, True, False).  LIBSVM: ``n_features``, ``zero_based``, ``max_features``.
+        Both: ``max_line_length``, the longest line read in characters (default
+        :data:`DEFAULT_MAX_LINE_LENGTH`; a longer line is a ValueError naming it).
 
     Returns
     -------
@@ -934,7 +1110,10 @@ def open_data(
         ``iter(reader)`` yields feature blocks; ``reader.n_features`` is the width.
     """
     path = _check_exists(path)
-    fmt = detect_format(path) if format is None else _FORMAT_ALIASES.get(format, format)
+    if format is None:
+        fmt = detect_format(path, max_line_length=options.get("max_line_length"))
+    else:
+        fmt = _FORMAT_ALIASES.get(format, format)
     if fmt not in _READERS:
         raise ValueError(f"unknown format {format!r}; choose one of {FORMATS}")
     unknown = set(options) - _FORMAT_OPTIONS[fmt]

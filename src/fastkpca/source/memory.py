@@ -95,6 +95,7 @@ class ArraySource(RowSource):
             yield start, X[start : start + block_rows]
 
     def take(self, indices):
+        self.require_dense(np.size(indices), "rows taken by index")
         return _dense_rows(self.array[indices])
 
     def in_memory(self, max_rows=None, rng=None, *, purpose=""):
@@ -214,6 +215,9 @@ class BlockSource(RowSource):
     def sample_rows(self, n_rows, rng):
         """A uniform sample by reservoir sampling in one pass (:class:`ReservoirSampler`): the
         rows an array with the same rows would give."""
+        n = self.n_samples
+        # the reservoir keeps sparse rows sparse; the sample it returns is dense
+        self.require_dense(n_rows if n is None else min(n_rows, n), f"a sample of {n_rows} rows")
         reservoir = ReservoirSampler(n_rows, rng)
         for _, block in self.blocks():
             reservoir.update(block)
