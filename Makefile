@@ -4,6 +4,8 @@
 #   SIMD paths off, an older OpenBLAS core type), so a CPU-dependent test fails in CI.
 # make lint: ruff check, ruff format --check and mypy on the package (CI runs it before the tests).
 # make docs: the documentation site (Sphinx + MyST, strict: -n -W) into build/docs/html.
+# make wheel-check: build the sdist and wheel, install the wheel in a clean venv outside the
+#   checkout and run `fastkpca demo` there (no display); the source tree must be left unchanged.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
@@ -50,3 +52,8 @@ docs: $(DOCS_STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache docs/_generated
+	rm -rf docs/gallery
+
+.PHONY: wheel-check
+wheel-check: $(STAMP)
+	PYTHON=$(VENV)/bin/python .ci/wheel-check

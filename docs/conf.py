@@ -18,8 +18,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # a plain checkout builds too (make docs installs it)
 
 project = "fastkpca"
-author = "the fastkpca authors"
-copyright = "the fastkpca authors, BSD-3-Clause"
+author = "fastkpca developers"
+copyright = "fastkpca developers, BSD-3-Clause"
 
 import fastkpca  # noqa: E402
 
@@ -31,11 +31,31 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx_gallery.gen_gallery",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated", "figures/*.json", "**/README.md"]
+exclude_patterns = ["_build", "_generated", "figures/*.json", "**/README.md", "gallery/*.ipynb"]
+
+# --- examples gallery (sphinx-gallery) ----------------------------------------------------------
+# examples/plot_*.py run at every build; their output and figures go into docs/gallery (not
+# committed).  An example that fails fails the build; _check_gallery_figures (below) fails it
+# when a gallery page lacks the figures its example draws.
+sphinx_gallery_conf = {
+    "examples_dirs": str(HERE.parent / "examples"),
+    "gallery_dirs": str(HERE / "gallery"),
+    "filename_pattern": r"/plot_",
+    "within_subsection_order": "FileNameSortKey",
+    "abort_on_example_error": True,
+    "write_computation_times": False,
+    "show_memory": False,
+    "download_all_examples": False,
+    "image_scrapers": ("matplotlib",),
+    "matplotlib_animations": False,
+    "first_notebook_cell": "%matplotlib inline",
+}
+os.environ.setdefault("MPLBACKEND", "Agg")  # no display needed
 
 # --- Markdown (MyST) -----------------------------------------------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
@@ -154,6 +174,36 @@ def _one_line_entries(app, what, name, obj, options, lines):
     lines[:] = out
 
 
+def _prose_first_line(app, what, name, obj, options, lines):
+    """A property's first line is prose, not ``type: description``.
+
+    napoleon reads the first line of a property or attribute docstring as ``type: description``
+    when it has a colon (``The number of the first feature in the file: 0 or 1.`` would get the
+    type "The number of the first feature in the file").  When the text before the colon is
+    prose (has a space), the line is broken after the colon: a first line that ends with its
+    colon is read as description only, and the paragraph renders the same.
+    """
+    if what not in ("property", "attribute", "data"):
+        return
+    from sphinx.ext.napoleon.docstring import _single_colon_regex, _xref_or_code_regex
+
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        parts = _xref_or_code_regex.split(line)
+        for j in range(0, len(parts), 2):  # even parts are outside code and roles
+            m = _single_colon_regex.search(parts[j])
+            if m is None:
+                continue
+            before = "".join(parts[:j]) + parts[j][: m.end()]
+            after = parts[j][m.end() :] + "".join(parts[j + 1 :])
+            if " " in before.strip() and after.strip():
+                indent = line[: len(line) - len(line.lstrip())]
+                lines[i : i + 1] = [before.rstrip(), indent + after.strip()]
+            break
+        return
+
+
 def _skip_foreign_members(app, what, name, obj, skip, options):
     """Inherited members from scikit-learn (set_output, get_params, ...) are documented there."""
     module = getattr(obj, "__module__", None) or ""
@@ -244,8 +294,31 @@ def _exists_in_fastkpca(target, module, cls):
     return False
 
 
+def _check_gallery_figures(app, exception):
+    """Every example that draws (``plt.show()``) has its figures on its rendered page."""
+    if exception is not None or app.builder.format != "html":
+        return
+    examples = sorted((HERE.parent / "examples").glob("plot_*.py"))
+    problems = []
+    for example in examples:
+        if "plt.show()" not in example.read_text():
+            continue
+        page = Path(app.outdir) / "gallery" / f"{example.stem}.html"
+        html = page.read_text() if page.is_file() else ""
+        images = re.findall(rf'src="[^"]*(sphx_glr_{example.stem}_\d+\.png)"', html)
+        if not images:
+            problems.append(f"{page.name}: no figure of {example.name}")
+        for image in images:
+            if not (Path(app.outdir) / "_images" / image).is_file():
+                problems.append(f"{page.name}: {image} missing from _images")
+    if not examples or problems:
+        raise RuntimeError("gallery check failed: " + ("; ".join(problems) or "no examples"))
+
+
 def setup(app):
+    app.connect("build-finished", _check_gallery_figures)
     app.connect("autodoc-process-docstring", _one_line_entries, priority=400)  # before napoleon
+    app.connect("autodoc-process-docstring", _prose_first_line, priority=400)
     app.connect("autodoc-process-docstring", _escape_prose)
     app.connect("autodoc-skip-member", _skip_foreign_members)
     app.connect("missing-reference", _resolve_short_names)

@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import os
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,6 +202,7 @@ def test_truncated_idx(fake_home):
 
 
 def test_data_home_search_order(fake_home, tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "DEFAULT_DATA_HOME", tmp_path / "cache")
     monkeypatch.setenv("FASTKPCA_DATA", str(fake_home))
     assert get_data_home() == fake_home  # the environment variable
     assert load("german")[0].shape == (2, 3)
@@ -208,35 +210,50 @@ def test_data_home_search_order(fake_home, tmp_path, monkeypatch):
     other.mkdir()
     assert get_data_home(other) == other  # the argument wins over the variable
     monkeypatch.setenv("FASTKPCA_DATA", str(tmp_path / "typo"))
-    with pytest.raises(FileNotFoundError, match="data home not found: .*typo"):
+    with pytest.raises(FileNotFoundError, match="data home not found: .*typo.*fetch"):
         load("german")
-    # without either: ../shared/data relative to the current directory comes first
+    # without either: the default cache, then shared/data beside the current directory
     monkeypatch.delenv("FASTKPCA_DATA")
+    assert get_data_home() == tmp_path / "cache"
     repo = tmp_path / "work" / "repo"
     repo.mkdir(parents=True)
     (tmp_path / "work" / "shared").mkdir()
     fake_home.rename(tmp_path / "work" / "shared" / "data")
     monkeypatch.chdir(repo)
-    assert get_data_home().resolve() == (tmp_path / "work" / "shared" / "data").resolve()
     assert load("german")[0].shape == (2, 3)
+    # a file in the cache is preferred to the development layout's
+    (tmp_path / "cache" / "german").mkdir(parents=True)
+    (tmp_path / "cache" / "german" / "german.data-numeric").write_text(" 5 6 1\n")
+    np.testing.assert_array_equal(load("german")[0], [[5, 6]])
 
 
-def test_no_data_home_anywhere(tmp_path, monkeypatch):
+def test_default_data_home_is_in_the_user_folder(monkeypatch):
     monkeypatch.delenv("FASTKPCA_DATA", raising=False)
+    assert get_data_home() == Path("~/fastkpca_data").expanduser()
+    assert get_data_home("~/x") == Path("~/x").expanduser()
+
+
+def test_no_data_anywhere_names_the_file_and_fetch(tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTKPCA_DATA", raising=False)
+    monkeypatch.setattr(datasets, "DEFAULT_DATA_HOME", tmp_path / "cache")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(datasets, "_checkout_root", lambda: tmp_path / "checkout")
-    with pytest.raises(FileNotFoundError, match="data home not found: looked for"):
+    with pytest.raises(FileNotFoundError) as info:
         load("german")
+    message = str(info.value)
+    assert str(tmp_path / "cache" / "german" / "german.data-numeric") in message
+    assert "fastkpca.datasets.fetch('german')" in message
 
 
 def test_data_home_default_finds_shared_data(tmp_path, monkeypatch):
     """From the repository root, and from anywhere when running from the checkout."""
     if not SHARED_DATA.is_dir() or "FASTKPCA_DATA" in os.environ:
         pytest.skip("needs ../shared/data beside the checkout")
+    monkeypatch.setattr(datasets, "DEFAULT_DATA_HOME", tmp_path / "empty-cache")
     monkeypatch.chdir(REPO)
-    assert get_data_home().resolve() == SHARED_DATA.resolve()
+    assert load("german")[0].shape == (1000, 24)
     monkeypatch.chdir(tmp_path)  # no ../shared/data here: the checkout's is found
-    assert get_data_home().resolve() == SHARED_DATA.resolve()
+    assert load("german")[0].shape == (1000, 24)
 
 
 # --- the embedded demo set ------------------------------------------------------------------------

@@ -1,35 +1,274 @@
-"""The documentation tells the truth: its code runs and its figures exist.
+"""The documentation tells the truth: its code runs, its commands exist, its figures agree.
 
-The ``python`` code blocks of ``docs/quickstart.md`` run in order in one namespace (they assert
-their own claims against scikit-learn and ExactKPCA); every figure a page embeds as
-``![...](../figures/<file>)`` resolves through ``docs/figures`` (a relative symlink to
-``benchmarks/results``) to a committed file.
+- The ``python`` code blocks of README.md and of every page under docs/ run in order, one
+  namespace per page, in a temporary folder (so nothing is written into the checkout).  A
+  ``text`` block right after a ``python`` block is that block's printed output and must match it
+  (numbers to the last digit shown, +-1.5 units).  A block that needs something optional that is
+  missing here (dask, distributed, torch, a GPU, the real data sets) is skipped with the reason,
+  and so are the page's later blocks, which build on it; nothing is skipped silently.
+- Every ``fastkpca ...`` command of a shell block names a subcommand and options that the
+  parser has; every ``python benchmarks/<script>.py`` exists and has the options shown; every
+  ``make <target>`` is in the Makefile; every ``pip install "fastkpca[extra]"`` is an extra.
+- Measured figures quoted on several pages are generated from benchmarks/results/*.json
+  (``docs/results_tables.py --check``); embedded figures resolve to committed files.
+- Pages speak of fastkpca alone (no lock files, folders beside the repository, issue numbers),
+  and the README renders on a package index (absolute links only).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib.util
+import io
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DATA
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md"] + sorted(
+    p for p in DOCS.rglob("*.md") if "_generated" not in p.parts and "gallery" not in p.parts
+)
+_FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
-def _python_blocks(path: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+def _blocks(path: Path) -> list[tuple[str, str, int, int]]:
+    """(language, code, line number, end offset) of each fenced block of a Markdown page."""
+    text = path.read_text()
+    return [
+        (m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1, m.end())
+        for m in _FENCE.finditer(text)
+    ]
 
 
-def test_quickstart_code_blocks_run():
-    blocks = _python_blocks(DOCS / "quickstart.md")
-    assert len(blocks) >= 5
-    namespace: dict = {}
-    for i, block in enumerate(blocks):
+def _with_outputs(path: Path) -> list[tuple[str, int, str | None]]:
+    """(code, line, expected output or None) for each python block of a page."""
+    text = path.read_text()
+    blocks = _blocks(path)
+    out = []
+    for i, (lang, code, line, end) in enumerate(blocks):
+        if lang != "python":
+            continue
+        expected = None
+        if i + 1 < len(blocks):
+            nlang, ncode, _, _ = blocks[i + 1]
+            between = text[end : text.index("```" + nlang, end)]
+            if nlang == "text" and not between.strip():
+                expected = ncode
+        out.append((code, line, expected))
+    return out
+
+
+# --- optional requirements ------------------------------------------------------------------------
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _cuda() -> bool:
+    if not _has("torch"):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+_NEEDS = [
+    (re.compile(r"^\s*(import|from)\s+dask\b", re.M), lambda: _has("dask"), "dask"),
+    (
+        re.compile(r"^\s*(import|from)\s+distributed\b", re.M),
+        lambda: _has("distributed"),
+        "distributed",
+    ),
+    (
+        re.compile(r"^\s*(import|from)\s+pyarrow\b|\.parquet\b", re.M),
+        lambda: _has("pyarrow"),
+        "pyarrow",
+    ),
+    (re.compile(r"^\s*(import|from)\s+torch\b", re.M), lambda: _has("torch"), "torch"),
+    (re.compile(r"[\"']cuda"), _cuda, "a CUDA GPU"),
+    (
+        re.compile(
+            r"datasets\.(load|fetch)\(|^\s*from fastkpca\.datasets import .*\b(load|fetch)\b",
+            re.M,
+        ),
+        lambda: SHARED_DATA.is_dir(),
+        "the real data sets",
+    ),
+]
+
+
+def _missing(code: str) -> list[str]:
+    return [what for pattern, available, what in _NEEDS if pattern.search(code) and not available()]
+
+
+# --- printed output -------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def _matches(actual: str, expected: str) -> bool:
+    """Same text, and numbers equal to within 1.5 units of the last digit shown."""
+    a_words, e_words = _NUMBER.split(actual.strip()), _NUMBER.split(expected.strip())
+    if [w.split() for w in a_words] != [w.split() for w in e_words]:
+        return False
+    for a, e in zip(_NUMBER.findall(actual), _NUMBER.findall(expected), strict=True):
+        mantissa = re.split(r"[eE]", e)[0]
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        exponent = int(re.split(r"[eE]", e)[1]) if re.search(r"[eE]", e) else 0
+        if abs(float(a) - float(e)) > 1.5 * 10.0 ** (exponent - decimals):
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if _with_outputs(p)], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_page_python_blocks_run(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # files the examples write go here
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    name = page.relative_to(ROOT)
+    namespace: dict = {"__name__": "__docs__"}
+    for i, (code, line, expected) in enumerate(_with_outputs(page)):
+        missing = _missing(code)
+        if missing:
+            pytest.skip(
+                f"{name} line {line} (block {i + 1}) and the blocks after it need "
+                f"{', '.join(missing)}, not available here"
+            )
+        stdout = io.StringIO()
         try:
-            exec(compile(block, f"docs/quickstart.md, python block {i + 1}", "exec"), namespace)
+            with contextlib.redirect_stdout(stdout):
+                exec(compile(code, f"{name}:{line}", "exec"), namespace)
         except Exception as exc:  # name the failing block in the report
-            pytest.fail(f"docs/quickstart.md python block {i + 1} failed: {exc!r}\n{block}")
+            pytest.fail(f"{name} python block at line {line} failed: {exc!r}\n{code}")
+        if expected is not None:
+            assert _matches(stdout.getvalue(), expected), (
+                f"{name} line {line}: printed\n{stdout.getvalue()}\nbut the page shows\n{expected}"
+            )
+
+
+def test_docs_code_fits_the_page():
+    """Code lines of at most 88 characters do not overflow the page at 1280 px (furo)."""
+    long = [
+        f"{p.relative_to(ROOT)}:{line + j}"
+        for p in PAGES
+        for lang, code, line, _ in _blocks(p)
+        if lang in ("python", "sh", "text") and "_generated" not in str(p)
+        for j, text in enumerate(code.splitlines(), start=1)
+        if len(text) > 88 and not text.startswith("|")
+    ]
+    assert not long, f"code lines over 88 characters: {long}"
+
+
+def test_quickstart_has_outputs():
+    assert sum(e is not None for _, _, e in _with_outputs(DOCS / "quickstart.md")) >= 3
+
+
+# --- shell commands -------------------------------------------------------------------------------
+
+
+def _commands():
+    """(page, line, argv) of each command line of the pages' shell blocks."""
+    for page in PAGES:
+        for lang, code, line, _ in _blocks(page):
+            if lang not in ("sh", "bash", "console", "shell"):
+                continue
+            for j, text in enumerate(code.splitlines(), start=1):
+                text = re.sub(r"(^|\s)#.*$", "", text).strip()
+                if text:
+                    yield page.relative_to(ROOT), line + j, shlex.split(text)
+
+
+def _subcommand_options() -> dict[str, set[str]]:
+    from fastkpca.cli import build_parser
+
+    parser = build_parser()
+    top = {s for a in parser._actions for s in a.option_strings}
+    found = {"": top}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[name] = {s for a in sub._actions for s in a.option_strings}
+    return found
+
+
+def test_shell_commands_exist():
+    options = _subcommand_options()
+    makefile = (ROOT / "Makefile").read_text()
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    problems, checked = [], 0
+    for page, line, argv in _commands():
+        where = f"{page}:{line}"
+        if argv[0] == "fastkpca":
+            checked += 1
+            words = [w for w in argv[1:] if not w.startswith("-")]
+            command = words[0] if words else ""
+            if command not in options:
+                problems.append(f"{where}: no subcommand {command!r}")
+                continue
+            for word in argv[1:]:
+                flag = word.split("=")[0]
+                if flag.startswith("-") and flag not in options[command] | options[""]:
+                    problems.append(f"{where}: fastkpca {command} has no option {flag}")
+        elif argv[0] == "python" and len(argv) > 1 and argv[1].startswith("benchmarks/"):
+            checked += 1
+            script = ROOT / argv[1]
+            if not script.is_file():
+                problems.append(f"{where}: no script {argv[1]}")
+                continue
+            source = script.read_text()
+            for word in argv[2:]:
+                flag = word.split("=")[0]
+                if flag.startswith("--") and f'"{flag}"' not in source:
+                    problems.append(f"{where}: {argv[1]} has no option {flag}")
+        elif argv[0] == "make":
+            checked += 1
+            for target in argv[1:]:
+                if not re.search(rf"^{re.escape(target)}:", makefile, re.M):
+                    problems.append(f"{where}: no make target {target}")
+        elif argv[:2] == ["pip", "install"]:
+            checked += 1
+            for word in argv[2:]:
+                m = re.fullmatch(r"(?:fastkpca|\.)\[([\w,-]+)\]", word)
+                if m:
+                    missing = set(m.group(1).split(",")) - extras
+                    if missing:
+                        problems.append(f"{where}: no extra {sorted(missing)}")
+    assert checked >= 20, checked
+    assert not problems, "\n".join(problems)
+
+
+def test_benchmark_scripts_named_in_prose_exist():
+    named = {m for p in PAGES for m in re.findall(r"benchmarks/(\w+\.py)", p.read_text())}
+    assert named and all((ROOT / "benchmarks" / n).is_file() for n in named), named
+
+
+# --- figures and words ----------------------------------------------------------------------------
+
+
+def test_quoted_figures_come_from_the_results_files():
+    spec = importlib.util.spec_from_file_location("results_tables", DOCS / "results_tables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["results_tables"] = module
+    spec.loader.exec_module(module)
+    assert module.stale_pages() == [], "run python docs/results_tables.py"
+    # each generated part is used, and the summary pages use them
+    text = "".join(p.read_text() for p in PAGES)
+    for name in module.GENERATORS:
+        assert f"<!-- results: {name} " in text, name
+    assert "<!-- results: goals-table " in (ROOT / "README.md").read_text()
 
 
 def test_figures_link_resolves_to_benchmark_results():
@@ -44,3 +283,52 @@ def test_paper_page_figures_exist(page):
     figures = re.findall(r"!\[[^\]]*\]\(\.\./figures/([^)\s]+)\)", page.read_text())
     missing = [f for f in figures if not (DOCS / "figures" / f).is_file()]
     assert not missing, f"{page.name} embeds missing figures: {missing}"
+
+
+_INTERNAL = re.compile(
+    r"flock|\.lock\b|\.\./shared|shared/papers|\bissue \d+|\bissues? #?\d+|\bsession\b|"
+    r"\bother helpers\b|\.venv/bin|/tmp/|/work/",
+    re.I,
+)
+
+
+def test_pages_speak_of_fastkpca_alone():
+    found = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()[:80]}"
+        for p in PAGES
+        for i, line in enumerate(p.read_text().splitlines(), start=1)
+        if _INTERNAL.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_readme_links_are_absolute():
+    """A package index renders the README alone: relative links and images would break."""
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r'src="([^"]+)"', text)
+    relative = [t for t in targets if not re.match(r"https?://", t)]
+    assert targets and not relative, relative
+    # one repository address, the one the package metadata names
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    repo = urls["Repository"]
+    for t in targets:
+        if "github.com" in t or "githubusercontent.com" in t:
+            assert repo.split("github.com/")[1] in t, t
+
+
+def test_streaming_paper_tables_are_the_benchmark_summary():
+    """docs/papers/skpca.md's measured tables are what ``skpca_paper.py --summary`` prints
+    from benchmarks/results/skpca_paper.json."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "skpca_paper.py"), "--summary"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    page = (DOCS / "papers" / "skpca.md").read_text().splitlines()
+    missing = [row for row in rows if row not in page]
+    assert len(rows) > 100 and not missing, missing[:5]

@@ -5,6 +5,9 @@ Estimators (scikit-learn compatible): :class:`ExactKPCA`, :class:`NystromKPCA`,
 :class:`SparsifiedKPCA`.  Building blocks: :mod:`fastkpca.kernels`, :mod:`fastkpca.features`,
 :mod:`fastkpca.sketch`, :mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
 
+``fastkpca.show_versions()`` prints the versions of Python, fastkpca, its dependencies and the
+BLAS in use, for bug reports.
+
 Names and submodules are imported lazily, on first attribute access (``fastkpca.metrics``
 works after a plain ``import fastkpca``), so ``import fastkpca`` stays cheap and never imports
 dask.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 
+# The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -29,6 +33,7 @@ _LAZY = {
     "CompressedKPCA": "fastkpca.decomposition",
     "load": "fastkpca.persistence",
     "make_kernel": "fastkpca.kernels",
+    "show_versions": "fastkpca._show_versions",
 }
 
 #: Submodules imported on first access as attributes of the package.

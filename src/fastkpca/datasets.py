@@ -1,19 +1,28 @@
-"""Data sets: loaders for the papers' real data, the embedded demo set, and RandomNoisy.
+"""Data sets: the papers' real data (downloaded once, then cached), the embedded demo set, and
+RandomNoisy.
 
-:func:`load` reads the public data sets from the layout of ``../shared/data`` (see
-:data:`DATASETS`); the files are never bundled with fastkpca.  Where the data live is decided by
-:func:`get_data_home`: the ``data_home`` argument, else the ``FASTKPCA_DATA`` environment
-variable, else the first existing ``../shared/data`` relative to the current directory, then
-relative to the source checkout fastkpca is imported from.
+:func:`fetch` downloads a data set's files from their public source (:data:`SOURCES`), checks
+each file's size and SHA-256, and caches it under the data home; :func:`load` reads the cached
+files.  The data home is, as in scikit-learn, the ``data_home`` argument, else the
+``FASTKPCA_DATA`` environment variable, else ``~/fastkpca_data`` (:func:`get_data_home`).  Without
+an explicit ``data_home`` or ``FASTKPCA_DATA``, :func:`load` also finds files laid out the same way
+in a ``shared/data`` folder next to the current directory or next to the source checkout
+fastkpca is imported from (the layout of a development checkout).  The files are never bundled
+with fastkpca.
 
 :func:`load_demo` reads the small pendigits sample shipped inside the package (``data/``), so the
-demo runs anywhere.
+demo runs anywhere without a download.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import http.client
+import logging
 import os
+import tempfile
+import urllib.request
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,7 +33,18 @@ import scipy.sparse as sp
 
 from ._utils import as_generator, check_int
 
-__all__ = ["load", "get_data_home", "load_demo", "make_random_noisy", "DATASETS"]
+__all__ = [
+    "load",
+    "fetch",
+    "get_data_home",
+    "load_demo",
+    "make_random_noisy",
+    "DATASETS",
+    "SOURCES",
+    "RemoteFile",
+]
+
+logger = logging.getLogger(__name__)
 
 
 def make_random_noisy(
@@ -73,7 +93,7 @@ class _Spec:
     description: str = ""
 
 
-#: The data sets :func:`load` knows, with the file layout of ``../shared/data``.
+#: The data sets :func:`load` knows, with their file layout under the data home.
 DATASETS: dict[str, _Spec] = {
     "pendigits": _Spec(
         {"train": "pendigits/pendigits.tra", "test": "pendigits/pendigits.tes"},
@@ -120,6 +140,96 @@ DATASETS: dict[str, _Spec] = {
 #: The environment variable naming the data home.
 DATA_ENV = "FASTKPCA_DATA"
 
+#: The data home when neither ``data_home`` nor ``FASTKPCA_DATA`` is given.
+DEFAULT_DATA_HOME = Path("~") / "fastkpca_data"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A data file as its publisher distributes it: where to download it and how to check it.
+
+    ``sha256`` and ``size`` are those of the file as distributed (byte for byte, compressed
+    files included); :func:`fetch` refuses a download that differs in either.  ``urls`` are
+    tried in order (mirrors).
+    """
+
+    urls: tuple[str, ...]
+    sha256: str
+    size: int
+
+
+_UCI = "https://archive.ics.uci.edu/ml/machine-learning-databases"
+_LIBSVM = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary"
+_PMLB = "https://github.com/EpistasisLab/pmlb/raw/master/datasets"
+_MNIST = ("https://ossci-datasets.s3.amazonaws.com/mnist", "https://yann.lecun.com/exdb/mnist")
+
+#: Where :func:`fetch` downloads each file of :data:`DATASETS` (by its path under the data home),
+#: with the SHA-256 and size of the file as distributed.  Sources and licences: pendigits and
+#: german from the UCI Machine Learning Repository (CC BY 4.0); adult as LIBSVM's a9a
+#: preprocessing of UCI Adult (CC BY 4.0); cpu_act (Delve comp-activ) and kddcup (UCI KDD Cup
+#: 1999) from the Penn Machine Learning Benchmarks (PMLB) collection; MNIST (LeCun, Cortes &
+#: Burges; CC BY-SA 3.0) from the mirror torchvision uses, then its original address.
+SOURCES: dict[str, RemoteFile] = {
+    "pendigits/pendigits.tra": RemoteFile(
+        (f"{_UCI}/pendigits/pendigits.tra",),
+        "e2b9eb9f0d0467e2b64a4816a3420edf2b8043447576f4b84337aba44a9f97d3",
+        502098,
+    ),
+    "pendigits/pendigits.tes": RemoteFile(
+        (f"{_UCI}/pendigits/pendigits.tes",),
+        "8bd03229c5c5291fefe43e45465dd948d2645bf23328b9d993e0b777666b2015",
+        234366,
+    ),
+    "german/german.data-numeric": RemoteFile(
+        (f"{_UCI}/statlog/german/german.data-numeric",),
+        "2752b044394958ab6dd193a0b56ca0f0b3a2d8bc7cb8c008e35a5e84bbec02f8",
+        102000,
+    ),
+    "a9a/a9a": RemoteFile(
+        (f"{_LIBSVM}/a9a",),
+        "f5d5ffd8d865ff41328e7ee043e4b020816914ff6843ff15b98905ddbedce906",
+        2329875,
+    ),
+    "a9a/a9a.t": RemoteFile(
+        (f"{_LIBSVM}/a9a.t",),
+        "1f7bae8e9729ad2bf9d18f66e5fa622e503e615114f92c37b274dfd24f2e5725",
+        1164633,
+    ),
+    "cpu_act/pmlb_197_cpu_act.tsv.gz": RemoteFile(
+        (f"{_PMLB}/197_cpu_act/197_cpu_act.tsv.gz",),
+        "d00fd6bac2eda0821a04ff10277663d211127745a19a474c0feee41a16914fdc",
+        381809,
+    ),
+    "kddcup/pmlb_kddcup.tsv.gz": RemoteFile(
+        (f"{_PMLB}/kddcup/kddcup.tsv.gz",),
+        "719efc2cb0f94f49721de58ec6c9dc58bdbb16b241d00c61eafe47f737fcbfc2",
+        1788387,
+    ),
+    "mnist/train-images-idx3-ubyte.gz": RemoteFile(
+        tuple(f"{base}/train-images-idx3-ubyte.gz" for base in _MNIST),
+        "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        9912422,
+    ),
+    "mnist/train-labels-idx1-ubyte.gz": RemoteFile(
+        tuple(f"{base}/train-labels-idx1-ubyte.gz" for base in _MNIST),
+        "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        28881,
+    ),
+    "mnist/t10k-images-idx3-ubyte.gz": RemoteFile(
+        tuple(f"{base}/t10k-images-idx3-ubyte.gz" for base in _MNIST),
+        "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        1648877,
+    ),
+    "mnist/t10k-labels-idx1-ubyte.gz": RemoteFile(
+        tuple(f"{base}/t10k-labels-idx1-ubyte.gz" for base in _MNIST),
+        "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+        4542,
+    ),
+}
+
+#: Seconds a download may wait for the server before the next mirror is tried.
+DOWNLOAD_TIMEOUT = 60.0
+
 
 def _checkout_root() -> Path | None:
     """The repository root when fastkpca is imported from a source checkout (src layout)."""
@@ -128,44 +238,138 @@ def _checkout_root() -> Path | None:
 
 
 def get_data_home(data_home=None) -> Path:
-    """The folder holding the data sets.
+    """The folder :func:`fetch` caches the data sets in (it is not created here).
 
-    Search order: ``data_home`` if given; else ``$FASTKPCA_DATA`` if set (both are used as given,
-    existing or not, so a typo is reported rather than silently replaced); else the first
-    existing of ``./../shared/data`` (relative to the current directory, e.g. the repository
-    root) and ``<checkout>/../shared/data`` (beside the source checkout fastkpca is imported
-    from).
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming the folder(s) looked for, when none exists.
+    ``data_home`` if given, else the ``FASTKPCA_DATA`` environment variable if set, else
+    ``~/fastkpca_data``; ``~`` is expanded.
     """
     if data_home is None:
         data_home = os.environ.get(DATA_ENV) or None
-    if data_home is not None:
-        path = Path(data_home).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"data home not found: {path}")
+    return Path(data_home if data_home is not None else DEFAULT_DATA_HOME).expanduser()
+
+
+def _search_homes(data_home) -> tuple[list[Path], bool]:
+    """The folders :func:`load` looks in, in order, and whether the home was given explicitly.
+
+    An explicit home (argument or ``FASTKPCA_DATA``) is the only one; otherwise the default
+    cache, then the ``shared/data`` folders of a development layout.
+    """
+    explicit = data_home is not None or bool(os.environ.get(DATA_ENV))
+    homes = [get_data_home(data_home)]
+    if not explicit:
+        homes.append(Path("..") / "shared" / "data")
+        root = _checkout_root()
+        if root is not None:
+            homes.append(root.parent / "shared" / "data")
+    return homes, explicit
+
+
+def _file_paths(spec: _Spec, subsets) -> list[str]:
+    """The relative paths of a data set's files for the given subsets."""
+    paths: list[str] = []
+    for s in subsets:
+        rel = spec.files[s]
+        paths.extend(rel if isinstance(rel, tuple) else (rel,))
+    return paths
+
+
+def _find(rel: str, homes: list[Path]) -> Path | None:
+    for home in homes:
+        if (home / rel).is_file():
+            return home / rel
+    return None
+
+
+def _locate(name: str, rel: str, homes: list[Path], explicit: bool) -> Path:
+    """The path of one data file, or a FileNotFoundError that says where it looked and how to
+    get the file."""
+    path = _find(rel, homes)
+    if path is not None:
         return path
-    candidates = [Path("..") / "shared" / "data"]
-    root = _checkout_root()
-    if root is not None:
-        candidates.append(root.parent / "shared" / "data")
-    for path in candidates:
-        if path.is_dir():
-            return path
-    raise FileNotFoundError(
-        "data home not found: looked for "
-        + " and ".join(str(p.resolve()) for p in candidates)
-        + f"; set {DATA_ENV} or pass data_home="
-    )
+    if explicit and not homes[0].is_dir():
+        raise FileNotFoundError(
+            f"data home not found: {homes[0]}; create it with "
+            f"fastkpca.datasets.fetch({name!r}, data_home=...)"
+        )
+    looked = homes[0] / rel
+    elsewhere = "" if len(homes) == 1 else f" (nor under {', '.join(map(str, homes[1:]))})"
+    how = f"fastkpca.datasets.fetch({name!r}" + (", data_home=...)" if explicit else ")")
+    raise FileNotFoundError(f"data file not found: {looked}{elsewhere}; download it with {how}")
 
 
-def _require(path: Path) -> Path:
-    if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
-    return path
+def _download(rel: str, remote: RemoteFile, dest: Path) -> None:
+    """Download one file to ``dest`` through a temporary file in the same folder, renamed only
+    once its size and SHA-256 match: an interrupted or corrupted download leaves nothing."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for url in remote.urls:
+        logger.info("downloading %s from %s", rel, url)
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        tmp = Path(tmp_name)
+        try:
+            digest = hashlib.sha256()
+            size = 0
+            with (
+                os.fdopen(fd, "wb") as out,
+                urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response,
+            ):
+                while chunk := response.read(1 << 20):
+                    size += len(chunk)
+                    if size > remote.size:  # bounded: never more than the file's size
+                        raise ValueError(f"more than the expected {remote.size} bytes")
+                    digest.update(chunk)
+                    out.write(chunk)
+            if size != remote.size:
+                raise ValueError(f"{size} bytes, expected {remote.size}")
+            if digest.hexdigest() != remote.sha256:
+                raise ValueError(
+                    f"SHA-256 {digest.hexdigest()} differs from the expected {remote.sha256}"
+                )
+            tmp.chmod(0o644)
+            os.replace(tmp, dest)
+            return
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            errors.append(f"{url}: {exc}")
+        finally:
+            tmp.unlink(missing_ok=True)
+    raise OSError(f"could not download {rel} (nothing was written): " + "; ".join(errors))
+
+
+def fetch(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None):
+    """Download a real data set if it is not cached yet, then load it as ``(X, y)``.
+
+    Each missing file of the data set (of ``subset``) is downloaded from its public source
+    (:data:`SOURCES`) into :func:`get_data_home`: to a temporary file in the same folder,
+    whose size and SHA-256 are checked against those of the file as distributed before it is
+    renamed into place, so a failed or corrupted download leaves no file behind.  A file that
+    :func:`load` already finds is not downloaded again.
+
+    Parameters
+    ----------
+    name : {"pendigits", "german", "cpu_act", "adult", "mnist", "kddcup"}
+        See :data:`DATASETS`.
+    data_home : path, optional
+        Where to cache the files (created if missing); see :func:`get_data_home`.
+    subset, dtype, max_rows
+        As for :func:`load`.
+
+    Returns
+    -------
+    X, y
+        As :func:`load` returns them.
+
+    Raises
+    ------
+    OSError
+        When no source of a file could be downloaded, or every download differed from the
+        expected size or SHA-256; the message names each URL tried and why it failed.
+    """
+    spec, subsets = _check_request(name, subset)
+    homes, explicit = _search_homes(data_home)
+    for rel in _file_paths(spec, subsets):
+        if _find(rel, homes) is None:
+            _download(rel, SOURCES[rel], homes[0] / rel)
+    return load(name, data_home, subset=subset, dtype=dtype, max_rows=max_rows)
 
 
 def _read_idx(path: Path, max_items=None) -> np.ndarray:
@@ -190,14 +394,14 @@ def _read_idx(path: Path, max_items=None) -> np.ndarray:
     return data.reshape(dims)
 
 
-def _load_file(spec: _Spec, home: Path, rel, dtype, max_rows):
+def _load_file(spec: _Spec, locate, rel, dtype, max_rows):
     from .source.files import open_data
 
     if spec.kind == "idx":
-        images = _read_idx(_require(home / rel[0]), max_rows)
-        labels = _read_idx(_require(home / rel[1]), max_rows)
+        images = _read_idx(locate(rel[0]), max_rows)
+        labels = _read_idx(locate(rel[1]), max_rows)
         return images.reshape(images.shape[0], -1).astype(dtype), labels.astype(np.int64)
-    path = _require(home / rel)
+    path = locate(rel)
     if spec.kind == "libsvm":
         reader = open_data(
             path, format="libsvm", n_features=spec.n_features, zero_based=False, dtype=dtype
@@ -221,15 +425,30 @@ def _load_file(spec: _Spec, home: Path, rel, dtype, max_rows):
     return X, np.concatenate(ys).astype(spec.label_dtype)
 
 
+def _check_request(name, subset):
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(DATASETS)}")
+    spec = DATASETS[name]
+    if subset == "all":
+        return spec, list(spec.files)
+    if subset in ("train", "test"):
+        if subset not in spec.files:
+            raise ValueError(f"{name} has no train/test split; use subset='all'")
+        return spec, [subset]
+    raise ValueError(f"subset must be 'all', 'train' or 'test', got {subset!r}")
+
+
 def load(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None):
-    """Load a real data set as ``(X, y)``.
+    """Load a real data set as ``(X, y)`` from the files :func:`fetch` downloaded.
 
     Parameters
     ----------
     name : {"pendigits", "german", "cpu_act", "adult", "mnist", "kddcup"}
-        See :data:`DATASETS` and ``../shared/data/README.md`` for sources and licences.
+        See :data:`DATASETS`, and :data:`SOURCES` for where each comes from and its licence.
     data_home : path, optional
-        The folder with the data sets; see :func:`get_data_home` for the default.
+        The folder with the data sets; see :func:`get_data_home`.  Without it (and without
+        ``FASTKPCA_DATA``), the default cache and then a development checkout's
+        ``shared/data`` are searched.
     subset : {"all", "train", "test"}
         For the sets published with a split (pendigits, adult, mnist): the training file, the
         test file, or both stacked (train first).  The others have one file: only ``"all"``.
@@ -246,26 +465,21 @@ def load(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None)
     Raises
     ------
     FileNotFoundError
-        Naming the data home or file looked for.
+        Naming the file looked for (or the explicit data home that does not exist) and the
+        :func:`fetch` call that downloads it.
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(DATASETS)}")
-    spec = DATASETS[name]
+    spec, subsets = _check_request(name, subset)
     dtype = np.dtype(dtype)
     if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
         raise ValueError(f"dtype must be float64 or float32, got {dtype}")
     if max_rows is not None:
         max_rows = check_int("max_rows", max_rows, low=1)
-    if subset == "all":
-        subsets = list(spec.files)
-    elif subset in ("train", "test"):
-        if subset not in spec.files:
-            raise ValueError(f"{name} has no train/test split; use subset='all'")
-        subsets = [subset]
-    else:
-        raise ValueError(f"subset must be 'all', 'train' or 'test', got {subset!r}")
-    home = get_data_home(data_home)
-    parts = [_load_file(spec, home, spec.files[s], dtype, max_rows) for s in subsets]
+    homes, explicit = _search_homes(data_home)
+
+    def locate(rel):
+        return _locate(name, rel, homes, explicit)
+
+    parts = [_load_file(spec, locate, spec.files[s], dtype, max_rows) for s in subsets]
     if len(parts) == 1:
         return parts[0]
     Xs, ys = zip(*parts, strict=True)
