@@ -135,12 +135,33 @@ class _Box:
         return cls(state["values"], state["label"])
 
 
-def _allow_attributes(monkeypatch, cls_name, *names):
-    """Let model files of ``cls_name`` hold extra fitted attributes (value-kind tests)."""
-    from fastkpca import persistence
+class _AnyValue:
+    """A declaration that accepts any value (the value-kind tests store values of every kind)."""
 
-    current = persistence.FITTED_ATTRIBUTES[cls_name]
-    monkeypatch.setitem(persistence.FITTED_ATTRIBUTES, cls_name, current | set(names))
+    optional = True
+
+    def check(self, value, where, ctx):
+        pass
+
+
+def _allow_attributes(monkeypatch, cls_name, *names):
+    """Let model files of ``cls_name`` hold extra fitted attributes of any kind, and the test's
+    state class ``_Box`` (value-kind tests)."""
+    import dataclasses
+
+    from fastkpca import _model_schema
+
+    schema = _model_schema.FITTED_SCHEMAS[cls_name]
+    attributes = {**schema.attributes, **{name: _AnyValue() for name in names}}
+    monkeypatch.setitem(
+        _model_schema.FITTED_SCHEMAS, cls_name, dataclasses.replace(schema, attributes=attributes)
+    )
+    box = f"{_Box.__module__}.{_Box.__qualname__}"
+    monkeypatch.setitem(
+        _model_schema.STATE_SCHEMAS,
+        box,
+        _model_schema.Schema({"values": _AnyValue(), "label": _AnyValue()}),
+    )
 
 
 def test_value_kinds_roundtrip(X, tmp_path, monkeypatch):
@@ -410,11 +431,12 @@ _VARIANTS = {
 def test_fitted_attributes_are_listed(name, X):
     """What ``fit`` sets (in each configuration) is in the model files' whitelist, and the
     whitelist names no member of the class, no parameter and nothing private."""
-    from fastkpca.persistence import FITTED_ATTRIBUTES, fitted_attribute_names
+    from fastkpca._model_schema import FITTED_SCHEMAS
+    from fastkpca.persistence import fitted_attribute_names
 
     cls = _class(name)
     allowed = fitted_attribute_names(cls)
-    assert allowed == FITTED_ATTRIBUTES[cls.__name__]  # the filter removed nothing
+    assert allowed == set(FITTED_SCHEMAS[cls.__name__].attributes)  # the filter removed nothing
     for kwargs in [{}, *_VARIANTS.get(cls.__name__, [])]:
         base = _fitted(name, X).get_params()
         model = cls(**{**base, **kwargs}).fit(X)
@@ -435,9 +457,9 @@ def test_compressed_model_attributes_are_listed(X):
 
 
 def test_unlisted_class_cannot_be_saved(X, tmp_path, monkeypatch):
-    from fastkpca import persistence
+    from fastkpca import _model_schema
 
-    monkeypatch.delitem(persistence.FITTED_ATTRIBUTES, "ExactKPCA")
+    monkeypatch.delitem(_model_schema.FITTED_SCHEMAS, "ExactKPCA")
     with pytest.raises(ValueError, match="ExactKPCA has no list of fitted attributes"):
         _fitted("ExactKPCA", X).save(tmp_path / "m.npz")
     assert not list(tmp_path.iterdir())

@@ -5,6 +5,12 @@ scalar / str / None, a list or tuple of those, a :class:`fastkpca.kernels.Kernel
 of a class registered here.  A registered class provides ``to_state(self) -> dict`` (values of the
 same plain kinds, no objects) and ``from_state(cls, state)``; model files record the registered
 name and call ``from_state`` on load, so loading never runs arbitrary code.
+
+A model file is untrusted, so the state it holds is checked before ``from_state`` sees it: each
+registered class declares its state (every key, its kind, dtype and shape, the checks across
+keys) in :data:`fastkpca._model_schema.STATE_SCHEMAS`, under the same qualified name, and a file
+holding a state of a class without a declaration does not load.  ``from_state`` may then rely on
+the declared kinds and shapes; what it still checks itself it reports as ``ValueError``.
 """
 
 from __future__ import annotations

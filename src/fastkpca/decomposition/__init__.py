@@ -8,7 +8,8 @@ without importing any estimator module until one is asked for:
 - :data:`METHODS`, the ``fastkpca fit --method`` names, with :func:`estimator_class` and
   :func:`available_methods` (used by the command line and the demo);
 - :data:`SAVEABLE`, the whitelist of classes a model file may store (used by
-  :mod:`fastkpca.persistence`).
+  :mod:`fastkpca.persistence`); each one declares its fitted attributes in
+  :data:`fastkpca._model_schema.FITTED_SCHEMAS`, against which a model file is checked at load.
 """
 
 from __future__ import annotations
