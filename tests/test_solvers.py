@@ -78,7 +78,8 @@ def test_dense_overwrite_saves_copy(psd):
 def test_postprocess_clips_and_sorts():
     vals = np.array([1e-20, 3.0, -1e-14, 2.0])
     vecs = -np.eye(4)
-    w, V = postprocess_eigen(vals, vecs)
+    # the scale is the uncentered Gram's trace (here 5): 1e-20 is below its rounding, 16 eps 5
+    w, V = postprocess_eigen(vals, vecs, scale=5.0)
     np.testing.assert_array_equal(w, [3.0, 2.0, 0.0, 0.0])
     assert np.all(V.max(axis=0) == 1.0)
     assert np.all(flip_signs(np.array([[1.0], [-2.0]])) == [[-1.0], [2.0]])

@@ -137,7 +137,20 @@ def ridge_leverage_scores(
         K_SS = np.asarray(kernel(sample), dtype=np.float64)
     A = K_SS + lam * np.diag(prob)
     with one_blas_thread():
-        chol = la.cholesky(A, lower=True, check_finite=False)
+        try:
+            chol = la.cholesky(A, lower=True, check_finite=False)
+        except la.LinAlgError:
+            # K_SS is PSD only to rounding (or the kernel is not PSD, e.g. sigmoid): shift by
+            # twice its most negative eigenvalue, which the ridge already tolerates in kind.
+            lowest = float(la.eigvalsh(A, subset_by_index=[0, 0], check_finite=False)[0])
+            shift = 2.0 * abs(lowest) + np.finfo(float).eps * float(np.trace(np.abs(A)))
+            try:
+                chol = la.cholesky(A + shift * np.eye(A.shape[0]), lower=True, check_finite=False)
+            except la.LinAlgError:
+                raise ValueError(
+                    "landmarks='rls' needs a positive semi-definite kernel: the regularised "
+                    "kernel matrix of its sample has no Cholesky factor"
+                ) from None
     step = block_rows or chunk_rows(sample.shape[0])
     scores = np.empty(len(rows))
     for start in range(0, len(rows), step):

@@ -6,25 +6,46 @@ import numbers
 
 import numpy as np
 
-__all__ = ["as_generator", "check_int", "check_float", "DEFAULT_BLOCK_ROWS"]
+from .execution import require_memory
+
+__all__ = [
+    "as_generator",
+    "check_int",
+    "check_float",
+    "require_memory_parts",
+    "DEFAULT_BLOCK_ROWS",
+]
 
 #: Rows per block when a method walks over an in-memory array.
 DEFAULT_BLOCK_ROWS = 8192
 
 
-def as_generator(random_state) -> np.random.Generator:
-    """Turn a ``random_state`` (None, int, Generator or RandomState) into a numpy ``Generator``.
+def as_generator(random_state, *, name: str = "random_state") -> np.random.Generator:
+    """Turn a ``random_state`` into a numpy ``Generator``; ValueError naming ``name`` otherwise.
 
-    A RandomState is used only to draw a seed, so nothing touches numpy's global state.
+    Accepted: None (fresh entropy), a non-negative int (a seed; any size, as
+    ``numpy.random.default_rng`` takes), a ``Generator`` (used as it is), a ``RandomState``
+    (used only to draw a seed, so nothing touches numpy's global state), a ``SeedSequence`` or a
+    ``BitGenerator``.  Negative ints, bools, floats and other objects are refused: numpy would
+    raise its own message (``expected non-negative integer``) or take them silently.
     """
     if isinstance(random_state, np.random.Generator):
         return random_state
     if isinstance(random_state, np.random.RandomState):
         return np.random.default_rng(random_state.randint(0, 2**32 - 1, dtype=np.uint64))
-    if random_state is None or isinstance(random_state, numbers.Integral):
-        return np.random.default_rng(None if random_state is None else int(random_state))
+    if isinstance(random_state, np.random.SeedSequence | np.random.BitGenerator):
+        return np.random.default_rng(random_state)
+    if random_state is None:
+        return np.random.default_rng()
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool | np.bool_):
+        if random_state < 0:
+            raise ValueError(
+                f"{name} must be None, a non-negative int or a numpy Generator, got "
+                f"{random_state!r} (a negative seed)"
+            )
+        return np.random.default_rng(int(random_state))
     raise ValueError(
-        f"random_state must be None, an int or a numpy Generator, got {random_state!r}"
+        f"{name} must be None, a non-negative int or a numpy Generator, got {random_state!r}"
     )
 
 
@@ -51,3 +72,19 @@ def check_float(name, value, *, low=None, high=None, low_open=False, high_open=F
         hi = (str(high) if high is not None else "inf") + (")" if high_open else "]")
         raise ValueError(f"{name}={value} is out of range {lo}, {hi}")
     return float(value)
+
+
+def require_memory_parts(parts, *, hint: str = "") -> None:
+    """Refuse up front what cannot fit: each ``(nbytes, what)`` part alone (so the message names
+    the parameter that decides it), then all of them together
+    (:func:`fastkpca.execution.require_memory`, ValueError).
+
+    ``what`` names the parameter and the array, e.g. ``"n_features=10**9: the 10**9 x 10**9
+    feature covariance"``; the sizes are those of the allocations that follow from the
+    parameters alone, before any of them is made.
+    """
+    parts = [(float(nbytes), what) for nbytes, what in parts if nbytes > 0]
+    for nbytes, what in parts:
+        require_memory(nbytes, what, hint=hint)
+    if len(parts) > 1:
+        require_memory(sum(p[0] for p in parts), " and ".join(p[1] for p in parts), hint=hint)

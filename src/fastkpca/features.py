@@ -71,7 +71,7 @@ import scipy.fft
 import scipy.sparse as sp
 
 from ._state import register_state_class
-from ._utils import DEFAULT_BLOCK_ROWS, check_int
+from ._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
 from .decomposition._base import BaseKPCA
 from .kernels import RBF, Kernel, Matern, Polynomial, chunk_rows
 from .solvers import one_blas_thread
@@ -165,7 +165,25 @@ def _finite(offset) -> bool:
 
 def _reduced_f32(P64) -> np.ndarray:
     """float64 phases reduced modulo 2 pi, then cast to float32 (no precision lost)."""
+    if not np.isfinite(P64).all():
+        raise ValueError(
+            "the phases w . x of the random Fourier features overflow float64: the data are too "
+            "large for the kernel's frequencies (scale the data or lower gamma)"
+        )
     return np.remainder(P64, 2 * np.pi).astype(FOURIER_DTYPE)
+
+
+#: float32 phases ``w . x`` are formed only where ``||w|| ||x||`` (a bound on them) is below
+#: this, far from float32's overflow at 3.4e38 (the fastfood transforms' intermediates are sums
+#: of up to D such terms); beyond, float64 phases reduced modulo 2 pi are used instead.
+_MAX_PHASE32 = 1e30
+
+
+def _phases_fit_f32(rows32, frequency_norm: float) -> bool:
+    """Whether every phase of these float32 rows stays below :data:`_MAX_PHASE32` in size, by
+    Cauchy-Schwarz with the largest frequency norm (O(rows d), next to the O(rows d D) product)."""
+    sq = np.einsum("ij,ij->i", rows32, rows32, dtype=np.float64)
+    return bool(np.sqrt(np.max(sq, initial=0.0)) * frequency_norm <= _MAX_PHASE32)
 
 
 def _write_features(P, offset, out, scale) -> None:
@@ -489,6 +507,10 @@ class FourierFeatureMap(FeatureMap):
         self.n_input_features, n_freq = self.frequencies.shape
         self.n_output_features = 2 * n_freq
         self._w32 = None
+        #: The largest norm of a frequency (a bound on the phases, :func:`_phases_fit_f32`).
+        self.frequency_norm = float(
+            np.sqrt(np.max(np.einsum("ij,ij->j", self.frequencies, self.frequencies), initial=0))
+        )
 
     def feature_dtype(self, input_dtype) -> type:
         return FOURIER_DTYPE
@@ -555,7 +577,8 @@ class FourierFeatureMap(FeatureMap):
                 if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
                     center = offset = None
                 shifted = _shifted_f32(rows, center) if _finite(offset) else None
-                if shifted is None:  # beyond float32's range: float64 phases, reduced
+                if shifted is None or not _phases_fit_f32(shifted, self.frequency_norm):
+                    # beyond float32's range: float64 phases, reduced
                     return _reduced_f32(rows @ self.frequencies), None
                 return shifted @ W32, offset
 
@@ -608,6 +631,15 @@ class FastfoodFeatureMap(FeatureMap):
         self.n_blocks, self.padded_dim = self.signs.shape
         self.n_output_features = 2 * self.n_frequencies
         self._cast: dict = {}
+        # A bound on |phase| / ||x|| (:func:`_phases_fit_f32`): the rows' norms (the radii,
+        # S_ii sqrt(D) ||G_b||), and the unnormalized transforms' intermediates (H G Pi H B x is
+        # at most D max|G| ||x|| in size).
+        D = self.padded_dim
+        g_norms = np.linalg.norm(self.gaussians, axis=1, keepdims=True)
+        radii = self.scales * np.sqrt(D) * g_norms
+        self.frequency_norm = float(
+            max(np.max(radii, initial=0.0), D * np.max(np.abs(self.gaussians), initial=0.0))
+        )
 
     def feature_dtype(self, input_dtype) -> type:
         return FOURIER_DTYPE
@@ -683,7 +715,8 @@ class FastfoodFeatureMap(FeatureMap):
         if np.max(np.abs(offset), initial=0.0) <= _MAX_OFFSET_PHASE:
             center = offset = None
         Xc = _shifted_f32(rows, center) if _finite(offset) else None
-        if Xc is None:  # beyond float32's range: float64 phases, reduced
+        if Xc is None or not _phases_fit_f32(Xc, self.frequency_norm):
+            # beyond float32's range: float64 phases, reduced
             P64 = self._project_chunk(np.asarray(rows, np.float64), np.float64, local.scratch64)
             return _reduced_f32(P64), None
         return self._project_chunk(Xc, FOURIER_DTYPE, local.scratch), offset
@@ -914,26 +947,40 @@ def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> lis
 
 
 def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.ndarray):
-    """``(z(X) - mean) @ components.T`` in feature blocks, in X's float dtype.
+    """``(z(X) - mean) @ components.T``, in X's float dtype.
 
     The transform of every model that lives in a random feature space (RandomFeatureKPCA,
-    StreamingKPCA): z(X) is never held for more than one block of rows.
+    StreamingKPCA).  Each row chunk's features are written into a buffer of its worker thread
+    and projected there while in cache (:func:`_map_row_chunks`): z(X) is never held for more
+    than a chunk of rows per core, and every product of the transform runs with BLAS held to one
+    thread, so its result does not depend on what other threads do (a BLAS thread limit is
+    process-wide: a GEMM run outside it by one thread while another holds it would sum in
+    another order, ~1e-7 relative for these float32 products).
     """
     dtype = np.float32 if X.dtype == np.float32 else np.float64
-    out = np.empty((X.shape[0], components.shape[0]), dtype=dtype)
-    comps = mean_proj = None
-    for start, Z in feature_blocks([(0, X)], fmap):
-        if comps is None:
-            # In the features' dtype; the mean is removed from the features before projecting
-            # (float32 rounding then stays relative to the centered features), and the part of
-            # the mean that rounding drops is projected in float64.
-            mean_z = mean.astype(Z.dtype)
-            comps = components.T.astype(Z.dtype)
-            mean_proj = (mean - mean_z.astype(np.float64)) @ components.T
+    n, k = X.shape[0], components.shape[0]
+    out = np.empty((n, k), dtype=dtype)
+    feature_dtype = np.dtype(fmap.feature_dtype(dtype))
+    # In the features' dtype; the mean is removed from the features before projecting (float32
+    # rounding then stays relative to the centered features), and the part of the mean that
+    # rounding drops is projected in float64.
+    mean_z = mean.astype(feature_dtype)
+    comps = np.ascontiguousarray(components.T, dtype=feature_dtype)
+    with one_blas_thread():
+        mean_proj = (mean - mean_z.astype(np.float64)) @ components.T
+    write = fmap.row_writer(X)
+    local = threading.local()
+
+    def chunk(start, stop):
+        if not hasattr(local, "buffer"):
+            local.buffer = np.empty((_CHUNK_ROWS, fmap.n_output_features), feature_dtype)
+        Z = local.buffer[: stop - start]
+        write(start, stop, Z)
         Z -= mean_z
-        out[start : start + Z.shape[0]] = Z @ comps
-    if mean_proj is not None:
-        out -= mean_proj.astype(dtype)
+        out[start:stop] = Z @ comps
+
+    _map_row_chunks(n, chunk)
+    out -= mean_proj.astype(dtype)
     return out
 
 
@@ -1079,11 +1126,60 @@ def draw_feature_map(
         return _draw_tensorsketch(kernel, m, d, rng)
     _require_shift_invariant(kernel, features)
     n_freq = -(-m // 2)
+    require_memory_parts(
+        [
+            (
+                frequency_bytes(features, n_freq, d),
+                f"n_features={m}: {n_freq} random frequencies of width {d} ({features!r}, "
+                "float64, with a float32 copy and the draw's temporaries)",
+            )
+        ],
+        hint="lower n_features",
+    )
     if features == "rff":
-        return _draw_rff(kernel, n_freq, d, rng)
-    if features == "orf":
-        return _draw_orf(kernel, n_freq, d, rng)
-    return _draw_fastfood(kernel, n_freq, d, rng)
+        fmap = _draw_rff(kernel, n_freq, d, rng)
+    elif features == "orf":
+        fmap = _draw_orf(kernel, n_freq, d, rng)
+    else:
+        fmap = _draw_fastfood(kernel, n_freq, d, rng)
+    _check_frequency_range(fmap, kernel)
+    return fmap
+
+
+def frequency_bytes(features: str, n_frequencies: int, d: int) -> int:
+    """Memory of drawing and holding ``n_frequencies`` frequencies of width d: for ``rff`` the
+    float64 draw, its scaled copy and the contiguous transposed one (3 x 8 bytes an entry) plus
+    the float32 copy of the projections (4); ``orf`` also stacks its whole d x d Haar blocks
+    (two float64 copies); ``fastfood`` keeps O(D) numbers per block of D = 2^ceil(log2 d)."""
+    if features == "fastfood":
+        D = 1 << max(0, (d - 1).bit_length())
+        return 8 * 6 * D * -(-n_frequencies // D)
+    if features == "orf":  # whole d x d Haar blocks, even for fewer than d frequencies
+        return 16 * -(-n_frequencies // d) * d * d + 28 * n_frequencies * d
+    return 28 * n_frequencies * d
+
+
+def _check_frequency_range(fmap, kernel) -> None:
+    """ValueError naming gamma when the drawn frequencies exceed float32's range.
+
+    The features are computed in float32 (module notes); frequencies beyond 3.4e38 do not even
+    exist there, and the phases ``w . x`` of any data are then so large (float64 knows them to
+    ``|w . x| eps``, far more than 2 pi) that cos / sin of them are rounding noise.  At such a
+    gamma the kernel matrix of any data is numerically the identity anyway.
+    """
+    size = fmap.frequency_norm
+    limit = float(np.finfo(FOURIER_DTYPE).max)
+    if np.isfinite(size) and size <= limit:
+        return
+    gamma = getattr(kernel, "gamma", None)
+    named = f"gamma={gamma:.3g}" if isinstance(gamma, float) else "the kernel's bandwidth"
+    raise ValueError(
+        f"{named} is too large for random Fourier features: the {kernel.name} kernel's "
+        f"random frequencies reach {size:.3g}, beyond the float32 range ({limit:.3g}) in which "
+        "the features are computed, and the phases w . x of any data would be rounding noise "
+        "(at this gamma the kernel matrix of any data is numerically the identity); lower "
+        "gamma, e.g. gamma='scale'"
+    )
 
 
 def init_feature_map(estimator, X_first, *, n_input_features=None):

@@ -29,12 +29,15 @@ float32 input gives float32 output, but squared distances are accumulated in flo
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from scipy import special
+
+from ._utils import as_generator
 
 __all__ = [
     "Kernel",
@@ -48,6 +51,8 @@ __all__ = [
     "make_kernel",
     "resolve_gamma",
     "KERNELS",
+    "DegenerateKernelWarning",
+    "warn_if_degenerate",
 ]
 
 #: Memory budget (in MiB) for one Gram row chunk and its float64 temporaries.
@@ -166,6 +171,9 @@ class Kernel:
 
     name: str = "kernel"
     shift_invariant: bool = False
+    #: Whether every value is >= 0 (then small row sums mean small entries: see
+    #: :func:`warn_if_degenerate`).
+    nonnegative: bool = False
 
     # --- public API ---------------------------------------------------------------------------
     def __call__(self, X, Y=None, *, out=None, working_memory_mb=None) -> np.ndarray:
@@ -378,6 +386,7 @@ class _Radial(Kernel):
 
     parallel_safe = True
     shift_invariant = True
+    nonnegative = True
     _exact_diag_one = True
 
     def __init__(self, gamma: float = 1.0):
@@ -480,6 +489,7 @@ class Laplacian(Kernel):
     parallel_safe = True
     name = "laplacian"
     shift_invariant = True
+    nonnegative = True
     _exact_diag_one = True
 
     def __init__(self, gamma: float = 1.0):
@@ -571,7 +581,8 @@ class Polynomial(Kernel):
         K = _dot(_as_float64(Xc), _as_float64(Y))
         K *= self.gamma
         K += self.coef0
-        return K**self.degree
+        with np.errstate(over="ignore", invalid="ignore"):  # checked: _check_finite_block
+            return K**self.degree
 
     def diag(self, X):
         return ((self.gamma * _row_sq_norms(X) + self.coef0) ** self.degree).astype(result_dtype(X))
@@ -682,7 +693,7 @@ def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
                 var = float(np.var(np.asarray(X, dtype=np.float64)))
             return 1.0 / (d * var) if var > 0 else 1.0
         if gamma == "median":
-            rng = np.random.default_rng(rng)
+            rng = as_generator(rng, name="rng")
             idx = (
                 rng.choice(n, size=min(n, n_subsample), replace=False)
                 if n > n_subsample
@@ -745,3 +756,84 @@ def kernel_from_config(config: dict) -> Kernel:
     if name not in KERNELS:
         raise ValueError(f"unknown kernel {name!r} in kernel config")
     return KERNELS[name](**config)
+
+
+class DegenerateKernelWarning(UserWarning):
+    """The kernel matrix of the training rows is numerically the identity or constant: every
+    embedding of such data is meaningless (usually a gamma far from the data's scale)."""
+
+
+#: :func:`warn_if_degenerate`: the kernel matrix is "the identity" when the kernel values of
+#: the rows with each other sum to at most this fraction of their values with themselves (on
+#: average less than 1e-3 of a neighbour per row: the top centered eigenvalue then exceeds a
+#: point's own k(x, x) by about that much, and every component is one isolated point) ...
+IDENTITY_TOL = 1e-3
+#: ... and "constant" when its centered trace ``tr(H K H)`` is at most this fraction of its trace:
+#: about sqrt(eps) of float64, so that what distinguishes the rows is in the last half of the
+#: digits of the kernel's values, where the rounding of every entry of K lives.
+CONSTANT_TOL = 1e-8
+
+
+def warn_if_degenerate(
+    kernel, n_samples, diag_sum, mean_sq, mean_sq_error=0.0, *, constant=True
+) -> None:
+    """Warn (:class:`DegenerateKernelWarning`) when the training kernel matrix is numerically the
+    identity or constant, from its trace and its mean: no extra pass over the data.
+
+    With ``S = sum_i k(x_i, x_i)`` and ``T = sum_ij k(x_i, x_j) = n^2 ||mu||^2``: the identity
+    when ``T - S <= IDENTITY_TOL S`` (only for kernels with values >= 0, where small row sums
+    mean small entries; e.g. rbf with a gamma so large that every point is far from every other
+    one), constant when ``tr(H K H) = S - T / n <= CONSTANT_TOL S`` (identical rows, or a gamma
+    so small that every point is close to every other one).  Estimated means (random features,
+    landmarks) count as degenerate within three of their standard errors.  Nothing is checked
+    for fewer than two rows, an unknown trace or mean, or a mean whose three standard errors
+    exceed half the trace (it cannot tell these cases apart).
+
+    Parameters
+    ----------
+    kernel : Kernel
+    n_samples : int
+    diag_sum : float, ``S``
+    mean_sq : float, ``||mu||^2 = T / n^2``
+    mean_sq_error : float, one standard error of ``mean_sq`` (0: exact; nan: unknown, taken as 0)
+    constant : bool
+        Also check for a constant matrix (False: the identity only).
+    """
+    n = int(n_samples)
+    if n < 2 or not (np.isfinite(diag_sum) and np.isfinite(mean_sq)) or diag_sum <= 0:
+        return
+    # Three standard errors of T; an estimate noisier than half the trace cannot tell the
+    # identity (T = S) from half a neighbour per row, nor a constant matrix from much else.
+    noise = 3.0 * n * n * float(mean_sq_error) if np.isfinite(mean_sq_error) else 0.0
+    if noise > 0.5 * diag_sum:
+        return
+    total = n * n * float(mean_sq)
+    gamma = getattr(kernel, "gamma", None)
+    named = f" with gamma={gamma:.6g}" if isinstance(gamma, float) else ""
+    advice = (
+        "; try gamma='scale' (1 / (n_features * X.var())) or gamma='median', or scale the data"
+        if gamma is not None
+        else "; check the data and the kernel"
+    )
+    name = getattr(kernel, "name", type(kernel).__name__)
+    if getattr(kernel, "nonnegative", False) and total - diag_sum <= (
+        IDENTITY_TOL * diag_sum + noise
+    ):
+        warnings.warn(
+            f"the {name} kernel matrix{named} of the {n} training rows is numerically the "
+            f"identity (the rows' kernel values with each other sum to "
+            f"{max(total - diag_sum, 0.0) / diag_sum:.2g} of their values with themselves): "
+            "every point is far from every other one at this gamma, so the embedding is "
+            f"meaningless{advice}",
+            DegenerateKernelWarning,
+            stacklevel=3,
+        )
+    elif constant and diag_sum - total / n <= CONSTANT_TOL * diag_sum + noise / n:
+        warnings.warn(
+            f"the {name} kernel matrix{named} of the {n} training rows is numerically constant "
+            f"(its centered trace is {max(diag_sum - total / n, 0.0) / diag_sum:.2g} of its "
+            "trace): all rows look alike to the kernel (identical rows, or a gamma far too "
+            f"small for the data's scale), so the embedding is meaningless{advice}",
+            DegenerateKernelWarning,
+            stacklevel=3,
+        )

@@ -44,6 +44,8 @@ from scipy.sparse.linalg import (
 )
 from sklearn.exceptions import ConvergenceWarning
 
+from ._utils import as_generator
+
 __all__ = ["eigh_topk", "auto_method", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
 
 SOLVERS = ("auto", "dense", "lanczos", "randomized", "orthogonal")
@@ -52,8 +54,8 @@ SOLVERS = ("auto", "dense", "lanczos", "randomized", "orthogonal")
 #: ``lanczos`` is ARPACK's relative Ritz residual: 1e-10 bounds eigenvector errors by 1e-6 down
 #: to relative gaps of 1e-4; float32 products are only good to ~1e-7, so tighter buys nothing.
 TOLERANCES = {
-    np.dtype(np.float64): {"iterative": 1e-8, "lanczos": 1e-10, "clip": 1e-12},
-    np.dtype(np.float32): {"iterative": 1e-5, "lanczos": 1e-7, "clip": 2e-7},
+    np.dtype(np.float64): {"iterative": 1e-8, "lanczos": 1e-10},
+    np.dtype(np.float32): {"iterative": 1e-5, "lanczos": 1e-7},
 }
 
 
@@ -68,19 +70,56 @@ def flip_signs(vectors: np.ndarray) -> np.ndarray:
     return vectors
 
 
-def postprocess_eigen(values, vectors, *, clip_ratio=1e-12):
-    """Sort descending, zero the round-off eigenvalues, fix the eigenvector signs.
+#: Eigenvalues at most ``ROUNDING_FACTOR * eps * scale`` are rounding, and are reported as exactly
+#: 0 (:func:`postprocess_eigen`).  ``scale`` is the trace of the *uncentered* PSD Gram the
+#: eigenproblem comes from (``sum_i k(x_i, x_i)``; for a feature covariance ``sum_i |z_i|^2``) and
+#: eps the unit roundoff of its computation.  Why that bound: the computed eigenvalues are exact
+#: for a perturbed matrix ``A + E`` and move by at most ``||E||_2 <= ||E||_F`` (Weyl).  Each
+#: centered entry ``K_ij - r_i - r_j + m`` is four rounded terms (the kernel value, the two row
+#: means, summed in blocks, and the total mean), so with a few roundings per term ``||E||_F <= 4 c
+#: eps ||K||_F``, and ``||K||_F <= tr(K)`` for a PSD K (sqrt(sum lambda^2) <= sum lambda); a
+#: backward-stable solver adds ``eps ||A||_2 <= eps tr(K)`` times a small constant.  16 covers
+#: ``4 c`` with c = 4 roundings per term.  The largest eigenvalue cannot be the reference: when
+#: the centered Gram is exactly 0 (identical rows) it is itself rounding (measured 0.3
+#: ``eps tr(K)`` for 20 identical rows, where a ratio rule keeps it).  Eigenvalues below this
+#: have no correct digit in any floating-point evaluation of the Gram, so 0 loses nothing.
+ROUNDING_FACTOR = 16.0
 
-    A PSD operator has no negative eigenvalues, so negatives are round-off and become 0; so do
-    positives below ``clip_ratio`` times the largest (scikit-learn's ``_check_psd_eigenvalues``
-    rule), which would otherwise blow up when a transform divides by their square root.
+
+def rounding_threshold(scale, eps=None) -> float:
+    """``ROUNDING_FACTOR * eps * scale``: eigenvalues at or below it are rounding (0 if the scale
+    is unknown: None or not finite)."""
+    if scale is None or not np.isfinite(scale):
+        return 0.0
+    eps = float(np.finfo(np.float64).eps) if eps is None else float(eps)
+    return ROUNDING_FACTOR * eps * max(float(scale), 0.0)
+
+
+def postprocess_eigen(values, vectors, *, scale=None, eps=None):
+    """Sort descending, zero the eigenvalues that are rounding, fix the eigenvector signs.
+
+    The one post-processing of every eigensolver's output.  A PSD operator has no negative
+    eigenvalues, so negatives are rounding and become 0; so do positives at most
+    :func:`rounding_threshold` ``(scale, eps)`` (see :data:`ROUNDING_FACTOR`), which would
+    otherwise be reported as structure and blow up when a transform divides by their square
+    root.  The threshold is relative to the scale of the kernel, not to the largest eigenvalue,
+    which for a zero centered Gram (identical rows) is itself rounding.
+
+    Parameters
+    ----------
+    values : (k,) array
+    vectors : (n, k) array
+    scale : float or None
+        The trace of the uncentered Gram (``sum_i k(x_i, x_i)``, or ``sum_i |z_i|^2`` for a
+        feature covariance); None (unknown): only negative values are zeroed.
+    eps : float or None
+        Unit roundoff of the computation of the matrix (None: float64's).
     """
     values = np.asarray(values, dtype=np.float64)
     order = np.argsort(values)[::-1]
     values = values[order]
     vectors = np.array(vectors[:, order], dtype=np.float64)
-    top = values[0] if values.size else 0.0
-    values = np.where(values < clip_ratio * max(top, 0.0), 0.0, values)
+    values = np.where(values <= rounding_threshold(scale, eps), 0.0, values)
     flip_signs(vectors)
     return values, vectors
 
@@ -111,20 +150,82 @@ def _matmat(A, V, low_precision):
         out = A @ V
     if sp.issparse(out):
         out = out.toarray()
-    return np.asarray(out, dtype=np.float64)
+    out = np.asarray(out, dtype=np.float64)
+    if not np.isfinite(out).all():  # O(n b), next to the product's O(n^2 b) or O(nnz b)
+        raise NonFiniteError(
+            "the matrix to decompose has NaN or infinite entries (its products are not finite): "
+            "the kernel values or features overflowed; check the data's scale and the kernel "
+            "parameters (gamma)"
+        )
+    return out
+
+
+class NonFiniteError(ValueError):
+    """The matrix or operator handed to an eigensolver is not finite (a ``ValueError``)."""
 
 
 def _dense(A, k, overwrite):
+    """The top k eigenpairs of a dense symmetric A by LAPACK, ascending; never fewer than k.
+
+    ``syevr`` for the index range first (``O(n^2 k)`` after the tridiagonal reduction).  For
+    an index subset it finds the eigenvectors by inverse iteration (``stebz`` + ``stein``),
+    which can fail on a tight cluster of eigenvalues: it returned no eigenpair at all for the
+    centered Gram of rows far apart next to the bandwidth (K = I: the eigenvalue 1, n - 1
+    times), and raised "Internal Error" for that of identical rows (all eigenvalues rounding).
+    Then the whole spectrum comes from ``syev`` (implicit QR on the tridiagonal matrix, no
+    inverse iteration: it does not fail on clusters, and works in place).  An overwritten A is
+    restored for it first: LAPACK destroys only the triangle it reads, the diagonal included,
+    and the other triangle still holds the symmetric matrix.
+    """
     n = A.shape[0]
     if not _is_dense(A):
         raise ValueError("eigen_solver='dense' needs an explicit array, not an operator")
     # LAPACK wants Fortran order; A is symmetric, so its transpose is the same matrix as a
     # Fortran-ordered view, and no n x n copy is made.
     A_f = A.T if A.flags.c_contiguous and not A.flags.f_contiguous else A
-    vals, vecs = la.eigh(
-        A_f, subset_by_index=[n - k, n - 1], overwrite_a=overwrite, check_finite=False, driver="evr"
-    )
-    return vals, vecs
+    diagonal = np.diagonal(A_f).copy() if overwrite else None
+    try:
+        vals, vecs = la.eigh(
+            A_f,
+            subset_by_index=[n - k, n - 1],
+            overwrite_a=overwrite,
+            check_finite=False,
+            driver="evr",
+        )
+        if vals.shape == (k,) and np.isfinite(vals).all() and np.isfinite(vecs).all():
+            return vals, vecs
+    except la.LinAlgError:
+        pass
+    if overwrite:
+        _restore_lower_triangle(A_f, diagonal)
+    try:
+        vals, vecs = la.eigh(A_f, overwrite_a=overwrite, check_finite=False, driver="ev")
+    except la.LinAlgError as err:
+        if not np.isfinite(A_f).all():  # only on this path: an n x n check
+            raise NonFiniteError(
+                "the matrix to decompose has NaN or infinite entries: the kernel values "
+                "overflowed; check the data's scale and the kernel parameters (gamma)"
+            ) from None
+        raise ValueError(f"the dense eigensolver failed on this matrix ({err})") from None
+    if not (np.isfinite(vals).all() and np.isfinite(vecs).all()):
+        raise NonFiniteError(
+            "the matrix to decompose has NaN or infinite entries: the kernel values overflowed; "
+            "check the data's scale and the kernel parameters (gamma)"
+        )
+    return vals[n - k :], np.array(vecs[:, n - k :])
+
+
+def _restore_lower_triangle(A_f, diagonal, tile=256):
+    """Rebuild the lower triangle and diagonal of a Fortran-ordered symmetric matrix in place
+    from its strict upper triangle and the saved diagonal (tile by tile: the reads stay in
+    cache)."""
+    n = A_f.shape[0]
+    for s in range(0, n, tile):
+        e = min(n, s + tile)
+        A_f[e:, s:e] = A_f[s:e, e:].T
+        block = A_f[s:e, s:e]
+        block[...] = np.triu(block, 1) + np.triu(block, 1).T
+    np.fill_diagonal(A_f, diagonal)
 
 
 def _lanczos(A, k, rng, tol, max_iter):
@@ -153,13 +254,40 @@ def _lanczos(A, k, rng, tol, max_iter):
         vals, vecs, it = _randomized(A, k, rng, tol, max_iter or 500, 10, low_precision, warn=False)
         return vals, vecs, n_products + it
     except ArpackError as err:
-        if "error -9:" not in str(err):
-            raise
-        # -9 "starting vector is zero": A v0 = 0 for a random v0, which happens (almost surely)
-        # only for A = 0: the eigenvalues are exactly 0, any orthonormal k vectors eigenvectors.
-        vecs, _ = la.qr(rng.standard_normal((n, k)), mode="economic")
-        return np.zeros(k), vecs, n_products
-    return vals, vecs, n_products
+        if "error -9:" in str(err):
+            # -9 "starting vector is zero": A v0 = 0 for a random v0, which happens (almost
+            # surely) only for A = 0: the eigenvalues are exactly 0, any orthonormal k vectors
+            # eigenvectors.
+            vecs, _ = la.qr(rng.standard_normal((n, k)), mode="economic")
+            return np.zeros(k), vecs, n_products
+        # Any other ARPACK failure (e.g. -9999, no Arnoldi factorization could be built): the
+        # block Krylov solver needs no factorization of that kind and always has k Ritz pairs.
+        vals, vecs, it = _randomized(A, k, rng, tol, max_iter or 500, 10, low_precision, warn=True)
+        return vals, vecs, n_products + it
+    if vals.shape != (k,) or not _residuals_ok(A, vals, vecs, tol, low_precision):
+        vals, vecs, it = _randomized(A, k, rng, tol, max_iter or 500, 10, low_precision, warn=True)
+        return vals, vecs, n_products + k + it
+    return vals, vecs, n_products + k  # the residual check is k more products
+
+
+#: ``lanczos`` results are accepted when each Ritz residual ``||A v - theta v||`` is at most
+#: ``RESIDUAL_SLACK`` times ARPACK's own criterion ``tol |theta|``, or at most
+#: ``RESIDUAL_FLOOR`` times the largest Ritz value: ARPACK's residual estimates are those of the
+#: Lanczos recurrence, and the check recomputes them to catch pairs that are no eigenpairs at
+#: all, not to hold an operator to more digits than its products have (a float32 product, as
+#: in the sparsified Gram's, leaves ~1e-7 relative, above a float64 tol of 1e-10).
+RESIDUAL_SLACK = 1e3
+RESIDUAL_FLOOR = 1e-4
+
+
+def _residuals_ok(A, vals, vecs, tol, low_precision) -> bool:
+    """Whether every Ritz pair's residual is within :data:`RESIDUAL_SLACK` / :data:`RESIDUAL_FLOOR`:
+    one block product, next to the O(k) to O(100 k) products of the Lanczos run."""
+    AV = _matmat(A, vecs, low_precision)
+    residuals = np.linalg.norm(AV - vecs * vals, axis=0)
+    top = float(np.max(np.abs(vals), initial=0.0))
+    allowed = np.maximum(RESIDUAL_SLACK * tol * np.abs(vals), RESIDUAL_FLOOR * top)
+    return bool(np.all(residuals <= allowed))
 
 
 def _warn_not_converged(method, max_iter, why):
@@ -385,6 +513,8 @@ def eigh_topk(
     oversamples=10,
     overwrite=False,
     return_n_iter=False,
+    scale=None,
+    eps=None,
 ):
     """The k largest eigenpairs of a symmetric PSD matrix or operator.
 
@@ -414,6 +544,20 @@ def eigh_topk(
     return_n_iter : bool
         Also return the work done: 1 for ``dense``, the number of matrix-vector products for
         ``lanczos``, the number of block iterations (passes over A) for the others.
+    scale : float, optional
+        The scale of the kernel behind A for the rounding threshold of
+        :func:`postprocess_eigen`: the trace of the *uncentered* Gram (``sum_i k(x_i, x_i)``).
+        None: the trace of A for an array (right for an uncentered PSD matrix; a centered Gram's
+        own trace is not a scale: 0 when its rows are identical), unknown for an operator.
+    eps : float, optional
+        Unit roundoff of A's computation (None: that of A's dtype; float64 for an operator).
+
+    Every method's output is checked: k eigenpairs, all finite, and for ``lanczos`` the Ritz
+    residuals, recomputed with one block product.  A method that fails falls back: ``dense``
+    (LAPACK ``syevr``) to ``syev`` on the whole spectrum (:func:`_dense`), ``lanczos`` (any
+    ARPACK error, or residuals far above its tol) to ``randomized``, the iterative methods on
+    an array to ``dense``.  An A with NaN or infinite entries gives a ``ValueError``
+    (:class:`NonFiniteError`); no ``ArpackError`` or ``LinAlgError`` reaches the caller.
 
     Returns
     -------
@@ -428,10 +572,14 @@ def eigh_topk(
         raise ValueError(f"A must be square, got shape {A.shape}")
     if not 1 <= k <= n:
         raise ValueError(f"number of eigenpairs k={k} must be in [1, {n}]")
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, name="rng")
     dtype = np.dtype(getattr(A, "dtype", np.float64))
     low_precision = dtype == np.float32 and not isinstance(A, LinearOperator)
     tols = TOLERANCES.get(dtype, TOLERANCES[np.dtype(np.float64)])
+    if eps is None:
+        eps = float(np.finfo(np.float32 if low_precision else np.float64).eps)
+    if scale is None and _is_dense(A):
+        scale = float(np.trace(A, dtype=np.float64))  # before a dense solver overwrites A
     if method == "auto":
         method = auto_method(n, k, dense=_is_dense(A))
     if method != "dense" and k >= n - 1:
@@ -446,17 +594,38 @@ def eigh_topk(
     if method == "dense":
         vals, vecs = _dense(A, k, overwrite)
         n_iter = 1
-    elif method == "lanczos":
-        vals, vecs, n_iter = _lanczos(A, k, rng, tols["lanczos"] if tol is None else tol, max_iter)
     else:
-        if not (_is_dense(A) or sp.issparse(A)):
-            A = aslinearoperator(A)
-        tol = tols["iterative"] if tol is None else tol
-        if method == "randomized":
-            vals, vecs, n_iter = _randomized(
-                A, k, rng, tol, max_iter or 500, oversamples, low_precision
-            )
-        else:
-            vals, vecs, n_iter = _orthogonal(A, k, rng, tol, max_iter or 1000, low_precision)
-    vals, vecs = postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])
-    return (vals, vecs, n_iter) if return_n_iter else (vals, vecs)
+        try:
+            vals, vecs, n_iter = _iterative(A, k, method, rng, tol, max_iter, oversamples, tols)
+        except la.LinAlgError as err:  # a small dense step (QR, eigh) met a broken basis
+            if not _is_dense(A):
+                raise ValueError(
+                    f"eigen_solver={method!r} failed on this operator ({err})"
+                ) from None
+            vals, vecs, n_iter = None, None, 0
+        if vals is None or vals.shape != (k,) or not _finite(vals, vecs):
+            if not _is_dense(A):
+                raise NonFiniteError(
+                    f"eigen_solver={method!r} gave non-finite eigenpairs on this operator"
+                )
+            vals, vecs = _dense(A, k, overwrite)  # an array is intact: the iterations read it
+            n_iter += 1
+    return_values = postprocess_eigen(vals, vecs, scale=scale, eps=eps)
+    return (*return_values, n_iter) if return_n_iter else return_values
+
+
+def _finite(vals, vecs) -> bool:
+    return bool(np.isfinite(vals).all() and np.isfinite(vecs).all())
+
+
+def _iterative(A, k, method, rng, tol, max_iter, oversamples, tols):
+    """``lanczos``, ``randomized`` or ``orthogonal`` on A (see :func:`eigh_topk`)."""
+    low_precision = getattr(A, "dtype", None) == np.float32 and not isinstance(A, LinearOperator)
+    if method == "lanczos":
+        return _lanczos(A, k, rng, tols["lanczos"] if tol is None else tol, max_iter)
+    if not (_is_dense(A) or sp.issparse(A)):
+        A = aslinearoperator(A)
+    tol = tols["iterative"] if tol is None else tol
+    if method == "randomized":
+        return _randomized(A, k, rng, tol, max_iter or 500, oversamples, low_precision)
+    return _orthogonal(A, k, rng, tol, max_iter or 1000, low_precision)

@@ -38,8 +38,9 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted
 
 from .._centering import normalize_weights
-from .._utils import as_generator, check_float, check_int
+from .._utils import as_generator, check_float, check_int, require_memory_parts
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
+from ..solvers import one_blas_thread
 from ._base import BaseKPCA
 
 __all__ = [
@@ -220,11 +221,14 @@ class CompressedKPCA(BaseKPCA):
         offset = self.offset_.astype(dtype, copy=False)
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         step = chunk_rows(max(1, points.shape[0]))
-        for start in range(0, X.shape[0], step):
-            Xb = X[start : start + step]
-            if self.projection_ is not None:
-                Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
-            out[start : start + step] = self.kernel_(Xb, points) @ coef + offset
+        # Every product at one BLAS thread: the limit is process-wide, so a product outside it
+        # would sum in another order whenever another thread holds it (see centered_projection).
+        with one_blas_thread():
+            for start in range(0, X.shape[0], step):
+                Xb = X[start : start + step]
+                if self.projection_ is not None:
+                    Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
+                out[start : start + step] = self.kernel_(Xb, points) @ coef + offset
         return out
 
 
@@ -278,6 +282,18 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     rng = as_generator(random_state)
     coef = np.asarray(expansion.coef, dtype=np.float64)
     m = points.shape[0]
+    if projection_dim is not None:
+        d = points.shape[1]
+        require_memory_parts(
+            [
+                (
+                    9 * d * projection_dim + 16 * m * projection_dim,
+                    f"projection_dim={projection_dim}: the {d} x {projection_dim} random "
+                    f"projection and the {m} projected expansion points",
+                )
+            ],
+            hint="lower projection_dim",
+        )
     s = None
     if rounding is not None:
         keep, coef, s, _ = round_coefficients(coef, rounding, rng)

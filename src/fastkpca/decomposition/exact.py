@@ -18,10 +18,11 @@ from .._centering import (
     centered_operator,
     gram_row_stats,
 )
-from ..execution import available_memory_bytes, usable_cores
+from ..execution import available_memory_bytes, format_bytes, require_memory, usable_cores
+from ..execution.memory import MEMORY_FRACTION
 from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, auto_method, eigh_topk
-from ._base import BaseKPCA, _is_fraction
+from ..solvers import SOLVERS, auto_method, eigh_topk, one_blas_thread
+from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction
 
 __all__ = [
     "ExactKPCA",
@@ -34,6 +35,7 @@ __all__ = [
     "resolve_eigen_solver",
     "EXACT_SOLVERS",
     "EXACT_MEMORY_FRACTION",
+    "centered_projection",
 ]
 
 #: ``eigen_solver`` names scikit-learn users type, and the fastkpca solver each one means.
@@ -99,25 +101,35 @@ EXACT_MEMORY_FRACTION = 0.25
 GRAM_FRACTION = 1 / 1.35
 
 
-def check_exact_fits(X, *, fraction: float | None = None, available=None) -> None:
+def check_exact_fits(
+    X, *, fraction: float | None = None, available=None, n_components: int = 0
+) -> None:
     """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
 
     The Gram, in X's dtype, must take at most ``fraction`` (default
-    :data:`EXACT_MEMORY_FRACTION`) of the memory available here.
+    :data:`EXACT_MEMORY_FRACTION`) of the memory available here
+    (:func:`fastkpca.execution.require_memory`, which allows
+    :data:`~fastkpca.execution.memory.MEMORY_FRACTION` of it: the Gram is counted with the
+    margin its fraction leaves), with ``n_components`` float64 eigenvectors of length n beside
+    it (n of them for a fraction of the variance: every eigenpair).
     """
     fraction = EXACT_MEMORY_FRACTION if fraction is None else fraction
     n = int(X.shape[0])
     itemsize = 4 if X.dtype == np.float32 else 8
-    need = n * n * itemsize
+    gram = n * n * itemsize
+    need = gram * MEMORY_FRACTION / fraction + 8 * n * int(n_components)
     available = available_memory_bytes() if available is None else available
-    if need > fraction * available:
-        raise ValueError(
-            f"ExactKPCA needs the {n} x {n} Gram matrix ({need / 2**30:.3g} GiB), more than "
-            f"{fraction:.0%} of the {available / 2**30:.3g} GiB of memory available here; these "
-            "data are too large for a stored Gram.  ExactKPCA(eigen_solver='matrix_free') "
+    require_memory(
+        need,
+        f"ExactKPCA's {n} x {n} Gram matrix ({format_bytes(gram)}), with the eigensolver's "
+        "workspace",
+        hint=(
+            "these data are too large for a stored Gram.  ExactKPCA(eigen_solver='matrix_free') "
             "recomputes it in each pass instead (exact, slower); the scalable methods read the "
             "rows block by block: RandomFeatureKPCA, StreamingKPCA or NystromKPCA."
-        )
+        ),
+        available=available,
+    )
 
 
 def _center_block_rows(n):
@@ -375,6 +387,7 @@ def matrix_free_kpca(
         max_iter=max_iter,
         oversamples=oversamples,
         return_n_iter=True,
+        scale=float(np.sum(kernel.diag(X), dtype=np.float64)),  # the rounding threshold's scale
     )
     stats = CenteringStats(col_means=K.row_means, total_mean=float(K.row_means.mean()))
     return vals, vecs, stats, K.n_passes
@@ -404,6 +417,9 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     else:
         K = symmetric_gram(X, kernel)
     n = K.shape[0]
+    # tr(K) = sum_i k(x_i, x_i), the scale of the rounding threshold of eigh_topk (the centered
+    # Gram's own trace is no scale: it is 0 for identical rows)
+    scale = float(np.trace(K, dtype=np.float64))
     method = auto_method(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
     if method == "dense" or n_components >= n - 1 or K.dtype != np.float64:
         stats = center_gram_inplace(K, block=_center_block_rows(n))
@@ -424,6 +440,7 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
         max_iter=max_iter,
         overwrite=True,
         return_n_iter=True,
+        scale=scale,
     )
     del K, A
     return vals, vecs, stats, n_iter
@@ -465,7 +482,11 @@ class ExactKPCA(BaseKPCA):
         ``"matrix_free"`` stores no Gram: block Krylov iteration on ``H K H`` with K recomputed
         tile by tile in every pass (:func:`matrix_free_kpca`; memory O(n (k + 40)), time a few
         Gram computations), the same eigenpairs to the same tolerance.  ``"arpack"``
-        (scikit-learn's name) is ``"lanczos"``.
+        (scikit-learn's name) is ``"lanczos"``.  Every solver's output is checked (k finite
+        eigenpairs; Lanczos residuals) and a failing one falls back (LAPACK's index-range
+        driver, which fails on a cluster of equal eigenvalues such as a Gram that is nearly
+        the identity, to the whole spectrum; ARPACK to block Krylov; see ``eigh_topk``).
+        Eigenvalues at the rounding level of the Gram (``16 eps sum_i k(x_i, x_i)``) are 0.
     tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
@@ -545,8 +566,19 @@ class ExactKPCA(BaseKPCA):
         source = self._fit_source(X)
         if eigen_solver != "matrix_free" and source.n_samples is not None:
             # The stored Gram must fit in this process: check before computing anything.
+            n = source.n_samples
+            if _is_fraction(self.n_components):
+                n_vectors = n  # every eigenpair
+            elif isinstance(self.n_components, int | np.integer):
+                n_vectors = min(int(self.n_components), n)
+            else:
+                n_vectors = min(DEFAULT_N_COMPONENTS, n)
             try:
-                check_exact_fits(source, fraction=GRAM_FRACTION if source.resident else None)
+                check_exact_fits(
+                    source,
+                    fraction=GRAM_FRACTION if source.resident else None,
+                    n_components=n_vectors,
+                )
             except ValueError:
                 if (
                     eigen_solver != "auto"
@@ -602,20 +634,41 @@ class ExactKPCA(BaseKPCA):
         return self.eigenvectors_ * scale
 
     def _transform_rows(self, X):
-        """Centered ``k(X, X_fit) @ alpha / sqrt(lambda)``, in row blocks."""
-        alphas = self._scaled_alphas
+        """Centered ``k(X, X_fit) @ alpha / sqrt(lambda)`` (:func:`centered_projection`)."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         dtype = np.float32 if X.dtype == np.float32 else np.float64
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        # The kernel evaluates in float64 whatever the input: converting X_fit once, not per
-        # block, and keeping the block in float64 through centering and projection (the output
-        # alone is cast back to float32).
-        X_fit = self.X_fit_.astype(np.float64, copy=False)
-        step = chunk_rows(
-            X_fit.shape[0], working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
-        )
-        for start in range(0, X.shape[0], step):
-            Kb = self.kernel_(X[start : start + step], X_fit)
-            center_gram_out_of_sample(Kb, stats)
-            out[start : start + step] = Kb @ alphas
-        return out
+        return centered_projection(X, self.X_fit_, self.kernel_, stats, self._scaled_alphas, dtype)
+
+
+def centered_projection(X, points, kernel, stats, coef, dtype, weights=None):
+    """``k~(X, points) @ coef``: the kernel rows of X against the expansion points, centered
+    with the training statistics (:func:`~fastkpca._centering.center_gram_out_of_sample`,
+    optionally weighted), projected on ``coef``; shape ``(len(X), coef.shape[1])`` in ``dtype``.
+
+    The kernel rows are computed and projected chunk by chunk in threads
+    (:meth:`~fastkpca.kernels.Kernel.fold_rows`), in float64 whatever X's dtype (the points
+    converted once); only the output is cast.  Every product runs with BLAS held to one thread:
+    the limit is process-wide, so a product outside it would sum in another order whenever
+    another thread holds it, and a transform would depend on what other threads do.
+    """
+    out = np.empty((X.shape[0], coef.shape[1]), dtype=dtype)
+    coef = np.asarray(coef, dtype=np.float64)
+
+    def project(state, start, stop, K):
+        center_gram_out_of_sample(K, stats, weights=weights)
+        out[start:stop] = K @ coef
+
+    with one_blas_thread():
+        if isinstance(kernel, PrecomputedKernel):  # the rows given are the kernel rows
+            step = chunk_rows(
+                points.shape[0], working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
+            )
+            for start in range(0, X.shape[0], step):
+                project(None, start, start + step, kernel(X[start : start + step], points))
+        else:
+            kernel.fold_rows(X, points.astype(np.float64, copy=False), project, _no_state)
+    return out
+
+
+def _no_state():
+    return None

@@ -19,12 +19,12 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .. import kernels, solvers
-from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from .. import solvers
+from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
-from ..kernels import Kernel, chunk_rows, make_kernel, result_dtype
+from ..kernels import Kernel, make_kernel, result_dtype
 from ._base import BaseKPCA
-from .exact import GRAM_BLOCK_MB, _center_block_rows, symmetric_gram
+from .exact import PrecomputedKernel, _center_block_rows, centered_projection, symmetric_gram
 
 __all__ = ["KernelPCA"]
 
@@ -335,17 +335,19 @@ class KernelPCA(BaseKPCA):
                 X = X.copy()
             self.kernel_ = None
             K = X  # centered in place: a copy unless copy_X=False, as in scikit-learn
+            scale = float(np.trace(K, dtype=np.float64))
             stats = _center_precomputed(K, block)
         else:
             self.kernel_ = self._make_kernel()
             K = symmetric_gram(X, self.kernel_, n_threads=_n_threads(self.n_jobs))
+            scale = float(np.trace(K, dtype=np.float64))
             stats = center_gram_inplace(K, block=block)
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
 
         k = n if self.n_components is None else min(n, self.n_components)
         # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
-        vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed)
+        vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed, scale=scale)
         del K
         if self.remove_zero_eig or self.n_components is None:
             keep = vals > 0
@@ -414,12 +416,15 @@ class KernelPCA(BaseKPCA):
             return "dense"
         return "randomized"
 
-    def _eigh(self, K, k, rng, *, overwrite):
+    def _eigh(self, K, k, rng, *, overwrite, scale):
         """Top-k eigenpairs of the centered Gram K: fastkpca's solvers, scikit-learn's checks.
 
         The solvers are called before :func:`fastkpca.solvers.eigh_topk`'s post-processing,
         which would clip negative eigenvalues to zero: a significantly negative one must raise
-        (a kernel that is not PSD), as in scikit-learn.
+        (a kernel that is not PSD), as in scikit-learn.  Eigenvalues at the rounding level of
+        the uncentered Gram (``scale``, its trace; :func:`fastkpca.solvers.postprocess_eigen`)
+        are 0 then, where scikit-learn's ``_check_psd_eigenvalues`` zeroes those below 1e-12 of
+        the largest: the largest of a zero centered Gram (identical rows) is itself rounding.
         """
         n = K.shape[0]
         dtype = np.dtype(K.dtype)
@@ -447,7 +452,7 @@ class KernelPCA(BaseKPCA):
             )
         _check_psd(vals, dtype)
         self.n_iter_ = n_iter
-        return solvers.postprocess_eigen(vals, vecs, clip_ratio=tols["clip"])
+        return solvers.postprocess_eigen(vals, vecs, scale=scale, eps=np.finfo(dtype).eps)
 
     def _fit_inverse(self, X_transformed, X):
         """Kernel ridge regression from the projections back to X (Bakir et al. 2004)."""
@@ -481,25 +486,9 @@ class KernelPCA(BaseKPCA):
         scale[vals > 0] = 1.0 / np.sqrt(vals[vals > 0])
         alphas = self.eigenvectors_.astype(np.float64) * scale
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        n_fit = self.eigenvectors_.shape[0]
-        out = np.empty((X.shape[0], alphas.shape[1]), dtype=result_dtype(X, self.eigenvectors_))
-        step = chunk_rows(n_fit, working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB))
-        X_fit = None if self.kernel_ is None else self._X_fit_float64()
-        for s in range(0, X.shape[0], step):
-            if self.kernel_ is None:
-                Kb = X[s : s + step]  # copied: it is centered in place below
-                Kb = (
-                    Kb.toarray().astype(np.float64) if sp.issparse(Kb) else np.array(Kb, np.float64)
-                )
-            else:
-                Kb = self.kernel_(X[s : s + step], X_fit)
-            center_gram_out_of_sample(Kb, stats)
-            out[s : s + step] = Kb @ alphas
-        return out
-
-    def _X_fit_float64(self):
-        X = self.X_fit_
-        return X.astype(np.float64, copy=False)
+        kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
+        dtype = result_dtype(X, self.eigenvectors_)
+        return centered_projection(X, self.X_fit_, kernel, stats, alphas, dtype)
 
     def inverse_transform(self, X):
         """Pre-images of projections X by the learned kernel ridge regression.

@@ -28,7 +28,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks
-from .._utils import check_int
+from .._utils import check_int, require_memory_parts
+from ..kernels import warn_if_degenerate
+from ..solvers import one_blas_thread
 from ..source import check_block
 from ..statistics.growth import (
     PROBE_ROWS,
@@ -352,6 +354,9 @@ class NystromKPCA(BaseKPCA):
         c = n_landmarks or DEFAULT_N_LANDMARKS
         if self._exact_kpca_is_cheaper(source, c if method is not None else len(self.landmarks)):
             return self._fit_exact_kpca(source, kernel, rng)
+        if method is not None:  # the landmarks are dense rows, whatever the data's storage
+            source.require_dense(c if n is None else min(c, n), f"n_landmarks={c} landmarks")
+        self._require_fit_memory(c if method is not None else len(self.landmarks), n, method)
         if method is None:
             L = check_block(self.landmarks, n_features=source.n_features, name="landmarks")
             L = L.astype(source.dtype, copy=False)
@@ -383,6 +388,11 @@ class NystromKPCA(BaseKPCA):
             if source.n_samples is None or source.reiterable:
                 diag_sum = source.reduce(_diag_sum, operator.add, kernel)
             moments = weighted_landmark_moments(W, weights, source.n_samples)
+            # This model sees the data only through the landmarks, whose mean kernel rows (the
+            # total variance's estimate) include their self-similarity: check W itself.
+            warn_if_degenerate(
+                kernel, W.shape[0], float(np.trace(W)), float(W.mean()), 0.0, constant=False
+            )
         elif solver == "exact":
             moments, diag_sum = reduce_with_diag_sum(
                 source,
@@ -418,7 +428,7 @@ class NystromKPCA(BaseKPCA):
         self._resolve_n_components(min(n, asked), what="min(n_samples, n_landmarks)")
         if solver == "randomized" and self.covariance == "data":
             eigenvalues, components, mean = nystrom_sketch_kpca(
-                moments, N, Omega, self.n_components_
+                moments, N, Omega, self.n_components_, scale=diag_sum
             )
         else:
             eigenvalues, components, mean = nystrom_kpca(moments, N, self.n_components_)
@@ -432,6 +442,24 @@ class NystromKPCA(BaseKPCA):
         self.n_samples_seen_ = int(n)
         self._finish_fit(diag_sum, *self._mean_embedding(moments.mean, method), L)
         return self
+
+    def _require_fit_memory(self, c, n, method) -> None:
+        """Refuse, before the landmarks are chosen, a number of landmarks whose c x c arrays
+        cannot fit (ValueError naming it and the memory): the landmark Gram W, its pivoted
+        Cholesky factor, inverse and the landmarks' features, the kernel-row scatter and its
+        merged copy and ``N S N^T`` (8 c x c float64 arrays in all); ``rpcholesky`` also holds
+        an n x c factor.  (The landmark rows themselves: ``RowSource.require_dense``.)"""
+        c = int(c if n is None else min(c, n))
+        name = f"n_landmarks={c}" if method is not None else f"landmarks ({c} rows)"
+        parts = [
+            (
+                8 * 8 * c * c,
+                f"{name}: the {c} x {c} landmark Gram, its whitening and the kernel-row scatter",
+            )
+        ]
+        if method == "rpcholesky" and n:
+            parts.append((8 * n * c, f"{name} with landmarks='rpcholesky': its {n} x {c} factor"))
+        require_memory_parts(parts, hint="lower n_landmarks")
 
     # --- the solver -----------------------------------------------------------------------
     def _sketch_width(self, N, sketch_size) -> int:
@@ -582,14 +610,18 @@ class NystromKPCA(BaseKPCA):
         all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
         ``(N k - mean) . u = k . (N^T u) - mean . u``."""
         dtype = np.float32 if X.dtype == np.float32 else np.float64
-        projection = self.normalization_.T @ self.components_.T
-        offset = self.mean_ @ self.components_.T
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
+        # Every product at one BLAS thread (the fold's threads over chunks give the parallelism):
+        # the BLAS limit is process-wide, and a product outside it would sum in another order
+        # whenever another thread holds it, so a transform would depend on other threads.
+        with one_blas_thread():
+            projection = self.normalization_.T @ self.components_.T
+            offset = self.mean_ @ self.components_.T
 
-        def project(state, start, stop, K):
-            out[start:stop] = K @ projection - offset
+            def project(state, start, stop, K):
+                out[start:stop] = K @ projection - offset
 
-        self.kernel_.fold_rows(X, self.landmarks_, project, _no_state)
+            self.kernel_.fold_rows(X, self.landmarks_, project, _no_state)
         return out
 
 

@@ -43,7 +43,8 @@ import functools
 import numpy as np
 from sklearn.base import clone
 
-from .._utils import DEFAULT_BLOCK_ROWS, check_int
+from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
+from ..execution import usable_cores
 from ..features import (
     FEATURES,
     FastfoodFeatureMap,
@@ -52,6 +53,7 @@ from ..features import (
     feature_projection,
     init_feature_map,
     resolve_features,
+    resolve_n_features,
 )
 from ..statistics.covariance_sketch import ScatterSketch, gemm_width, informed_test_matrix
 from ..statistics.feature_countsketch import rf_kpca_countsketch
@@ -74,7 +76,13 @@ from ..statistics.growth import (
     doubling_sizes,
     grow_until,
 )
-from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, reduce_with_diag_sum
+from ._base import (
+    DEFAULT_N_COMPONENTS,
+    DEFAULT_N_INVERSE_SAMPLES,
+    BaseKPCA,
+    _is_fraction,
+    reduce_with_diag_sum,
+)
 
 __all__ = ["RandomFeatureKPCA", "SOLVERS", "feature_mean_embedding", "constant_diag_sum"]
 
@@ -340,6 +348,48 @@ class RandomFeatureKPCA(BaseKPCA):
             return int(self.n_buckets)
         return max(2000, 50 * (k + self.oversamples))
 
+    def _require_fit_memory(self, d: int, n) -> None:
+        """Refuse, before anything is drawn, sizes whose arrays cannot fit (ValueError naming
+        the parameter and the memory): the statistic of the solver (``exact``: the m x m
+        covariance, its symmetrised copy and the eigensolver's; ``randomized``: an m x (q + 1)
+        sketch per thread and the merged ones; ``countsketch``: the t x m sketch, its centered
+        copy and the Gram of the smaller side) and the pre-image anchors (rows and their
+        Gram).  The frequencies are sized where they are drawn
+        (:func:`fastkpca.features.draw_feature_map`)."""
+        m_asked = resolve_n_features(self.n_features)
+        m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
+        solver = self._choose_solver(n, m)
+        parts = []
+        if solver == "exact":
+            parts.append((3 * 8 * m * m, f"n_features={m_asked}: the {m} x {m} feature covariance"))
+        elif solver == "randomized":
+            q = self._sketch_width(self._resolve_n_components(m, what="n_output_features"), m)
+            parts.append(
+                (
+                    8 * m * (q + 1) * (usable_cores() + 3),
+                    f"n_features={m_asked}: a {m} x {q + 1} covariance sketch per thread",
+                )
+            )
+        else:
+            t = self._default_buckets(self._resolve_n_components(m, what="n_output_features"))
+            parts.append(
+                (
+                    8 * (2 * t * m + 2 * min(t, m) ** 2),
+                    f"n_buckets={t} and n_features={m_asked}: the {t} x {m} CountSketch of the "
+                    "features",
+                )
+            )
+        if self.fit_inverse_transform:
+            a = self.n_inverse_samples or DEFAULT_N_INVERSE_SAMPLES
+            a = a if n is None else min(a, n)
+            parts.append(
+                (
+                    8 * a * (2 * d + 2 * a),
+                    f"n_inverse_samples={a}: the pre-image anchors and their {a} x {a} Gram",
+                )
+            )
+        require_memory_parts(parts, hint="lower these sizes")
+
     # --- fit / transform ------------------------------------------------------------------
     def fit(self, X, y=None):
         """Fit on an array / CSR matrix (n_samples, n_features), an iterable of row blocks, or a
@@ -354,6 +404,7 @@ class RandomFeatureKPCA(BaseKPCA):
             return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         first = source.head()
+        self._require_fit_memory(first.shape[1], source.n_samples)
         fmap, rng = init_feature_map(self, first)
         m = fmap.n_output_features
         solver = self._choose_solver(source.n_samples, m)
@@ -381,7 +432,7 @@ class RandomFeatureKPCA(BaseKPCA):
             )
             n, mean = sketch.n, sketch.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")
-            vals, comps = rf_kpca_randomized(sketch, T, k)
+            vals, comps = rf_kpca_randomized(sketch, T, k, scale=diag_sum)
         else:
             source.require_passes(
                 self.n_passes, f"solver='countsketch' with n_passes={self.n_passes}"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from .._centering import CenteringStats, center_gram_inplace
 from .._density import (
     DENSITIES,
     SHADOW_CENTERS,
@@ -41,11 +41,10 @@ from .._density import (
     shadow_density,
     uniform_density,
 )
-from .._utils import check_float, check_int
-from ..kernels import chunk_rows
+from .._utils import check_float, check_int, require_memory_parts
 from ..solvers import SOLVERS, eigh_topk, flip_signs
 from ._base import DEFAULT_N_PROBE, BaseKPCA, mean_embedding_probe
-from .exact import resolve_eigen_solver
+from .exact import centered_projection, resolve_eigen_solver
 
 __all__ = ["ReducedSetKPCA", "reduced_set_kpca"]
 
@@ -83,11 +82,14 @@ def reduced_set_kpca(centers, weights, kernel, n_components, *, eigen_solver="au
     p = p / p.sum()
     # The m x m Gram in float64: it is small, and its eigenvalues set every output.
     Kc = np.asarray(kernel(np.asarray(centers, dtype=np.float64)), dtype=np.float64)
+    # The rounding threshold's scale: the trace of the uncentered weighted Gram, sum_j p_j
+    # k(c_j, c_j) (the centered one's trace is 0 when every centre is the same point).
+    scale = float(np.diagonal(Kc) @ p)
     stats = center_gram_inplace(Kc, weights=p)
     s = np.sqrt(p)
     Kc *= s[:, None]
     Kc *= s[None, :]
-    mu, U = eigh_topk(Kc, n_components, method=eigen_solver, rng=rng, overwrite=True)
+    mu, U = eigh_topk(Kc, n_components, method=eigen_solver, rng=rng, overwrite=True, scale=scale)
     # Signs: the projection of centre j on axis l is sqrt(mu_l) u_jl / sqrt(p_j); make the
     # largest of them positive, as ExactKPCA does on its training projections.
     pos = p > 0
@@ -294,7 +296,18 @@ class ReducedSetKPCA(BaseKPCA):
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features): reduced set, then Algorithm 1."""
         eigen_solver = self._check_params()
-        X = self._fit_source(X).in_memory(purpose="ReducedSetKPCA")
+        source = self._fit_source(X)
+        X = source.in_memory(purpose="ReducedSetKPCA")
+        # every density keeps its centres (and shadow its blocks of rows) as dense rows
+        m = min(X.shape[0], self.n_centers or DEFAULT_N_CENTERS)
+        source.require_dense(m, f"ReducedSetKPCA(density={self.density!r}) centres")
+        if self.density != "shadow":
+            # The m x m weighted Gram of the centres, centered in place, and the eigensolver's
+            # copy and vectors (shadow: m follows from the data, not from a parameter).
+            require_memory_parts(
+                [(3 * 8 * m * m, f"n_centers={m}: the {m} x {m} Gram of the centres")],
+                hint="lower n_centers",
+            )
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         rs = self._reduced_set(X, kernel, rng)
@@ -349,13 +362,7 @@ class ReducedSetKPCA(BaseKPCA):
     def _transform_rows(self, X):
         """``k~(X, centers_) @ dual_coef_`` (weighted centering), O(m) per row."""
         dtype = np.float32 if X.dtype == np.float32 else np.float64
-        coef = self.dual_coef_.astype(dtype)
-        centers = self.centers_.astype(dtype, copy=False)
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        step = chunk_rows(self.n_centers_)
-        for start in range(0, X.shape[0], step):
-            Kb = self.kernel_(X[start : start + step], centers)
-            center_gram_out_of_sample(Kb, stats, weights=self.weights_)
-            out[start : start + step] = Kb @ coef
-        return out
+        return centered_projection(
+            X, self.centers_, self.kernel_, stats, self.dual_coef_, dtype, weights=self.weights_
+        )

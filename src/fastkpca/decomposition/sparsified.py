@@ -27,10 +27,10 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from .._centering import CenteringStats, centered_operator
-from .._utils import check_float
+from .._utils import as_generator, check_float, require_memory_parts
 from ..kernels import _Radial, chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
-from ._base import BaseKPCA
+from ._base import BaseKPCA, _is_fraction
 from .exact import ExactKPCA, resolve_eigen_solver
 
 __all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
@@ -232,7 +232,7 @@ def sparsify_gram(
     -------
     SparsifiedGram
     """
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, name="rng")
     n, d = X.shape
     diag = np.asarray(kernel.diag(X), dtype=np.float64)
     indptr, indices = _kept_columns(n, sample_prob, rng)
@@ -359,7 +359,7 @@ def sparsified_kpca(
     info : dict with ``n_kept`` (pairs i < j kept), ``n_iter`` (eigensolver work),
         ``max_entry`` (b) and ``noise_norm`` (estimate of ``||K^ - K||_2``)
     """
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, name="rng")
     if _gram_is_constant(X, kernel):
         return _constant_gram_kpca(X, kernel, n_components, rng)
     gram = sparsify_gram(X, kernel, sample_prob, quantize=quantize, rng=rng)
@@ -377,6 +377,8 @@ def sparsified_kpca(
         if sample_prob < 1.0 or quantize:
             shift = _negative_shift(op, rng)
             op = _shifted(op, shift)
+    # The rounding threshold's scale: the exact trace sum_i k(x_i, x_i) of the Gram.
+    scale = float(np.sum(gram.diag))
     vals, vecs, n_iter = eigh_topk(
         op,
         n_components,
@@ -385,9 +387,10 @@ def sparsified_kpca(
         tol=tol,
         max_iter=max_iter,
         return_n_iter=True,
+        scale=scale,
     )
     if shift:
-        vals, vecs = postprocess_eigen(vals - shift, vecs)
+        vals, vecs = postprocess_eigen(vals - shift, vecs, scale=scale)
     max_entry = float(np.max(np.abs(gram.diag))) if gram.diag.size else 0.0
     info = {
         "mean_sq_error": gram.total_mean_error(),
@@ -538,10 +541,37 @@ class SparsifiedKPCA(BaseKPCA):
             raise ValueError(f"quantize must be True or False, got {self.quantize!r}")
         return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
+    def _require_fit_memory(self, X) -> None:
+        """Refuse, before any entry is sampled, a ``sample_prob`` whose kept Gram entries cannot
+        fit (ValueError naming it and the memory): about ``sample_prob n (n - 1) / 2`` of them,
+        each a column index (int32) and a value (X's dtype; a float32 sign more with
+        ``quantize``), and the CSR row pointers; and the eigensolver's n x k blocks (k = n for
+        a fraction of the variance)."""
+        n = X.shape[0]
+        p = float(self.sample_prob)
+        kept = p * n * (n - 1) / 2
+        per_entry = 4 + np.dtype(X.dtype).itemsize + (4 if self.quantize else 0)
+        k = self.n_components
+        k = n if _is_fraction(k) else min(n, k if isinstance(k, int | np.integer) else 10)
+        require_memory_parts(
+            [
+                (
+                    kept * per_entry + 8 * (n + 1),
+                    f"sample_prob={p}: the sampled Gram's {kept:.3g} kept entries of {n} rows",
+                ),
+                (  # the iteration's block, its product and the Ritz vectors
+                    4 * 8 * n * int(k),
+                    f"n_components={self.n_components}: {int(k)} eigenvectors of length {n}",
+                ),
+            ],
+            hint="lower sample_prob or n_components",
+        )
+
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
         eigen_solver = self._check_params()
         X = self._fit_source(X).in_memory(purpose="SparsifiedKPCA")
+        self._require_fit_memory(X)
         rng = self._make_rng()
         kernel = self._resolve_kernel(X, rng)
         k = self._resolve_n_components(X.shape[0])

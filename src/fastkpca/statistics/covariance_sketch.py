@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as la
 
-from ..solvers import flip_signs, one_blas_thread
+from .._utils import as_generator
+from ..solvers import flip_signs, one_blas_thread, postprocess_eigen
 
 __all__ = [
     "ScatterSketch",
@@ -240,7 +241,7 @@ def test_matrix(p: int, q: int, rng) -> np.ndarray:
     """
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, name="rng")
     G = rng.standard_normal((p, q))
     with one_blas_thread():  # a thin QR: on a loaded machine idle BLAS threads cost 100x
         Q, _ = np.linalg.qr(G)
@@ -287,7 +288,7 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     p = rows.shape[1]
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, name="rng")
     n_data = min(q - q // 2, rows.shape[0])
     columns = [rng.standard_normal((p, q - n_data))]
     if n_data > 0:
@@ -321,7 +322,9 @@ def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return _sum_over_shares(A.shape[0], share).astype(A.dtype, copy=False)
 
 
-def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None):
+def fixed_rank_psd(
+    Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None, scale=None
+):
     """Top-``rank`` eigenpairs of the PSD matrix S from its sketch ``Y = S T``.
 
     Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3 ("fixed-rank PSD
@@ -352,6 +355,9 @@ def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None
     rank : int, ``1 <= rank <= q``
     eps : float or None
         Unit roundoff of Y's products (None: float64's).
+    scale : float or None
+        The trace of the uncentered Gram behind S (``sum_i k(x_i, x_i)``): eigenvalues at its
+        rounding level are 0 (:func:`fastkpca.solvers.postprocess_eigen`); None: unknown.
 
     Returns
     -------
@@ -378,6 +384,8 @@ def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None
         norm = float(np.linalg.norm(Y, 2))
         if norm == 0.0:
             return np.zeros(rank), flip_signs(np.eye(p, rank))
+        if not np.isfinite(norm):
+            raise ValueError("the sketch is too large to decompose (its norm overflows)")
         nu = np.sqrt(p) * eps * norm
         core = T.T @ Y
         core = (core + core.T) / 2
@@ -389,9 +397,12 @@ def fixed_rank_psd(Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None
                 lowest = float(la.eigvalsh(core, subset_by_index=[0, 0], check_finite=False)[0])
                 nu = max(2 * nu, -2 * lowest)
         else:  # pragma: no cover - the raised shift makes ``core + nu I`` positive definite
-            raise np.linalg.LinAlgError("the sketch's core matrix is not positive definite")
+            raise ValueError("the sketch's core matrix is not positive definite")
         # E = Y_nu C^{-1}: a triangular solve with C^T from the left on E^T.
         E = la.solve_triangular(C, (Y + nu * T).T, trans="T", lower=False, check_finite=False).T
-        U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False)
+        try:
+            U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False)
+        except la.LinAlgError:  # gesdd's divide and conquer failed: the QR-iteration SVD
+            U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False, lapack_driver="gesvd")
     values = np.maximum(sigma[:rank] ** 2 - nu, 0.0)
-    return values, flip_signs(np.array(U[:, :rank]))
+    return postprocess_eigen(values, U[:, :rank], scale=scale, eps=eps)

@@ -46,7 +46,6 @@ What it does not implement:
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as la
 from scipy.linalg import blas
 
 from ..features import FeatureMap, feature_blocks
@@ -62,12 +61,13 @@ __all__ = [
 ]
 
 
-def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, rng):
+def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, rng, scale=None):
     """Top-q right singular pairs of the centered sketch ``S Zc = S Z - (S 1) mu^T``.
 
     Returns the squared singular values (eigenvalues of ``(S Zc)^T (S Zc)``) and the m x q
     right singular vectors, from the smaller of the two Gram matrices of the t x m sketch
     (O(t m min(t, m)) to form, then Lanczos for q << its size, a dense solve otherwise).
+    ``scale``: the rounding threshold's scale (:func:`fastkpca.solvers.eigh_topk`).
     """
     SZc = SZ - np.outer(S1, mean)
     t, m = SZc.shape
@@ -75,9 +75,9 @@ def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, r
     q = min(q, small)
     method = "dense" if small <= 200 or 5 * q >= small else "lanczos"
     if m <= t:
-        return eigh_topk(SZc.T @ SZc, q, method=method, rng=rng, overwrite=True)
+        return eigh_topk(SZc.T @ SZc, q, method=method, rng=rng, overwrite=True, scale=scale)
     # t < m: left singular vectors from the t x t Gram, then V = (S Zc)^T U / sigma.
-    vals, U = eigh_topk(SZc @ SZc.T, q, method=method, rng=rng, overwrite=True)
+    vals, U = eigh_topk(SZc @ SZc.T, q, method=method, rng=rng, overwrite=True, scale=scale)
     V = SZc.T @ U
     norms = np.linalg.norm(V, axis=0)
     V /= np.where(norms > 0, norms, 1.0)
@@ -215,13 +215,17 @@ def rf_kpca_countsketch(
             f"n_buckets={n_buckets} gives at most {q} components, fewer than "
             f"n_components={n_components}"
         )
-    sq, V = _sketch_subspace(sk.SZ, sk.S1, mean, q, np.random.default_rng(seed))
+    # The rounding threshold's scale: sum_i |z_i|^2, estimated without bias by the uncentered
+    # sketch's ||S Z||_F^2 (the centered one's trace is 0 for identical rows); the features'
+    # precision is the products' (float32 for the Fourier maps).
+    scale = float(np.einsum("ij,ij->", sk.SZ, sk.SZ))
+    eps = float(np.finfo(fmap.feature_dtype(np.float64)).eps)
+    sq, V = _sketch_subspace(sk.SZ, sk.S1, mean, q, np.random.default_rng(seed), scale)
     if n_passes == 1:
-        vals, vecs = postprocess_eigen(sq[:n_components], V[:, :n_components])
+        vals, vecs = postprocess_eigen(sq[:n_components], V[:, :n_components], scale=scale, eps=eps)
         return vals, vecs.T, n, mean
     M = source.reduce(feature_ritz_scatter, np.add, fmap, V, mean)  # second pass
-    w, U = la.eigh(M, check_finite=False)
-    vals, W = postprocess_eigen(w[::-1][:n_components], U[:, ::-1][:, :n_components])
+    vals, W = eigh_topk(M, n_components, method="dense", overwrite=True, scale=scale, eps=eps)
     comps = V @ W
     flip_signs(comps)  # signs fixed on the m-dimensional axes, not on the q-dimensional W
     return vals, comps.T, n, mean

@@ -113,6 +113,27 @@ class FeatureMoments:
     def mean(self) -> np.ndarray:
         return self.sum / max(self.n, 1)
 
+    def rounding_scale(self) -> tuple[float, float]:
+        """``(scale, eps)`` of the rounding threshold of :func:`fastkpca.solvers.postprocess_eigen`
+        for :meth:`covariance`: ``eps scale`` is the size of its rounding errors.
+
+        Two sources: float64 arithmetic relative to the uncentered second moment
+        ``sum |z|^2 = trace(gram) + 2 c . (sum - n c) + n |c|^2`` (the features' own size: for
+        identical rows the covariance is 0 but its computed eigenvalues are ~1e-30, not 0), and
+        the block products in the features' precision (``eps``: float32's for float32 features)
+        relative to the *shifted* second moment ``trace(gram)``, which they accumulate.  Returned
+        as one scale at the larger eps.
+        """
+        eps64 = float(np.finfo(np.float64).eps)
+        shifted = float(np.trace(self.gram))
+        if self.shift is None or self.n == 0:
+            return shifted, max(self.eps, eps64)
+        c = self.shift
+        uncentered = shifted + 2.0 * float(c @ (self.sum - self.n * c)) + self.n * float(c @ c)
+        uncentered = max(uncentered, shifted)
+        eps = max(self.eps, eps64)
+        return shifted + uncentered * (eps64 / eps), eps
+
 
 def _gram(Z: np.ndarray) -> np.ndarray:
     """``Z^T Z`` (in Z's precision, returned as float64), a contiguous share of the rows per core
@@ -179,24 +200,14 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
     # ARPACK needs O(k) products with the m x m matrix, a dense solve O(m^3): measured 0.5 s
     # against 12 s for m = 1000, k = 10 on the shared 2-core machine.  Dense for small m or k.
     method = "dense" if m <= 200 or 5 * n_components >= m else "lanczos"
-    # Round-off floor: C's entries carry errors of about m eps times the uncentered second moment
-    # ``trace(Z^T Z)`` (for identical feature rows C is 0 but its computed eigenvalues are
-    # ~1e-30, not 0); eigenvalues below it are not structure, and are reported as exactly 0.
-    floor = (
-        m
-        * np.finfo(np.float64).eps
-        * (np.trace(C) + moments.n * float(moments.mean @ moments.mean))
-    )
-    # float32 block products (float32 features) add errors of ~eps32 times the shifted second
-    # moment ``trace(gram)`` (blocked BLAS sums; 10x margin): below that is not structure either.
-    if moments.eps > np.finfo(np.float64).eps:
-        floor = max(floor, 10 * moments.eps * float(np.trace(moments.gram)))
+    scale, eps = moments.rounding_scale()
     # One BLAS thread: k + a few dozen m x m products or a dense m x m eigh, where idle
     # threads' spin-waits cost more than they save (1.7 s against ~0.1 s measured, m = 1000,
     # k = 10, on the loaded 2-core development machine).
     with one_blas_thread():
-        vals, vecs = eigh_topk(C, n_components, method=method, rng=rng, overwrite=True)
-    vals = np.where(vals <= floor, 0.0, vals)
+        vals, vecs = eigh_topk(
+            C, n_components, method=method, rng=rng, overwrite=True, scale=scale, eps=eps
+        )
     return vals, vecs.T
 
 
@@ -253,7 +264,7 @@ class _SketchTotals:
         self.P = np.empty((_CHUNK_ROWS, width), dtype)
 
 
-def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int):
+def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, *, scale=None):
     """Top eigenpairs of the centered feature covariance ``Zc^T Zc`` from its sketch.
 
     Tropp et al.'s fixed-rank PSD approximation
@@ -263,10 +274,13 @@ def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int):
     covariance) and approach them as the sketch width q grows past k; see
     ``RandomFeatureKPCA``'s ``oversamples`` for the measured gap.
 
+    ``scale``: the trace of the uncentered feature Gram, ``sum_i |z_i|^2`` (e.g. the kernel's
+    ``sum_i k(x_i, x_i)``), for the rounding threshold (None: unknown).
+
     Returns
     -------
     eigenvalues : (k,) float64, descending
     components : (k, m) float64, orthonormal rows
     """
-    vals, vecs = fixed_rank_psd(sketch.Y, T, n_components, eps=sketch.eps)
+    vals, vecs = fixed_rank_psd(sketch.Y, T, n_components, eps=sketch.eps, scale=scale)
     return vals, vecs.T

@@ -141,6 +141,7 @@ class ProbeError:
         k = T.shape[1]
         if self._gram is None:
             G = np.asarray(model.kernel_(self.X_probe), dtype=np.float64)
+            self._scale = float(np.trace(G))  # the rounding threshold's scale (uncentered)
             center_gram_inplace(G)
             self._gram = G
             self._fro2 = float(np.einsum("ij,ij->", self._gram, self._gram))
@@ -148,7 +149,9 @@ class ProbeError:
         if k not in self._tail2:
             p = G.shape[0]
             method = "dense" if p <= 3000 and 5 * k >= p else "lanczos"
-            vals, _ = eigh_topk(G.copy(), min(k, p), method=method, rng=0, overwrite=True)
+            vals, _ = eigh_topk(
+                G.copy(), min(k, p), method=method, rng=0, overwrite=True, scale=self._scale
+            )
             self._tail2[k] = max(self._fro2 - float(np.sum(vals**2)), 0.0)
         TtT = T.T @ T
         num2 = self._fro2 - 2.0 * float(np.sum(T * (G @ T))) + float(np.sum(TtT * TtT))

@@ -281,9 +281,13 @@ def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
     scatter_z = (scatter_z + scatter_z.T) / 2
     r = scatter_z.shape[0]
     k = min(n_components, r)
+    mean_z = N @ moments.mean
+    # The rounding threshold's scale: the trace of the uncentered Nystrom Gram, sum_i |z_i|^2
+    # (the centered scatter's own trace is 0 for identical rows).
+    scale = float(np.trace(scatter_z)) + moments.count * float(mean_z @ mean_z)
     with one_blas_thread():
-        evals, U = eigh_topk(scatter_z, k, method="auto", rng=0, overwrite=True)
-    return _padded(evals, U, n_components) + (N @ moments.mean,)
+        evals, U = eigh_topk(scatter_z, k, method="auto", rng=0, overwrite=True, scale=scale)
+    return _padded(evals, U, n_components) + (mean_z,)
 
 
 def _padded(evals, U, n_components):
@@ -405,7 +409,9 @@ def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 
     return Q
 
 
-def nystrom_sketch_kpca(sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray, n_components):
+def nystrom_sketch_kpca(
+    sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray, n_components, *, scale=None
+):
     """Top principal axes of the Nystrom features from a sketch of the kernel-row scatter.
 
     The scatter of ``z = N k`` is ``C = N S N^T``.  Sketching S against ``T = N^T Omega``
@@ -413,7 +419,8 @@ def nystrom_sketch_kpca(sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray,
     which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017, Alg. 3;
     :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`) recovers the top
     ``n_components`` eigenpairs; it never exceeds C's eigenvalues, and is exact when C has rank
-    at most q.
+    at most q.  ``scale`` (the kernel's ``sum_i k(x_i, x_i)``, None: unknown) sets the rounding
+    threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`).
 
     Returns
     -------
@@ -422,7 +429,7 @@ def nystrom_sketch_kpca(sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray,
     q = Omega.shape[1]
     k = min(n_components, q)
     with one_blas_thread():  # (r, q) products, QR and SVD
-        evals, U = fixed_rank_psd(N @ sketch.Y, Omega, k, eps=sketch.eps)
+        evals, U = fixed_rank_psd(N @ sketch.Y, Omega, k, eps=sketch.eps, scale=scale)
     return _padded(evals, U, n_components) + (N @ sketch.mean,)
 
 
