@@ -70,7 +70,9 @@ def is_block_iterable(X) -> bool:
     return isinstance(X, Iterable) and not isinstance(X, str | bytes | dict)
 
 
-def as_source(X, *, estimator=None, reset=True, accept_sparse=False, name="X") -> RowSource:
+def as_source(
+    X, *, estimator=None, reset=True, accept_sparse=False, name="X", placement=None
+) -> RowSource:
     """The :class:`RowSource` of any accepted input, validated.
 
     Parameters
@@ -87,14 +89,39 @@ def as_source(X, *, estimator=None, reset=True, accept_sparse=False, name="X") -
         Whether scipy.sparse rows (CSR) are accepted; otherwise they raise ValueError.
     name : str
         How errors name the input.
+    placement : fastkpca.execution.arrays.Placement, optional
+        Where the blocks are computed on (default: where X lives).  A tensor on its device gives
+        a :class:`~fastkpca.source.device.TensorSource`; host rows placed on a device give a
+        :class:`~fastkpca.source.device.DeviceSource` over their host source; a tensor placed on
+        the host is copied there.
 
     Returns
     -------
     RowSource
-        An :class:`ArraySource`, a :class:`BlockSource` or a ``DaskSource``.
+        An :class:`ArraySource`, a :class:`BlockSource`, a ``DaskSource``, or one of them sent
+        to a device.
     """
     if isinstance(X, RowSource):
         return X
+    from ..execution.arrays import is_host_array, placement_of, to_host
+
+    if not is_host_array(X):
+        own = placement_of(X)
+        if placement is None or not placement.host:
+            from .device import TensorSource
+
+            if placement is not None and placement != own:
+                X = placement.asarray(X)
+                own = placement
+            return TensorSource(X, placement=own, estimator=estimator, reset=reset, name=name)
+        X = to_host(X)
+    if placement is not None and not placement.host:
+        from .device import DeviceSource
+
+        host = as_source(
+            X, estimator=estimator, reset=reset, accept_sparse=accept_sparse, name=name
+        )
+        return DeviceSource(host, placement)
     if is_dask_array(X):
         from .dask import DaskSource
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution.arrays import HOST
 
 __all__ = ["RowSource", "uniform_indices"]
 
@@ -54,6 +55,9 @@ class RowSource:
     random_access: bool = True
     sparse: bool = False
     resident: bool = False
+    #: Where the blocks live (:class:`fastkpca.execution.arrays.Placement`); the host for every
+    #: numpy source, a device for :mod:`fastkpca.source.device`'s.
+    placement = HOST
 
     # --- reading ---------------------------------------------------------------------------
     def head(self, n_rows: int = DEFAULT_BLOCK_ROWS):

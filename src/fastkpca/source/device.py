@@ -1,0 +1,280 @@
+"""Rows on a device: PyTorch tensors and CuPy arrays where they live, and host rows sent there.
+
+Two sources, both giving blocks in the namespace of their :class:`~fastkpca.execution.arrays.
+Placement` (``source.placement``), so the statistics and solvers above them read the same on
+every device:
+
+:class:`TensorSource`
+    A 2-D tensor (or CuPy array) already on its device, validated there (dtype, width, finite):
+    nothing moves to the host.
+:class:`DeviceSource`
+    Any host source (an array, a memory map, a file reader, an iterable of blocks, a Dask array)
+    whose validated blocks are sent to the device one by one.  On CUDA each block is copied from
+    pinned memory with ``non_blocking=True`` on a side stream while the device computes on the
+    previous one, so transfers overlap compute; the device holds two blocks at a time, so data
+    larger than the device's memory streams through it.
+
+Random draws and the indices of sampled rows stay on the host (the same generator as the numpy
+path), and only the rows they select move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution.arrays import Placement, to_host
+from ._base import RowSource
+
+__all__ = ["TensorSource", "DeviceSource", "DEVICE_BLOCK_ROWS"]
+
+#: Rows per block on a device: large blocks keep a GPU busy (131072 rows of 100 float32 values are
+#: 50 MiB), and the statistics above chunk them further where they must.
+DEVICE_BLOCK_ROWS = 131072
+
+
+def _float_dtype(dtype) -> np.dtype:
+    """The numpy float dtype a block of this dtype computes in: float32 stays, else float64."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    return np.dtype(np.float32) if name == "float32" else np.dtype(np.float64)
+
+
+def _check_device_block(X, placement: Placement, *, n_features=None, name="X"):
+    """A validated 2-D float block of the placement's namespace (float32 or float64)."""
+    xp = placement.xp
+    layout = getattr(X, "layout", None)
+    if getattr(X, "is_sparse", False) or (layout is not None and str(layout) != "torch.strided"):
+        raise ValueError(f"{name}: sparse tensors are not supported; pass a dense tensor")
+    if X.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array of rows, got {X.ndim}-D")
+    kind = str(X.dtype)
+    if "complex" in kind:
+        raise ValueError(f"{name}: expected real numeric data, got dtype {kind}")
+    dtype = _float_dtype(X.dtype)
+    if str(X.dtype).rsplit(".", 1)[-1] != dtype.name:
+        X = xp.astype(X, placement.dtype(dtype))
+    if X.shape[0] < 1:
+        raise ValueError(
+            f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is "
+            "required."
+        )
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {X.shape[1]} features, but the model is expecting {n_features} "
+            "features as input"
+        )
+    finite = xp.isfinite(X)
+    if not bool(xp.all(finite)):
+        what = "NaN" if bool(xp.any(xp.isnan(X))) else "infinity"
+        raise ValueError(f"Input {name} contains {what}.")
+    return X
+
+
+def _set_estimator_width(estimator, n_features, reset, name):
+    if estimator is None:
+        return
+    if reset:
+        estimator.n_features_in_ = int(n_features)
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    elif int(n_features) != estimator.n_features_in_:
+        raise ValueError(
+            f"{name} has {n_features} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input"
+        )
+
+
+class _HostRows:
+    """What the kernel heuristics read of device rows (``gamma="scale"`` / ``"median"``): the
+    shape, rows by sorted index as host arrays, and the variance of all entries."""
+
+    def __init__(self, X):
+        self._X = X
+        self.shape = tuple(int(s) for s in X.shape)
+
+    def __getitem__(self, indices):
+        return to_host(self._X[_device_index(self._X, indices)])
+
+    def entry_variance(self) -> float:
+        X = self._X
+        mean = float(X.mean())
+        return float(((X - mean) ** 2).mean())
+
+
+def _device_index(X, indices):
+    indices = np.asarray(indices, dtype=np.int64)
+    if type(X).__module__.startswith("torch"):
+        import torch
+
+        return torch.as_tensor(indices, device=X.device)
+    return indices
+
+
+class TensorSource(RowSource):
+    """A tensor (PyTorch) or CuPy array on its device, validated there; blocks are views."""
+
+    resident = True
+
+    def __init__(
+        self, X, *, placement: Placement, estimator=None, reset=True, accept_sparse=False, name="X"
+    ):
+        expected = None if (reset or estimator is None) else estimator.n_features_in_
+        X = _check_device_block(X, placement, n_features=expected, name=name)
+        _set_estimator_width(estimator, X.shape[1], reset, name)
+        self.placement = placement
+        self.array = X
+        self.n_samples, self.n_features = int(X.shape[0]), int(X.shape[1])
+        self.dtype = _float_dtype(X.dtype)
+
+    def head(self, n_rows=DEFAULT_BLOCK_ROWS):
+        return self.array[:n_rows]
+
+    def blocks(self, block_rows=DEFAULT_BLOCK_ROWS):
+        X = self.array
+        if block_rows is None:
+            yield 0, X
+            return
+        block_rows = max(int(block_rows), DEVICE_BLOCK_ROWS)
+        for start in range(0, self.n_samples, block_rows):
+            yield start, X[start : start + block_rows]
+
+    def take(self, indices):
+        return self.array[_device_index(self.array, indices)]
+
+    def in_memory(self, max_rows=None, rng=None, *, purpose=""):
+        return self.array
+
+    def map_rows(self, function, *args, n_outputs, dtype):
+        return function(self.array, *args)
+
+    def indexable(self):
+        return _HostRows(self.array)
+
+    def entry_variance(self) -> float:
+        return _HostRows(self.array).entry_variance()
+
+
+class DeviceSource(RowSource):
+    """A host source whose blocks are sent to a device, one ahead of the computation.
+
+    Everything the host source knows (its length, dtype, passes, random access) is kept; blocks,
+    first rows and rows taken by index arrive on the device.  Sparse host rows are made dense
+    block by block (each block's dense size is checked first, :meth:`RowSource.require_dense`).
+    """
+
+    def __init__(self, host: RowSource, placement: Placement):
+        self.host = host
+        self.placement = placement
+        self.n_features = host.n_features
+        self.dtype = host.dtype
+        self.reiterable = host.reiterable
+        self.random_access = host.random_access
+        self.sparse = False
+        self.resident = False
+
+    @property
+    def n_samples(self):  # type: ignore[override]
+        return self.host.n_samples
+
+    def _send(self, block):
+        if hasattr(block, "toarray"):
+            self.host.require_dense(block.shape[0], "rows sent to the device")
+            block = block.toarray()
+        return self.placement.asarray(np.ascontiguousarray(block))
+
+    def head(self, n_rows=DEFAULT_BLOCK_ROWS):
+        return self._send(self.host.head(n_rows))
+
+    def blocks(self, block_rows=DEFAULT_BLOCK_ROWS) -> Iterator:
+        if block_rows is not None:
+            block_rows = max(int(block_rows), DEVICE_BLOCK_ROWS)
+        blocks = self.host.blocks(block_rows)
+        if not self.placement.is_cuda:
+            for start, block in blocks:
+                yield start, self._send(block)
+            return
+        yield from _prefetched(blocks, self.placement, self.host)
+
+    def take(self, indices):
+        return self._send(self.host.take(indices))
+
+    def sample_rows(self, n_rows, rng):
+        return self._send(self.host.sample_rows(n_rows, rng))
+
+    def in_memory(self, max_rows=None, rng=None, *, purpose=""):
+        rows = self.host.in_memory(max_rows, rng, purpose=purpose)
+        return self._send(rows)
+
+    def map_rows(self, function, *args, n_outputs, dtype):
+        return self.host.map_rows(
+            _on_device, function, self.placement, *args, n_outputs=n_outputs, dtype=dtype
+        )
+
+    def indexable(self):
+        return self.host.indexable()
+
+    def entry_variance(self) -> float:
+        return self.host.entry_variance()
+
+    def require_passes(self, n_passes, why):
+        self.host.require_passes(n_passes, why)
+
+    def dense_bytes(self, n_rows):
+        return self.host.dense_bytes(n_rows)
+
+
+def _on_device(rows, function, placement, *args):
+    """``function`` of host rows computed on the device, returned to the host (what a host
+    source's ``map_rows`` maps over its rows or dask chunks)."""
+    if hasattr(rows, "toarray"):
+        rows = rows.toarray()
+    out = function(placement.asarray(np.ascontiguousarray(rows)), *args)
+    return to_host(out)
+
+
+def _prefetched(blocks, placement: Placement, host: RowSource):
+    """Yield ``(start, device block)`` with the next block's copy already queued on a side
+    stream (pinned host memory, ``non_blocking``), so the copy overlaps the compute on the
+    current block; the compute stream waits for a block's copy before using it."""
+    import torch
+
+    copy_stream = torch.cuda.Stream(device=placement.device)
+    dtype = placement.dtype(host.dtype)
+
+    def queue(block):
+        if hasattr(block, "toarray"):
+            host.require_dense(block.shape[0], "rows sent to the device")
+            block = block.toarray()
+        pinned = torch.from_numpy(np.ascontiguousarray(block)).pin_memory()
+        with torch.cuda.stream(copy_stream):
+            device_block = pinned.to(device=placement.device, dtype=dtype, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(copy_stream)
+        return device_block, event, pinned
+
+    it = iter(blocks)
+    current = next(it, None)
+    if current is None:
+        return
+    pending = (current[0], *queue(current[1]))
+    for start, block in it:
+        following = (start, *queue(block))
+        first, device_block, event, _pinned = pending
+        _hand_over(device_block, event, placement)
+        yield first, device_block
+        pending = following
+    first, device_block, event, _pinned = pending
+    _hand_over(device_block, event, placement)
+    yield first, device_block
+
+
+def _hand_over(device_block, event, placement):
+    """Make the compute stream wait for the block's copy, and tell the caching allocator that
+    the compute stream uses the block (it was allocated on the copy stream)."""
+    import torch
+
+    compute = torch.cuda.current_stream(placement.device)
+    compute.wait_event(event)
+    device_block.record_stream(compute)
