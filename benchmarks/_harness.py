@@ -15,6 +15,12 @@ not allowed the figure falls back to ``ru_maxrss`` and ``reset_ok`` is False.
 
 Functions passed in must be importable module-level functions (the child re-imports them).
 Machines here are shared and noisy: quote ratios between methods measured in the same run.
+
+Every script writes its results (JSON, plots) to :func:`results_dir`: the folder named by the
+environment variable ``FASTKPCA_BENCH_RESULTS`` (``fastkpca bench --out DIR`` sets it for the
+scripts it runs), else ``benchmarks/results/`` beside this file, as for a direct
+``python benchmarks/NAME.py`` run.  A script's own ``--out`` / ``--output`` option, where it has
+one, still names its main file.
 """
 
 from __future__ import annotations
@@ -27,7 +33,27 @@ import resource
 import time
 import traceback
 
-__all__ = ["measure", "rss_mb", "peak_rss_mb", "save_json", "machine_info"]
+__all__ = [
+    "RESULTS_ENV",
+    "measure",
+    "rss_mb",
+    "peak_rss_mb",
+    "results_dir",
+    "save_json",
+    "machine_info",
+]
+
+#: The environment variable naming the folder the scripts write their results to.
+RESULTS_ENV = "FASTKPCA_BENCH_RESULTS"
+
+
+def results_dir() -> str:
+    """The folder results are written to: ``$FASTKPCA_BENCH_RESULTS``, else
+    ``benchmarks/results/`` (absolute; created by :func:`save_json` when it is missing)."""
+    folder = os.environ.get(RESULTS_ENV) or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results"
+    )
+    return os.path.abspath(folder)
 
 
 def rss_mb() -> float:

@@ -41,7 +41,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_info, save_json  # noqa: E402
+from _harness import machine_info, results_dir, save_json  # noqa: E402
 
 K = 5
 
@@ -139,9 +139,7 @@ def main():
         results["cases"][name] = {"n": X.shape[0], "d": X.shape[1], "m": m, "gamma": gamma}
         results["cases"][name]["rows"] = rows
     suffix = "_quick" if args.quick else ""
-    path = os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "results", f"bench_fd_eigenvalues{suffix}.json"
-    )
+    path = os.path.join(results_dir(), f"bench_fd_eigenvalues{suffix}.json")
     save_json(results, path)
     print(f"wrote {os.path.relpath(path)}")
 

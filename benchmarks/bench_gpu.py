@@ -54,11 +54,15 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import results_dir  # noqa: E402
+
+RESULTS = results_dir()
 CHUNK_ROWS = 131072
 
 

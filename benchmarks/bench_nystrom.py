@@ -40,9 +40,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = results_dir()
 
 
 def make_data(n_samples, n_features, dtype, n_probe=0):

@@ -63,9 +63,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_info, measure, peak_rss_mb, save_json  # noqa: E402
+from _harness import machine_info, measure, peak_rss_mb, results_dir, save_json  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = results_dir()
 BLOCK_ROWS = 8192
 CHUNK_ROWS = 2**17  # dask chunks: 52 MB of float32 x 100
 

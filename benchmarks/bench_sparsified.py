@@ -43,9 +43,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = results_dir()
 GAMMA = 0.02
 N_COMPONENTS = 10
 

@@ -30,9 +30,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = results_dir()
 DATA_HOME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 K = 10
 TOL = 0.05

@@ -46,9 +46,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = results_dir()
 N_COMPONENTS = 10
 N_FEATURES = 2000
 PERM_SEED = 0

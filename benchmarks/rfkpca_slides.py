@@ -50,14 +50,14 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, save_json  # noqa: E402
+from _harness import machine_info, results_dir, save_json  # noqa: E402
 
 from fastkpca import ExactKPCA, RandomFeatureKPCA  # noqa: E402
 from fastkpca.datasets import load  # noqa: E402
 from fastkpca.metrics import reconstruction_error  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = Path(results_dir())
 ELLS = (5, 10, 20)
 MAX_OUTPUT_FEATURES = 4096
 

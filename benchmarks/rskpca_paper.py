@@ -106,10 +106,10 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = Path(results_dir())
 
 #: data set -> (sigma, number of points used); the paper's Table 1.
 DATA = {"german": (30.0, None), "pendigits": (120.0, 3500)}

@@ -52,7 +52,7 @@ from scipy.optimize import brentq  # noqa: E402
 from scipy.sparse.linalg import eigsh  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, save_json  # noqa: E402
+from _harness import machine_info, results_dir, save_json  # noqa: E402
 
 from fastkpca.datasets import load  # noqa: E402
 from fastkpca.decomposition.compress import round_coefficients, sign_projection  # noqa: E402
@@ -60,7 +60,7 @@ from fastkpca.decomposition.sparsified import noise_norm_bound, sparsify_gram  #
 from fastkpca.kernels import make_kernel  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = Path(results_dir())
 ELLS = (1, 5, 10)
 MODES = {"sample": False, "quantize": True, "both": True}
 DELTA = 0.05

@@ -105,10 +105,10 @@ import scipy.linalg as la  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import machine_info, measure, save_json  # noqa: E402
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = Path(results_dir())
 
 ELLS = (2, 5, 10, 20, 30, 50)
 SAMPLE_SIZES = tuple(2**p for p in range(5, 12))

@@ -222,7 +222,13 @@ def test_fitted_attributes_are_persistable(setting):
     assert {"points_", "coef_", "offset_", "projection_", "kernel_", "eigenvalues_"} <= set(fitted)
     for name, value in fitted.items():
         assert isinstance(value, np.ndarray | int | float | str | Kernel | type(None)), name
-    assert fast.get_params() == {"rounding": 0.5, "projection_dim": 3, "random_state": 0}
+    assert fast.get_params() == {
+        "rounding": 0.5,
+        "projection_dim": 3,
+        "random_state": 0,
+        "n_jobs": None,
+        "verbose": 0,
+    }
 
 
 def test_save_and_load_round_trip(setting, tmp_path):

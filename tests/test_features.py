@@ -1,13 +1,12 @@
 """Random feature maps: unbiasedness, 1/sqrt(m) error decay, dtype, sparse input, state, errors."""
 
-import os
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fastkpca._state import STATE_CLASSES, state_class_name
+from fastkpca.execution import n_workers
 from fastkpca.features import (
     FEATURES,
     FastfoodFeatures,
@@ -341,7 +340,7 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
         acc["gram"] += chunk.T.astype(np.float64) @ chunk
 
     parts = reduce_feature_chunks(blocks, fmap, new, add)
-    assert 1 <= len(parts) <= max(1, os.cpu_count() or 1)
+    assert 1 <= len(parts) <= n_workers()
     assert sum(p["n"] for p in parts) == 1100
     np.testing.assert_allclose(sum(p["sum"] for p in parts), Z.sum(axis=0), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(sum(p["gram"] for p in parts), Z.T @ Z, rtol=1e-5, atol=1e-4)

@@ -1,14 +1,13 @@
 """Kernel rows computed in small chunks on all cores (``Kernel.blocks``, ``Kernel.fold_rows``)
 and the fused one-pass sketch of NystromKPCA, against float64 and unthreaded references."""
 
-import os
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from fastkpca import kernels as fk
 from fastkpca.decomposition.nystrom import FLOAT32_KERNEL_RMS
+from fastkpca.execution import n_workers
 from fastkpca.statistics.covariance_sketch import scatter_sketch
 from fastkpca.statistics.kernel_moments import kernel_sketch
 
@@ -45,7 +44,7 @@ def test_chunks_span_shares_and_rows_exactly_once():
 
     states = fk.RBF(0.3).fold_rows(X, L, step, list, dtype=np.float32)
     assert np.all(seen == 1)
-    assert len(states) == min(os.cpu_count() or 1, 3)
+    assert len(states) == min(n_workers(), 3)
     firsts = [state[0][0] for state in states]
     assert firsts == sorted(firsts) and firsts[0] == 0  # the shares' states in row order
 

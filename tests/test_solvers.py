@@ -172,7 +172,7 @@ def test_one_blas_thread_is_shared_between_threads_and_restored():
 
     from threadpoolctl import threadpool_info
 
-    from fastkpca.solvers import one_blas_thread
+    from fastkpca.execution import one_blas_thread
 
     def blas_threads():
         return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]

@@ -19,6 +19,7 @@ import scipy.linalg as la
 import fastkpca as fk
 from fastkpca import solvers
 from fastkpca._centering import center_gram_inplace
+from fastkpca.execution import one_blas_thread
 from fastkpca.kernels import DegenerateKernelWarning
 from fastkpca.solvers import ROUNDING_FACTOR, eigh_topk, postprocess_eigen
 
@@ -335,7 +336,7 @@ def test_transform_ignores_another_threads_blas_limit(make):
     entered, release = threading.Event(), threading.Event()
 
     def hold():
-        with solvers.one_blas_thread():
+        with one_blas_thread():
             entered.set()
             release.wait()
 

@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._utils import check_float, check_int
+from .execution import track_rows
 from .kernels import RBF, Kernel, Laplacian, Matern, manhattan, squared_euclidean
 from .source import as_source
 
@@ -214,7 +215,7 @@ def shadow_density(
     counts, sums = np.zeros(0), np.zeros((0, n_features))
     labels: list[np.ndarray] = []
     m = 0
-    for _, block in source.blocks(block_rows):
+    for _, block in track_rows(source.blocks(block_rows), total=source.n_samples, desc="shadow"):
         # one block at a time: a CSR block is densified, so memory stays one block of rows
         Xb = block.toarray() if sp.issparse(block) else np.asarray(block, dtype=np.float64)
         b = Xb.shape[0]

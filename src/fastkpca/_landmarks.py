@@ -37,8 +37,9 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from .execution import one_blas_thread
 from .kernels import Kernel, chunk_rows
-from .solvers import eigh_topk, one_blas_thread
+from .solvers import eigh_topk
 from .source import ReservoirSampler, uniform_indices
 
 __all__ = [

@@ -40,6 +40,8 @@ __all__ = [
     "check_fitted",
     "check_params",
     "check_state",
+    "legacy_fitted_names",
+    "upgrade_fitted",
 ]
 
 #: The largest integer a model file may hold where a count or a size is expected: far above any
@@ -440,6 +442,21 @@ _PRINCIPAL_AXES = {
     "n_samples_seen_": Int(low=1),
 }
 _TRANSFORMER = Schema({**_INPUT, **_RANDOM_FEATURES}, checks=(_feature_map_matches_kernel,))
+_NYSTROM = {
+    **_KPCA,
+    **_TOL_SIZE,
+    "components_": Array(("n_components_", "rank")),
+    "eigenvalues_": Array(("n_components_",)),
+    "kernel_": KernelValue(),
+    "landmark_weights_": Array(("n_landmarks_",)),
+    "landmarks_": Array(("n_landmarks_", "n_features_in_")),
+    "mean_": Array(("rank",)),
+    "n_components_": Int(low=1),
+    "n_landmarks_": Int(low=1),
+    "n_samples_seen_": Int(low=1),
+    "solver_": OneOf(("exact", "randomized", "exact_kpca"), optional=True),
+    "kernel_row_dtype_": OneOf(("float32", "float64"), optional=True),
+}
 
 #: The declared fitted attributes of every class in :data:`fastkpca.decomposition.SAVEABLE`.
 FITTED_SCHEMAS: dict[str, Schema] = {
@@ -463,22 +480,7 @@ FITTED_SCHEMAS: dict[str, Schema] = {
         checks=(_precomputed_gram,),
     ),
     "NystromKPCA": Schema(
-        {
-            **_KPCA,
-            **_TOL_SIZE,
-            "components_": Array(("n_components_", "rank")),
-            "eigenvalues_": Array(("n_components_",)),
-            "kernel_": KernelValue(),
-            "landmark_weights_": Array(("n_landmarks_",)),
-            "landmarks_": Array(("n_landmarks_", "n_features_in_")),
-            "mean_": Array(("rank",)),
-            "n_components_": Int(low=1),
-            "n_landmarks_": Int(low=1),
-            "n_samples_seen_": Int(low=1),
-            "normalization_": Array(("rank", "n_landmarks_")),
-            "solver_": OneOf(("exact", "randomized", "exact_kpca"), optional=True),
-            "kernel_row_dtype_": OneOf(("float32", "float64"), optional=True),
-        },
+        {**_NYSTROM, "projection_": Array(("n_landmarks_", "n_components_"))},
         together=_INVERSE_PAIR,
     ),
     "RandomFeatureKPCA": Schema(
@@ -563,6 +565,53 @@ FITTED_SCHEMAS: dict[str, Schema] = {
     "FastfoodFeatures": _TRANSFORMER,
     "TensorSketchFeatures": _TRANSFORMER,
 }
+
+
+# --- model files of earlier versions -------------------------------------------------------------
+
+
+def _nystrom_projection(values: dict) -> dict:
+    """A NystromKPCA file that holds the whitening ``normalization_`` (r x n_landmarks_; files
+    written before the model kept only ``projection_``): checked against that declaration, then
+    turned into ``projection_ = normalization_^T components_^T``, what the model keeps now."""
+    if "projection_" in values:
+        raise ValueError(
+            f"{_fitted('normalization_')} (of earlier model files) and {_fitted('projection_')} "
+            "are both present"
+        )
+    _check_against(_LEGACY_NYSTROM, values, _fitted)
+    values = dict(values)
+    N = np.asarray(values.pop("normalization_"), dtype=np.float64)
+    values["projection_"] = N.T @ np.asarray(values["components_"], dtype=np.float64).T
+    return values
+
+
+_LEGACY_NYSTROM = Schema(
+    {**_NYSTROM, "normalization_": Array(("rank", "n_landmarks_"))}, together=_INVERSE_PAIR
+)
+
+#: Fitted attributes that earlier model files hold and the current classes no longer keep:
+#: class name -> (those names, the function that turns such a file's fitted attributes into
+#: the current ones).  :func:`upgrade_fitted` applies it before :func:`check_fitted`.
+LEGACY_FITTED: dict[str, tuple[frozenset, Callable[[dict], dict]]] = {
+    "NystromKPCA": (frozenset({"normalization_"}), _nystrom_projection),
+}
+
+
+def legacy_fitted_names(cls) -> frozenset:
+    """The fitted attributes of earlier model files of ``cls`` that :func:`upgrade_fitted`
+    turns into current ones (empty for most classes)."""
+    return LEGACY_FITTED.get(cls.__name__, (frozenset(), None))[0]
+
+
+def upgrade_fitted(cls, fitted: Mapping[str, Any]) -> dict:
+    """The fitted attributes of a ``cls`` model file in the current form: a file of an earlier
+    version (one that holds a name of :data:`LEGACY_FITTED`) is checked against its own
+    declaration and converted; others are returned as they are."""
+    names, upgrade = LEGACY_FITTED.get(cls.__name__, (frozenset(), None))
+    if upgrade is None or not names & set(fitted):
+        return dict(fitted)
+    return upgrade(dict(fitted))
 
 
 # --- registered state classes ----------------------------------------------------------------
@@ -758,14 +807,15 @@ def check_params(cls, params: Mapping[str, Any]):
     constructor's; the constructor stores each value unchanged (``get_params`` round trip);
     scikit-learn's ``_validate_params`` where the class declares ``_parameter_constraints``;
     then ``fit`` itself, on a stand-in for the rows that stops it at its first look at them
-    (:class:`_Unread`): fastkpca's estimators check their parameters first (STYLE.md: validate,
-    then derive, then compute), so everything ``fit`` checks of the parameters alone runs;
-    then what ``fit`` checks only once it has rows: the kernel spec through ``_resolve_kernel``
-    (on a 2 x 1 array of zeros: a data-dependent gamma resolves to a number there, a bad one
-    raises), ``n_components`` through ``_resolve_n_components`` and ``random_state`` through
-    ``_make_rng``.  A parameter the file does not name keeps its default.  Parameters are not
-    compared with the fitted attributes: ``set_params`` after ``fit`` may change them, and
-    ``transform`` reads only the fitted attributes.
+    (:class:`_Unread`): every estimator's ``fit`` begins with its ``_check_params`` (STYLE.md:
+    validate, then derive, then compute), so everything it checks of the parameters alone runs
+    (a class not fitted on rows, ``CompressedKPCA``: its ``_check_params``, which its builder
+    runs first).  Then, again, what ``fit`` checks once it has rows: the kernel spec through
+    ``_resolve_kernel`` (on a 2 x 1 array of zeros: a data-dependent gamma resolves to a number
+    there, a bad one raises), ``n_components`` through ``_resolve_n_components`` and
+    ``random_state`` through ``_make_rng``.  A parameter the file does not name keeps its
+    default.  Parameters are not compared with the fitted attributes: ``set_params`` after
+    ``fit`` may change them, and ``transform`` reads only the fitted attributes.
     """
     names = set(cls._get_param_names())
     unknown = sorted(set(params) - names)
@@ -789,6 +839,8 @@ def check_params(cls, params: Mapping[str, Any]):
             except _RowsReached:
                 pass
             probe = cls(**params)
+        elif hasattr(probe, "_check_params"):  # the checks its builder runs before any work
+            probe._check_params()
         if _KERNEL_SPEC <= names and hasattr(probe, "_resolve_kernel"):
             probe._resolve_kernel(np.zeros((_PROBE_ROWS, 1)))
         if "n_components" in names and hasattr(probe, "_resolve_n_components"):

@@ -6,7 +6,7 @@
     fastkpca transform model.npz DATA -o projections.npy
     fastkpca evaluate model.npz DATA
     fastkpca info model.npz
-    fastkpca bench [--quick] [NAME ...]
+    fastkpca bench [--quick] [--out DIR] [NAME ...]
     fastkpca demo [--output fastkpca-demo.png]
 
 DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
@@ -15,13 +15,17 @@ uniform landmarks or a landmark file) are fitted on the file's row blocks withou
 memory is bounded by the block size and the model, not the file; where a method needs a second
 pass (nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
 Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
-Errors are reported on one line (``fastkpca: error: ...``, exit status 1); ``--debug`` shows the
-traceback instead.  Progress bars (tqdm) appear only when stderr is a terminal.
+Errors are reported on one line (``fastkpca: error: ...``, exit status 1), and so is each warning
+of the library (``fastkpca: warning: ...``, e.g. a degenerate kernel); ``--debug`` shows the
+traceback and Python's warnings instead.  Progress bars (tqdm) appear only when stderr is a
+terminal.  The help of every option is built from the estimators themselves (the methods that
+take it, their choices and defaults), so it cannot drift from what the code accepts.
 
 Files are safe from the command's mistakes.  No command overwrites a file it did not write:
 ``fit`` replaces an existing output only when it is a fastkpca model (recognised by its
-metadata, :func:`fastkpca.persistence.is_model_file`), ``demo`` only its own plot, ``transform``
-no existing file; ``--force`` replaces any regular file, and a replacement is said on stderr
+metadata, :func:`fastkpca.persistence.is_model_file`), ``demo`` only its own plot, ``bench``
+only the files it recorded writing in its ``--out`` folder, ``transform`` no existing file;
+``--force`` replaces any regular file, and a replacement is said on stderr
 (``fastkpca: replacing the fastkpca model model.npz``).  ``-o`` naming an input file (the same
 path, a link or the same inode) is refused even with ``--force``.  Models, projections and
 plots are written to a temporary file renamed at the end, so a failure leaves an existing
@@ -42,7 +46,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,38 +57,164 @@ __all__ = ["main", "build_parser", "METHODS"]
 #: Estimators fitted on the file's row blocks (one pass, or two reading the file again).
 ONE_PASS = {"StreamingKPCA", "RandomFeatureKPCA"}
 
-# (flag, estimator parameter, parser, help) for the method options of ``fit``
+#: The method options of ``fit``: (flag, estimator parameter, value parser, help).  Which methods
+#: take each one, its choices and its default are read from the estimators when the parser is
+#: built (:func:`_method_option_help`), so the help says what the code accepts.
 _METHOD_OPTIONS = [
-    ("--eigen-solver", "eigen_solver", str, "eigensolver (exact, sparsified)"),
-    ("--n-features", "n_features", int, "number of random features (random-features, streaming)"),
-    ("--features", "features", str, "random feature map: rff, orf, fastfood, tensorsketch"),
-    ("--solver", "solver", str, "random-features solver: exact or countsketch"),
-    ("--sketch-size", "sketch_size", int, "Frequent Directions sketch size ell (streaming)"),
-    ("--n-landmarks", "n_landmarks", int, "number of landmarks (nystrom)"),
+    ("--eigen-solver", "eigen_solver", str, "eigensolver"),
     (
-        "--landmarks",
-        "landmarks",
-        str,
-        "landmark choice (uniform, kmeans, rls) or a data file of landmark rows (nystrom)",
+        "--n-features",
+        "n_features",
+        "size",
+        "number of random features m, or 'auto' (grown until --tol is met)",
     ),
-    ("--density", "density", str, "reduced-set density: shadow, kmeans, paring, herding"),
-    ("--n-centers", "n_centers", int, "number of centers (reduced-set)"),
-    ("--ell", "ell", float, "shadow density parameter ell (reduced-set)"),
-    ("--sample-prob", "sample_prob", float, "Gram entry sampling parameter (sparsified)"),
-    ("--quantize", "quantize", "value", "1-bit quantization (sparsified): true/false or a value"),
+    ("--features", "features", str, "random feature map ('auto': by kernel)"),
+    ("--solver", "solver", str, "how the principal axes are computed"),
+    (
+        "--sketch-size",
+        "sketch_size",
+        int,
+        "sketch size: Frequent Directions rows ell (streaming), columns q of the randomized "
+        "solver's test matrix (nystrom)",
+    ),
+    (
+        "--n-landmarks",
+        "n_landmarks",
+        "size",
+        "number of landmarks c, or 'auto' (grown until --tol is met)",
+    ),
+    ("--landmarks", "landmarks", str, "landmark choice, or a data file of landmark rows"),
+    ("--density", "density", str, "reduced-set density estimate"),
+    ("--n-centers", "n_centers", int, "number of centers (densities other than shadow)"),
+    ("--ell", "ell", float, "shadow density parameter ell (eps = sigma / ell)"),
+    ("--sample-prob", "sample_prob", float, "probability of keeping each Gram entry"),
+    ("--quantize", "quantize", "bool", "1-bit quantization of the kept entries: true or false"),
     (
         "--tol",
         "tol",
         float,
-        "iterative eigensolver tolerance (exact, sparsified); for nystrom, random-features and "
+        "exact, sparsified: iterative eigensolver tolerance; nystrom, random-features, "
         "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL",
     ),
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
 ]
 
 
-#: The model file ``fit`` writes without ``-o``.
+def _parameter_choices() -> dict:
+    """(estimator class name, parameter) -> the values the estimator accepts, from its module's
+    own constants (what the method options' help and choices are built from)."""
+    from ._landmarks import LANDMARK_METHODS
+    from .decomposition import exact, nystrom, random_features, reduced_set, sparsified
+    from .features import FEATURES
+
+    return {
+        ("ExactKPCA", "eigen_solver"): exact.EXACT_SOLVERS,
+        ("ReducedSetKPCA", "eigen_solver"): reduced_set.SOLVERS,
+        ("SparsifiedKPCA", "eigen_solver"): sparsified.EIGEN_SOLVERS,
+        ("RandomFeatureKPCA", "features"): ("auto", *FEATURES),
+        ("StreamingKPCA", "features"): ("auto", *FEATURES),
+        ("RandomFeatureKPCA", "solver"): random_features.SOLVERS,
+        ("NystromKPCA", "solver"): nystrom.SOLVERS,
+        ("NystromKPCA", "landmarks"): LANDMARK_METHODS,
+        ("ReducedSetKPCA", "density"): reduced_set.DENSITIES,
+    }
+
+
+def _none_defaults() -> dict:
+    """(estimator class name, parameter) -> what a default of None means, for the help."""
+    from .decomposition import nystrom, reduced_set, streaming
+    from .features import DEFAULT_N_FEATURES
+
+    solver_default = "the solver's own (by dtype)"
+    no_growth = "none (the size given)"
+    return {
+        ("RandomFeatureKPCA", "n_features"): str(DEFAULT_N_FEATURES),
+        ("StreamingKPCA", "n_features"): str(DEFAULT_N_FEATURES),
+        ("NystromKPCA", "n_landmarks"): f"min({nystrom.DEFAULT_N_LANDMARKS}, rows)",
+        ("StreamingKPCA", "sketch_size"): f"max({streaming.DEFAULT_SKETCH_SIZE}, 2 k)",
+        ("NystromKPCA", "sketch_size"): f"{nystrom.SKETCH_FACTOR} k + {nystrom.SKETCH_EXTRA}",
+        ("ReducedSetKPCA", "n_centers"): f"min({reduced_set.DEFAULT_N_CENTERS}, rows)",
+        ("ExactKPCA", "tol"): solver_default,
+        ("SparsifiedKPCA", "tol"): solver_default,
+        ("NystromKPCA", "tol"): no_growth,
+        ("RandomFeatureKPCA", "tol"): no_growth,
+        ("StreamingKPCA", "tol"): no_growth,
+        ("ExactKPCA", "max_iter"): "the solver's own",
+        ("SparsifiedKPCA", "max_iter"): "the solver's own",
+    }
+
+
+def _method_option_help(param: str, text: str, methods: dict) -> tuple[str, tuple | None]:
+    """The help of a method option and its choices (None: any value), from the estimators:
+    the methods that take ``param``, the values each accepts and each one's default."""
+    choices, none_defaults = _parameter_choices(), _none_defaults()
+    users = {m: cls for m, cls in methods.items() if param in cls._get_param_names()}
+    allowed: dict = {}
+    defaults: dict = {}
+    for method, cls in users.items():
+        for value in choices.get((cls.__name__, param), ()):
+            allowed.setdefault(value, []).append(method)
+        default = cls().get_params()[param]
+        shown = none_defaults.get((cls.__name__, param), "none") if default is None else default
+        defaults.setdefault(str(shown).lower() if isinstance(shown, bool) else shown, []).append(
+            method
+        )
+    parts = [f"{text} [{', '.join(users)}]"]
+    if allowed:
+        listed = [
+            v if len(ms) == len(users) else f"{v} ({', '.join(ms)})" for v, ms in allowed.items()
+        ]
+        parts.append("choices: " + ", ".join(map(str, listed)))
+    if len(defaults) == 1:
+        parts.append(f"default: {next(iter(defaults))}")
+    else:
+        parts.append(
+            "default: " + "; ".join(f"{v} ({', '.join(ms)})" for v, ms in defaults.items())
+        )
+    return "; ".join(parts), (tuple(allowed) if allowed and param != "landmarks" else None)
+
+
+def _parse_bool(text: str) -> bool:
+    value = _parse_value(text)
+    if not isinstance(value, bool):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
+def _parse_size(text: str):
+    """A size option: a positive integer or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or 'auto', got {text!r}"
+        ) from None
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with each option's default: "(default: X)" appended where the text does
+    not already say it; flags (``store_true``) and required options say nothing."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.required
+            or action.nargs == 0
+            or action.default in (None, argparse.SUPPRESS)
+            or "default" in text.lower()
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+#: The model file ``fit`` writes without ``-o`` (a model file is a NumPy ``.npz`` archive).
 DEFAULT_MODEL = "model.npz"
+
+_DATA_HELP = "data file: .npy, .csv / .tsv (optionally .gz), .parquet or LIBSVM text"
+_MODEL_HELP = "model file written by fastkpca fit (or model.save)"
 
 
 class CLIError(Exception):
@@ -540,8 +669,9 @@ def cmd_fit(args):
     if args.estimate_error:
         rng = np.random.default_rng(0 if args.seed is None else args.seed)
         X_probe, n = _subsample(reader, args, args.estimate_rows, rng)
-        print(f"error estimate on {X_probe.shape[0]} of {n} rows:")
-        print(_estimate_lines(_estimate(model, X_probe, args), all_rows=X_probe.shape[0] == n))
+        m = X_probe.shape[0]
+        print(f"error estimate on {m} of {n} rows ({'all' if m == n else 'a uniform subsample'}):")
+        print(_estimate_lines(_describe_estimate(_estimate(model, X_probe, args), n)))
     return 0
 
 
@@ -736,6 +866,7 @@ def cmd_transform(args):
     _output_kind(args.output)
     _claim_output(args.output, force=args.force)
     model, meta = load_with_info(args.model)
+    _use_jobs(args, model)
     reader = _open_for_model(args, model, meta)
     dense = not getattr(model, "_accepts_sparse", False)
     t0 = time.perf_counter()
@@ -826,20 +957,94 @@ _METRIC_NOTES = {
 }
 
 
+def _rows_text(m: int, n: int) -> str:
+    """Which rows a figure was computed on: all n of DATA, or a uniform subsample of m."""
+    return f"all {n} rows" if m == n else f"a uniform random subsample of {m} of the {n} rows"
+
+
+#: ``"method"`` of each entry of an evaluation: how the figure was computed.
+EXACT_ALL_ROWS = "exact_all_rows"  # exact, on every row of DATA
+EXACT_SUBSAMPLE = "exact_subsample"  # exact on the evaluated rows, a uniform subsample of DATA
+PROBE_ESTIMATE = "probe_estimate"  # estimated from a probe of the evaluated rows (with stderr)
+
+
+def _describe_estimate(est: dict, n_rows: int) -> dict:
+    """``estimate_error``'s result with each entry saying how it was computed.
+
+    ``estimate_error`` computes the Gram of the rows it is given exactly when they are at most
+    ``n_probe`` (its ``"method": "exact"``), else estimates from a probe (``"probe"``).  Here the
+    rows are DATA's, all or a uniform subsample: each entry's ``"method"`` becomes one of
+    :data:`EXACT_ALL_ROWS`, :data:`EXACT_SUBSAMPLE`, :data:`PROBE_ESTIMATE`, and a
+    ``"computation"`` says it in words.
+    """
+    out = dict(est)
+    m, p = int(est["n_samples"]), int(est["n_probe"])
+    rows = _rows_text(m, n_rows)
+    for name in (
+        "relative_rank_k_error",
+        "excess_error",
+        "eigenvalue_error",
+        "eigenvalues_per_row",
+    ):
+        entry = est.get(name)
+        if not isinstance(entry, dict):
+            continue
+        entry = dict(entry)
+        if entry.get("method") == "probe":
+            entry["method"] = PROBE_ESTIMATE
+            entry["computation"] = (
+                f"estimated from a uniform probe of {p} of the {m} evaluated rows ({rows} of "
+                "DATA), without exact KPCA; stderr and a 95% interval"
+            )
+        else:
+            entry["method"] = EXACT_ALL_ROWS if m == n_rows else EXACT_SUBSAMPLE
+            entry["computation"] = f"exact, on the Gram of {rows} of DATA"
+        if name in ("eigenvalue_error", "eigenvalues_per_row"):
+            entry["computation"] += (
+                "; eigenvalues per row (lambda / n) of these rows against the model's, whose "
+                "stderr counts the sampling of the rows"
+                if m < n_rows
+                else "; eigenvalues per row (lambda / n) of these rows against the model's"
+            )
+        out[name] = entry
+    certificates = est.get("certificates")
+    if isinstance(certificates, dict):
+        how = {
+            "nystrom_residual_trace": f"exact, over {rows} of DATA",
+            "fd_eigenvalue_bounds": "from the model's Frequent Directions sketch (no rows)",
+            "feature_gram_error": "on a uniform probe of the evaluated rows (its n_probe)",
+        }
+        out["certificates"] = {
+            name: {**value, "computation": how[name]}
+            if isinstance(value, dict) and name in how
+            else value
+            for name, value in certificates.items()
+        }
+    return out
+
+
 def cmd_evaluate(args):
     from .persistence import load_with_info
 
     if args.max_samples < 2:
         raise CLIError(f"--max-samples must be at least 2, got {args.max_samples}")
     model, meta = load_with_info(args.model)
+    _use_jobs(args, model)
     reader = _open_for_model(args, model, meta)
     rng = np.random.default_rng(args.seed)
     X, n = _subsample(reader, args, args.max_samples, rng)
     k = getattr(model, "n_components_", None) or model.eigenvalues_.shape[0]
     if X.shape[0] <= k:
         raise CLIError(f"{X.shape[0]} rows are too few to evaluate {k} components")
-    estimate = _estimate(model, X, args)
+    m = X.shape[0]
+    estimate = _describe_estimate(_plain(_estimate(model, X, args)), n)
     rows = None if args.no_exact else evaluate_model(model, X, random_state=args.seed)
+    exact_how = f"exact KPCA (ExactKPCA, the model's kernel, {k} components) of {_rows_text(m, n)}"
+    if rows is not None:
+        method = EXACT_ALL_ROWS if m == n else EXACT_SUBSAMPLE
+        for entry in rows.values():
+            entry["method"] = method
+            entry["computation"] = f"exact, against {exact_how}"
     if args.json:
         print(
             json.dumps(
@@ -847,22 +1052,27 @@ def cmd_evaluate(args):
                     "model": args.model,
                     "data": args.data,
                     "n_rows": n,
-                    "n_evaluated": X.shape[0],
+                    "n_evaluated": m,
+                    "rows": _rows_text(m, n),
                     "n_components": k,
-                    "estimate": _plain(estimate),
-                    "metrics": rows,
+                    "estimate": estimate,
+                    "metrics": _plain(rows),
+                    "metrics_computation": "skipped (--no-exact)" if rows is None else exact_how,
                 },
                 indent=2,
             )
         )
         return 0
-    print(f"{type(model).__name__} ({k} components) on {X.shape[0]} of {n} rows of {args.data}")
-    print(_estimate_lines(estimate, all_rows=X.shape[0] == n))
+    print(f"{type(model).__name__} ({k} components) on {m} of {n} rows of {args.data}")
+    print(f"error estimate (fastkpca.metrics.estimate_error) on {_rows_text(m, n)}:")
+    print(_estimate_lines(estimate))
     if rows is not None:
-        print("  against exact KPCA of those rows:")
+        print(f"against {exact_how}:")
         print(f"    {'metric':<24}{'model':>12}{'exact':>12}  meaning")
         for name, r in rows.items():
             print(f"    {name:<24}{r['model']:>12.4g}{r['exact']:>12.4g}  {_METRIC_NOTES[name]}")
+    else:
+        print("exact KPCA of the rows: skipped (--no-exact)")
     return 0
 
 
@@ -874,29 +1084,32 @@ def _estimate(model, X, args) -> dict:
     return estimate_error(model, X, n_probe=min(n_probe, X.shape[0]), random_state=args.seed)
 
 
-def _estimate_lines(est: dict, all_rows: bool) -> str:
-    """The error estimate, for people: the ratio with its interval, and how it was made.
+def _estimate_lines(est: dict) -> str:
+    """The error estimate, for people (:func:`_describe_estimate`'s dict): each figure with its
+    uncertainty where it has one, and how it was computed.
 
     The eigenvalue error compares eigenvalues per row (``lambda / n``), the model's (of its
-    training rows) with those estimated from the rows given, a sample of the training rows or
-    all of them; it is left out for a model that does not tell its eigenvalues and training size.
+    training rows) with those of the rows given, a sample of the training rows or all of them;
+    it is left out for a model that does not tell its eigenvalues and training size.
     """
     err, eig = est["relative_rank_k_error"], est["eigenvalue_error"]
     lo, hi = err["interval"]
-    how = (
-        "exact on these rows"
-        if err["method"] == "exact"
-        else f"estimated from a probe of {est['n_probe']} of {est['n_samples']} rows, without "
-        "exact KPCA (may understate err - 1 for models better than a Nystrom model with 3/4 "
-        "of the probe as landmarks)"
-    )
-    lines = [
-        f"  relative rank-k error  {err['estimate']:.4f}   (95% interval {lo:.4f}-{hi:.4f}; "
-        "1 = exact KPCA)"
-    ]
+    if err["method"] == PROBE_ESTIMATE:
+        value = f"{err['estimate']:.4f}   (95% interval {lo:.4f}-{hi:.4f}; 1 = exact KPCA)"
+        note = (
+            "    (may understate err - 1 for models better than a Nystrom model with 3/4 of the "
+            "probe as landmarks)"
+        )
+    else:
+        value = f"{err['estimate']:.4f}   (1 = exact KPCA)"
+        note = ""
+    lines = [f"  relative rank-k error  {value}", f"    {err['computation']}"]
+    if note:
+        lines.append(note)
     if eig is not None:
         lines.append(f"  eigenvalue error       {eig['estimate']:.4g}   (+- {eig['stderr']:.2g})")
-    return "\n".join(lines + [f"  {how}"])
+        lines.append(f"    {eig['computation']}")
+    return "\n".join(lines)
 
 
 def _plain(value):
@@ -1028,6 +1241,95 @@ def _run_script(cmd, **kwargs) -> int:
             raise
 
 
+#: The environment variable the benchmark scripts read for their results folder (their harness,
+#: ``benchmarks/_harness.py``, defines the same name); ``bench --out`` sets it.
+BENCH_RESULTS_ENV = "FASTKPCA_BENCH_RESULTS"
+
+#: How long ``fastkpca bench --quick`` takes, as measured (said in its help): 18 scripts in
+#: 17.7 minutes on a 2-core machine whose load average was 2.5-3.8 (other work running).
+BENCH_QUICK_TIME = "about 18 minutes on a 2-core machine"
+
+#: ``bench --out``'s default: a folder of the current directory, never the package or the
+#: repository's own ``benchmarks/results/``.
+DEFAULT_BENCH_OUT = "fastkpca-bench-results"
+
+#: The record, in a results folder, of the files ``fastkpca bench`` wrote there: the files it may
+#: replace on a later run.
+BENCH_MANIFEST = "fastkpca-bench.json"
+_BENCH_FORMAT = "fastkpca-bench-results"
+
+
+def _folder_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` (relative POSIX path -> (size, mtime in ns)); {} if none."""
+    out: dict[str, tuple[int, int]] = {}
+    if not folder.is_dir():
+        return out
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = Path(root) / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            out[path.relative_to(folder).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _bench_manifest(folder: Path) -> dict | None:
+    """The files ``fastkpca bench`` recorded as its own in ``folder`` (name -> script), or None
+    when the folder has no readable record."""
+    path = folder / BENCH_MANIFEST
+    try:
+        if not path.is_file() or path.stat().st_size > 2**24:  # a record is a few KiB
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != _BENCH_FORMAT:
+        return None
+    files = data.get("files")
+    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else None
+
+
+def _write_bench_manifest(folder: Path, files: dict) -> None:
+    from .persistence import atomic_output
+
+    text = json.dumps({"format": _BENCH_FORMAT, "files": dict(sorted(files.items()))}, indent=2)
+    with atomic_output(folder / BENCH_MANIFEST) as tmp:
+        Path(tmp).write_text(text + "\n")
+
+
+def _claim_bench_folder(out: Path, *, force: bool) -> dict:
+    """Check that the benchmarks may write into ``out``; the files recorded as ``bench``'s own.
+
+    The rule of ``fit -o``: a folder that does not exist yet is free, and so is one holding only
+    files an earlier ``fastkpca bench`` wrote (its record, :data:`BENCH_MANIFEST`, lists them);
+    any other file in it could be replaced by a script's results, so such a folder is refused
+    unless ``--force``.  The package's own folder is always refused.
+    """
+    package = Path(__file__).resolve().parent
+    resolved = out.resolve()
+    if resolved == package or package in resolved.parents:
+        raise CLIError(f"--out {out} is inside the fastkpca package; choose another folder")
+    if out.exists() and not out.is_dir():
+        raise CLIError(f"--out {out} exists and is not a folder")
+    record = _bench_manifest(out)
+    owned = record or {}
+    ours = set(owned) | ({BENCH_MANIFEST} if record is not None else set())
+    foreign = sorted(set(_folder_files(out)) - ours)
+    if foreign and not force:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise CLIError(
+            f"--out {out} holds files fastkpca bench did not write ({shown}): the benchmarks "
+            "could replace them; choose another folder with --out, or give --force"
+        )
+    if foreign:
+        print(f"fastkpca: writing into {out}, which holds other files (--force)", file=sys.stderr)
+    return owned
+
+
 def cmd_bench(args):
     folder = _find_benchmarks(args.dir)
     if folder is None:
@@ -1048,10 +1350,13 @@ def cmd_bench(args):
     unknown = [n for n in names if n not in scripts]
     if unknown:
         raise CLIError(f"unknown benchmark {', '.join(unknown)}; available: {', '.join(scripts)}")
+    out = Path(os.path.abspath(args.out))
+    owned = _claim_bench_folder(out, force=args.force)
     extra = list(args.script_args)
     if args.quick:
         extra = ["--quick", *extra]
     env = dict(os.environ)
+    env[BENCH_RESULTS_ENV] = str(out)
     src = folder.parent / "src"
     if (src / "fastkpca").is_dir():
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
@@ -1066,7 +1371,16 @@ def cmd_bench(args):
         cmd = [sys.executable, str(scripts[name]), *extra]
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.perf_counter()
-        rc = _run_script(cmd, cwd=folder.parent, env=env)
+        before = _folder_files(out)
+        try:
+            rc = _run_script(cmd, cwd=folder.parent, env=env)
+        finally:
+            # what the script wrote (even when it failed or was interrupted) is bench's own
+            written = {p for p, st in _folder_files(out).items() if before.get(p) != st}
+            written.discard(BENCH_MANIFEST)
+            if written:
+                owned.update(dict.fromkeys(written, name))
+                _write_bench_manifest(out, owned)
         print(
             f"== {name}: {'ok' if rc == 0 else f'failed (exit {rc})'} in "
             f"{time.perf_counter() - t0:.1f} s",
@@ -1074,6 +1388,8 @@ def cmd_bench(args):
         )
         if rc != 0:
             failed.append(name)
+    if owned:
+        print(f"results in {out}", flush=True)
     if failed:
         raise CLIError(f"benchmark(s) failed: {', '.join(failed)}")
     if skipped and len(skipped) == len(names):
@@ -1111,22 +1427,24 @@ def cmd_demo(args):
 
 
 def _add_data_options(p):
-    from .source.files import DEFAULT_MAX_LINE_LENGTH
+    from ._utils import DEFAULT_BLOCK_ROWS
+    from .source.files import _FORMAT_ALIASES, DEFAULT_MAX_LINE_LENGTH, FORMATS
 
     g = p.add_argument_group("data file")
     g.add_argument(
         "--label-column",
         metavar="COL",
-        help="column holding labels, left out of the features (number or name; -1 = last)",
+        help="column holding labels, left out of the features (number or name; -1 = last; "
+        "default: none, every column is a feature)",
     )
     g.add_argument(
         "--columns",
         metavar="COLS",
-        help="comma-separated feature columns to use (numbers or names)",
+        help="comma-separated feature columns to use (numbers or names; default: all)",
     )
     g.add_argument(
         "--format",
-        choices=["npy", "csv", "tsv", "text", "parquet", "libsvm"],
+        choices=[*FORMATS, *_FORMAT_ALIASES],
         help="file format (default: from the name and content)",
     )
     g.add_argument(
@@ -1141,7 +1459,7 @@ def _add_data_options(p):
         type=_positive_int,
         default=None,
         metavar="N",
-        help="rows per block when streaming (default 8192)",
+        help=f"rows per block when streaming (default: {DEFAULT_BLOCK_ROWS})",
     )
     g.add_argument(
         "--dtype",
@@ -1176,6 +1494,49 @@ def _add_data_options(p):
     )
 
 
+def _jobs(text: str) -> int:
+    """``--jobs N``: scikit-learn's n_jobs (-1 all cores, -2 all but one, ...; not 0)."""
+    from .execution import check_n_jobs
+
+    try:
+        jobs = check_n_jobs(int(text), name="--jobs")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--jobs takes a positive count of threads or -1 (all cores), -2 (all but one), "
+            f"...; got {text!r}"
+        ) from None
+    assert jobs is not None
+    return jobs
+
+
+def _add_jobs_option(p):
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="threads (default: every core this process may use; -1 the same, -2 all but one); "
+        "the results do not depend on it",
+    )
+
+
+def _jobs_context(args):
+    """The command's threads (``--jobs``) as the execution layer's context: estimators with
+    ``n_jobs=None`` (fitted here, or loaded) run with that many."""
+    from .execution import using_n_jobs
+
+    jobs = getattr(args, "jobs", None)
+    return contextlib.nullcontext() if jobs is None else using_n_jobs(jobs)
+
+
+def _use_jobs(args, model) -> None:
+    """A loaded model's own ``n_jobs`` gives way to ``--jobs``."""
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and "n_jobs" in model.get_params(deep=False):
+        model.set_params(n_jobs=jobs)
+
+
 def _add_force_option(p, what):
     p.add_argument(
         "--force",
@@ -1196,9 +1557,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bars"
     )
 
+    from .decomposition import available_methods
+    from .decomposition.exact import ExactKPCA
+    from .kernels import KERNELS
+
     parser = argparse.ArgumentParser(
         prog="fastkpca",
         parents=[common],
+        formatter_class=_HelpFormatter,
         description="Kernel PCA at scale: fit, apply and evaluate approximate KPCA models.",
     )
     parser.set_defaults(debug=False, quiet=False)
@@ -1209,11 +1575,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "fit",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="fit a model on a data file",
-        description="Fit a kernel PCA model on DATA and save it.",
+        description=f"Fit a kernel PCA model on DATA and save it (to {DEFAULT_MODEL} unless -o "
+        "names another file).",
     )
-    p.add_argument("data", metavar="DATA")
+    p.add_argument("data", metavar="DATA", help=_DATA_HELP)
     p.add_argument(
         "--method",
         "-m",
@@ -1229,30 +1597,57 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="number of components (default: min(10, what the method allows))",
     )
+    kernel_defaults = ExactKPCA().get_params()  # every estimator takes the same kernel spec
     p.add_argument(
         "--kernel",
-        choices=["rbf", "laplacian", "matern", "polynomial", "linear", "cosine"],
+        choices=list(KERNELS),
         default=None,
+        help=f"kernel (default: {kernel_defaults['kernel']})",
     )
     p.add_argument(
         "--gamma",
         type=_parse_gamma,
         default=None,
-        help="kernel coefficient: a number, 'scale' or 'median' (default: 1 / n_features)",
+        help="kernel coefficient: a number, 'scale' (1 / (n_features * X.var())) or 'median' "
+        "(1 / the median squared distance) (default: 1 / n_features)",
     )
-    p.add_argument("--degree", type=int, default=None, help="polynomial degree")
-    p.add_argument("--coef0", type=float, default=None, help="polynomial coef0")
-    p.add_argument("--nu", type=float, default=None, help="Matern smoothness")
-    p.add_argument("--seed", type=int, default=0, help="random_state (default 0)")
-    g = p.add_argument_group("method options")
+    p.add_argument(
+        "--degree",
+        type=int,
+        default=None,
+        help=f"polynomial degree (default: {kernel_defaults['degree']})",
+    )
+    p.add_argument(
+        "--coef0",
+        type=float,
+        default=None,
+        help=f"polynomial coef0 (default: {kernel_defaults['coef0']})",
+    )
+    p.add_argument(
+        "--nu",
+        type=float,
+        default=None,
+        help=f"Matern smoothness (default: {kernel_defaults['nu']})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
+    g = p.add_argument_group(
+        "method options",
+        "each applies to the methods named in its help; choices and defaults "
+        "are the estimators' own",
+    )
+    methods = available_methods()
+    parsers: dict = {"size": _parse_size, "bool": _parse_bool}
     for flag, name, conv, text in _METHOD_OPTIONS:
-        parse: Callable[[str], object] = _parse_value if conv == "value" else conv  # type: ignore[assignment]
-        g.add_argument(flag, dest=name, type=parse, default=None, help=text)
+        text, choices = _method_option_help(name, text, methods)
+        g.add_argument(
+            flag, dest=name, type=parsers.get(conv, conv), choices=choices, default=None, help=text
+        )
     g.add_argument(
         "--param",
         action="append",
         metavar="NAME=VALUE",
-        help="any other estimator parameter (repeatable)",
+        help="any other estimator parameter, e.g. covariance=landmarks (repeatable; default: "
+        "none, the estimator's defaults)",
     )
     p.add_argument(
         "--in-memory", action="store_true", help="read the whole file even for one-pass methods"
@@ -1277,20 +1672,28 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=20000,
         metavar="N",
-        help="rows of that subsample (default 20000)",
+        help="rows of that subsample (default: 20000)",
     )
-    p.add_argument("--n-probe", type=int, default=2000, metavar="P", help="probe rows (2000)")
+    p.add_argument(
+        "--n-probe",
+        type=int,
+        default=2000,
+        metavar="P",
+        help="probe rows of the estimate (default: 2000)",
+    )
     _add_data_options(p)
+    _add_jobs_option(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser(
         "transform",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="project a data file on a model",
         description="Project the rows of DATA on the principal axes of MODEL.",
     )
-    p.add_argument("model", metavar="MODEL")
-    p.add_argument("data", metavar="DATA")
+    p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+    p.add_argument("data", metavar="DATA", help=_DATA_HELP)
     p.add_argument(
         "--output",
         "-o",
@@ -1301,69 +1704,93 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_data_options(p)
+    _add_jobs_option(p)
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser(
         "evaluate",
+        formatter_class=_HelpFormatter,
         parents=[common],
-        help="errors of a model against exact KPCA on a subsample",
-        description="Compare MODEL with exact kernel PCA on (a random subsample "
-        "of) DATA, with the model's kernel and number of components.",
+        help="errors of a model on a data file: estimated, and against exact KPCA",
+        description="Evaluate MODEL on the rows of DATA (all of them, or a uniform random "
+        "subsample of --max-samples rows), with the model's kernel and number of components: "
+        "(1) the error estimate of fastkpca.metrics.estimate_error, exact on the Gram of the "
+        "evaluated rows when they are at most --n-probe, else estimated from a probe of "
+        "--n-probe of them with its uncertainty; (2) unless --no-exact, the errors against "
+        "exact KPCA of the evaluated rows. Each figure says which computation produced it.",
     )
-    p.add_argument("model", metavar="MODEL")
-    p.add_argument("data", metavar="DATA")
+    p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
+    p.add_argument("data", metavar="DATA", help=_DATA_HELP)
     p.add_argument(
         "--max-samples",
         type=int,
         default=2000,
         metavar="N",
-        help="rows of DATA to evaluate on (default 2000; exact KPCA is O(N^2))",
+        help="rows of DATA to evaluate on, a uniform random subsample when DATA has more "
+        "(default: 2000; exact KPCA of them is O(N^2) memory and O(N^3) time)",
     )
-    p.add_argument("--seed", type=int, default=0, help="subsample seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="subsample and probe seed (default: 0)")
     p.add_argument(
         "--n-probe",
         type=int,
         default=2000,
         metavar="P",
-        help="probe rows of the error estimate (default 2000; see fastkpca.metrics.estimate_error)",
+        help="probe rows of the error estimate: with at most P evaluated rows it is exact on "
+        "them (default: 2000; see fastkpca.metrics.estimate_error)",
     )
     p.add_argument(
         "--no-exact",
         action="store_true",
-        help="only the estimate: skip exact KPCA of the rows (then --max-samples may be large)",
+        help="skip exact KPCA of the evaluated rows: only the error estimate (then "
+        "--max-samples may be large)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_data_options(p)
+    _add_jobs_option(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser(
         "info",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="describe a model file",
         description="Print what a model file holds (checksums verified).",
     )
-    p.add_argument("model", metavar="MODEL")
+    p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser(
         "bench",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="run the benchmark scripts",
-        description="Run the scripts of the repository's benchmarks/ folder "
-        "(needs a source checkout), each writing JSON and PNG "
-        "results to benchmarks/results/. Arguments after -- are "
-        "passed to each script.",
+        description="Run the scripts of the repository's benchmarks/ folder (needs a source "
+        "checkout); each writes JSON and PNG results into the --out folder. Arguments after "
+        "-- are passed to each script.",
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="scripts to run (default: all)")
     p.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes (a few minutes in all; results named *_quick); scripts "
-        "without a --quick mode are skipped. Default: the full-size runs, "
-        "which take long and much memory",
+        help=f"small sizes ({BENCH_QUICK_TIME} for all of them; results named *_quick); "
+        "scripts without a --quick mode are skipped. Without it: the full-size runs, which "
+        "take hours and much memory",
     )
     p.add_argument("--list", action="store_true", help="list the scripts and exit")
+    p.add_argument(
+        "--out",
+        default=DEFAULT_BENCH_OUT,
+        metavar="DIR",
+        help="folder the results are written to (created if missing; relative to the current "
+        "directory). A folder holding files that fastkpca bench did not write is refused, "
+        "unless --force",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an --out folder that holds other files (the scripts may replace them)",
+    )
     p.add_argument(
         "--dir",
         default=None,
@@ -1373,6 +1800,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo",
+        formatter_class=_HelpFormatter,
         parents=[common],
         help="fit every method on the embedded pendigits sample",
         description="Fit every available method on the pendigits sample shipped "
@@ -1396,11 +1824,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="use a random subsample of N rows (default: all 3498)",
     )
-    p.add_argument("--components", "-k", type=int, default=5, metavar="K")
     p.add_argument(
-        "--methods", default=None, help="comma-separated methods (default: every available one)"
+        "--components", "-k", type=int, default=5, metavar="K", help="components per method"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated methods among {', '.join(methods)} (default: every one)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the subsample and of every method")
+    _add_jobs_option(p)
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -1412,6 +1845,24 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         return f"missing key {text}"
     return text or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """Within the block, each warning (``fastkpca.kernels.DegenerateKernelWarning``, ...) is
+    printed as one line ``fastkpca: warning: ...`` on stderr, without Python's file and line."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split()) or category.__name__
+        print(f"fastkpca: warning: {text}", file=sys.stderr)
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
 
 
 def main(argv=None) -> int:
@@ -1431,7 +1882,11 @@ def main(argv=None) -> int:
 
         args.block_rows = DEFAULT_BLOCK_ROWS
     try:
-        with _signals_end_like_errors():
+        with (
+            _signals_end_like_errors(),
+            contextlib.nullcontext() if args.debug else _warnings_as_lines(),
+            _jobs_context(args),
+        ):
             return int(args.func(args) or 0)
     except _Terminated as exc:
         print(f"fastkpca: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)

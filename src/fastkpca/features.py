@@ -61,10 +61,7 @@ Precision: the Fourier maps (``rff``, ``orf``, ``fastfood``) compute in float32 
 
 from __future__ import annotations
 
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 import scipy.fft
@@ -73,8 +70,15 @@ import scipy.sparse as sp
 from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
 from .decomposition._base import BaseKPCA
+from .execution import (
+    CHUNK_ROWS,
+    SHARE_ROWS,
+    map_row_chunks,
+    n_workers,
+    one_blas_thread,
+    worker_index,
+)
 from .kernels import RBF, Kernel, Matern, Polynomial, chunk_rows
-from .solvers import one_blas_thread
 
 __all__ = [
     "FEATURES",
@@ -86,6 +90,7 @@ __all__ = [
     "draw_feature_map",
     "resolve_n_features",
     "init_feature_map",
+    "check_feature_spec",
     "fwht",
     "feature_blocks",
     "reduce_feature_chunks",
@@ -108,8 +113,9 @@ AUTO_ORF_MAX_WIDTH = 512
 DEFAULT_N_FEATURES = 1000
 
 #: Rows per chunk inside the Fourier maps: a 256 x 1024 float32 chunk is 1 MiB, so the
-#: projection, the Hadamard transforms and cos / sin of one chunk all run in the L2 cache.
-_CHUNK_ROWS = 256
+#: projection, the Hadamard transforms and cos / sin of one chunk all run in the L2 cache
+#: (:data:`fastkpca.execution.CHUNK_ROWS`, the chunks of the execution layer's threads).
+_CHUNK_ROWS = CHUNK_ROWS
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,89 +212,6 @@ def _write_features(P, offset, out, scale) -> None:
         buf[:, D:] += cos_t  # sin(t + phi) = sin t cos phi + cos t sin phi
     if buf is not out:
         out[...] = buf
-
-
-_BLAS_LOCK = threading.RLock()
-
-
-@contextmanager
-def _single_threaded_blas():
-    """Hold BLAS to one thread (:func:`~fastkpca.solvers.one_blas_thread`) while inside;
-    callers from several threads take turns: concurrent callers (e.g. a threaded Dask scheduler
-    mapping feature blocks) run one at a time, which costs nothing since each call already uses
-    every core."""
-    with _BLAS_LOCK, one_blas_thread():
-        yield
-
-
-_WORKER = threading.local()
-
-
-def _worker_index() -> int:
-    """Which of :func:`_map_row_chunks`'s workers runs the caller (0 outside one): the key of
-    per-thread accumulators that persist across calls (worker i never runs concurrently with
-    itself)."""
-    return getattr(_WORKER, "index", 0)
-
-
-def _map_row_chunks(n: int, fn, *, chunk_rows: int = _CHUNK_ROWS) -> None:
-    """Call ``fn(start, stop)`` over row chunks of ``[0, n)``, spread over the cores.
-
-    Up to ``os.cpu_count()`` threads each take a contiguous share of the chunks, with BLAS held
-    to one thread: per chunk the GEMMs are small, numpy releases the GIL in them and in the
-    element-wise steps, and threads over chunks keep every step (including cos / sin, which
-    numpy runs on one core) parallel and in cache, where a multi-threaded BLAS would only
-    parallelise the products and synchronise on every small call.  Worker i's index is
-    :func:`_worker_index` inside ``fn``.
-    """
-    if n == 0:
-        return
-    n_chunks = -(-n // chunk_rows)
-    n_workers = max(1, min(os.cpu_count() or 1, n_chunks))
-
-    def run(index, lo, hi):
-        _WORKER.index = index
-        try:
-            for start in range(lo, hi, chunk_rows):
-                fn(start, min(hi, start + chunk_rows))
-        finally:
-            _WORKER.index = 0
-
-    bounds = [(n_chunks * i // n_workers) * chunk_rows for i in range(n_workers)] + [n]
-    with _single_threaded_blas():
-        if n_workers == 1:
-            run(0, 0, n)
-            return
-        with ThreadPoolExecutor(n_workers) as pool:
-            jobs = [
-                pool.submit(run, i, lo, hi)
-                for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
-            ]
-            for job in jobs:
-                job.result()
-
-
-def _sum_over_shares(n: int, part, *, min_rows: int = 1) -> np.ndarray:
-    """``sum part(start, stop)`` over one contiguous share of ``[0, n)`` per core (shares of at
-    least ``min_rows`` rows), each in its own thread with BLAS held to one thread
-    (:func:`_map_row_chunks`), added in share order.
-
-    For products over many rows (``Z^T Z``, ``A^T (A Q)``): on the loaded 2-core development
-    machine two one-threaded halves beat one two-threaded BLAS call on these shapes, whose idle
-    thread's spin-waits cost up to 5x.
-    """
-    n_shares = max(1, min(os.cpu_count() or 1, n // max(1, min_rows)))
-    parts: dict[int, np.ndarray] = {}
-
-    def share(start, stop):
-        parts[_worker_index()] = part(start, stop)
-
-    _map_row_chunks(n, share, chunk_rows=max(1, -(-n // n_shares)))
-    order = sorted(parts)
-    total = np.array(parts[order[0]], dtype=np.float64)
-    for i in order[1:]:
-        total += parts[i]
-    return total
 
 
 def column_sums(Z: np.ndarray) -> np.ndarray:
@@ -438,10 +361,11 @@ class FeatureMap:
         """Call ``feed(Z)`` with the features of every row chunk of X, on every core.
 
         Z is a ``(<= 256, m)`` array in the map's computing dtype (:meth:`feature_dtype`) that
-        ``feed`` may overwrite; it runs in :func:`_map_row_chunks`'s workers, with BLAS held to
-        one thread (:func:`_worker_index` tells them apart).  Each chunk's features are written
-        (:meth:`row_writer`) into a per-thread buffer right before ``feed`` sees them: in
-        cache, never all in memory (:func:`reduce_feature_chunks`).
+        ``feed`` may overwrite; it runs in the workers of
+        :func:`~fastkpca.execution.map_row_chunks`, with BLAS held to one thread
+        (:func:`~fastkpca.execution.worker_index` tells them apart).  Each chunk's features are
+        written (:meth:`row_writer`) into a per-thread buffer right before ``feed`` sees them:
+        in cache, never all in memory (:func:`reduce_feature_chunks`).
         """
         write = self.row_writer(X)
         dtype = self.feature_dtype(np.float32 if X.dtype == np.float32 else np.float64)
@@ -454,7 +378,7 @@ class FeatureMap:
             write(start, stop, Z)
             feed(Z)
 
-        _map_row_chunks(X.shape[0], chunk)
+        map_row_chunks(X.shape[0], chunk)
 
     def row_writer(self, X):
         """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``.
@@ -531,7 +455,7 @@ class FourierFeatureMap(FeatureMap):
         if out is None:
             out = np.empty((X.shape[0], self.n_output_features), dtype=dtype)
         write = self._chunk_writer(X)
-        _map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
+        map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
         return out
 
     def row_writer(self, X):
@@ -698,7 +622,7 @@ class FastfoodFeatureMap(FeatureMap):
                 return
             chunk_out(start, stop, *self._phases(X[start:stop], local))
 
-        _map_row_chunks(X.shape[0], chunk)
+        map_row_chunks(X.shape[0], chunk)
 
     def _phases(self, rows, local):
         """The float32 phases ``V (x - c)`` of a chunk of at most ``_CHUNK_ROWS`` rows and the
@@ -881,18 +805,27 @@ class TensorSketchFeatureMap(FeatureMap):
 FEATURE_BLOCK_MB = 128
 
 
-def _feature_block_rows(m: int, itemsize: int) -> int:
-    """Rows per feature block: at most DEFAULT_BLOCK_ROWS, and ~2 block copies in the budget.
+#: Rows of a feature block per worker thread: the block's products (``Z^T Z``) are split into
+#: shares of this many rows (:func:`fastkpca.execution.sum_over_shares`).
+FEATURE_SHARE_ROWS = SHARE_ROWS
 
-    Blocks of a few thousand rows keep SYRK / GEMM near peak speed; more only costs memory.
+
+def _feature_block_rows(m: int, itemsize: int) -> int:
+    """Rows per feature block: DEFAULT_BLOCK_ROWS, or :data:`FEATURE_SHARE_ROWS` per worker
+    thread where there are more than 8, within ~2 block copies in the memory budget.
+
+    Blocks of a few thousand rows keep SYRK / GEMM near peak speed; more only costs memory,
+    except that a block's products are shared out to the threads a share of at least
+    FEATURE_SHARE_ROWS rows each.  Rounded down to whole shares (to whole 256-row chunks below
+    one share), so that the chunks the maps compute (each centered on its own mean, see the
+    module notes) and the shares of the products start at the same rows whatever the block
+    size: the block size changes the grouping of the float64 sums only.
     """
-    return max(
-        1,
-        min(
-            DEFAULT_BLOCK_ROWS,
-            chunk_rows(m, itemsize=itemsize, n_temporaries=2, working_memory_mb=FEATURE_BLOCK_MB),
-        ),
-    )
+    wanted = max(DEFAULT_BLOCK_ROWS, FEATURE_SHARE_ROWS * n_workers())
+    budget = chunk_rows(m, itemsize=itemsize, n_temporaries=2, working_memory_mb=FEATURE_BLOCK_MB)
+    rows = min(wanted, budget)
+    unit = FEATURE_SHARE_ROWS if rows >= FEATURE_SHARE_ROWS else _CHUNK_ROWS
+    return max(1, rows - rows % unit if rows >= unit else rows)
 
 
 def feature_blocks(blocks, fmap: FeatureMap):
@@ -926,14 +859,16 @@ def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> lis
     at most 256 rows, overwritable; see :meth:`FeatureMap.feed_chunks`) in the thread that
     computed them, so a chunk is reduced while it is still in cache and no feature block is
     ever held; each worker thread has its own accumulator, made by ``new_accumulator()`` on
-    first use.  Returns the accumulators (one per worker that ran, at most ``os.cpu_count()``),
-    for the caller to combine: what the statistics of one pass over the data (a
-    ``RowSource.reduce`` statistic, one dask chunk) are built from.
+    first use.  Returns the accumulators (one per worker that ran, at most
+    :func:`~fastkpca.execution.n_workers`), in worker order, for the caller to combine: what the
+    statistics of one pass over the data (a ``RowSource.reduce`` statistic, one dask chunk) are
+    built from.  Which rows an accumulator saw depends on the thread count; combined by
+    addition, the accumulators differ between thread counts only by the order of the sums.
     """
     accumulators: dict[int, object] = {}
 
     def feed(Z):
-        index = _worker_index()
+        index = worker_index()
         accumulator = accumulators.get(index)
         if accumulator is None:
             accumulator = accumulators[index] = new_accumulator()
@@ -951,8 +886,9 @@ def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.nda
 
     The transform of every model that lives in a random feature space (RandomFeatureKPCA,
     StreamingKPCA).  Each row chunk's features are written into a buffer of its worker thread
-    and projected there while in cache (:func:`_map_row_chunks`): z(X) is never held for more
-    than a chunk of rows per core, and every product of the transform runs with BLAS held to one
+    and projected there while in cache (:func:`~fastkpca.execution.map_row_chunks`): z(X) is
+    never held for more than a chunk of rows per core, and every product of the transform runs
+    with BLAS held to one
     thread, so its result does not depend on what other threads do (a BLAS thread limit is
     process-wide: a GEMM run outside it by one thread while another holds it would sum in
     another order, ~1e-7 relative for these float32 products).
@@ -979,7 +915,7 @@ def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.nda
         Z -= mean_z
         out[start:stop] = Z @ comps
 
-    _map_row_chunks(n, chunk)
+    map_row_chunks(n, chunk)
     out -= mean_proj.astype(dtype)
     return out
 
@@ -1039,6 +975,10 @@ def _draw_tensorsketch(kernel, m, d, rng):
             "shift-invariant kernels)"
         )
     p = kernel.degree
+    require_memory_parts(  # one bucket (int64) and one sign (float64) per degree and column
+        [(16 * p * (d + 1), f"degree={p}: the {p} x {d + 1} TensorSketch hashes and signs")],
+        hint="lower the polynomial degree",
+    )
     buckets = rng.integers(0, m, size=(p, d + 1))
     signs = rng.choice(np.array([-1.0, 1.0]), size=(p, d + 1))
     return TensorSketchFeatureMap(d, m, p, kernel.gamma, kernel.coef0, buckets, signs)
@@ -1182,6 +1122,24 @@ def _check_frequency_range(fmap, kernel) -> None:
     )
 
 
+def check_feature_spec(estimator) -> None:
+    """Refuse, before any data, feature-map parameters that no data could make valid
+    (ValueError naming the parameter): ``n_features`` (a positive integer or None; or
+    ``"auto"`` for the estimators sized by a ``tol``) and a map that cannot serve the kernel,
+    found by the draw's own checks on the smallest map (two features of one input column, with
+    a generator of its own: the estimator's random stream is not touched)."""
+    from .statistics.growth import check_auto_size  # growth imports this module
+
+    auto = hasattr(estimator, "tol") and check_auto_size(
+        "n_features", estimator.n_features, estimator.tol
+    )
+    if not auto:
+        resolve_n_features(estimator.n_features)
+    kernel = estimator._check_kernel_spec()
+    if kernel is not None:
+        draw_feature_map(estimator.features, kernel, 2, 1, np.random.default_rng(0))
+
+
 def init_feature_map(estimator, X_first, *, n_input_features=None):
     """Resolve an estimator's kernel and draw its feature map from the first data block.
 
@@ -1233,8 +1191,13 @@ class _RandomFeatures(BaseKPCA):
     _accepts_sparse = True
     features = "rff"
 
+    def _check_params(self):
+        super()._check_params()
+        check_feature_spec(self)
+
     def fit(self, X, y=None):
         """Draw the feature map for X's width (and gamma resolved on X's first rows)."""
+        self._check_params()
         self.feature_map_, _ = init_feature_map(self, self._fit_source(X).head())
         self.n_output_features_ = self.feature_map_.n_output_features
         return self
@@ -1260,6 +1223,11 @@ def _transformer_doc(summary, features, kernel_note):
     kernel : str or Kernel
     gamma, degree, coef0, nu : kernel parameters as in every fastkpca estimator.
     random_state : int, Generator or None
+    n_jobs : int or None, default None
+        Threads of ``transform`` (scikit-learn's meaning: None or -1 every core the process may
+        use, -2 all but one, a positive count that many); the features do not depend on it.
+    verbose : int, default 0
+        Kept for the shared estimator interface (these maps show no progress bar).
 
     Attributes
     ----------
@@ -1287,6 +1255,8 @@ class RandomFourierFeatures(_RandomFeatures):
         coef0=1.0,
         nu=1.5,
         random_state=None,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_features = n_features
         self.kernel = kernel
@@ -1295,6 +1265,8 @@ class RandomFourierFeatures(_RandomFeatures):
         self.coef0 = coef0
         self.nu = nu
         self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
 
 class OrthogonalRandomFeatures(RandomFourierFeatures):
@@ -1331,6 +1303,8 @@ class TensorSketchFeatures(RandomFourierFeatures):
         coef0=1.0,
         nu=1.5,
         random_state=None,
+        n_jobs=None,
+        verbose=0,
     ):
         super().__init__(
             n_features,
@@ -1340,4 +1314,6 @@ class TensorSketchFeatures(RandomFourierFeatures):
             coef0=coef0,
             nu=nu,
             random_state=random_state,
+            n_jobs=n_jobs,
+            verbose=verbose,
         )

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from scipy import special
 
 from ._utils import as_generator
+from .execution import map_row_chunks, worker_index
 
 __all__ = [
     "Kernel",
@@ -224,15 +225,17 @@ class Kernel:
                 def fill(s, e, out=out, Xb=Xb):
                     self._chunk(Xb[s:e], Y, ctx, low, out[s:e])
 
-                _map_chunks(stop - start, kernel_chunk_rows(Y.shape[0], out.itemsize), fill)
+                map_row_chunks(
+                    stop - start, fill, chunk_rows=kernel_chunk_rows(Y.shape[0], out.itemsize)
+                )
             yield start, stop, out
 
     def fold_rows(self, X, Y, step: Callable, init: Callable, *, dtype=None) -> list:
         """Fold ``step(state, start, stop, K)`` over small row chunks of ``K = k(X, Y)`` in threads.
 
         The rows are split into chunks of :func:`kernel_chunk_rows` rows (about 1 MiB), and the
-        chunks into one contiguous share per core, each run by a thread with BLAS held to one
-        thread (:func:`fastkpca.features._map_row_chunks`).  A thread computes its chunks into
+        chunks into one contiguous share per worker thread, each run with BLAS held to one
+        thread (:func:`fastkpca.execution.map_row_chunks`).  A thread computes its chunks into
         one buffer of its own and hands each to ``step`` with the state ``init()`` made for its
         share, while the chunk is still in cache: numpy's ``exp`` and element-wise steps run on
         one core, so threads over chunks make every step parallel, and a chunk's GEMM and the
@@ -252,7 +255,9 @@ class Kernel:
         Returns
         -------
         list of the shares' states in row order: merged in that order they give the same result
-        run after run (the shares depend only on the row count and ``os.cpu_count()``).
+        run after run (the shares depend only on the row count and the number of threads,
+        :func:`fastkpca.execution.n_workers`; the chunks, and so every ``step`` call, on the row
+        count alone).
         """
         low = _is_float32(dtype)
         ctx = self._prepare32(Y) if low else self._prepare(Y)
@@ -266,14 +271,12 @@ class Kernel:
                 step(state, start, stop, K)
                 del K  # free this block before the next one is computed
             return [state]
-        from .features import _worker_index  # here: fastkpca.features imports this module
-
         rows = kernel_chunk_rows(m, np.dtype(out_dtype).itemsize)
         states: dict[int, Any] = {}
         buffers: dict[int, np.ndarray] = {}
 
         def chunk(start, stop):
-            worker = _worker_index()  # worker i runs the i-th contiguous share of the rows
+            worker = worker_index()  # worker i runs the i-th contiguous share of the rows
             if worker not in states:
                 states[worker] = init()
                 buffers[worker] = np.empty((rows, m), dtype=out_dtype)
@@ -281,7 +284,7 @@ class Kernel:
             self._chunk(X[start:stop], Y, ctx, low, K)
             step(states[worker], start, stop, K)
 
-        _map_chunks(n, rows, chunk)
+        map_row_chunks(n, chunk, chunk_rows=rows)
         return [states[i] for i in sorted(states)] or [init()]
 
     @staticmethod
@@ -354,15 +357,6 @@ class Kernel:
 
 def _is_float32(dtype) -> bool:
     return dtype is not None and np.dtype(dtype) == np.float32
-
-
-def _map_chunks(n: int, rows: int, fn) -> None:
-    """``fn(start, stop)`` over chunks of ``rows`` rows of ``[0, n)``, a contiguous share per
-    core, BLAS on one thread each (:func:`fastkpca.features._map_row_chunks`)."""
-    # Imported here: fastkpca.features imports this module.
-    from .features import _map_row_chunks
-
-    _map_row_chunks(n, fn, chunk_rows=rows)
 
 
 def result_dtype(X, Y=None):
@@ -523,7 +517,8 @@ class Matern(_Radial):
 
     def __init__(self, gamma: float = 1.0, nu: float = 1.5):
         super().__init__(gamma)
-        self.nu = _check_positive("nu", nu) if not np.isinf(nu) else float(nu)
+        infinite = isinstance(nu, numbers.Real) and not isinstance(nu, bool) and nu == np.inf
+        self.nu = float(nu) if infinite else _check_positive("nu", nu)
 
     def get_params(self):
         return {"gamma": self.gamma, "nu": self.nu}

@@ -849,19 +849,33 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
     product), ``O(p^3)`` for the p x p eigenproblems, plus ``model.transform(X)``; memory
     ``O(n k + p^2)``.
     """
-    fitted = _fitted_kpca(model, kernel)
-    X, T = _check_model_and_data(fitted, X, n_probe)
-    rng = as_generator(random_state)
-    result = _probe_errors(fitted, X, T, n_probe, rng)
-    result["n_train"] = fitted.n_train
-    result["certificates"] = (
-        method_certificates(
-            fitted.final, X, n_probe=n_probe, random_state=rng, kernel=fitted.kernel
+    with _model_threads(model):
+        fitted = _fitted_kpca(model, kernel)
+        X, T = _check_model_and_data(fitted, X, n_probe)
+        rng = as_generator(random_state)
+        result = _probe_errors(fitted, X, T, n_probe, rng)
+        result["n_train"] = fitted.n_train
+        result["certificates"] = (
+            method_certificates(
+                fitted.final, X, n_probe=n_probe, random_state=rng, kernel=fitted.kernel
+            )
+            if fitted.kernel_step is fitted.final
+            else {}  # the certificates read the kernel step's fitted attributes
         )
-        if fitted.kernel_step is fitted.final
-        else {}  # the certificates read the kernel step's fitted attributes
-    )
     return _plain(result)
+
+
+def _model_threads(model):
+    """A fastkpca model's ``n_jobs`` (and ``verbose``) for the work done on its behalf
+    (:func:`fastkpca.decomposition._base.execution_context`): the Gram passes of
+    :func:`estimate_error` run on as many threads as the model's own calls.  Other models
+    (scikit-learn's, whose ``n_jobs=None`` means one job of joblib's) leave the context as it
+    is."""
+    import contextlib
+
+    from .decomposition._base import BaseKPCA, execution_context
+
+    return execution_context(model) if isinstance(model, BaseKPCA) else contextlib.nullcontext()
 
 
 def _plain(value):
@@ -904,7 +918,7 @@ def _probe_errors(fitted: _FittedKPCA, X, T, n_probe, rng) -> dict:
 
     gram2, r, KT = _probe_pass(X, fitted.kernel, XP, Tc)
     KPP = np.asarray(fitted.kernel(XP), dtype=np.float64)
-    from ._landmarks import one_blas_thread
+    from .execution import one_blas_thread
 
     # p x p factorizations and many tiny eigenproblems: latency-bound, and on a busy machine
     # idle BLAS threads' spin-waits made them 10x slower (see fastkpca._landmarks).
@@ -1028,11 +1042,14 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=Non
     # A NystromKPCA that took the exact-KPCA path (``solver_ == "exact_kpca"``) keeps only the
     # top-k rows of its whitening, so ``||N k||^2`` is not the Nystrom approximation's diagonal.
     exact_path = getattr(model, "solver_", None) == "exact_kpca"
-    if hasattr(model, "landmarks_") and hasattr(model, "normalization_") and not exact_path:
+    # NystromKPCA recomputes its whitening on each access of normalization_: read it once
+    nystrom = hasattr(model, "landmarks_") and not exact_path
+    N = getattr(model, "normalization_", None) if nystrom else None
+    if N is not None:
         diag = 0.0
         explained = 0.0
         for start, stop, K in kernel.blocks(X, model.landmarks_):
-            Z = K @ model.normalization_.T
+            Z = K @ N.T
             explained += float(np.einsum("ij,ij->", Z, Z))
             diag += float(np.sum(kernel.diag(X[start:stop]), dtype=np.float64))
         residual = max(diag - explained, 0.0)

@@ -33,7 +33,10 @@ file as untrusted and checks, in this order, before any estimator exists:
    state object (feature map, sketch) passes its declaration before its ``from_state`` runs,
    and the memory ``from_state`` allocates beyond the file's arrays (a sketch's buffer) is
    refused up front when it does not fit (:func:`fastkpca.execution.require_memory`); a
-   kernel is one of fastkpca's own, with valid parameters.
+   kernel is one of fastkpca's own, with valid parameters.  A file of an earlier release that
+   holds an attribute the class no longer keeps (``NystromKPCA``'s ``normalization_``) is
+   checked against that earlier declaration and converted
+   (:data:`fastkpca._model_schema.LEGACY_FITTED`).
 
 Any failure is one ``ValueError`` naming the file and what is wrong (the attribute, parameter,
 member or metadata key); nothing in the file is ever executed.  :func:`save_model` runs the same
@@ -1067,11 +1070,11 @@ def _version():
 
 def _build_model(meta: dict, arrays: dict, path):
     """The estimator a verified file describes, once it passed step 4 of the module docstring."""
-    from ._model_schema import check_fitted, check_params
+    from ._model_schema import check_fitted, check_params, legacy_fitted_names, upgrade_fitted
 
     cls = _saved_class(meta["estimator"], meta.get("module"))
     allowed = fitted_attribute_names(cls)
-    unknown = sorted(set(meta["fitted"]) - allowed)
+    unknown = sorted(set(meta["fitted"]) - allowed - legacy_fitted_names(cls))
     if unknown:
         raise ValueError(
             f"{path}: the model file sets {', '.join(map(_short, unknown[:5]))}, not a fitted "
@@ -1087,6 +1090,7 @@ def _build_model(meta: dict, arrays: dict, path):
             name: dec.decode(node, f"fitted attribute {name!r}")
             for name, node in meta["fitted"].items()
         }
+        fitted = upgrade_fitted(cls, fitted)  # a file of an earlier version: the current form
         check_fitted(cls, fitted)
         model = check_params(cls, params)
     except ValueError as exc:

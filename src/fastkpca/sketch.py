@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from ._state import register_state_class
 from ._utils import as_generator, check_int
-from .solvers import one_blas_thread
+from .execution import one_blas_thread
 from .source.memory import check_block
 
 __all__ = ["FrequentDirections", "CountSketch", "fd_shrink", "default_batch_size"]

@@ -27,10 +27,7 @@ All methods return eigenvalues in descending order and eigenvectors post-process
 
 from __future__ import annotations
 
-import functools
-import threading
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import scipy.linalg as la
@@ -45,6 +42,7 @@ from scipy.sparse.linalg import (
 from sklearn.exceptions import ConvergenceWarning
 
 from ._utils import as_generator
+from .execution import one_blas_thread
 
 __all__ = ["eigh_topk", "auto_method", "postprocess_eigen", "flip_signs", "SOLVERS", "TOLERANCES"]
 
@@ -313,63 +311,6 @@ KRYLOV_MAX_BLOCKS = 6
 KRYLOV_MEMORY_MB = 512
 #: ``randomized`` stops after this many iterations without a 10% drop of the residual.
 STALL_ITERATIONS = 5
-
-
-@functools.cache
-def _blas_controller():
-    from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
-
-    return ThreadpoolController()
-
-
-_BLAS_LIMIT_LOCK = threading.Lock()
-_BLAS_LIMIT: dict = {"depth": 0, "limiter": None}
-
-
-@contextmanager
-def one_blas_thread():
-    """Context in which BLAS / LAPACK run on one thread.
-
-    For the small steps of a block iteration (QR of n x b blocks, eigh of the m x m projected
-    matrix): OpenBLAS's thread start-up and synchronisation cost more than they save at these
-    sizes, ten times more on a loaded machine (measured: QR of 1500 x 20 in 0.35 ms on one
-    thread, 3 ms on two).  The passes over A stay multi-threaded.
-
-    The limit is process-wide, so it is shared: the first context to enter (in any thread) sets
-    it and the last to leave restores the original, under a lock.  Threads that each hold one
-    (dask worker threads running statistics, the sketch threads) neither serialise nor undo
-    each other's limit.  threadpoolctl (>= 3.6) lets only one "controlling" thread change
-    OpenBLAS's process-wide pool and silently ignores the others; a plain limit per thread
-    was therefore void in dask worker threads once the main thread had set one (the FD shrinks
-    ran with spinning BLAS threads, 3x slower), so control is released around each change.
-    """
-    with _BLAS_LIMIT_LOCK:
-        if _BLAS_LIMIT["depth"] == 0:
-            _release_blas_control()
-            _BLAS_LIMIT["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
-            _release_blas_control()
-        _BLAS_LIMIT["depth"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LIMIT_LOCK:
-            _BLAS_LIMIT["depth"] -= 1
-            if _BLAS_LIMIT["depth"] == 0:
-                _release_blas_control()
-                _BLAS_LIMIT["limiter"].restore_original_limits()
-                _release_blas_control()
-                _BLAS_LIMIT["limiter"] = None
-
-
-def _release_blas_control() -> None:
-    """Let any thread change OpenBLAS's thread count next (threadpoolctl >= 3.6 gives that
-    right to one controlling thread; older versions have no such notion)."""
-    import threadpoolctl
-
-    controller = getattr(threadpoolctl, "OpenBLASController", None)
-    clear = getattr(controller, "clear_controlling_thread", None)
-    if clear is not None:
-        clear(force=True)
 
 
 def _orth_against(V, Z, drop_tol):

@@ -12,21 +12,29 @@ Also shared, after the solver (:meth:`BaseKPCA._finish_fit`): the total variance
 ``n_components`` (a fraction of that variance), and the pre-image map of ``inverse_transform``
 (kernel ridge regression from projections back to rows, learned on a bounded set of anchor rows).
 
+Every public call (the names in :data:`ESTIMATOR_CALLS`, wherever a subclass defines them) runs
+through one wrapper, :func:`estimator_call`: it holds the estimator's ``n_jobs`` and ``verbose``
+in the execution layer's context while the call runs (:func:`fastkpca.execution.using_n_jobs`,
+:func:`fastkpca.execution.using_verbose`), so the threads and progress bars below read them and
+no numerical function takes them as arguments.
+
 A failed call leaves the model as it was: every call that changes a model (the names in
-:data:`MUTATING_METHODS`, wherever a subclass defines them) runs through
-:func:`restores_on_failure`, which keeps the estimator's attribute mapping before the call and puts
-it back if the call raises.  That copy is shallow, O(number of attributes), so it is correct only
-because of a rule every estimator keeps: a call never modifies an object the model already holds
-(an array, a sketch, a statistic); it builds new ones and assigns them (``StreamingKPCA``'s
-``partial_fit`` continues copies of its sketches).  ``tests/test_failed_calls.py`` checks the rule
-for every estimator and several ways to fail.
+:data:`MUTATING_METHODS`) also keeps the estimator's attribute mapping before the call and puts
+it back if the call raises (:func:`restores_on_failure`).  That copy is shallow, O(number of
+attributes), so it is correct only because of a rule every estimator keeps: a call never
+modifies an object the model already holds (an array, a sketch, a statistic); it builds new ones
+and assigns them (``StreamingKPCA``'s ``partial_fit`` copies a sketch before adding rows to it).
+``tests/test_failed_calls.py`` checks the rule for every estimator and several ways to fail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import scipy.linalg as la
@@ -34,18 +42,35 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._utils import as_generator
+from .._utils import DEFAULT_BLOCK_ROWS, as_generator, check_float, check_int
+from ..execution import (
+    CHUNK_ROWS,
+    check_n_jobs,
+    n_workers,
+    track_rows,
+    using_n_jobs,
+    using_verbose,
+    verbosity,
+)
+from ..execution.progress import check_verbose
 from ..kernels import Kernel, make_kernel, warn_if_degenerate
-from ..source import RowSource, as_source
+from ..source import ArraySource, RowSource, as_source
 
 __all__ = [
     "BaseKPCA",
+    "ESTIMATOR_CALLS",
+    "check_n_components",
+    "check_solver_stopping",
     "MUTATING_METHODS",
     "DEFAULT_N_COMPONENTS",
     "DEFAULT_N_INVERSE_SAMPLES",
     "DEFAULT_N_PROBE",
     "mean_embedding_probe",
     "reduce_with_diag_sum",
+    "reduce_tracked",
+    "pass_block_rows",
+    "estimator_call",
+    "execution_context",
     "restores_on_failure",
 ]
 
@@ -69,45 +94,78 @@ DEFAULT_N_INVERSE_SAMPLES = 1000
 #: is not among them: it only stores parameters, checked by the next ``fit``.
 MUTATING_METHODS = ("fit", "fit_transform", "partial_fit", "merge")
 
+#: The public calls that run under the estimator's ``n_jobs`` and ``verbose``
+#: (:func:`estimator_call`, applied by :meth:`BaseKPCA.__init_subclass__`).
+ESTIMATOR_CALLS = (*MUTATING_METHODS, "transform", "inverse_transform")
 
-def restores_on_failure(method):
-    """Wrap a method so that, if it raises (any exception, ``KeyboardInterrupt`` included), the
-    estimator's attributes are put back as they were before the call.
+
+@contextmanager
+def execution_context(estimator) -> Iterator[None]:
+    """The estimator's ``n_jobs`` and ``verbose`` as the execution layer's context
+    (:func:`fastkpca.execution.using_n_jobs`, :func:`fastkpca.execution.using_verbose`): the
+    threads and the progress bars of the work it runs read them.  ``n_jobs=None`` keeps the
+    enclosing context's count (an outer estimator call, ``using_n_jobs``, the command line's
+    ``--jobs``), every usable core outside one, as joblib's None defers to its context.  A bad
+    value raises ValueError naming the parameter, before any work."""
+    n_jobs = check_n_jobs(getattr(estimator, "n_jobs", None))
+    with (
+        contextlib.nullcontext() if n_jobs is None else using_n_jobs(n_jobs),
+        using_verbose(getattr(estimator, "verbose", 0)),
+    ):
+        yield
+
+
+def estimator_call(method, *, mutating: bool):
+    """Wrap a public method: it runs in the estimator's :func:`execution_context` (its
+    ``n_jobs`` chosen once for the whole call, nested calls included), and, if ``mutating``, a
+    failure (any exception, ``KeyboardInterrupt`` included) puts the estimator's attributes back
+    as they were before the call.
 
     The saved state is the attribute mapping itself (a shallow copy: O(number of attributes),
     never O(n)); the objects it refers to stay untouched because estimators replace fitted
     objects instead of modifying them (see the module docstring).  Calls nest (``fit`` calling
     ``partial_fit``): each level restores what it saw.
     """
-    if getattr(method, "restores_on_failure", False):
+    if getattr(method, "estimator_call", False):
         return method
 
     @functools.wraps(method)
-    def transaction(self, *args, **kwargs):
-        saved = dict(vars(self))
-        try:
-            return method(self, *args, **kwargs)
-        except BaseException:
-            state = vars(self)
-            state.clear()
-            state.update(saved)
-            raise
+    def call(self, *args, **kwargs):
+        with execution_context(self):
+            if not mutating:
+                return method(self, *args, **kwargs)
+            saved = dict(vars(self))
+            try:
+                return method(self, *args, **kwargs)
+            except BaseException:
+                state = vars(self)
+                state.clear()
+                state.update(saved)
+                raise
 
-    transaction.restores_on_failure = True  # type: ignore[attr-defined]
-    return transaction
+    call.estimator_call = True  # type: ignore[attr-defined]
+    call.restores_on_failure = mutating  # type: ignore[attr-defined]
+    return call
+
+
+def restores_on_failure(method):
+    """:func:`estimator_call` of a call that changes the model: if it raises, the estimator's
+    attributes are put back as they were before the call."""
+    return estimator_call(method, mutating=True)
 
 
 class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Mixin of the shared machinery; not an estimator by itself."""
 
     def __init_subclass__(cls, **kwargs):
-        """Make each call of :data:`MUTATING_METHODS` that ``cls`` defines restore the model
-        when it fails (:func:`restores_on_failure`)."""
+        """Run each call of :data:`ESTIMATOR_CALLS` that ``cls`` defines through
+        :func:`estimator_call`: under the estimator's ``n_jobs`` and ``verbose``, and, for
+        :data:`MUTATING_METHODS`, restoring the model when it fails."""
         super().__init_subclass__(**kwargs)
-        for name in MUTATING_METHODS:
+        for name in ESTIMATOR_CALLS:
             method = cls.__dict__.get(name)
             if callable(method):
-                setattr(cls, name, restores_on_failure(method))
+                setattr(cls, name, estimator_call(method, mutating=name in MUTATING_METHODS))
 
     @restores_on_failure
     def fit_transform(self, X, y=None, **params):
@@ -122,6 +180,68 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     #: that keep no rows, landmarks or centres).
     _draws_inverse_anchors = False
 
+    #: Whether ``kernel="precomputed"`` (the training Gram as input) is accepted.
+    _accepts_precomputed_kernel = False
+
+    # --- parameter checks -----------------------------------------------------------------
+    def _check_params(self):
+        """Check the parameters every estimator shares, from their values alone: ValueError
+        naming the parameter.
+
+        ``fit`` calls its estimator's ``_check_params`` (this one, then the estimator's own
+        parameters) before it reads a row, so a bad value costs no pass over the data; and a
+        model file holding one is refused at load, where
+        :func:`fastkpca._model_schema.check_params` runs ``fit`` up to its first look at the
+        rows.  Checked here, where the estimator has them: the form of ``n_components`` (its
+        cap needs the data), the kernel spec (:meth:`_check_kernel_spec`), ``random_state``,
+        ``fit_inverse_transform`` (True or False), ``alpha`` (a number >= 0) and
+        ``n_inverse_samples`` (a positive integer or None).
+        """
+        names = set(self._get_param_names())
+        if "n_components" in names:
+            check_n_components(self.n_components)
+        if _KERNEL_SPEC <= names:
+            self._check_kernel_spec()
+        if "random_state" in names:
+            self._make_rng()
+        if "fit_inverse_transform" in names and not isinstance(
+            self.fit_inverse_transform, bool | np.bool_
+        ):
+            raise ValueError(
+                f"fit_inverse_transform must be True or False, got {self.fit_inverse_transform!r}"
+            )
+        if "alpha" in names:
+            check_float("alpha", self.alpha, low=0.0)
+        if "n_inverse_samples" in names:
+            check_int("n_inverse_samples", self.n_inverse_samples, low=1, allow_none=True)
+        if "n_jobs" in names:
+            check_n_jobs(self.n_jobs)
+        if "verbose" in names:
+            check_verbose(self.verbose)
+
+    def _check_kernel_spec(self) -> Kernel | None:
+        """The kernel of the spec resolved on two zero rows (the string forms of gamma need rows,
+        their spelling does not), so that a bad kernel name or parameter is refused before any
+        data (ValueError); None for an accepted ``kernel="precomputed"``."""
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            if not self._accepts_precomputed_kernel:
+                raise ValueError(_refuse_precomputed(type(self).__name__))
+            return None
+        try:
+            return make_kernel(
+                self.kernel,
+                gamma=self.gamma,
+                degree=self.degree,
+                coef0=self.coef0,
+                nu=self.nu,
+                X=_PARAMETER_PROBE,
+                rng=0,
+            )
+        except TypeError as exc:  # a value of the wrong type deep in a kernel's constructor
+            raise ValueError(
+                f"invalid kernel parameters for kernel={self.kernel!r}: {exc}"
+            ) from None
+
     # --- kernel and randomness ------------------------------------------------------------
     def _make_rng(self) -> np.random.Generator:
         return as_generator(self.random_state)
@@ -133,11 +253,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         sampled by index for ``gamma="median"``).
         """
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
-            raise ValueError(
-                f"{type(self).__name__} cannot use kernel='precomputed': it evaluates the kernel "
-                "between new points and its own landmarks / centres / random features, which a "
-                "precomputed Gram does not give; use ExactKPCA (or fastkpca.KernelPCA) instead"
-            )
+            raise ValueError(_refuse_precomputed(type(self).__name__))
         if isinstance(X, RowSource):
             X = X.indexable()
         seed = None if rng is None else int(rng.integers(2**31))
@@ -167,12 +283,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if _is_fraction(self.n_components):
             self.n_components_ = int(max_components)
             return self.n_components_
-        k = self.n_components
-        if not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 1:
-            raise ValueError(
-                "n_components must be a positive integer, a float in (0, 1) (a fraction of the "
-                f"variance) or None, got {k!r}"
-            )
+        k = check_n_components(self.n_components)
         if k > max_components:
             raise ValueError(
                 f"n_components={k} is larger than this method can give ({what} = {max_components})"
@@ -286,6 +397,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         self.X_transformed_fit_ = T
         self.dual_coef_inverse_ = la.solve(K, rows, assume_a="pos", overwrite_a=True)
 
+    @functools.partial(estimator_call, mutating=False)
     def inverse_transform(self, X):
         """Pre-images of projections X, shape ``(n_samples, n_features_in_)``.
 
@@ -333,6 +445,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             source.require_passes(2, "fit_inverse_transform=True (drawing pre-image anchors)")
         return source
 
+    @functools.partial(estimator_call, mutating=False)
     def transform(self, X):
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.
 
@@ -372,6 +485,42 @@ def _is_fraction(k) -> bool:
     return bool(isinstance(k, float | np.floating) and 0.0 < k < 1.0)
 
 
+#: The parameters of the kernel spec every fastkpca estimator takes.
+_KERNEL_SPEC = frozenset({"kernel", "gamma", "degree", "coef0", "nu"})
+
+#: The rows a kernel spec is resolved on when it is checked before any data.
+_PARAMETER_PROBE = np.zeros((2, 1))
+
+
+def check_n_components(k):
+    """``n_components`` checked for its form (ValueError otherwise): a positive integer, a float
+    in (0, 1) (a fraction of the variance) or None; returned as it is (an int for an integer)."""
+    if k is None or _is_fraction(k):
+        return k
+    if not isinstance(k, int | np.integer) or isinstance(k, bool) or k < 1:
+        raise ValueError(
+            "n_components must be a positive integer, a float in (0, 1) (a fraction of the "
+            f"variance) or None, got {k!r}"
+        )
+    return int(k)
+
+
+def check_solver_stopping(tol, max_iter) -> None:
+    """An iterative eigensolver's ``tol`` (a number >= 0, or None: the solver's default for the
+    dtype) and ``max_iter`` (a positive integer, or None); ValueError naming the parameter."""
+    if tol is not None:
+        check_float("tol", tol, low=0.0)
+    check_int("max_iter", max_iter, low=1, allow_none=True)
+
+
+def _refuse_precomputed(name: str) -> str:
+    return (
+        f"{name} cannot use kernel='precomputed': it evaluates the kernel between new points "
+        "and its own landmarks / centres / random features, which a precomputed Gram does not "
+        "give; use ExactKPCA (or fastkpca.KernelPCA) instead"
+    )
+
+
 def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     """``||mu||^2 = (1/n^2) sum_ij k(x_i, x_j)`` from ``n_probe`` uniform probe rows, with its
     standard error.
@@ -402,19 +551,60 @@ def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     return float(h.mean()), se
 
 
-def reduce_with_diag_sum(source, kernel, statistic, merge, *args, **kwargs):
-    """``source.reduce(statistic, merge, *args)`` that also sums ``k(x_i, x_i)`` in the same pass.
+#: Chunks per worker thread in one block of a pass over an in-memory array when a progress bar
+#: counts the blocks (:func:`pass_block_rows`).
+IN_MEMORY_BLOCK_CHUNKS = 64
+
+
+def pass_block_rows(source) -> int | None:
+    """Rows per block of a pass over ``source`` whose statistic is computed chunk by chunk in
+    threads (random features, kernel rows, Frequent Directions sketches).
+
+    A dense in-memory array is one block (None): its rows are views already, and the threads
+    then meet once per pass instead of once per block (with 8192-row blocks 16 threads would
+    get two chunks each between two meetings; blocks of 64 chunks per thread still cost a
+    Nystrom fit 2-7 % on two cores).  With a progress bar (``verbose > 0``) it is walked in
+    blocks of :data:`IN_MEMORY_BLOCK_CHUNKS` chunks per worker thread instead, so the bar
+    moves.  Blocks are whole runs of 256-row chunks, 1024-row shares and the sketches'
+    1024-row runs, so the blocking changes the grouping of float sums only.  Other sources keep
+    DEFAULT_BLOCK_ROWS (sparse rows may be densified a block at a time; streams and dask arrays
+    have their own blocks).
+    """
+    if isinstance(source, ArraySource) and not source.sparse:
+        if verbosity() <= 0:
+            return None
+        return max(DEFAULT_BLOCK_ROWS, IN_MEMORY_BLOCK_CHUNKS * CHUNK_ROWS * n_workers())
+    return DEFAULT_BLOCK_ROWS
+
+
+def reduce_tracked(source, statistic, merge, *args, desc: str | None = None):
+    """``source.reduce(statistic, merge, *args)`` in blocks of :func:`pass_block_rows`, with a
+    progress bar over the rows (:func:`fastkpca.execution.track_rows`, shown when the running
+    estimator's ``verbose > 0``) where the source reduces in one loop in this process (arrays,
+    streams; a dask array reduces on its workers)."""
+    if type(source).reduce is RowSource.reduce:
+        statistic = functools.partial(_tracked_statistic, statistic, source.n_samples, desc)
+    return source.reduce(statistic, merge, *args, block_rows=pass_block_rows(source))
+
+
+def _tracked_statistic(statistic, total, desc, blocks, *args):
+    return statistic(track_rows(blocks, total=total, desc=desc), *args)
+
+
+def reduce_with_diag_sum(source, kernel, statistic, merge, *args, desc: str | None = None):
+    """:func:`reduce_tracked` of ``statistic`` that also sums ``k(x_i, x_i)`` in the same pass.
 
     Returns ``(statistic, diag_sum)``: the blocks are read once (a one-shot stream stays
     one-shot) and the sums merge by addition, so a dask tree reduction gives the same total.
     """
-    return source.reduce(
+    return reduce_tracked(
+        source,
         _traced_statistic,
         functools.partial(_traced_merge, merge),
         kernel,
         statistic,
         *args,
-        **kwargs,
+        desc=desc,
     )
 
 

@@ -39,8 +39,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._centering import normalize_weights
 from .._utils import as_generator, check_float, check_int, require_memory_parts
+from ..execution import one_blas_thread
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
-from ..solvers import one_blas_thread
 from ._base import BaseKPCA
 
 __all__ = [
@@ -62,8 +62,8 @@ PROJECTABLE_KERNELS = (RBF, Matern, Polynomial, Linear, Cosine)
 class KernelExpansion:
     """``transform(X) = kernel(X, points) @ coef + offset``.
 
-    points : (m, d) expansion points; coef : (m, k) float64; offset : (k,) float64;
-    kernel : the model's Kernel.
+    points : (m, d) expansion points (an array, or a scipy.sparse matrix for a model fitted on
+    sparse rows); coef : (m, k) float64; offset : (k,) float64; kernel : the model's Kernel.
     """
 
     points: np.ndarray
@@ -81,7 +81,8 @@ def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=No
 
     Parameters
     ----------
-    points : (m, d); alphas : (m, k) scaled dual coefficients (alpha / sqrt(lambda));
+    points : (m, d) array or scipy.sparse matrix (kept as it is: the training rows of a model
+    fitted on CSR input); alphas : (m, k) scaled dual coefficients (alpha / sqrt(lambda));
     col_means : (m,) c; total_mean : t; kernel : Kernel; weights : (m,) or None.
     """
     A = np.asarray(alphas, dtype=np.float64)
@@ -91,7 +92,8 @@ def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=No
     colsum = A.sum(axis=0)
     coef = A - np.outer(w, colsum)
     offset = float(total_mean) * colsum - np.asarray(col_means, dtype=np.float64) @ A
-    return KernelExpansion(points=np.asarray(points), coef=coef, offset=offset, kernel=kernel)
+    points = points if sp.issparse(points) else np.asarray(points)
+    return KernelExpansion(points=points, coef=coef, offset=offset, kernel=kernel)
 
 
 def kernel_expansion(model) -> KernelExpansion:
@@ -187,6 +189,11 @@ class CompressedKPCA(BaseKPCA):
     Parameters (recorded for ``get_params``)
     ----------------------------------------
     rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
+    n_jobs : int or None, default None
+        Threads of ``transform`` (scikit-learn's meaning; None: every core the process may
+        use); :func:`compress_expansion` takes the source model's.
+    verbose : int, default 0
+        Kept for the shared estimator interface (``transform`` shows no progress bar).
 
     Attributes
     ----------
@@ -202,10 +209,23 @@ class CompressedKPCA(BaseKPCA):
     #: like the source models (Nystrom, random features) that take scipy.sparse rows
     _accepts_sparse = True
 
-    def __init__(self, rounding=None, projection_dim=None, random_state=None):
+    def __init__(
+        self, rounding=None, projection_dim=None, random_state=None, n_jobs=None, verbose=0
+    ):
         self.rounding = rounding
         self.projection_dim = projection_dim
         self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    def _check_params(self):
+        """``rounding`` in (0, 1] or None, ``projection_dim`` a positive integer or None,
+        ``random_state`` (ValueError naming the parameter): what :func:`compress_expansion`
+        checks before it reads the model, and a model file's loader before it builds one."""
+        super()._check_params()
+        if self.rounding is not None:
+            check_float("rounding", self.rounding, low=0.0, high=1.0, low_open=True)
+        check_int("projection_dim", self.projection_dim, low=1, allow_none=True)
 
     def fit(self, X=None, y=None):
         raise ValueError(
@@ -228,7 +248,12 @@ class CompressedKPCA(BaseKPCA):
                 Xb = X[start : start + step]
                 if self.projection_ is not None:
                     Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
-                out[start : start + step] = self.kernel_(Xb, points) @ coef + offset
+
+                def project(state, lo, hi, K, base=start):
+                    out[base + lo : base + hi] = K @ coef + offset
+
+                # kernel rows in small chunks on the call's threads, projected while in cache
+                self.kernel_.fold_rows(Xb, points, project, _no_state)
         return out
 
 
@@ -261,29 +286,35 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         ``w_i = |coef_ij k(x, z_i)| / pi_i`` over the rounded terms; with ``|k| <= c`` and
         unit-norm coefficients this is the paper's ``2 exp(-2 t^2 s^2 / (m c^2))``.
     """
+    out = CompressedKPCA(
+        rounding=rounding,
+        projection_dim=projection_dim,
+        random_state=random_state if not isinstance(random_state, np.random.Generator) else None,
+        n_jobs=getattr(model, "n_jobs", None),
+        verbose=getattr(model, "verbose", 0),
+    )
+    out._check_params()  # before the model is read: a bad value costs nothing
+    if rounding is not None:
+        rounding = out.rounding = float(rounding)
+    rng = as_generator(random_state)
     expansion = kernel_expansion(model)
     if getattr(expansion.kernel, "name", None) == "precomputed":
         raise ValueError(
             "compress_expansion needs a model that evaluates its kernel at new points; a "
             "kernel='precomputed' model is given kernel values against all training points"
         )
-    points = expansion.points
-    # landmarks of a sparse-input model: a few thousand rows, stored dense (persistable)
-    points = points.toarray() if sp.issparse(points) else np.asarray(points)
-    if rounding is not None:
-        rounding = check_float("rounding", rounding, low=0.0, high=1.0, low_open=True)
-    projection_dim = check_int("projection_dim", projection_dim, low=1, allow_none=True)
+    # The training rows of a model fitted on sparse input stay sparse until the kept terms are
+    # known (rounding) or projected (projection_dim): only those are made dense.
+    points = expansion.points if sp.issparse(expansion.points) else np.asarray(expansion.points)
     kernel = expansion.kernel
     if projection_dim is not None and not isinstance(kernel, PROJECTABLE_KERNELS):
         raise ValueError(
             f"projection_dim needs a kernel of Euclidean distances or dot products "
             f"(rbf, matern, polynomial, linear, cosine); got {kernel!r}"
         )
-    rng = as_generator(random_state)
     coef = np.asarray(expansion.coef, dtype=np.float64)
-    m = points.shape[0]
+    m, d = points.shape
     if projection_dim is not None:
-        d = points.shape[1]
         require_memory_parts(
             [
                 (
@@ -300,13 +331,21 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         points = points[keep]
     projection = None
     if projection_dim is not None:
-        projection = sign_projection(points.shape[1], projection_dim, rng)
-        points = points @ projection
-    out = CompressedKPCA(
-        rounding=rounding,
-        projection_dim=projection_dim,
-        random_state=random_state if not isinstance(random_state, np.random.Generator) else None,
-    )
+        projection = sign_projection(d, projection_dim, rng)
+        points = np.asarray(points @ projection)
+    elif sp.issparse(points):
+        kept = points.shape[0]
+        require_memory_parts(
+            [
+                (
+                    kept * d * points.dtype.itemsize,
+                    f"the {kept} expansion points of the sparse training rows, made dense "
+                    f"({kept} x {d})",
+                )
+            ],
+            hint="give rounding < 1 (fewer points) or projection_dim (narrower points)",
+        )
+        points = points.toarray()
     out.points_ = np.ascontiguousarray(points)
     out.coef_ = np.ascontiguousarray(coef)
     out.offset_ = np.asarray(expansion.offset, dtype=np.float64)
@@ -320,3 +359,7 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     out.rounding_s_ = s
     out.source_model_ = type(model).__name__
     return out
+
+
+def _no_state():
+    return None

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
-from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._centering import (
@@ -18,11 +16,20 @@ from .._centering import (
     centered_operator,
     gram_row_stats,
 )
-from ..execution import available_memory_bytes, format_bytes, require_memory, usable_cores
+from ..execution import (
+    available_memory_bytes,
+    format_bytes,
+    map_tasks,
+    n_workers,
+    one_blas_thread,
+    progress_bar,
+    require_memory,
+    using_n_jobs,
+)
 from ..execution.memory import MEMORY_FRACTION
 from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, auto_method, eigh_topk, one_blas_thread
-from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction
+from ..solvers import SOLVERS, auto_method, eigh_topk
+from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, check_solver_stopping
 
 __all__ = [
     "ExactKPCA",
@@ -140,10 +147,6 @@ def _center_block_rows(n):
     )
 
 
-def _n_workers():
-    return usable_cores()
-
-
 def _rbf_factors(X, kernel):
     """``(L, R)`` with ``L[i] . R[j] = -gamma ||x_i - x_j||^2`` for the RBF kernel, else None.
 
@@ -191,16 +194,18 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     distance GEMM and the elementwise exp) of filling every row, and the result is exactly
     symmetric.
 
-    Row blocks are filled by ``n_threads`` threads (default: the usable cores), each with
-    single-threaded BLAS: numpy releases the GIL in the GEMM, the exp and the copies, which are
-    otherwise single-threaded, and so are the first writes to the fresh n x n array (its page
-    faults, a large part of the cost on a 3 GB Gram).  The threads share the kernels' working
-    memory budget, and each block's temporaries stay below :data:`GRAM_BLOCK_MB`.
+    Row blocks are filled by ``n_threads`` threads (default: those of the running call,
+    :func:`fastkpca.execution.n_workers`), each with single-threaded BLAS
+    (:func:`fastkpca.execution.map_tasks`): numpy releases the GIL in the GEMM, the exp and the
+    copies, which are otherwise single-threaded, and so are the first writes to the fresh n x n
+    array (its page faults, a large part of the cost on a 3 GB Gram).  The threads share the
+    kernels' working memory budget, and each block's temporaries stay below
+    :data:`GRAM_BLOCK_MB`.
     """
     n = X.shape[0]
     K = np.empty((n, n), dtype=result_dtype(X))
     X = X.astype(np.float64, copy=False)  # kernels evaluate in float64: convert once, not per block
-    workers = max(1, min(n_threads or _n_workers(), -(-n // 64)))
+    workers = max(1, min(n_threads or n_workers(), -(-n // 64)))
     budget = min(kernels.WORKING_MEMORY_MB / workers, GRAM_BLOCK_MB)
     step = block_rows or chunk_rows(n, working_memory_mb=budget)
     tile = 256  # mirror tiles: the transposed reads stay in cache
@@ -223,15 +228,14 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
             K[s:e, t : t + tile] = K[t : t + tile, s:e].T
         K[s:e, s:e] = np.triu(K[s:e, s:e]) + np.triu(K[s:e, s:e], 1).T
 
-    if workers == 1:
-        for s in range(0, n, step):
+    with using_n_jobs(workers), progress_bar(total=n, desc="Gram matrix") as bar:
+
+        def fill_rows(s):
             fill(s)
-        for s in range(0, n, tile):
-            mirror(s)
-        return K
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        list(pool.map(fill, range(0, n, step)))  # the upper triangle is complete ...
-        list(pool.map(mirror, range(0, n, tile)))  # ... before any tile is mirrored
+            bar.update(min(n, s + step) - s)
+
+        map_tasks(fill_rows, range(0, n, step))  # the upper triangle is complete ...
+        map_tasks(mirror, range(0, n, tile))  # ... before any tile is mirrored
     return K
 
 
@@ -263,10 +267,11 @@ class GramOperator(LinearOperator):
     Each product is one pass over the upper block triangle of K in square tiles of ``tile``
     rows: tile ``(I, J)``, ``J >= I``, is evaluated once and applied as ``K[I, J] @ V[J]`` and,
     off the diagonal, as ``K[I, J]^T @ V[I]``, which halves the kernel evaluations.  Tiles are
-    shared out to ``n_threads`` threads (default: the usable cores), each with single-threaded
-    BLAS, its own tile buffer and its own n x b accumulator; numpy releases the GIL in the GEMMs
-    and the exp.  Memory: X (float64, plus an augmented copy for the RBF kernel), one tile and
-    one n x b accumulator per thread.
+    shared out to ``n_threads`` threads (default: those of the running call,
+    :func:`fastkpca.execution.n_workers`), each with single-threaded BLAS, its own tile buffer
+    and its own n x b accumulator; numpy releases the GIL in the GEMMs and the exp.  Memory: X
+    (float64, plus an augmented copy for the RBF kernel), one tile and one n x b accumulator
+    per thread.
 
     All arithmetic is float64 whatever X's dtype (the kernels evaluate in float64): a float32
     tile would perturb each entry by ~1e-7 relative, the eigenvectors by about that over the
@@ -283,7 +288,7 @@ class GramOperator(LinearOperator):
         self.X = X.astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         self.kernel = kernel
         self.tile = int(tile or max(64, np.sqrt(TILE_MB * 2**20 / 8)))
-        self.n_threads = max(1, n_threads or _n_workers())
+        self.n_threads = n_threads
         self.row_means = None
         self.n_passes = 0
         # RBF tiles: one GEMM of width d + 2 and an exp (see _rbf_factors)
@@ -312,8 +317,10 @@ class GramOperator(LinearOperator):
         V = np.ascontiguousarray(V)
         starts = range(0, n, t)
         # Longest tile rows first, so that the threads finish together.
+        n_tiles = len(starts) * (len(starts) + 1) // 2
         tiles = iter([(i, j) for i in starts for j in starts if j >= i])
         lock = threading.Lock()
+        bar = progress_bar(total=n_tiles, desc=f"Gram pass {self.n_passes + 1}", unit="tiles")
 
         def work(_):
             acc = np.zeros((n, V.shape[1]))
@@ -328,13 +335,11 @@ class GramOperator(LinearOperator):
                 acc[i : i + t] += T @ V[j : j + t]
                 if j != i:
                     acc[j : j + t] += T.T @ V[i : i + t]
+                bar.update(1)
 
-        workers = min(self.n_threads, len(starts) * (len(starts) + 1) // 2)
-        if workers == 1:
-            out = work(0)
-        else:
-            with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-                out = sum(pool.map(work, range(workers)))
+        workers = min(self.n_threads or n_workers(), n_tiles)
+        with bar, using_n_jobs(workers):
+            out = sum(map_tasks(work, range(workers)))
         self.n_passes += 1
         if first:
             self.row_means = out[:, -1].copy()
@@ -496,6 +501,15 @@ class ExactKPCA(BaseKPCA):
         the model).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
+    n_jobs : int or None, default None
+        Threads of each call (the Gram's row blocks and the matrix-free passes in ``fit``, the
+        kernel rows of ``transform``), scikit-learn's meaning: None or -1 every core the process
+        may use (its CPU affinity and quota), -2 all but one, a positive count that many.  The
+        model does not depend on it, up to the rounding of sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows (over
+        the tiles of each pass with ``eigen_solver="matrix_free"``), where the output is a
+        terminal or a notebook.
 
     Attributes
     ----------
@@ -514,6 +528,7 @@ class ExactKPCA(BaseKPCA):
     """
 
     _accepts_sparse = True
+    _accepts_precomputed_kernel = True
 
     def __init__(
         self,
@@ -530,6 +545,8 @@ class ExactKPCA(BaseKPCA):
         random_state=None,
         fit_inverse_transform=False,
         alpha=1.0,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -543,6 +560,8 @@ class ExactKPCA(BaseKPCA):
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
@@ -555,14 +574,29 @@ class ExactKPCA(BaseKPCA):
         out = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
         return out.astype(np.float32 if X.dtype == np.float32 else np.float64, copy=False)
 
-    def _fit(self, X):
+    def _check_params(self):
+        """The shared checks, the eigensolver, its ``tol`` and ``max_iter``, and what a
+        precomputed kernel cannot do; returns the resolved eigensolver."""
+        super()._check_params()
         eigen_solver = resolve_eigen_solver(self.eigen_solver, EXACT_SOLVERS)
+        check_solver_stopping(self.tol, self.max_iter)
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            if eigen_solver == "matrix_free":
+                raise ValueError(
+                    "eigen_solver='matrix_free' recomputes the Gram from the rows in every pass; "
+                    "with kernel='precomputed' the Gram is the input: use another eigen_solver"
+                )
+            if self.fit_inverse_transform:
+                raise ValueError(
+                    "fit_inverse_transform=True with kernel='precomputed': the pre-image map "
+                    "needs the kernel between new projections, which a precomputed Gram does "
+                    "not give"
+                )
+        return eigen_solver
+
+    def _fit(self, X):
+        eigen_solver = self._check_params()
         precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
-        if precomputed and eigen_solver == "matrix_free":
-            raise ValueError(
-                "eigen_solver='matrix_free' recomputes the Gram from the rows in every pass; "
-                "with kernel='precomputed' the Gram is the input: use another eigen_solver"
-            )
         source = self._fit_source(X)
         if eigen_solver != "matrix_free" and source.n_samples is not None:
             # The stored Gram must fit in this process: check before computing anything.

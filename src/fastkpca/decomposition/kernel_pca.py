@@ -10,7 +10,6 @@ centered in place, and eigensolvers from :mod:`fastkpca.solvers` (``arpack`` is 
 from __future__ import annotations
 
 import numbers
-import os
 
 import numpy as np
 import scipy.linalg as la
@@ -103,17 +102,6 @@ def _check_int(name, value, *, low=None, allow_none=False):
 def _check_bool(name, value):
     if not isinstance(value, bool | np.bool_):
         raise ValueError(f"{name} must be a boolean, got {value!r}")
-
-
-def _n_threads(n_jobs):
-    """joblib's n_jobs convention (None: all usable cores, as fastkpca's Gram fill)."""
-    if n_jobs is None:
-        return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
 
 
 def _center_precomputed(K, block):
@@ -235,8 +223,13 @@ class KernelPCA(BaseKPCA):
         Store a copy of X in ``X_fit_``; with False, ``X_fit_`` is X itself (and a precomputed
         Gram is centered in place, as in scikit-learn).
     n_jobs : int or None, default=None
-        Threads that fill the Gram (None: all usable cores; negative values count back from
-        the number of cores as in joblib).
+        Threads of each call (the Gram's row blocks, the kernel rows of ``transform``), with
+        scikit-learn's meaning for positive and negative values (-1: all cores, -2: all but
+        one); None is every core the process may use (its CPU affinity and quota), where
+        scikit-learn's None is one.  The model does not depend on it, up to rounding.
+    verbose : int, default=0
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows, where
+        the output is a terminal or a notebook (not a scikit-learn parameter).
 
     Attributes
     ----------
@@ -280,6 +273,7 @@ class KernelPCA(BaseKPCA):
         random_state=None,
         copy_X=True,
         n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -297,6 +291,7 @@ class KernelPCA(BaseKPCA):
         self.random_state = random_state
         self.copy_X = copy_X
         self.n_jobs = n_jobs
+        self.verbose = verbose
 
     # --- fit ----------------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -339,7 +334,7 @@ class KernelPCA(BaseKPCA):
             stats = _center_precomputed(K, block)
         else:
             self.kernel_ = self._make_kernel()
-            K = symmetric_gram(X, self.kernel_, n_threads=_n_threads(self.n_jobs))
+            K = symmetric_gram(X, self.kernel_)
             scale = float(np.trace(K, dtype=np.float64))
             stats = center_gram_inplace(K, block=block)
         self.gram_col_means_ = stats.col_means
@@ -361,6 +356,7 @@ class KernelPCA(BaseKPCA):
 
     def _check_params(self):
         _check_int("n_components", self.n_components, low=1, allow_none=True)
+        self._make_rng()  # random_state
         kernel = self.kernel
         if not (isinstance(kernel, Kernel) or callable(kernel)) and (
             not isinstance(kernel, str) or kernel not in KERNEL_NAMES + ("precomputed",)
@@ -386,9 +382,6 @@ class KernelPCA(BaseKPCA):
             _check_int("iterated_power", self.iterated_power, low=0)
         _check_bool("remove_zero_eig", self.remove_zero_eig)
         _check_bool("copy_X", self.copy_X)
-        _check_int("n_jobs", self.n_jobs, allow_none=True)
-        if self.n_jobs == 0:
-            raise ValueError("n_jobs == 0 has no meaning; use None, a positive or -1")
 
     def _make_kernel(self):
         """fastkpca's kernel for the spec, or pairwise_kernels where fastkpca has none."""
@@ -460,7 +453,7 @@ class KernelPCA(BaseKPCA):
             raise ValueError("fit_inverse_transform is not implemented for sparse input X")
         n = X_transformed.shape[0]
         # The same kernel (and gamma_) on the embedding, as scikit-learn's KernelPCA.
-        K = symmetric_gram(X_transformed, self.kernel_, n_threads=_n_threads(self.n_jobs))
+        K = symmetric_gram(X_transformed, self.kernel_)
         K.flat[:: n + 1] += self.alpha
         self.dual_coef_ = la.solve(K, X, assume_a="pos", overwrite_a=True)
         self.X_transformed_fit_ = X_transformed

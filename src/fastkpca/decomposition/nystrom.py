@@ -29,8 +29,8 @@ from sklearn.utils.validation import check_is_fitted
 from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks
 from .._utils import check_int, require_memory_parts
+from ..execution import one_blas_thread
 from ..kernels import warn_if_degenerate
-from ..solvers import one_blas_thread
 from ..source import check_block
 from ..statistics.growth import (
     PROBE_ROWS,
@@ -202,17 +202,28 @@ class NystromKPCA(BaseKPCA):
         ``KernelPCA``'s map).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
+    n_jobs : int or None, default None
+        Threads of each call (the kernel rows of ``fit`` and ``transform``), scikit-learn's
+        meaning: None or -1 every core the process may use (its CPU affinity and quota), -2 all
+        but one, a positive count that many.  The model does not depend on it, up to the
+        rounding of sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the rows of its pass
+        over the data, where the output is a terminal or a notebook.
 
     Attributes
     ----------
     landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype.
     landmark_weights_ : (n_landmarks_,) float64 density weights, summing to 1.
-    normalization_ : (r, n_landmarks_) the whitening N: the Nystrom features are
-        ``z(x) = N k(L, x)`` (so ``Z = k(X, landmarks_) @ normalization_.T``), with
-        ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky factorisation of W
-        (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`; r is W's numerical rank,
-        n_landmarks_ unless landmarks repeat).  On the exact-KPCA path: ``diag(lambda)^{-1/2}
-        alpha^T`` (r = n_components_), the scaled dual coefficients of exact KPCA.
+    projection_ : (n_landmarks_, n_components_) float64 ``N^T components_^T``: ``transform(X)
+        = k(X, landmarks_) @ projection_ - mean_ @ components_.T``.
+    normalization_ : (r, n_landmarks_) the whitening N, a property recomputed on each access
+        (see Notes): the Nystrom features are ``z(x) = N k(L, x)`` (so ``Z = k(X, landmarks_)
+        @ normalization_.T``), with ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky
+        factorisation of W (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`; r is
+        W's numerical rank, n_landmarks_ unless landmarks repeat).  On the exact-KPCA path:
+        ``diag(lambda)^{-1/2} alpha^T`` (r = n_components_), the scaled dual coefficients of
+        exact KPCA.
     mean_ : (r,) mean of the Nystrom features z over the training data.
     components_ : (n_components_, r) principal axes in z-space (orthonormal rows; the identity
         on the exact-KPCA path).
@@ -242,6 +253,16 @@ class NystromKPCA(BaseKPCA):
     the scale of ``sklearn.decomposition.KernelPCA.transform`` (and equal to
     ``make_pipeline(Nystroem(...), PCA(...))`` for the same landmarks, up to column signs).
 
+    What the model keeps.  ``transform`` needs the c x k ``projection_``, the landmarks and the
+    offset ``mean_ @ components_.T``; the c x c whitening N is not kept (in memory or in a model
+    file: for c = 1000 it is 8 MB, against the 24 kB of the projection), and no other use of the
+    model needs it: ``inverse_transform`` (the map learned at fit on the projections of the
+    landmarks), ``compress_expansion`` (``projection_`` is the expansion's coefficients) and the
+    sizes by ``tol`` use the projection.  The attribute ``normalization_`` recomputes N from the
+    landmarks and the kernel when something asks for the Nystrom features themselves
+    (:func:`fastkpca.metrics.method_certificates`' residual trace); a model file of an earlier
+    release, which holds ``normalization_``, loads with its projection computed from it.
+
     The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"``, an integer (or None)
     ``n_components`` and dense rows that can be taken by index (an array, not a stream or a
     sparse matrix), the fit is exact KPCA -- the Nystrom method's limit
@@ -257,7 +278,7 @@ class NystromKPCA(BaseKPCA):
     and n (the exact path); forcing the Nystrom approximation there (``"randomized"``) took
     1.7x, 2.2x and 7.6x, for the same held-out error (1.0357).  The model then has
     ``solver_ = "exact_kpca"``, ``landmarks_`` = the training rows, ``n_landmarks_ = n``,
-    uniform ``landmark_weights_``, ``normalization_`` as described above, the exact
+    uniform ``landmark_weights_``, ``normalization_`` as described above (k x n), the exact
     ``eigenvalues_`` and ``total_variance_`` (error 0), and ``transform`` equal to
     ``ExactKPCA``'s.  ``solver="exact"`` or ``"randomized"`` always computes the Nystrom
     approximation on the c landmarks asked for.
@@ -292,6 +313,8 @@ class NystromKPCA(BaseKPCA):
         tol=None,
         fit_inverse_transform=False,
         alpha=1.0,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -308,6 +331,37 @@ class NystromKPCA(BaseKPCA):
         self.tol = tol
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    # --- parameter checks -----------------------------------------------------------------
+    def _check_params(self):
+        """The shared checks, then this estimator's parameters (ValueError naming each)."""
+        super()._check_params()
+        auto = check_auto_size("n_landmarks", self.n_landmarks, self.tol)  # checks tol too
+        if not auto:
+            check_int("n_landmarks", self.n_landmarks, low=1, allow_none=True)
+        if self.covariance not in COVARIANCES:
+            raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
+        if isinstance(self.landmarks, str):
+            if self.landmarks not in LANDMARK_METHODS:
+                raise ValueError(
+                    f"unknown landmarks method {self.landmarks!r}; choose one of "
+                    f"{LANDMARK_METHODS} or pass an array of landmark rows"
+                )
+        elif np.ndim(self.landmarks) != 2:
+            raise ValueError(
+                f"landmarks must be one of {LANDMARK_METHODS} or a 2-D array of landmark rows, "
+                f"got {_describe(self.landmarks)}"
+            )
+        elif auto:
+            raise ValueError(
+                "n_landmarks='auto' / tol choose how many landmarks to draw; with given landmark "
+                "rows there is nothing to choose: pass landmarks='uniform' (or another method)"
+            )
 
     # --- fit ------------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -322,20 +376,12 @@ class NystromKPCA(BaseKPCA):
         ``landmarks="uniform"`` with ``covariance="data"`` (reservoir sampling, then the
         covariance); given landmarks or ``covariance="landmarks"`` need one pass.
         """
+        self._check_params()
         if check_auto_size("n_landmarks", self.n_landmarks, self.tol):
             return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         n_landmarks = check_int("n_landmarks", self.n_landmarks, low=1, allow_none=True)
-        if self.covariance not in COVARIANCES:
-            raise ValueError(f"covariance must be one of {COVARIANCES}, got {self.covariance!r}")
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         sketch_size = check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
         method = self.landmarks if isinstance(self.landmarks, str) else None  # None: given rows
-        if method is not None and method not in LANDMARK_METHODS:
-            raise ValueError(
-                f"unknown landmarks method {self.landmarks!r}; choose one of "
-                f"{LANDMARK_METHODS} or pass an array of landmark rows"
-            )
         rng = self._make_rng()
         # The gamma heuristics draw from their own stream, so the landmark draws do not depend
         # on whether gamma is resolved before (rows by index) or after (streams) the landmarks.
@@ -401,7 +447,7 @@ class NystromKPCA(BaseKPCA):
                 merged_moments,
                 L64,
                 kernel,
-                block_rows=None,
+                desc="kernel rows",
             )
         else:
             q = self._sketch_width(N, sketch_size)
@@ -422,7 +468,7 @@ class NystromKPCA(BaseKPCA):
                 W.mean(axis=0),
                 dtype,
                 min(SKETCH_BLOCK_MB, kernels.WORKING_MEMORY_MB),
-                block_rows=None,
+                desc="kernel rows",
             )
         n = moments.count if solver == "exact" or self.covariance == "landmarks" else moments.n
         self._resolve_n_components(min(n, asked), what="min(n_samples, n_landmarks)")
@@ -434,7 +480,7 @@ class NystromKPCA(BaseKPCA):
             eigenvalues, components, mean = nystrom_kpca(moments, N, self.n_components_)
         self.landmarks_ = L
         self.landmark_weights_ = np.asarray(weights, dtype=np.float64)
-        self.normalization_ = N
+        self.projection_ = _projection(N, components)
         self.mean_ = mean
         self.components_ = components
         self.eigenvalues_ = eigenvalues
@@ -530,7 +576,7 @@ class NystromKPCA(BaseKPCA):
         self.kernel_row_dtype_ = "float32" if X.dtype == np.float32 else "float64"
         self.landmarks_ = X.copy()
         self.landmark_weights_ = np.full(n, 1.0 / n)
-        self.normalization_ = N
+        self.projection_ = _projection(N, components)
         self.mean_ = mean
         self.components_ = components
         self.eigenvalues_ = vals
@@ -549,11 +595,6 @@ class NystromKPCA(BaseKPCA):
         smallest uniform keys of the same draw); the kernel-row moments are recomputed.
         """
         tol = check_tol(self.tol, auto=True)
-        if not isinstance(self.landmarks, str):
-            raise ValueError(
-                "n_landmarks='auto' / tol choose how many landmarks to draw; with given landmark "
-                "rows there is nothing to choose: pass landmarks='uniform' (or another method)"
-            )
         source = self._fit_source(X)
         source.require_passes(2, f"tol={tol} (a pass per model size)")
         rng = self._make_rng()
@@ -587,20 +628,39 @@ class NystromKPCA(BaseKPCA):
             return estimate, 0.0
         return estimate, float(np.std(h, ddof=1) / np.sqrt(c) * np.sqrt(1.0 - c / n))
 
+    # --- what the model keeps -------------------------------------------------------------
+    def _truncate_components(self, k: int) -> None:
+        super()._truncate_components(k)
+        self.projection_ = self.projection_[:, :k]  # column j is N^T components_[j]
+
+    @property
+    def normalization_(self):
+        """The whitening N, ``(r, n_landmarks_)``: the Nystrom features are ``z(x) = N k(L, x)``.
+
+        Not kept by the model (see the class Notes): recomputed from ``landmarks_`` and
+        ``kernel_`` on each access (``n_landmarks_^2`` kernel values and a pivoted Cholesky,
+        ``c^3 / 3`` flops), as the fit computed it, up to round-off; on the exact-KPCA path it
+        is ``projection_.T`` (the components are the identity there).
+        """
+        check_is_fitted(self)
+        if getattr(self, "solver_", None) == "exact_kpca":
+            return np.ascontiguousarray(self.projection_.T)
+        N, _ = nystrom_whitening(self.kernel_(self.landmarks_.astype(np.float64)))
+        return N
+
     # --- transform ------------------------------------------------------------------------
     def kernel_expansion(self):
         """The transform as a kernel expansion over the landmarks (for ``compress_expansion``).
 
-        ``transform(X) = k(X, landmarks_) @ coef + offset`` with ``coef = normalization_ @
-        components_.T`` (c x k) and ``offset = -mean_ @ components_.T``.
+        ``transform(X) = k(X, landmarks_) @ coef + offset`` with ``coef = projection_``
+        (c x k) and ``offset = -mean_ @ components_.T``.
         """
         from .compress import KernelExpansion
 
         check_is_fitted(self)
-        coef = self.normalization_.T @ self.components_.T
         return KernelExpansion(
             points=self.landmarks_,
-            coef=coef,
+            coef=self.projection_,
             offset=-(self.mean_ @ self.components_.T),
             kernel=self.kernel_,
         )
@@ -608,14 +668,15 @@ class NystromKPCA(BaseKPCA):
     def _transform_rows(self, X):
         """``(N k(L, x) - mean_) @ components_.T``, in small chunks of float64 kernel rows on
         all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
-        ``(N k - mean) . u = k . (N^T u) - mean . u``."""
+        ``(N k - mean) . u = k . (N^T u) - mean . u``, with ``projection_ = N^T components_^T``
+        computed once at fit."""
         dtype = np.float32 if X.dtype == np.float32 else np.float64
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         # Every product at one BLAS thread (the fold's threads over chunks give the parallelism):
         # the BLAS limit is process-wide, and a product outside it would sum in another order
         # whenever another thread holds it, so a transform would depend on other threads.
         with one_blas_thread():
-            projection = self.normalization_.T @ self.components_.T
+            projection = self.projection_
             offset = self.mean_ @ self.components_.T
 
             def project(state, start, stop, K):
@@ -627,6 +688,21 @@ class NystromKPCA(BaseKPCA):
 
 def _no_state():
     return None
+
+
+def _describe(value) -> str:
+    """A value for an error message, never a large one in full."""
+    if hasattr(value, "shape"):
+        return f"a {type(value).__name__} of shape {value.shape}"
+    text = repr(value)
+    return text if len(text) <= 60 else f"a {type(value).__name__}"
+
+
+def _projection(N, components):
+    """``N^T components^T`` (c x k): the kernel rows' map to the projections (before the mean),
+    all ``transform`` needs of the c x c whitening N."""
+    with one_blas_thread():  # a fixed summation order, whatever other threads hold the BLAS
+        return N.T @ components.T
 
 
 def _is_fraction_like(k) -> bool:

@@ -44,11 +44,12 @@ import numpy as np
 from sklearn.base import clone
 
 from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
-from ..execution import usable_cores
+from ..execution import n_workers
 from ..features import (
     FEATURES,
     FastfoodFeatureMap,
     FourierFeatureMap,
+    check_feature_spec,
     draw_feature_map,
     feature_projection,
     init_feature_map,
@@ -234,6 +235,14 @@ class RandomFeatureKPCA(BaseKPCA):
         Ridge parameter of the pre-image map.
     n_inverse_samples : int or None
         Pre-image anchors (None: 1000, capped at n); the map costs O(n_inverse_samples^2).
+    n_jobs : int or None, default None
+        Threads of each call (the features of ``fit`` and ``transform``), scikit-learn's
+        meaning: None or -1 every core the process may use (its CPU affinity and quota), -2 all
+        but one, a positive count that many.  The model does not depend on it, up to the
+        rounding of sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the rows of its pass
+        over the data, where the output is a terminal or a notebook.
 
     Attributes
     ----------
@@ -285,6 +294,8 @@ class RandomFeatureKPCA(BaseKPCA):
         fit_inverse_transform=False,
         alpha=1.0,
         n_inverse_samples=None,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -303,9 +314,14 @@ class RandomFeatureKPCA(BaseKPCA):
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
         self.n_inverse_samples = n_inverse_samples
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
     # --- parameter checks -----------------------------------------------------------------
     def _check_params(self):
+        """The shared checks, then this estimator's parameters (ValueError naming each), the
+        feature map's last (:func:`fastkpca.features.check_feature_spec`)."""
+        super()._check_params()
         if self.features != "auto" and self.features not in FEATURES:
             raise ValueError(f"features must be 'auto' or one of {FEATURES}, got {self.features!r}")
         if self.solver not in SOLVERS:
@@ -318,6 +334,7 @@ class RandomFeatureKPCA(BaseKPCA):
             raise ValueError(
                 "a float n_components (a fraction of the variance) needs solver='exact'"
             )
+        check_feature_spec(self)
 
     def _choose_solver(self, n, m: int) -> str:
         """``solver="auto"``: ``"randomized"`` when its sketch is at least twice cheaper than
@@ -366,7 +383,7 @@ class RandomFeatureKPCA(BaseKPCA):
             q = self._sketch_width(self._resolve_n_components(m, what="n_output_features"), m)
             parts.append(
                 (
-                    8 * m * (q + 1) * (usable_cores() + 3),
+                    8 * m * (q + 1) * (n_workers() + 3),
                     f"n_features={m_asked}: a {m} x {q + 1} covariance sketch per thread",
                 )
             )
@@ -411,7 +428,13 @@ class RandomFeatureKPCA(BaseKPCA):
         if solver == "exact":
             shift = feature_shift(first, fmap)
             moments, diag_sum = reduce_with_diag_sum(
-                source, self.kernel_, feature_moments, FeatureMoments.merge, fmap, shift
+                source,
+                self.kernel_,
+                feature_moments,
+                FeatureMoments.merge,
+                fmap,
+                shift,
+                desc="random features",
             )
             n, mean = moments.n, moments.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")
@@ -429,6 +452,7 @@ class RandomFeatureKPCA(BaseKPCA):
                 fmap,
                 T,
                 shift,
+                desc="random features",
             )
             n, mean = sketch.n, sketch.mean
             k = self._resolve_n_components(min(n, m), what="min(n_samples, n_output_features)")

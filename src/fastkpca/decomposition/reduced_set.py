@@ -183,6 +183,13 @@ class ReducedSetKPCA(BaseKPCA):
         regression (as ``KernelPCA``) from the centres' projections to the centres, O(m^2).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
+    n_jobs : int or None, default None
+        Threads of each call (kernel rows), scikit-learn's meaning: None or -1 every core the
+        process may use (its CPU affinity and quota), -2 all but one, a positive count that
+        many.  The model does not depend on it, up to the rounding of sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
+        where the output is a terminal or a notebook.
 
     Attributes
     ----------
@@ -246,6 +253,8 @@ class ReducedSetKPCA(BaseKPCA):
         random_state=None,
         fit_inverse_transform=False,
         alpha=1.0,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -261,14 +270,21 @@ class ReducedSetKPCA(BaseKPCA):
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
     def _check_params(self):
+        """The shared checks, then this estimator's parameters (ValueError naming each);
+        returns the resolved eigensolver."""
+        super()._check_params()
         if self.density not in DENSITIES:
             raise ValueError(f"density must be one of {DENSITIES}, got {self.density!r}")
         if self.center not in SHADOW_CENTERS:
             raise ValueError(f"center must be one of {SHADOW_CENTERS}, got {self.center!r}")
         check_float("ell", self.ell, low=0.0, low_open=True)
         check_int("n_centers", self.n_centers, low=1, allow_none=True)
+        if self.density == "shadow":
+            kernel_bandwidth(self._check_kernel_spec())  # the shadow radius needs a bandwidth
         return resolve_eigen_solver(self.eigen_solver, SOLVERS)
 
     def _reduced_set(self, X, kernel, rng):

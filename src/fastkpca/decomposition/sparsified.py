@@ -28,9 +28,10 @@ from scipy.sparse.linalg import LinearOperator
 
 from .._centering import CenteringStats, centered_operator
 from .._utils import as_generator, check_float, require_memory_parts
+from ..execution import progress_bar
 from ..kernels import _Radial, chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
-from ._base import BaseKPCA, _is_fraction
+from ._base import BaseKPCA, _is_fraction, check_solver_stopping
 from .exact import ExactKPCA, resolve_eigen_solver
 
 __all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
@@ -196,15 +197,20 @@ def _kernel_at_kept(X, kernel, indptr, indices, data, pairwise):
         return
     # A memory-budgeted row block, and never more than a quarter of the rows: no n x n array.
     step = max(1, min(chunk_rows(n), -(-n // 4)))
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        lo, hi = indptr[start], indptr[stop]
-        if hi == lo:
-            continue
-        # Rows start..stop-1 only need columns > start: the upper part of the row block.
-        block = kernel(X[start:stop], X[start:])
-        rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
-        data[lo:hi] = block[rows, indices[lo:hi] - start]
+    with progress_bar(total=n, desc="sampled Gram") as bar:
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            lo, hi = indptr[start], indptr[stop]
+            bar.update(stop - start)
+            if hi == lo:
+                continue
+            # Rows start..stop-1 only need columns > start: the upper part of the row block,
+            # filled in small row chunks on the call's threads (Kernel.blocks).
+            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
+            cols = indices[lo:hi] - start
+            for s, e, K in kernel.blocks(X[start:stop], X[start:]):
+                a, b = indptr[start + s] - lo, indptr[start + e] - lo
+                data[lo + a : lo + b] = K[rows[a:b] - s, cols[a:b]]
 
 
 def sparsify_gram(
@@ -478,6 +484,13 @@ class SparsifiedKPCA(BaseKPCA):
         regression from their projections, as ``KernelPCA``; the model is O(n) already).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
+    n_jobs : int or None, default None
+        Threads of each call (kernel rows), scikit-learn's meaning: None or -1 every core the
+        process may use (its CPU affinity and quota), -2 all but one, a positive count that
+        many.  The model does not depend on it, up to the rounding of sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
+        where the output is a terminal or a notebook.
 
     Attributes
     ----------
@@ -519,6 +532,8 @@ class SparsifiedKPCA(BaseKPCA):
         random_state=None,
         fit_inverse_transform=False,
         alpha=1.0,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -534,11 +549,17 @@ class SparsifiedKPCA(BaseKPCA):
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
     def _check_params(self):
+        """The shared checks, then this estimator's parameters (ValueError naming each);
+        returns the resolved eigensolver."""
+        super()._check_params()
         check_float("sample_prob", self.sample_prob, low=0.0, high=1.0, low_open=True)
         if not isinstance(self.quantize, bool | np.bool_):
             raise ValueError(f"quantize must be True or False, got {self.quantize!r}")
+        check_solver_stopping(self.tol, self.max_iter)
         return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
     def _require_fit_memory(self, X) -> None:

@@ -15,10 +15,24 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
-from .._utils import check_int
-from ..features import FEATURES, feature_projection, init_feature_map
+from .._utils import check_int, require_memory_parts
+from ..execution import track_rows
+from ..features import (
+    FEATURES,
+    check_feature_spec,
+    feature_projection,
+    init_feature_map,
+    resolve_n_features,
+)
 from ..source import as_source
-from ..statistics.feature_sketch import FeatureSketch, feature_sketch, skpca_eigen
+from ..statistics.feature_sketch import (
+    SPLIT_ROWS,
+    FeatureSketch,
+    feature_sketch,
+    sketch_bytes,
+    sketch_count,
+    skpca_eigen,
+)
 from ..statistics.growth import (
     PROBE_ROWS,
     ProbeError,
@@ -28,7 +42,14 @@ from ..statistics.growth import (
     doubling_sizes,
     grow_until,
 )
-from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction
+from ._base import (
+    DEFAULT_N_COMPONENTS,
+    DEFAULT_N_INVERSE_SAMPLES,
+    BaseKPCA,
+    _is_fraction,
+    pass_block_rows,
+    reduce_tracked,
+)
 from .random_features import constant_diag_sum, feature_mean_embedding
 
 __all__ = ["StreamingKPCA", "DEFAULT_SKETCH_SIZE"]
@@ -85,10 +106,14 @@ class StreamingKPCA(BaseKPCA):
         (:func:`fastkpca.sketch.default_batch_size`).  The paper's ell (Ghashami, Perry &
         Phillips 2016, Algorithm 1) is the buffer: an ell-row sketch shrunk to ell / 2 when
         full, so ``sketch_size=ell`` here has the guarantee of the paper's 2 ell (and keeps one
-        more row).  The rows are split between
-        :data:`~fastkpca.statistics.feature_sketch.PARALLEL_SKETCHES` sketches updated in
-        parallel threads and merged (same bound).  ``ell >= n_output_features_`` never shrinks
-        (the model is then exact; the buffer is capped at ``2 n_output_features_`` rows).
+        more row).  The rows are dealt, in runs of 1024 by row index, between 32 sketches
+        (fewer, at least 2, when 32 would take more than 256 MiB:
+        :func:`~fastkpca.statistics.feature_sketch.sketch_count`, a function of ``sketch_size``
+        and ``n_features`` alone) updated by parallel threads and merged up a fixed tree (same
+        bound); a sketch that gets no rows costs nothing, and a ``sketch_size`` whose sketches
+        cannot fit in memory is refused up front (ValueError).  ``ell >= n_output_features_``
+        never shrinks (the model is then exact; the buffer is capped at
+        ``2 n_output_features_`` rows).
     features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
         The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
         matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
@@ -110,7 +135,16 @@ class StreamingKPCA(BaseKPCA):
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_inverse_samples : int or None
-        Pre-image anchors (None: 1000, capped at n).
+        Pre-image anchors (None: 1000, capped at n); a number whose rows and Gram cannot fit in
+        memory is refused up front (ValueError).
+    n_jobs : int or None, default None
+        Threads of each call (``fit``, ``partial_fit``, ``transform``, ...), scikit-learn's
+        meaning: None or -1 all cores the process may use (its CPU affinity and quota), -2 all
+        but one, a positive count that many.  The model does not depend on it (the rows each
+        sketch sees are fixed by their index), up to the rounding of float sums.
+    verbose : int, default 0
+        With ``verbose > 0``, ``fit`` and ``partial_fit`` show a progress bar (tqdm) over the
+        rows of each pass, where the output is a terminal or a notebook.
 
     Attributes
     ----------
@@ -176,6 +210,8 @@ class StreamingKPCA(BaseKPCA):
         fit_inverse_transform=False,
         alpha=1.0,
         n_inverse_samples=None,
+        n_jobs=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -191,14 +227,52 @@ class StreamingKPCA(BaseKPCA):
         self.fit_inverse_transform = fit_inverse_transform
         self.alpha = alpha
         self.n_inverse_samples = n_inverse_samples
+        self.n_jobs = n_jobs
+        self.verbose = verbose
 
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):
+        """The shared checks, then this estimator's parameters (ValueError naming each), the
+        feature map's last (:func:`fastkpca.features.check_feature_spec`)."""
+        super()._check_params()
         if self.features != "auto" and self.features not in FEATURES:
             raise ValueError(f"features must be 'auto' or one of {FEATURES}, got {self.features!r}")
         check_int("sketch_size", self.sketch_size, low=1, allow_none=True)
         if self.n_components is not None and not _is_fraction(self.n_components):
             check_int("n_components", self.n_components, low=1)
+        check_feature_spec(self)
+
+    def _require_fit_memory(self, d: int, n, *, inverse: bool = True) -> None:
+        """Refuse, before the pass over the data, a ``sketch_size`` or ``n_inverse_samples``
+        whose arrays cannot fit (ValueError naming the parameter and the memory): the Frequent
+        Directions sketches (one per run of 1024 rows up to :func:`sketch_count`, each with its
+        buffer, shrink workspace and loss, and as much again while they are merged when read)
+        and the pre-image anchors (rows and their Gram).  The frequencies are sized, and refused,
+        where they are drawn just before (:func:`fastkpca.features.draw_feature_map`)."""
+        m_asked = resolve_n_features(self.n_features)
+        m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
+        ell = self._sketch_rows()
+        count = sketch_count(ell, m)
+        used = count if n is None else max(1, min(count, -(-n // SPLIT_ROWS)))
+        parts = [
+            (
+                2 * used * sketch_bytes(ell, m),
+                f"sketch_size={ell} with n_features={m_asked}: {used} Frequent Directions "
+                f"sketches of {ell} rows by {m} features (each with its buffer of up to "
+                f"{3 * ell} rows) and their merge",
+            )
+        ]
+        if inverse and self.fit_inverse_transform:
+            a = check_int("n_inverse_samples", self.n_inverse_samples, low=1, allow_none=True)
+            a = DEFAULT_N_INVERSE_SAMPLES if a is None else a
+            a = a if n is None else min(a, n)
+            parts.append(
+                (
+                    8 * a * (2 * d + 2 * a),
+                    f"n_inverse_samples={a}: the pre-image anchors and their {a} x {a} Gram",
+                )
+            )
+        require_memory_parts(parts, hint="lower these sizes")
 
     def _sketch_rows(self) -> int:
         if self.sketch_size is not None:
@@ -242,9 +316,16 @@ class StreamingKPCA(BaseKPCA):
         if check_auto_size("n_features", self.n_features, self.tol):
             return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
-        self._draw(source.head())
-        stat = source.reduce(
-            feature_sketch, FeatureSketch.merge, self.feature_map_, self._sketch_rows()
+        first = source.head()
+        self._draw(first)  # refuses frequencies that cannot fit (draw_feature_map)
+        self._require_fit_memory(first.shape[1], source.n_samples)
+        stat = reduce_tracked(
+            source,
+            feature_sketch,
+            FeatureSketch.merge,
+            self.feature_map_,
+            self._sketch_rows(),
+            desc="sketching",
         )
         self._store(stat)
         if self.fit_inverse_transform:
@@ -287,15 +368,20 @@ class StreamingKPCA(BaseKPCA):
                 f"samples seen ({seen + source.n_samples}); pass a larger first block"
             )
         if first:
-            self._draw(source.head())
+            head = source.head()
+            self._draw(head)
+            # a stream, which may go on; partial_fit learns no pre-image map
+            self._require_fit_memory(head.shape[1], None, inverse=False)
             stat = FeatureSketch.empty(self._sketch_rows(), self.n_output_features_)
         else:
-            # The rows go into a copy (O(ell m)): a block that fails half-way (NaN, wrong width)
-            # must not leave its first rows in the model's sketches (see BaseKPCA).
+            # The rows go into a copy (its sketches copied as rows reach them): a block that
+            # fails half-way (NaN, wrong width) must not leave its first rows in the model's
+            # sketches (see BaseKPCA).
             stat = self._statistic().copy()
-        self._store(
-            feature_sketch(source.blocks(), self.feature_map_, stat.sketch.sketch_size, into=stat)
+        blocks = track_rows(
+            source.blocks(pass_block_rows(source)), total=source.n_samples, desc="sketching"
         )
+        self._store(feature_sketch(blocks, self.feature_map_, stat.sketch_size, into=stat))
         return self
 
     # --- size chosen by tolerance ---------------------------------------------------------
@@ -392,7 +478,13 @@ class StreamingKPCA(BaseKPCA):
         check_is_fitted(self)
         check_is_fitted(other)
         mine, theirs = self.get_params(), other.get_params()
-        diff = sorted(k for k in mine if not _same_param(mine[k], theirs[k]))
+        # the threads and the progress bars do not change a model: models fitted with other
+        # n_jobs or verbose merge (the result keeps this model's)
+        diff = sorted(
+            k
+            for k in mine
+            if k not in ("n_jobs", "verbose") and not _same_param(mine[k], theirs[k])
+        )
         if diff:
             raise ValueError(f"cannot merge StreamingKPCA models with different parameters: {diff}")
         if self.n_features_in_ != other.n_features_in_:

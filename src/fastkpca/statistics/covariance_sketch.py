@@ -37,7 +37,8 @@ import numpy as np
 import scipy.linalg as la
 
 from .._utils import as_generator
-from ..solvers import flip_signs, one_blas_thread, postprocess_eigen
+from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
+from ..solvers import flip_signs, postprocess_eigen
 
 __all__ = [
     "ScatterSketch",
@@ -167,14 +168,15 @@ _CHUNK_ROWS = 256
 def _sketch_products(R: np.ndarray, T: np.ndarray) -> np.ndarray:
     """``R^T (R T)`` as a float64 (p, q) array, over row chunks on all cores.
 
-    Each thread takes a contiguous share of the rows and, chunk by chunk, forms ``A = R_c T``
+    The rows are split into shares of :data:`~fastkpca.execution.SHARE_ROWS` rows (fixed, so
+    each share is computed alike whatever the thread count), spread over the threads
+    (:func:`~fastkpca.execution.sum_over_shares`); a share, chunk by chunk, forms ``A = R_c T``
     and adds ``A^T R_c`` (the transposed product: measured 1.4-1.6x faster than ``R_c^T A``
     with OpenBLAS) to its own float64 total, with BLAS held to one thread: the chunk is still in
     cache for the second product, and on the loaded 2-core development machine two-threaded
     BLAS calls on these thin products were up to 5x slower than two one-threaded ones (the idle
     thread's spin-waits), as :mod:`fastkpca.features` found for its own products.
     """
-    from ..features import _sum_over_shares
 
     def share(start, stop):
         Yt = np.zeros((T.shape[1], R.shape[1]))
@@ -183,7 +185,7 @@ def _sketch_products(R: np.ndarray, T: np.ndarray) -> np.ndarray:
             Yt += (Rc @ T).T @ Rc
         return Yt
 
-    return _sum_over_shares(R.shape[0], share, min_rows=4 * _CHUNK_ROWS).T
+    return sum_over_shares(R.shape[0], share, share_rows=SHARE_ROWS).T
 
 
 def gemm_width(q: int, limit: int) -> int:
@@ -311,15 +313,15 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
 
 
 def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """``A^T (A Q)``, a contiguous share of A's rows per core (one BLAS thread each: on thin
-    products two one-threaded halves beat a two-threaded BLAS, see :func:`_sketch_products`)."""
-    from ..features import _sum_over_shares
+    """``A^T (A Q)`` over shares of A's rows spread over the threads (one BLAS thread each: on
+    thin products two one-threaded halves beat a two-threaded BLAS, see
+    :func:`_sketch_products`), added in float64."""
 
     def share(start, stop):
         rows = A[start:stop]
         return rows.T @ (rows @ Q)
 
-    return _sum_over_shares(A.shape[0], share).astype(A.dtype, copy=False)
+    return sum_over_shares(A.shape[0], share, share_rows=SHARE_ROWS).astype(A.dtype, copy=False)
 
 
 def fixed_rank_psd(

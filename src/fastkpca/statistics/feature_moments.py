@@ -21,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
 from ..features import _CHUNK_ROWS, FeatureMap, feature_blocks, reduce_feature_chunks
-from ..solvers import eigh_topk, one_blas_thread
+from ..solvers import eigh_topk
 from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, with_sum_column
 
 __all__ = [
@@ -136,20 +137,20 @@ class FeatureMoments:
 
 
 def _gram(Z: np.ndarray) -> np.ndarray:
-    """``Z^T Z`` (in Z's precision, returned as float64), a contiguous share of the rows per core
-    with BLAS held to one thread in each.
+    """``Z^T Z`` as float64: one product in Z's precision per share of
+    :data:`~fastkpca.execution.SHARE_ROWS` rows, the shares spread over the threads with BLAS
+    held to one thread in each (:func:`~fastkpca.execution.sum_over_shares`), added in float64.
 
     Measured on the loaded 2-core development machine (load average 7; 16384 x 1000 float32):
     numpy's two-threaded product took 0.99 s, a one-threaded one 0.47 s and two one-threaded
     halves 0.52 s; an idle machine gives the two halves both cores without BLAS's spin-waits.
     """
-    from ..features import _sum_over_shares
 
     def share(start, stop):
         rows = Z[start:stop]
         return rows.T @ rows
 
-    return _sum_over_shares(Z.shape[0], share, min_rows=1024)
+    return sum_over_shares(Z.shape[0], share, share_rows=SHARE_ROWS)
 
 
 def accumulate_moments(feature_rows, m: int, shift: np.ndarray | None = None) -> FeatureMoments:

@@ -8,11 +8,13 @@ feature space.  Memory is O(ell m) for the sketch plus one row block, independen
 O(n m (d + ell)).  :class:`FeatureSketch` (the sketch, the exact float64 feature sum and the row
 count) is mergeable (the FD bound holds for the union), so a stream, ``partial_fit`` and a dask
 tree reduction build the same kind of model; :func:`skpca_eigen` turns it into eigenpairs.
-Inside one statistic the rows are dealt by index between :data:`PARALLEL_SKETCHES` sketches
-updated in parallel threads and merged when read, which uses both cores of a small machine for
-the shrinks (small eigendecompositions, serial in LAPACK); each thread computes the features of
-its own rows, 256 at a time, right before its sketch takes them
-(:meth:`FeatureSketch.update_rows`), so no block of features is ever formed.
+Inside one statistic the rows are dealt by index between a fixed number of sketches
+(:data:`MAX_SKETCHES` = 32 unless they are large, :func:`sketch_count`) updated by the threads of
+the execution layer and merged up a fixed tree when read, which spreads the shrinks (small
+eigendecompositions, serial in LAPACK) over the cores; each thread computes the features of the
+rows of its sketches, 256 at a time, right before a sketch takes them
+(:meth:`FeatureSketch.update_rows`), so no block of features is ever formed.  Neither the
+number of threads nor the blocking changes which rows a sketch sees.
 
 Centering (which the paper leaves out: its G is uncentered).  KPCA needs the eigenpairs of the
 centered feature covariance ``Zc^T Zc = Z^T Z - s s^T / n`` (s the feature sum, kept exactly in
@@ -30,125 +32,168 @@ streams mergeable.
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
-
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from ..execution import map_tasks
 from ..features import _CHUNK_ROWS, FeatureMap, column_sums
-from ..sketch import FrequentDirections
-from ..solvers import one_blas_thread, postprocess_eigen
+from ..sketch import FrequentDirections, default_batch_size
+from ..solvers import postprocess_eigen
 
-__all__ = ["FeatureSketch", "feature_sketch", "skpca_eigen"]
+__all__ = [
+    "FeatureSketch",
+    "feature_sketch",
+    "skpca_eigen",
+    "sketch_count",
+    "sketch_bytes",
+    "MAX_SKETCHES",
+    "SPLIT_ROWS",
+]
 
 
-#: Independent Frequent Directions sketches a :class:`FeatureSketch` splits its rows between
-#: (merged when read).  Fixed, so that a model never depends on the machine: the threads that
-#: update them are ``min(PARALLEL_SKETCHES, os.cpu_count())``.
-PARALLEL_SKETCHES = 2
+#: Independent Frequent Directions sketches a :class:`FeatureSketch` deals its rows to (merged
+#: when read): a constant of the method, so that the model never depends on the machine, large
+#: enough that a pass keeps many threads busy (each thread updates sketches of its own).
+MAX_SKETCHES = 32
+#: ... unless that many sketches would take more memory than this (MiB): then as many as fit,
+#: at least :data:`MIN_SKETCHES` (:func:`sketch_count`, a function of ``sketch_size`` and the
+#: number of features only).
+SKETCHES_MEMORY_MB = 256
+MIN_SKETCHES = 2
 #: Rows are dealt to the sketches in runs of this many consecutive rows, by row index (run j
-#: to sketch j mod PARALLEL_SKETCHES): the assignment depends only on the row order, never on
-#: the blocking or on thread timing.  A few shrink batches long, so a run costs one update
-#: call per sketch, and short enough that a block of 8192 rows is split evenly.
+#: to sketch j mod the number of sketches): the assignment depends only on the row order, never
+#: on the blocking or on the threads.  A few shrink batches long, so a run costs one update
+#: call per sketch, and short enough that a block of 8192 rows is split between 8 sketches.
 SPLIT_ROWS = 1024
 
-_EXECUTOR: ThreadPoolExecutor | None = None
-_EXECUTOR_PID = 0
+
+def sketch_bytes(sketch_size: int, m: int) -> int:
+    """Memory of one :class:`~fastkpca.sketch.FrequentDirections` sketch of ``m`` columns: its
+    buffer (``ell + batch`` rows, the batch at most m), the rows and the Gram of a shrink and
+    the tracked loss, float64."""
+    ell = min(int(sketch_size), int(m))
+    capacity = ell + min(default_batch_size(int(sketch_size)), int(m))
+    return 8 * ((capacity + ell) * int(m) + capacity * capacity + ell * ell)
 
 
-def _threads() -> int:
-    return max(1, min(PARALLEL_SKETCHES, os.cpu_count() or 1))
-
-
-def _executor() -> ThreadPoolExecutor:
-    """The module's thread pool, created on first use (again in a forked child, which
-    inherits the pool object but not its threads)."""
-    global _EXECUTOR, _EXECUTOR_PID
-    if _EXECUTOR is None or _EXECUTOR_PID != os.getpid():
-        _EXECUTOR = ThreadPoolExecutor(_threads(), thread_name_prefix="fastkpca-fd")
-        _EXECUTOR_PID = os.getpid()
-    return _EXECUTOR
+def sketch_count(sketch_size: int, m: int) -> int:
+    """The number of sketches a :class:`FeatureSketch` of ``m`` feature columns splits its rows
+    between: :data:`MAX_SKETCHES`, fewer (at least :data:`MIN_SKETCHES`) where their buffers
+    would exceed :data:`SKETCHES_MEMORY_MB`."""
+    fits = SKETCHES_MEMORY_MB * 2**20 // max(1, sketch_bytes(sketch_size, m))
+    return int(min(MAX_SKETCHES, max(MIN_SKETCHES, fits)))
 
 
 class FeatureSketch:
     """Frequent Directions sketches of feature rows, their float64 sum and their count.
 
-    The rows are dealt, in runs of :data:`SPLIT_ROWS` by row index, to
-    :data:`PARALLEL_SKETCHES` independent sketches updated in parallel threads (one BLAS thread
-    each: the shrinks are small eigendecompositions, where more BLAS threads only spin) and
-    merged when :attr:`sketch` is read.  Frequent Directions is mergeable (Agarwal et al.
-    2013; Ghashami et al. 2016, section 3.2): the merged sketch of the parts keeps the FD
-    bound of the whole stream, ``||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``.
+    The rows are dealt, in runs of :data:`SPLIT_ROWS` by row index, to :func:`sketch_count`
+    independent sketches (32 unless they are large), updated by up to
+    :func:`~fastkpca.execution.n_workers` threads (each call shares out the sketches that get
+    rows to the threads; a sketch's rows are always added in row order, one BLAS thread each:
+    the shrinks are small eigendecompositions, where more BLAS threads only spin), and merged
+    up a fixed binary tree (sketch 2i with 2i + 1, then the results pairwise, ...) when
+    :attr:`sketch` is read.  Which rows a sketch sees, and the order of every computation on
+    them, depend only on the rows, so the merged sketch is the same whatever the number of
+    threads and the blocking (up to the rounding of features computed on blocks of other
+    shapes).  A sketch that gets no rows is never allocated.  Frequent Directions is mergeable
+    (Agarwal et al. 2013; Ghashami et al. 2016, section 3.2): the merged sketch of the parts
+    keeps the FD bound of the whole stream,
+    ``||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``.
+
+    A FeatureSketch never modifies a sketch it was given (a fitted model's): it copies one
+    before adding rows to it, so a failed update loses nothing.
 
     Parameters
     ----------
-    sketches : FrequentDirections or list of FrequentDirections
-        The parts (one: a sketch to continue, e.g. a fitted model's; the others are then
-        created empty).
-    feature_sum : (m,) float64 array, updated in place
+    sketches : FrequentDirections or list of (FrequentDirections or None)
+        The parts (one: a sketch to continue, e.g. a loaded model's merged sketch, which becomes
+        part 0; the others start empty).
+    feature_sum : (m,) float64 array (copied)
     n : int
     """
 
     def __init__(self, sketches, feature_sum: np.ndarray, n: int = 0):
         parts = [sketches] if isinstance(sketches, FrequentDirections) else list(sketches)
-        first = parts[0]
-        while len(parts) < PARALLEL_SKETCHES:
-            parts.append(FrequentDirections(first.sketch_size, first.n_columns, first.batch_size))
-        self.parts = parts
-        self.feature_sum = feature_sum
+        first = next((p for p in parts if p is not None), None)
+        if first is None:
+            raise ValueError("a FeatureSketch needs a sketch to continue (or FeatureSketch.empty)")
+        m = first.n_columns if first.n_columns is not None else feature_sum.shape[0]
+        self._setup(parts, first.sketch_size, m, first.batch_size, feature_sum, n)
+
+    def _setup(self, parts, sketch_size, m, batch_size, feature_sum, n) -> None:
+        self.sketch_size, self.n_columns, self.batch_size = int(sketch_size), int(m), batch_size
+        count = max(len(parts), sketch_count(self.sketch_size, self.n_columns))
+        self.parts: list[FrequentDirections | None] = parts + [None] * (count - len(parts))
+        self.feature_sum = np.array(feature_sum, dtype=np.float64)
         self.n = int(n)
+        self._owned: set[int] = set()  # parts this object made or copied (free to update)
         self._merged: FrequentDirections | None = None
 
     @classmethod
     def empty(cls, sketch_size: int, m: int) -> FeatureSketch:
-        return cls(FrequentDirections(sketch_size, m), np.zeros(m), 0)
+        """The statistic of no rows (no sketch allocated yet)."""
+        out = cls.__new__(cls)
+        out._setup([], sketch_size, m, default_batch_size(int(sketch_size)), np.zeros(m), 0)
+        return out
 
     def copy(self) -> FeatureSketch:
-        """An independent copy (the sketches and the sum): updating it leaves this one as it
-        is, so a failed update of the copy loses nothing; O(ell m) time."""
-        return FeatureSketch([part.copy() for part in self.parts], self.feature_sum.copy(), self.n)
+        """An independent copy: updating it leaves this one as it is (its sketches are copied
+        when rows are first added to them), so a failed update of the copy loses nothing."""
+        return FeatureSketch(self.parts, self.feature_sum, self.n)
 
     @property
     def sketch(self) -> FrequentDirections:
-        """The sketch of all rows, the parts merged by :meth:`FrequentDirections.merge`."""
+        """The sketch of all rows: the parts merged up a fixed binary tree
+        (:meth:`FrequentDirections.merge`, the merges of one level in parallel threads)."""
         if self._merged is None:
-            merged = self.parts[0]
-            for part in self.parts[1:]:
-                if part.n_rows_seen:
-                    merged = merged.merge(part)
-            self._merged = merged
+            level = [p for p in self.parts if p is not None and p.n_rows_seen]
+            if not level:
+                level = [FrequentDirections(self.sketch_size, self.n_columns, self.batch_size)]
+            while len(level) > 1:
+                pairs = [(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+                merged = map_tasks(_merge_pair, pairs)
+                level = merged + level[len(pairs) * 2 :]
+            self._merged = level[0]
         return self._merged
+
+    def _part(self, j: int) -> FrequentDirections:
+        """Sketch j, ready to take rows: created, or copied if it is not this object's own."""
+        part = self.parts[j]
+        if j not in self._owned:
+            if part is None:
+                part = FrequentDirections(self.sketch_size, self.n_columns, self.batch_size)
+            else:
+                part = part.copy()
+            self.parts[j] = part
+            self._owned.add(j)
+        assert part is not None
+        return part
 
     def update(self, Z: np.ndarray) -> FeatureSketch:
         """Add a block of feature rows (finite: the features of validated input)."""
-        runs = self._deal(Z.shape[0])
-        jobs = [(part, [Z[lo:hi] for lo, hi in spans]) for part, spans in runs]
-        shrinks = any(_shrinks(part, sum(p.shape[0] for p in pieces)) for part, pieces in jobs)
-        return self._run(_extend, jobs, Z.shape[0], limit=shrinks)
+        jobs = [(self._part(j), [Z[lo:hi] for lo, hi in spans]) for j, spans in self._deal(Z)]
+        return self._run(_extend, jobs, Z.shape[0])
 
     def update_rows(self, X, fmap: FeatureMap) -> FeatureSketch:
-        """Add the features of a block of input rows, each sketch's rows computed in its own
-        thread right before it takes them (:meth:`FeatureMap.row_writer`, chunks of 256 rows in
-        cache): no feature block is formed.  The same rows go to the same sketch as with
-        ``update(fmap(X))``; the features agree to their float32 rounding."""
+        """Add the features of a block of input rows, each sketch's rows computed in the thread
+        that updates it right before it takes them (:meth:`FeatureMap.row_writer`, chunks of
+        256 rows in cache): no feature block is formed.  The same rows go to the same sketch as
+        with ``update(fmap(X))``; the features agree to their float32 rounding."""
         if sp.issparse(X):
             X = X.tocsr()  # row slices
         write = fmap.row_writer(X)
         dtype = fmap.feature_dtype(np.float32 if X.dtype == np.float32 else np.float64)
-        jobs = [
-            (part, write, spans, fmap.n_output_features, dtype)
-            for part, spans in self._deal(X.shape[0])
-        ]
-        return self._run(_extend_features, jobs, X.shape[0], limit=True)
+        m = fmap.n_output_features
+        jobs = [(self._part(j), write, spans, m, dtype) for j, spans in self._deal(X)]
+        return self._run(_extend_features, jobs, X.shape[0])
 
-    def _deal(self, n_rows: int) -> list:
-        """``(sketch, [(lo, hi), ...])`` for each sketch that gets some of the next n_rows rows:
-        runs of :data:`SPLIT_ROWS` by global row index, run j to sketch j mod the number of
-        sketches (block offsets lo:hi into the new rows)."""
+    def _deal(self, X) -> list:
+        """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows of X (the next
+        rows of the stream): runs of :data:`SPLIT_ROWS` by global row index, run r to sketch
+        r mod the number of sketches (offsets lo:hi into X)."""
+        n_rows = X.shape[0]
         spans: list[list[tuple[int, int]]] = [[] for _ in self.parts]
         pos = 0
         while pos < n_rows:
@@ -156,25 +201,17 @@ class FeatureSketch:
             stop = min(n_rows, pos + SPLIT_ROWS - row % SPLIT_ROWS)
             spans[(row // SPLIT_ROWS) % len(self.parts)].append((pos, stop))
             pos = stop
-        return [(part, own) for part, own in zip(self.parts, spans, strict=True) if own]
+        return [(j, own) for j, own in enumerate(spans) if own]
 
-    def _run(self, extend, jobs: list, n_rows: int, limit: bool) -> FeatureSketch:
-        """``extend(*job)`` for each sketch's job, in parallel threads when there are several
-        (from the main thread only), under one BLAS thread when ``limit``: the shrinks are small
-        eigendecompositions and the feature products small GEMMs, where more BLAS threads only
-        spin (see FrequentDirections.update); it is set only when needed (entering costs
-        ~1 ms) and shared with the other threads that hold it
-        (:func:`~fastkpca.solvers.one_blas_thread`: dask worker threads run several statistics
-        at once, each with its jobs one after the other).  Adds the column sums the jobs
-        return, in sketch order."""
-        with one_blas_thread() if limit else nullcontext():
-            if len(jobs) > 1 and _threads() > 1 and _in_main_thread():
-                futures = [_executor().submit(extend, *job) for job in jobs]
-                sums = [future.result() for future in futures]
-            else:
-                sums = [extend(*job) for job in jobs]
+    def _run(self, extend, jobs: list, n_rows: int) -> FeatureSketch:
+        """``extend(*job)`` for each sketch's job, on up to
+        :func:`~fastkpca.execution.n_workers` threads with BLAS held to one thread
+        (:func:`~fastkpca.execution.map_tasks`: the shrinks are small eigendecompositions and
+        the feature products small GEMMs, where more BLAS threads only spin); the column sums
+        the jobs return are added in sketch order."""
+        sums = map_tasks(_run_job, [(extend, job) for job in jobs])
         self._merged = None
-        for part_sum in sums:  # the column sums, taken in the threads
+        for part_sum in sums:
             self.feature_sum += part_sum
         self.n += n_rows
         return self
@@ -188,9 +225,13 @@ class FeatureSketch:
         )
 
 
-def _shrinks(sketch: FrequentDirections, rows: int) -> bool:
-    """Whether adding this many rows to the sketch makes it shrink."""
-    return sketch._buffer is None or sketch._filled + rows >= sketch._buffer.shape[0]
+def _merge_pair(pair) -> FrequentDirections:
+    return pair[0].merge(pair[1])
+
+
+def _run_job(task) -> np.ndarray:
+    extend, job = task
+    return extend(*job)
 
 
 def _extend(sketch: FrequentDirections, pieces: list) -> np.ndarray:
@@ -219,13 +260,6 @@ def _extend_features(sketch: FrequentDirections, write, spans: list, m: int, dty
             sketch._extend(rows)
             total += column_sums(rows)
     return total
-
-
-def _in_main_thread() -> bool:
-    """Threads only from the main thread: a dask worker thread runs one chunk's statistic
-    while others run theirs (dask parallelises over chunks), and the BLAS limit, which is
-    process-wide, must not be entered concurrently."""
-    return threading.current_thread() is threading.main_thread()
 
 
 def feature_sketch(

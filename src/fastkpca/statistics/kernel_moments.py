@@ -84,7 +84,8 @@ import numpy as np
 import scipy.linalg as la
 from scipy.linalg import lapack
 
-from ..solvers import eigh_topk, flip_signs, one_blas_thread
+from ..execution import one_blas_thread
+from ..solvers import eigh_topk, flip_signs
 from .covariance_sketch import (
     ScatterSketch,
     add_sketch_chunk,

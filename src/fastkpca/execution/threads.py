@@ -1,0 +1,396 @@
+"""Threads over row chunks: how many run a call, the pool they run in, and BLAS held to one
+thread meanwhile.
+
+How wide a call runs
+    :func:`n_workers` is the number of threads the current call may use: the ``n_jobs`` of the
+    estimator call that is running (:func:`using_n_jobs`, a :mod:`contextvars` context that
+    :class:`~fastkpca.decomposition._base.BaseKPCA` enters around ``fit``, ``transform``, ...;
+    an estimator with ``n_jobs=None`` keeps the enclosing context's, e.g. the command line's
+    ``--jobs``), else every core the process may use (:func:`~fastkpca.execution.usable_cores`).
+    ``n_jobs`` has scikit-learn's meaning (:func:`resolve_n_jobs`), except that None means all
+    usable cores, not joblib's one.  Nothing passes a thread count through the numerical
+    functions' signatures: they call :func:`map_row_chunks`, :func:`sum_over_shares` or
+    :func:`map_tasks`, which read it here.  As in scikit-learn, ``n_jobs`` sets these threads,
+    not those of BLAS / OpenMP in the few library calls that run outside them (a dense
+    eigendecomposition, a k-means): those keep their own settings (``threadpoolctl``,
+    ``OMP_NUM_THREADS``), and like fastkpca's threads they stay within the CPUs a process
+    started under ``taskset`` may use.
+
+The pool
+    One pool of threads per process, created on first use, grown when a call asks for more
+    threads than it has, and created anew in a forked child (which inherits the pool object but
+    not its threads).  A call runs its first share in the calling thread and the others in the
+    pool; work that a pool thread starts (a nested call) runs in that thread, serially, so the
+    pool can never wait on itself.
+
+BLAS on one thread
+    The threads run numpy's element-wise steps (``exp``, ``cos``, which numpy runs on one core)
+    and small GEMMs on their own chunks, so BLAS is held to one thread while they run
+    (:func:`one_blas_thread`): a multi-threaded BLAS would only parallelise the products and
+    synchronise on every small call, and its idle threads' spin-waits cost up to 100x on a busy
+    machine.  The limit is process-wide, so callers from several threads share it (the first to
+    enter sets it, the last to leave restores it), and threaded maps from several user threads
+    at once (a threaded Dask scheduler) take turns (:func:`single_threaded_blas`), each with
+    every core.
+
+What the threads compute never depends on how many there are, beyond the rounding of sums:
+work is split into contiguous shares of fixed-size chunks (the chunk grid depends only on the
+rows), every share's state is combined in share order, and nothing random or data-dependent is
+decided per share.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .cores import usable_cores
+
+__all__ = [
+    "CHUNK_ROWS",
+    "SHARE_ROWS",
+    "resolve_n_jobs",
+    "check_n_jobs",
+    "using_n_jobs",
+    "n_workers",
+    "worker_index",
+    "map_row_chunks",
+    "sum_over_shares",
+    "map_tasks",
+    "one_blas_thread",
+    "single_threaded_blas",
+]
+
+#: Rows per chunk of :func:`map_row_chunks` by default: a 256 x 1024 float32 chunk is 1 MiB, so
+#: a chunk's projection, Hadamard transforms and cos / sin run in the L2 cache.
+CHUNK_ROWS = 256
+
+#: Rows per share of the products :func:`sum_over_shares` spreads over the threads (``Z^T Z`` of
+#: feature blocks, sketch products): four chunks, enough rows for a GEMM near peak speed, and
+#: fixed, so that every share's product is computed alike whatever the thread count.
+SHARE_ROWS = 1024
+
+T = TypeVar("T")
+
+# ------------------------------------------------------------------------------------------------
+# how many threads
+# ------------------------------------------------------------------------------------------------
+#: The validated ``n_jobs`` of the estimator call running in this context (unset: none).
+_N_JOBS: ContextVar[int | None] = ContextVar("fastkpca_n_jobs")
+
+
+def check_n_jobs(n_jobs, name: str = "n_jobs") -> int | None:
+    """``n_jobs`` as scikit-learn takes it: None, a positive count, or -1, -2, ... (all usable
+    cores, all but one, ...); ValueError naming ``name`` for 0, a bool or a non-integer."""
+    if n_jobs is None:
+        return None
+    if not isinstance(n_jobs, numbers.Integral) or isinstance(n_jobs, bool | np.bool_):
+        raise ValueError(
+            f"{name} must be None, a positive integer or a negative one (-1: all cores), "
+            f"got {n_jobs!r}"
+        )
+    if n_jobs == 0:
+        raise ValueError(
+            f"{name}=0 means no thread at all; use None or -1 (all cores the process may use) "
+            "or a positive count"
+        )
+    return int(n_jobs)
+
+
+def resolve_n_jobs(n_jobs) -> int:
+    """The number of threads ``n_jobs`` asks for (scikit-learn's convention).
+
+    None: every core this process may use (:func:`~fastkpca.execution.usable_cores`: its CPU
+    affinity and cgroup quota), where joblib's None means one (fastkpca's fits are threaded
+    numpy, not joblib tasks, and default to the whole machine as numpy's BLAS does); -1: the
+    same; -2: all but one; ``-k``: ``usable_cores() + 1 - k``, at least 1; a positive count:
+    that many threads (more than the cores only oversubscribe them; the results do not
+    change).  0, bools and non-integers raise ValueError.
+    """
+    n_jobs = check_n_jobs(n_jobs)
+    if n_jobs is None:
+        return usable_cores()
+    if n_jobs < 0:
+        return max(1, usable_cores() + 1 + n_jobs)
+    return n_jobs
+
+
+@contextmanager
+def using_n_jobs(n_jobs) -> Iterator[None]:
+    """Context in which :func:`n_workers` gives ``resolve_n_jobs(n_jobs)`` (checked on entry:
+    ValueError for a bad value).  What an estimator call enters; contexts nest, the innermost
+    wins, and leaving restores the outer one (:mod:`contextvars`: per thread and per task)."""
+    token = _N_JOBS.set(check_n_jobs(n_jobs))
+    try:
+        yield
+    finally:
+        _N_JOBS.reset(token)
+
+
+def n_workers() -> int:
+    """Threads the current call may use: its ``n_jobs`` (:func:`using_n_jobs`), else every
+    usable core."""
+    return resolve_n_jobs(_N_JOBS.get(None))
+
+
+# ------------------------------------------------------------------------------------------------
+# the pool
+# ------------------------------------------------------------------------------------------------
+_WORKER = threading.local()
+
+
+def worker_index() -> int:
+    """Which share of :func:`map_row_chunks` (or task group of :func:`map_tasks`) the calling
+    thread runs: 0 outside one.  The key of per-worker accumulators (worker i never runs
+    concurrently with itself)."""
+    return getattr(_WORKER, "index", 0)
+
+
+def _in_worker() -> bool:
+    return getattr(_WORKER, "active", False)
+
+
+class _Pool:
+    """The process's thread pool (see the module notes)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.executor: ThreadPoolExecutor | None = None
+        self.size = 0
+        self.pid = os.getpid()
+
+    def get(self, size: int) -> ThreadPoolExecutor:
+        """A pool of at least ``size`` threads (created or grown here)."""
+        with self.lock:
+            if self.pid != os.getpid():  # a forked child: the threads stayed in the parent
+                self.executor, self.size, self.pid = None, 0, os.getpid()
+            if self.executor is None or self.size < size:
+                old = self.executor
+                self.executor = ThreadPoolExecutor(size, thread_name_prefix="fastkpca")
+                self.size = size
+                if old is not None:
+                    old.shutdown(wait=False)  # its threads finish what they run, then exit
+            return self.executor
+
+
+_POOL = _Pool()
+
+
+def _run_share(index: int, job: Callable[[], T]) -> T:
+    """``job()`` as worker ``index``: nested threaded calls inside run serially in this thread."""
+    outer = (getattr(_WORKER, "index", 0), getattr(_WORKER, "active", False))
+    _WORKER.index, _WORKER.active = index, True
+    try:
+        return job()
+    finally:
+        _WORKER.index, _WORKER.active = outer
+
+
+def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
+    """Run ``jobs[i]`` as worker i, the first in the calling thread and the others in the pool;
+    their results in order.  If any raises, every job is still waited for and the first error
+    (in job order) is raised."""
+    if len(jobs) == 1:
+        return [_run_share(0, jobs[0])]
+    pool = _POOL.get(len(jobs) - 1)
+    futures = [pool.submit(_run_share, i, job) for i, job in enumerate(jobs) if i]
+    results: list[Any] = [None] * len(jobs)
+    errors: list[BaseException | None] = [None] * len(jobs)
+    try:
+        results[0] = _run_share(0, jobs[0])
+    except BaseException as exc:  # wait for the others before raising
+        errors[0] = exc
+    for i, future in enumerate(futures, start=1):
+        try:
+            results[i] = future.result()
+        except BaseException as exc:
+            errors[i] = exc
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
+
+
+def map_row_chunks(n: int, fn: Callable[[int, int], Any], *, chunk_rows: int = CHUNK_ROWS) -> None:
+    """Call ``fn(start, stop)`` over the row chunks ``[0, n)`` of ``chunk_rows`` rows, spread over
+    :func:`n_workers` threads with BLAS held to one thread.
+
+    Each thread takes a contiguous share of whole chunks (so the chunk grid, and with it every
+    chunk's computation, is the same whatever the thread count); worker i's index is
+    :func:`worker_index` inside ``fn``.  Per chunk the GEMMs are small, numpy releases the GIL in
+    them and in the element-wise steps, and threads over chunks keep every step (cos / sin and
+    exp included, which numpy runs on one core) parallel and in cache.  Called from inside a
+    worker, it runs in that thread.
+    """
+    if n <= 0:
+        return
+    chunk_rows = max(1, int(chunk_rows))
+    n_chunks = -(-n // chunk_rows)
+
+    def share(lo: int, hi: int) -> None:
+        for start in range(lo, hi, chunk_rows):
+            fn(start, min(hi, start + chunk_rows))
+
+    if _in_worker():
+        share(0, n)
+        return
+    workers = max(1, min(n_workers(), n_chunks))
+    bounds = [(n_chunks * i // workers) * chunk_rows for i in range(workers)] + [n]
+    jobs = [
+        functools.partial(share, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    with single_threaded_blas():
+        _run_all(jobs)
+
+
+def sum_over_shares(n: int, part: Callable[[int, int], np.ndarray], *, share_rows: int):
+    """``sum part(start, stop)`` over the shares ``[s, s + share_rows)`` of ``[0, n)``, as float64.
+
+    The shares are fixed by n and ``share_rows`` alone; each worker thread (BLAS held to one
+    thread) computes a contiguous group of them and adds their parts to its own float64 total,
+    and the totals are added in worker order.  So every part is computed the same way whatever
+    the thread count (a float32 product over a share rounds alike), and the thread count
+    changes only the grouping of the float64 sums.  For products over many rows (``Z^T Z``,
+    ``A^T (A Q)``): on a loaded machine one-threaded products on shares beat one
+    multi-threaded BLAS call on these shapes, whose idle threads' spin-waits cost up to 5x.
+    """
+    if n <= 0:
+        return np.array(part(0, 0), dtype=np.float64)
+    totals: dict[int, np.ndarray] = {}
+
+    def share(start, stop):
+        value = part(start, stop)
+        index = worker_index()
+        if index in totals:
+            totals[index] += value
+        else:
+            totals[index] = np.array(value, dtype=np.float64)
+
+    map_row_chunks(n, share, chunk_rows=max(1, int(share_rows)))
+    order = sorted(totals)
+    total = totals[order[0]]
+    for i in order[1:]:
+        total += totals[i]
+    return total
+
+
+def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T]) -> list:
+    """``[fn(task) for task in tasks]`` on up to :func:`n_workers` threads, BLAS on one thread.
+
+    With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order (e.g. the
+    sketches it owns).  Results come back in task order, so anything combined from them is
+    combined in an order that does not depend on the threads.  Called from inside a worker, it
+    runs in that thread.
+    """
+    tasks = list(tasks)
+    if not tasks:
+        return []
+    workers = max(1, min(n_workers(), len(tasks)))
+    groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
+    results: list[Any] = [None] * len(tasks)
+
+    def run(group):
+        for i in group:
+            results[i] = fn(tasks[i])
+
+    if _in_worker():
+        for group in groups:
+            run(group)
+        return results
+    with single_threaded_blas():
+        _run_all([functools.partial(run, g) for g in groups])
+    return results
+
+
+# ------------------------------------------------------------------------------------------------
+# BLAS on one thread
+# ------------------------------------------------------------------------------------------------
+@functools.cache
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
+
+    return ThreadpoolController()
+
+
+_BLAS_LIMIT_LOCK = threading.Lock()
+_BLAS_LIMIT: dict = {"depth": 0, "limiter": None}
+#: Held by a threaded map while its threads run: maps from several user threads take turns.
+_MAP_LOCK = threading.RLock()
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Context in which BLAS / LAPACK run on one thread.
+
+    For the small steps of a block iteration (QR of n x b blocks, eigh of the m x m projected
+    matrix) and the products inside threads over chunks: OpenBLAS's thread start-up and
+    synchronisation cost more than they save at these sizes, ten times more on a loaded machine
+    (measured: QR of 1500 x 20 in 0.35 ms on one thread, 3 ms on two).
+
+    The limit is process-wide, so it is shared: the first context to enter (in any thread) sets
+    it and the last to leave restores the original, under a lock.  Threads that each hold one
+    (dask worker threads running statistics, the chunk threads) neither serialise nor undo each
+    other's limit.  threadpoolctl (>= 3.6) lets only one "controlling" thread change OpenBLAS's
+    process-wide pool and silently ignores the others; a plain limit per thread was therefore
+    void in dask worker threads once the main thread had set one, so control is released around
+    each change.
+    """
+    with _BLAS_LIMIT_LOCK:
+        if _BLAS_LIMIT["depth"] == 0:
+            _release_blas_control()
+            _BLAS_LIMIT["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
+            _release_blas_control()
+        _BLAS_LIMIT["depth"] += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LIMIT_LOCK:
+            _BLAS_LIMIT["depth"] -= 1
+            if _BLAS_LIMIT["depth"] == 0:
+                _release_blas_control()
+                _BLAS_LIMIT["limiter"].restore_original_limits()
+                _release_blas_control()
+                _BLAS_LIMIT["limiter"] = None
+
+
+def _release_blas_control() -> None:
+    """Let any thread change OpenBLAS's thread count next (threadpoolctl >= 3.6 gives that
+    right to one controlling thread; older versions have no such notion)."""
+    import threadpoolctl
+
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    clear = getattr(controller, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS held to one thread (:func:`one_blas_thread`) while a threaded map runs; maps started
+    from several threads at once take turns, which costs nothing since each already uses every
+    core it was given."""
+    with _MAP_LOCK, one_blas_thread():
+        yield
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with unlocked locks (a lock another thread held at the fork would
+    stay locked forever) and no pool (its threads stayed in the parent)."""
+    global _BLAS_LIMIT_LOCK, _MAP_LOCK
+    _BLAS_LIMIT_LOCK = threading.Lock()
+    _MAP_LOCK = threading.RLock()
+    _POOL.lock = threading.Lock()
+    _POOL.executor, _POOL.size, _POOL.pid = None, 0, os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
