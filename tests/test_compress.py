@@ -228,6 +228,7 @@ def test_fitted_attributes_are_persistable(setting):
         "random_state": 0,
         "n_jobs": None,
         "verbose": 0,
+        "device": None,
     }
 
 

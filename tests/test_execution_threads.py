@@ -84,7 +84,7 @@ def test_resolve_n_jobs_has_scikit_learns_meaning():
         lambda **kw: RandomFourierFeatures(20, **kw),
     ],
 )
-def test_every_estimator_takes_n_jobs_and_verbose_last_and_refuses_bad_ones(make, data):
+def test_every_estimator_takes_n_jobs_verbose_and_device_last_and_refuses_bad_ones(make, data):
     X, _ = data
     model = make()
     names = list(model.get_params())
@@ -92,9 +92,11 @@ def test_every_estimator_takes_n_jobs_and_verbose_last_and_refuses_bad_ones(make
     import inspect
 
     params = list(inspect.signature(type(model).__init__).parameters)
-    assert params[-2:] == ["n_jobs", "verbose"]  # last: positional use is unchanged
+    # last: positional use is unchanged
+    assert params[-3:] == ["n_jobs", "verbose", "device"]
     assert "n_jobs" in names and "verbose" in names
-    for bad, name in ((0, "n_jobs"), (2.5, "n_jobs"), (-1, "verbose"), ("x", "verbose")):
+    bad_values = ((0, "n_jobs"), (2.5, "n_jobs"), (-1, "verbose"), ("x", "verbose"))
+    for bad, name in (*bad_values, ("no such device", "device"), (3, "device")):
         with pytest.raises(ValueError, match=name):
             make(**{name: bad}).fit(X[:50])
 

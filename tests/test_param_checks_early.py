@@ -87,6 +87,7 @@ BAD = {
     "projection_dim": [0, 1.5, "x"],
     "n_jobs": [0, 1.5, "x"],
     "verbose": [-1, "x"],
+    "device": ["no such device", 3],
     # fastkpca.KernelPCA, scikit-learn's signature
     "kernel_params": ["x"],
     "iterated_power": [-1, "x"],

@@ -1228,6 +1228,11 @@ def _transformer_doc(summary, features, kernel_note):
         use, -2 all but one, a positive count that many); the features do not depend on it.
     verbose : int, default 0
         Kept for the shared estimator interface (these maps show no progress bar).
+    device : None, str or torch.device, default None
+        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
+        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
+        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
+        input's array type, device and dtype.  Needs PyTorch for a device.
 
     Attributes
     ----------
@@ -1257,6 +1262,7 @@ class RandomFourierFeatures(_RandomFeatures):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         self.n_features = n_features
         self.kernel = kernel
@@ -1267,6 +1273,7 @@ class RandomFourierFeatures(_RandomFeatures):
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
 
 class OrthogonalRandomFeatures(RandomFourierFeatures):
@@ -1305,6 +1312,7 @@ class TensorSketchFeatures(RandomFourierFeatures):
         random_state=None,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         super().__init__(
             n_features,
@@ -1316,4 +1324,5 @@ class TensorSketchFeatures(RandomFourierFeatures):
             random_state=random_state,
             n_jobs=n_jobs,
             verbose=verbose,
+            device=device,
         )

@@ -59,6 +59,7 @@ import re
 import secrets
 import stat
 import struct
+import warnings
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -138,6 +139,8 @@ class _Encoder:
 
         if value is None or isinstance(value, bool | str):
             return value
+        if _is_device_array(value):
+            value = _to_host(value)
         if isinstance(value, np.generic):
             # numpy scalars keep their exact dtype as 0-d arrays
             return {"kind": "scalar", "key": self._store(np.asarray(value))}
@@ -410,6 +413,10 @@ def save_model(model, path, *, data=None) -> None:
     from ._model_schema import check_fitted, check_params
 
     cls = type(model)
+    if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
+        from .execution.arrays import HOST
+
+        model = model._placed(HOST)
     if not _is_saveable(cls):
         if any(_is_saveable(base) for base in cls.__mro__[1:]):
             raise ValueError(f"{cls.__name__} is not a fastkpca estimator class; cannot save it")
@@ -1092,12 +1099,37 @@ def _build_model(meta: dict, arrays: dict, path):
         }
         fitted = upgrade_fitted(cls, fitted)  # a file of an earlier version: the current form
         check_fitted(cls, fitted)
+        params = _device_here(params, path)
         model = check_params(cls, params)
     except ValueError as exc:
         raise ValueError(f"{path}: invalid {cls.__name__} model: {exc}") from None
     for name, value in fitted.items():
         setattr(model, name, value)
     return model
+
+
+def _device_here(params: dict, path) -> dict:
+    """The parameters with a ``device`` this machine does not have replaced by None (with a
+    warning): a model fitted on a GPU loads, and computes, on a machine without one (its arrays
+    are host arrays in the file either way)."""
+    device = params.get("device")
+    if device is None:
+        return params
+    from .execution.arrays import check_device, device_available
+
+    try:
+        check_device(device)
+    except ValueError:
+        return params  # an invalid value: check_params names it
+    if device_available(device):
+        return params
+    warnings.warn(
+        f"{path}: the model was saved with device={device!r}, which this machine does not "
+        "have; it computes where the data live (device=None)",
+        UserWarning,
+        stacklevel=4,
+    )
+    return {**params, "device": None}
 
 
 def load(path):
@@ -1180,3 +1212,15 @@ def is_model_file(path) -> bool:
     except Exception:  # the answer for a file that is not a readable model is False
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def _is_device_array(value) -> bool:
+    """A PyTorch tensor or CuPy array (told from its type's module: neither is imported)."""
+    module = type(value).__module__
+    return module.startswith(("torch", "cupy")) and hasattr(value, "shape")
+
+
+def _to_host(value):
+    from .execution.arrays import to_host
+
+    return to_host(value)

@@ -30,6 +30,7 @@ and assigns them (``StreamingKPCA``'s ``partial_fit`` copies a sketch before add
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import numbers
 import warnings
@@ -42,6 +43,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from .._state import state_class_name
 from .._utils import DEFAULT_BLOCK_ROWS, as_generator, check_float, check_int
 from ..execution import (
     CHUNK_ROWS,
@@ -51,6 +53,15 @@ from ..execution import (
     using_n_jobs,
     using_verbose,
     verbosity,
+)
+from ..execution.arrays import (
+    Placement,
+    check_device,
+    is_host_array,
+    output_like,
+    placement_for,
+    placement_of,
+    to_host,
 )
 from ..execution.progress import check_verbose
 from ..kernels import Kernel, make_kernel, warn_if_degenerate
@@ -136,12 +147,14 @@ def estimator_call(method, *, mutating: bool):
                 return method(self, *args, **kwargs)
             saved = dict(vars(self))
             try:
-                return method(self, *args, **kwargs)
+                result = method(self, *args, **kwargs)
             except BaseException:
                 state = vars(self)
                 state.clear()
                 state.update(saved)
                 raise
+            vars(self).pop(_PLACED, None)  # the model changed: its copies on other devices too
+            return result
 
     call.estimator_call = True  # type: ignore[attr-defined]
     call.restores_on_failure = mutating  # type: ignore[attr-defined]
@@ -218,6 +231,8 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             check_n_jobs(self.n_jobs)
         if "verbose" in names:
             check_verbose(self.verbose)
+        if "device" in names:
+            check_device(self.device)
 
     def _check_kernel_spec(self) -> Kernel | None:
         """The kernel of the spec resolved on two zero rows (the string forms of gamma need rows,
@@ -439,7 +454,13 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """The training rows as a validated :class:`RowSource`; sets ``n_features_in_``."""
         for name in ("X_transformed_fit_", "dual_coef_inverse_"):  # a refit's own map only
             self.__dict__.pop(name, None)
-        source = as_source(X, estimator=self, reset=True, accept_sparse=self._accepts_sparse)
+        source = as_source(
+            X,
+            estimator=self,
+            reset=True,
+            accept_sparse=self._accepts_sparse,
+            placement=self._placement(X),
+        )
         if self._draws_inverse_anchors and getattr(self, "fit_inverse_transform", False):
             # Refuse a one-shot stream before the fit's pass, not after it.
             source.require_passes(2, "fit_inverse_transform=True (drawing pre-image anchors)")
@@ -454,9 +475,57 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         array gives a lazy dask array chunked by rows like X.
         """
         check_is_fitted(self)
-        source = as_source(X, estimator=self, reset=False, accept_sparse=self._accepts_sparse)
+        placement = self._placement(X)
+        source = as_source(
+            X,
+            estimator=self,
+            reset=False,
+            accept_sparse=self._accepts_sparse,
+            placement=placement,
+        )
         dtype = np.float32 if source.dtype == np.float32 else np.float64
-        return source.map_rows(_transform_rows, self, n_outputs=self._n_features_out, dtype=dtype)
+        out = source.map_rows(
+            _transform_rows, self._placed(placement), n_outputs=self._n_features_out, dtype=dtype
+        )
+        return out if is_host_array(X) else output_like(out, X)
+
+    # --- where the work runs ---------------------------------------------------------------
+    def _placement(self, X) -> Placement:
+        """Where a call on X computes: X's device, or ``device`` (host data sent there)."""
+        return placement_for(X, getattr(self, "device", None))
+
+    def _placed(self, placement: Placement):
+        """This model with its fitted arrays on ``placement`` (itself when they are there).
+
+        A shallow copy whose top-level fitted arrays are moved (``placement.asarray``: same
+        dtypes), cached per placement until the model changes; on the host, registered state
+        objects (feature maps, sketches) are rebuilt from host copies of their state too.  On a
+        device, objects holding arrays of their own move them when used (each caches its copy).
+        """
+        home = self._fitted_placement()
+        if home is None or home == placement:
+            return self
+        cache = self.__dict__.setdefault(_PLACED, {})
+        key = placement.name
+        if key not in cache:
+            model = copy.copy(self)
+            model.__dict__.pop(_PLACED, None)
+            for name, value in vars(self).items():
+                if not name.endswith("_") or name.startswith("_"):
+                    continue
+                if _is_array(value):
+                    setattr(model, name, placement.asarray(value))
+                elif placement.host and state_class_name(value) is not None:
+                    setattr(model, name, _state_on_host(value))
+            cache[key] = model
+        return cache[key]
+
+    def _fitted_placement(self) -> Placement | None:
+        """Where the fitted arrays live (the first array attribute's placement), or None."""
+        for name, value in vars(self).items():
+            if name.endswith("_") and not name.startswith("_") and _is_array(value):
+                return placement_of(value)
+        return None
 
     def _transform_rows(self, X):
         """The projections of a validated in-memory array or CSR matrix X (X's float dtype)."""
@@ -628,3 +697,28 @@ def _transform_rows(rows, model):
     """``model._transform_rows(rows)``: the function a source maps over its rows (picklable, so
     a dask worker receives the model once as an argument)."""
     return model._transform_rows(rows)
+
+
+#: Where a model keeps its copies on other placements (:meth:`BaseKPCA._placed`): a private
+#: attribute, never saved, dropped whenever the model changes.
+_PLACED = "_placed_models"
+
+
+def _is_array(value) -> bool:
+    """A numpy array or a device array (not a sparse matrix, not a scalar)."""
+    if isinstance(value, np.ndarray):
+        return True
+    return not is_host_array(value) and hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _state_on_host(value):
+    """A registered state object rebuilt from host copies of its state."""
+    return type(value).from_state(_tree_on_host(value.to_state()))
+
+
+def _tree_on_host(node):
+    if isinstance(node, dict):
+        return {k: _tree_on_host(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return type(node)(_tree_on_host(v) for v in node)
+    return to_host(node) if _is_array(node) else node

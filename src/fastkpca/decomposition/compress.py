@@ -194,6 +194,9 @@ class CompressedKPCA(BaseKPCA):
         use); :func:`compress_expansion` takes the source model's.
     verbose : int, default 0
         Kept for the shared estimator interface (``transform`` shows no progress bar).
+    device : None, str or torch.device, default None
+        Where ``transform`` computes: None where the data live, or a PyTorch device that host
+        rows are sent to; :func:`compress_expansion` takes the source model's.
 
     Attributes
     ----------
@@ -210,13 +213,20 @@ class CompressedKPCA(BaseKPCA):
     _accepts_sparse = True
 
     def __init__(
-        self, rounding=None, projection_dim=None, random_state=None, n_jobs=None, verbose=0
+        self,
+        rounding=None,
+        projection_dim=None,
+        random_state=None,
+        n_jobs=None,
+        verbose=0,
+        device=None,
     ):
         self.rounding = rounding
         self.projection_dim = projection_dim
         self.random_state = random_state
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
     def _check_params(self):
         """``rounding`` in (0, 1] or None, ``projection_dim`` a positive integer or None,
@@ -292,6 +302,7 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         random_state=random_state if not isinstance(random_state, np.random.Generator) else None,
         n_jobs=getattr(model, "n_jobs", None),
         verbose=getattr(model, "verbose", 0),
+        device=getattr(model, "device", None),
     )
     out._check_params()  # before the model is read: a bad value costs nothing
     if rounding is not None:

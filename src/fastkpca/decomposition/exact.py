@@ -510,6 +510,11 @@ class ExactKPCA(BaseKPCA):
         With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows (over
         the tiles of each pass with ``eigen_solver="matrix_free"``), where the output is a
         terminal or a notebook.
+    device : None, str or torch.device, default None
+        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
+        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
+        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
+        input's array type, device and dtype.  Needs PyTorch for a device.
 
     Attributes
     ----------
@@ -547,6 +552,7 @@ class ExactKPCA(BaseKPCA):
         alpha=1.0,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -562,6 +568,7 @@ class ExactKPCA(BaseKPCA):
         self.alpha = alpha
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""

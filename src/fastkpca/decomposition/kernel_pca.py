@@ -21,6 +21,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .. import solvers
 from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
+from ..execution.arrays import check_device
 from ..kernels import Kernel, make_kernel, result_dtype
 from ._base import BaseKPCA
 from .exact import PrecomputedKernel, _center_block_rows, centered_projection, symmetric_gram
@@ -230,6 +231,11 @@ class KernelPCA(BaseKPCA):
     verbose : int, default=0
         With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows, where
         the output is a terminal or a notebook (not a scikit-learn parameter).
+    device : None, str or torch.device, default=None
+        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
+        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
+        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
+        input's array type, device and dtype.  Needs PyTorch for a device.
 
     Attributes
     ----------
@@ -274,6 +280,7 @@ class KernelPCA(BaseKPCA):
         copy_X=True,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -292,6 +299,7 @@ class KernelPCA(BaseKPCA):
         self.copy_X = copy_X
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
     # --- fit ----------------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -382,6 +390,7 @@ class KernelPCA(BaseKPCA):
             _check_int("iterated_power", self.iterated_power, low=0)
         _check_bool("remove_zero_eig", self.remove_zero_eig)
         _check_bool("copy_X", self.copy_X)
+        check_device(self.device)
 
     def _make_kernel(self):
         """fastkpca's kernel for the spec, or pairwise_kernels where fastkpca has none."""

@@ -491,6 +491,11 @@ class SparsifiedKPCA(BaseKPCA):
     verbose : int, default 0
         With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
         where the output is a terminal or a notebook.
+    device : None, str or torch.device, default None
+        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
+        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
+        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
+        input's array type, device and dtype.  Needs PyTorch for a device.
 
     Attributes
     ----------
@@ -534,6 +539,7 @@ class SparsifiedKPCA(BaseKPCA):
         alpha=1.0,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -551,6 +557,7 @@ class SparsifiedKPCA(BaseKPCA):
         self.alpha = alpha
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
     def _check_params(self):
         """The shared checks, then this estimator's parameters (ValueError naming each);

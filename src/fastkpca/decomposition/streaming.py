@@ -145,6 +145,11 @@ class StreamingKPCA(BaseKPCA):
     verbose : int, default 0
         With ``verbose > 0``, ``fit`` and ``partial_fit`` show a progress bar (tqdm) over the
         rows of each pass, where the output is a terminal or a notebook.
+    device : None, str or torch.device, default None
+        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
+        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
+        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
+        input's array type, device and dtype.  Needs PyTorch for a device.
 
     Attributes
     ----------
@@ -212,6 +217,7 @@ class StreamingKPCA(BaseKPCA):
         n_inverse_samples=None,
         n_jobs=None,
         verbose=0,
+        device=None,
     ):
         self.n_components = n_components
         self.kernel = kernel
@@ -229,6 +235,7 @@ class StreamingKPCA(BaseKPCA):
         self.n_inverse_samples = n_inverse_samples
         self.n_jobs = n_jobs
         self.verbose = verbose
+        self.device = device
 
     # --- parameters -----------------------------------------------------------------------
     def _check_params(self):

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "check_device",
     "Placement",
     "HOST",
     "placement_for",
@@ -187,6 +188,42 @@ def placement_for(X, device=None) -> Placement:
         dev = torch.device("cuda", torch.cuda.current_device())
     xp = importlib.import_module("array_api_compat.torch")
     return Placement(xp=xp, device=dev, host=False, name=f"torch:{dev}")
+
+
+def check_device(device):
+    """``device`` checked for its form (ValueError naming it otherwise): None, ``"numpy"`` /
+    ``"host"``, a device string PyTorch parses (``"cpu"``, ``"cuda"``, ``"cuda:1"``) or a
+    ``torch.device``.  Whether the device exists here is checked when a call uses it."""
+    if device is None:
+        return None
+    if isinstance(device, str):
+        if device.lower() in ("numpy", "host"):
+            return device
+        try:
+            import torch
+        except ImportError:
+            if device.split(":")[0] in ("cpu", "cuda", "mps", "xpu"):
+                return device
+            raise ValueError(f"device={device!r} is not a device name") from None
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device={device!r} is not a device PyTorch knows: {exc}") from None
+        return device
+    if type(device).__module__.startswith("torch") and type(device).__name__ == "device":
+        return device
+    raise ValueError(
+        f"device must be None, a device name such as 'cuda' or a torch.device, got {device!r}"
+    )
+
+
+def device_available(device) -> bool:
+    """Whether a call with this ``device`` can run here (its library and hardware present)."""
+    try:
+        placement_for(None, device)
+    except ValueError:
+        return False
+    return True
 
 
 def to_host(a):
