@@ -70,6 +70,7 @@ def run_demo(
     methods=None,
     random_state=0,
     file=None,
+    device=None,
 ):
     """Fit every available method on the embedded pendigits sample; print a table, plot.
 
@@ -87,6 +88,8 @@ def run_demo(
         Seed for the subsample and every method.
     file : text stream, optional
         Where the table goes (default stdout).
+    device : None or str
+        Every method's ``device`` (e.g. ``"cuda"``): the sample is sent there.
 
     Returns
     -------
@@ -127,6 +130,8 @@ def run_demo(
         params.update(
             n_components=n_components, kernel="rbf", gamma=gamma, random_state=random_state
         )
+        if device is not None and "device" in accepted:
+            params["device"] = device
         row = {"method": method, "estimator": cls.__name__, "params": params}
         try:
             model, T, fit_s, transform_s, peak = _fit_and_measure(cls, params, X)

@@ -554,6 +554,8 @@ def _read_all(reader, args, *, dense, desc="reading"):
 def _fit_params(args, cls) -> dict:
     accepted = cls().get_params()
     params = {"random_state": args.seed}
+    if getattr(args, "device", None) is not None and "device" in accepted:
+        params["device"] = args.device
     if args.components is not None:
         params["n_components"] = args.components
     for name in ("kernel", "gamma", "degree", "coef0", "nu"):
@@ -1416,6 +1418,7 @@ def cmd_demo(args):
         n_components=args.components,
         methods=methods,
         random_state=args.seed,
+        device=args.device,
     )
     failed = [r["method"] for r in rows if r.get("error")]
     if failed:
@@ -1531,10 +1534,37 @@ def _jobs_context(args):
 
 
 def _use_jobs(args, model) -> None:
-    """A loaded model's own ``n_jobs`` gives way to ``--jobs``."""
+    """A loaded model's own ``n_jobs`` and ``device`` give way to ``--jobs`` and ``--device``."""
+    params = model.get_params(deep=False)
     jobs = getattr(args, "jobs", None)
-    if jobs is not None and "n_jobs" in model.get_params(deep=False):
+    if jobs is not None and "n_jobs" in params:
         model.set_params(n_jobs=jobs)
+    device = getattr(args, "device", None)
+    if device is not None and "device" in params:
+        model.set_params(device=device)
+
+
+def _device(text: str) -> str:
+    """``--device NAME``: a PyTorch device (``cuda``, ``cuda:1``, ``cpu``) or ``numpy``."""
+    from .execution.arrays import check_device
+
+    try:
+        check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_device_option(p):
+    p.add_argument(
+        "--device",
+        type=_device,
+        default=None,
+        metavar="NAME",
+        help="compute on this PyTorch device, the rows sent there block by block (e.g. cuda, "
+        "cuda:1; needs PyTorch); default: numpy on this machine's cores.  Files read and "
+        "written are the same either way",
+    )
 
 
 def _add_force_option(p, what):
@@ -1683,6 +1713,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_options(p)
     _add_jobs_option(p)
+    _add_device_option(p)
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser(
@@ -1705,6 +1736,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_data_options(p)
     _add_jobs_option(p)
+    _add_device_option(p)
     p.set_defaults(func=cmd_transform)
 
     p = sub.add_parser(
@@ -1747,6 +1779,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_data_options(p)
     _add_jobs_option(p)
+    _add_device_option(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser(
@@ -1834,6 +1867,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the subsample and of every method")
     _add_jobs_option(p)
+    _add_device_option(p)
     p.set_defaults(func=cmd_demo)
     return parser
 

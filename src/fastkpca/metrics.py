@@ -569,6 +569,12 @@ def _check_model_and_data(fitted: _FittedKPCA, X, n_probe):
 
     if not isinstance(n_probe, int | np.integer) or isinstance(n_probe, bool) or n_probe < 2:
         raise ValueError(f"n_probe must be an integer >= 2, got {n_probe!r}")
+    from .execution.arrays import is_host_array, to_host
+
+    if not is_host_array(X):
+        # Rows on a device (a PyTorch tensor): the estimate's pass runs on the host, on a host
+        # copy of X (O(n d) host memory); the model's transform runs there too.
+        X = to_host(X)
     n_in = getattr(fitted.model, "n_features_in_", None)
     if not fitted.before_kernel:
         X = check_array(
@@ -768,9 +774,10 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
         need the last step's ``eigenvalues_`` and number of training rows
         (``n_samples_seen_``, ``n_samples_fit_``, or the rows of ``eigenvectors_`` /
         ``X_fit_``); without them they are None.
-    X : array or CSR matrix of shape (n_samples, n_features)
+    X : array, CSR matrix or tensor of shape (n_samples, n_features)
         The rows the errors refer to: the training rows or a uniform sample of them (for the
-        eigenvalue error); any rows for the relative rank-k error.
+        eigenvalue error); any rows for the relative rank-k error.  Rows on a device (a
+        PyTorch tensor) are copied to the host, where the estimate runs.
     n_probe : int
         Probe rows p; cost ``O(n p (d + p + k))`` time, ``O(n k + p^2)`` memory.  At least
         ``max(40, (2 k + 1) / 0.75)``.
