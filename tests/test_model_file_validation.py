@@ -107,6 +107,7 @@ def _models():
         "fastfood": (features.FastfoodFeatures(16, gamma=0.3, random_state=0).fit(X), X),
         "tensorsketch": (features.TensorSketchFeatures(16, random_state=0).fit(X), X),
     }
+    models["auto"] = (d.AutoKPCA(2, gamma=0.3, random_state=0).fit(X), X)
     models["exact_named"] = (d.ExactKPCA(2, gamma=0.3).fit(X), X)
     models["exact_named"][0].feature_names_in_ = np.array(["a", "b", "c", "d"], dtype=object)
     return models

@@ -75,6 +75,7 @@ BAD = {
     "n_features": [0, -1, 1.5, "x"],
     "features": ["x"],
     "n_buckets": [0, "x"],
+    "input_sketch": [0, "x", True],
     "oversamples": [-1, "x"],
     "n_passes": [3, True],
     "density": ["x"],
@@ -88,6 +89,9 @@ BAD = {
     "n_jobs": [0, 1.5, "x"],
     "verbose": [-1, "x"],
     "device": ["no such device", 3],
+    # AutoKPCA's budgets
+    "memory": [0, -1, "lots", True, _NAN],
+    "time": [0, -1.0, "x", True, _NAN],
     # fastkpca.KernelPCA, scikit-learn's signature
     "kernel_params": ["x"],
     "iterated_power": [-1, "x"],

@@ -1,6 +1,7 @@
 """fastkpca: kernel PCA for data far larger than exact kernel PCA can hold.
 
-Estimators (scikit-learn compatible): :class:`ExactKPCA`, :class:`NystromKPCA`,
+Estimators (scikit-learn compatible): :class:`AutoKPCA` (chooses among the others),
+:class:`ExactKPCA`, :class:`NystromKPCA`,
 :class:`RandomFeatureKPCA`, :class:`StreamingKPCA`, :class:`ReducedSetKPCA`,
 :class:`SparsifiedKPCA`.  Building blocks: :mod:`fastkpca.kernels`, :mod:`fastkpca.features`,
 :mod:`fastkpca.sketch`, :mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
+    "AutoKPCA": "fastkpca.decomposition",
     "ExactKPCA": "fastkpca.decomposition",
     "KernelPCA": "fastkpca.decomposition",
     "NystromKPCA": "fastkpca.decomposition",

@@ -29,6 +29,11 @@ uniform     m rows drawn without replacement; equal weights n / m (the    O(m d)
 
 Nothing here holds an n x n or n x m array: distances and kernel values are computed in row
 blocks whose size comes from :func:`fastkpca.kernels.chunk_rows`.
+
+These are host algorithms on numpy rows (the shadow sets are a sequential pass, k-means and
+herding chains of small steps whose distance comparisons decide the centres): for rows on a
+device, :class:`fastkpca.ReducedSetKPCA` gives them a host copy, so that the same
+``random_state`` gives the same centres on every device.
 """
 
 from __future__ import annotations

@@ -27,6 +27,16 @@ how much of the data each landmark stands for (non-negative, summing to 1):
     b proposals); the n x c factor F is the only large array.  The residual diagonal it keeps is a
     certificate: ``tr(K - C W^+ C^T)`` of the landmarks' Nystrom approximation, and a stopping
     rule (``tol``).  Weights ``1 / c``.
+
+On a device (PyTorch tensors, CuPy arrays) ``rpcholesky`` runs there: the kernel columns, the
+n x c factor and the residual diagonal live on the device, and each round copies only the
+residual diagonal (n floats) and the proposals' b x b residual kernel to the host, where the
+draws come from the host generator as on the host (the same pivots up to rounding) and the
+rejection sampler runs.  ``rls`` likewise: each level's kernel rows and leverage scores on the
+device (times the host's inverse Cholesky factor of the c x c sample kernel), the scores (one
+float per row of the level) copied to the host for the draws.  ``uniform`` takes the drawn rows
+on the device; ``kmeans`` runs on a host copy of the rows (scikit-learn's k-means: a documented
+fallback) and its centres move to the device.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from .execution import one_blas_thread
+from .execution.arrays import placement_of, to_host
+from .execution.tiles import kernel_tiles
 from .kernels import Kernel, chunk_rows
 from .solvers import eigh_topk
 from .source import ReservoirSampler, uniform_indices
@@ -67,9 +79,21 @@ RESIDUAL_FLOOR = 1e-12
 
 
 def _take_rows(X, idx) -> np.ndarray:
-    """Dense copy of the rows ``X[idx]`` (X dense or sparse)."""
+    """Dense copy of the rows ``X[idx]`` (X dense or sparse, or rows on a device: there)."""
+    placement = placement_of(X)
+    if not placement.host:
+        return X[placement.asarray(np.asarray(idx, dtype=np.int64))]
     rows = X[idx]
     return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
+
+
+def _float64(a):
+    """A host or device array as float64."""
+    placement = placement_of(a)
+    if placement.host:
+        return np.asarray(a, dtype=np.float64)
+    xp = placement.xp
+    return a if a.dtype == xp.float64 else xp.astype(a, xp.float64)
 
 
 def kmeans_landmarks(X, n_landmarks: int, rng: np.random.Generator):
@@ -152,8 +176,25 @@ def ridge_leverage_scores(
                     "landmarks='rls' needs a positive semi-definite kernel: the regularised "
                     "kernel matrix of its sample has no Cholesky factor"
                 ) from None
-    step = block_rows or chunk_rows(sample.shape[0])
     scores = np.empty(len(rows))
+    placement = placement_of(X)
+    if not placement.host:
+        # Device rows: the kernel rows of all of X[rows] in tiles, each times the host's
+        # ``chol^{-T}`` (m x m) instead of a triangular solve; the scores come back once.
+        xp = placement.xp
+        inverse_T = la.solve_triangular(
+            chol, np.eye(chol.shape[0]), lower=True, check_finite=False
+        ).T
+        inverse_T = placement.asarray(np.ascontiguousarray(inverse_T))
+        Xr = _take_rows(X, rows)
+        diag = _kernel_diag(kernel, Xr)
+        parts = []
+        for _, _, Kb in kernel_tiles(kernel, Xr, _float64(sample), dtype="float64"):
+            T = Kb @ inverse_T
+            parts.append(xp.sum(T * T, axis=1))
+        scores[:] = to_host((diag - xp.concat(parts)) / lam)
+        return np.maximum(scores, 0.0)
+    step = block_rows or chunk_rows(sample.shape[0])
     for start in range(0, len(rows), step):
         positions = np.arange(start, min(start + step, len(rows)))
         positions = positions[np.argsort(rows[positions])]  # read X in row order
@@ -209,8 +250,8 @@ def rls_indices(
     for level in range(len(sizes) - 2, -1, -1):
         current = perm[: sizes[level]]
         # float64 landmarks make every kernel block below float64 (float32 X included)
-        sample = _take_rows(X, sel).astype(np.float64, copy=False)
-        K_SS = np.asarray(kernel(sample), dtype=np.float64)
+        sample = _float64(_take_rows(X, sel))
+        K_SS = to_host(_proposal_kernel(X, sel, kernel))
         lam = _ridge_regularizer(K_SS, prob, rank)
         scores = ridge_leverage_scores(
             X, current, sample, prob, kernel, lam, block_rows=block_rows, K_SS=K_SS
@@ -292,12 +333,41 @@ def _sample_from_diagonal(d: np.ndarray, size: int, rng: np.random.Generator) ->
 
 
 def _kernel_columns(X, idx, kernel: Kernel) -> np.ndarray:
-    """``K[:, idx]`` as an (n, len(idx)) float64 array, evaluated in row blocks of X."""
-    Y = _take_rows(X, idx).astype(np.float64, copy=False)
+    """``K[:, idx]`` as an (n, len(idx)) float64 array, evaluated in row blocks of X (device
+    rows: in float64 tiles on their device)."""
+    Y = _float64(_take_rows(X, idx))
+    placement = placement_of(X)
+    if not placement.host:
+        xp = placement.xp
+        out = xp.empty((X.shape[0], len(idx)), dtype=xp.float64, device=placement.device)
+        for start, stop, K in kernel_tiles(kernel, X, Y, dtype="float64"):
+            out[start:stop, ...] = K
+        return out
     out = np.empty((X.shape[0], len(idx)))
     for start, stop, K in kernel.blocks(X, Y):
         out[start:stop] = K
     return out
+
+
+def _proposal_kernel(X, proposals, kernel: Kernel):
+    """``k(X[p], X[p])`` of the proposals in float64 (on X's device), the diagonal exact for
+    kernels with a unit diagonal as :meth:`Kernel.__call__` gives it."""
+    rows = _float64(_take_rows(X, proposals))
+    if placement_of(X).host:
+        return np.asarray(kernel(rows), np.float64)
+    from .statistics.kernel_moments import landmark_gram
+
+    return landmark_gram(kernel, rows)
+
+
+def _lower_solve(L, G):
+    """``G L^{-T}`` for a small lower-triangular L (host) and an (n, l) G: a triangular solve on
+    the host, a product with the host's ``L^{-T}`` on a device."""
+    placement = placement_of(G)
+    if placement.host:
+        return la.solve_triangular(L, G.T, lower=True, check_finite=False).T
+    L_inv = la.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
+    return G @ placement.asarray(np.ascontiguousarray(L_inv.T))
 
 
 def _rejection_cholesky(H, proposal_diag, floor, max_accept, rng):
@@ -395,56 +465,63 @@ def rpcholesky_indices(
     if tol is not None and not (0.0 < float(tol) < 1.0):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
     c = min(int(n_landmarks), n)
-    diag = np.asarray(kernel.diag(X), dtype=np.float64)
-    if not np.all(np.isfinite(diag)) or np.any(diag < 0):
+    # Device rows: the factor, the diagonals and the kernel columns on the device; each round's
+    # draws from a host copy of the residual diagonal (see the module notes).
+    placement = placement_of(X)
+    xp = placement.xp
+    diag = _kernel_diag(kernel, X)
+    diag_host = to_host(diag)
+    if not np.all(np.isfinite(diag_host)) or np.any(diag_host < 0):
         raise ValueError("the kernel diagonal k(x, x) must be finite and non-negative")
-    trace = float(diag.sum())
+    trace = float(diag_host.sum())
     if trace <= 0:
         raise ValueError("the kernel diagonal is zero: k(x, x) = 0 for every row of X")
     floor = RESIDUAL_FLOOR * diag
-    d = diag.copy()
+    floor_host = to_host(floor)
+    d = diag.copy() if placement.host else xp.asarray(diag, copy=True)
     target = 0.0 if tol is None else float(tol) * trace
     # F grows by doubling when a tolerance may stop it early, so a large cap costs nothing.
     capacity = c if tol is None else min(c, max(2 * block_size, 64))
-    F = np.empty((n, capacity))
+    F = _empty_factor(placement, n, capacity)
     pivots: list[int] = []
     n_proposals = 0
     while len(pivots) < c:
-        total = float(d.sum())
-        if total <= target or not np.any(d > 0):
+        d_now = to_host(d)  # d itself on the host
+        total = float(d_now.sum())
+        if total <= target or not np.any(d_now > 0):
             break
         i = len(pivots)
         if accelerated:
-            proposals = _sample_from_diagonal(d, block_size, rng)
+            proposals = _sample_from_diagonal(d_now, block_size, rng)
             n_proposals += proposals.size
-            Fp = F[proposals, :i]
-            H = np.asarray(kernel(_take_rows(X, proposals).astype(np.float64)), np.float64)
+            Fp = F[_index(placement, proposals), :i]
+            H = _proposal_kernel(X, proposals, kernel)
             H -= Fp @ Fp.T
             with one_blas_thread():
                 accepted, L, explained = _rejection_cholesky(
-                    H, d[proposals], floor[proposals], c - i, rng
+                    to_host(H), d_now[proposals], floor_host[proposals], c - i, rng
                 )
             # A fresh residual at round-off level: the point is explained (this also ends the
             # loop when the running d and the recomputed residuals disagree by round-off).
-            d[proposals[explained]] = 0.0
+            d[_index(placement, proposals[explained])] = 0.0
             if accepted.size == 0:
                 continue
             new = proposals[accepted]
             G = _kernel_columns(X, new, kernel)
-            G -= F[:, :i] @ F[new, :i].T
+            G -= F[:, :i] @ F[_index(placement, new), :i].T
             # New columns G L^{-T}: the Cholesky factor of the accepted block (CETW eq. 2.2).
-            new_cols = la.solve_triangular(L, G.T, lower=True, check_finite=False).T
+            new_cols = _lower_solve(L, G)
         else:
-            new = _sample_from_diagonal(d, 1, rng)
+            new = _sample_from_diagonal(d_now, 1, rng)
             n_proposals += 1
-            g = _kernel_columns(X, new, kernel)[:, 0] - F[:, :i] @ F[new[0], :i]
-            pivot = g[new[0]]
-            if pivot <= floor[new[0]]:  # round-off residual: the point is already explained
-                d[new[0]] = 0.0
+            g = _kernel_columns(X, new, kernel)[:, 0] - F[:, :i] @ F[int(new[0]), :i]
+            pivot = float(g[int(new[0])])
+            if pivot <= floor_host[new[0]]:  # round-off residual: the point is already explained
+                d[int(new[0])] = 0.0
                 continue
             new_cols = (g / np.sqrt(pivot))[:, None]
-        mass = np.einsum("ij,ij->j", new_cols, new_cols)
         if tol is not None:
+            mass = _column_sq_norms(new_cols)
             # Each prefix of the new columns is the factor of that prefix of pivots, so keep the
             # shortest prefix that meets the tolerance.
             met = np.flatnonzero(total - np.cumsum(mass) <= target)
@@ -452,17 +529,55 @@ def rpcholesky_indices(
                 new, new_cols = new[: met[0] + 1], new_cols[:, : met[0] + 1]
         m = new.size
         if i + m > F.shape[1]:
-            grown = np.empty((n, min(c, max(2 * F.shape[1], i + m))))
+            grown = _empty_factor(placement, n, min(c, max(2 * F.shape[1], i + m)))
             grown[:, :i] = F[:, :i]
             F = grown
         F[:, i : i + m] = new_cols
-        d -= np.einsum("ij,ij->i", new_cols, new_cols)
-        d[new] = 0.0
-        d[d <= floor] = 0.0
+        if placement.host:
+            d -= np.einsum("ij,ij->i", new_cols, new_cols)
+            d[new] = 0.0
+            d[d <= floor] = 0.0
+        else:
+            d -= xp.sum(new_cols * new_cols, axis=1)
+            d[_index(placement, new)] = 0.0
+            d = xp.where(d <= floor, xp.zeros_like(d), d)
         pivots.extend(int(s) for s in new)
     k = len(pivots)
-    factor = F[:, :k] if F.shape[1] == k else np.array(F[:, :k])
+    if F.shape[1] == k:
+        factor = F
+    else:
+        factor = np.array(F[:, :k]) if placement.host else xp.asarray(F[:, :k], copy=True)
     return RPCholeskyResult(np.asarray(pivots, dtype=np.int64), factor, d, trace, n_proposals)
+
+
+def _kernel_diag(kernel: Kernel, X):
+    """``k(x_i, x_i)`` in float64, on X's device (a host copy's where the kernel has no device
+    diagonal)."""
+    placement = placement_of(X)
+    if placement.host:
+        return np.asarray(kernel.diag(X), dtype=np.float64)
+    if hasattr(kernel, "diag_xp"):
+        return _float64(kernel.diag_xp(X))
+    return placement.asarray(np.asarray(kernel.diag(to_host(X)), dtype=np.float64))
+
+
+def _empty_factor(placement, n: int, width: int):
+    if placement.host:
+        return np.empty((n, width))
+    return placement.xp.empty((n, width), dtype=placement.xp.float64, device=placement.device)
+
+
+def _index(placement, idx):
+    """Host row indices as an index of the placement's arrays."""
+    return idx if placement.host else placement.asarray(np.asarray(idx, dtype=np.int64))
+
+
+def _column_sq_norms(A) -> np.ndarray:
+    """``|A[:, j]|^2`` as a host array."""
+    if placement_of(A).host:
+        return np.einsum("ij,ij->j", A, A)
+    xp = placement_of(A).xp
+    return to_host(xp.sum(A * A, axis=0))
 
 
 def select_landmarks(
@@ -480,11 +595,13 @@ def select_landmarks(
     """
     n = X.shape[0]
     c = min(n_landmarks, n)
+    placement = placement_of(X)
     if method == "uniform":
         idx = uniform_indices(n, c, rng)
         return _take_rows(X, idx), np.full(c, 1.0 / c)
-    if method == "kmeans":
-        return kmeans_landmarks(X, c, rng)
+    if method == "kmeans":  # scikit-learn's, on a host copy of device rows
+        centers, weights = kmeans_landmarks(to_host(X), c, rng)
+        return (centers if placement.host else placement.asarray(centers)), weights
     if method == "rls":
         idx, inclusion = rls_indices(X, c, kernel, rng, target_rank=target_rank)
         weights = 1.0 / inclusion

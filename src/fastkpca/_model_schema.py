@@ -294,6 +294,47 @@ class IntList:
 
 
 @dataclass(frozen=True)
+class Estimator:
+    """A fitted estimator of one of the given ``classes`` (class names), nested in a model (its
+    own parameters and fitted attributes were checked against its declaration when it was
+    decoded, and when it was encoded)."""
+
+    classes: tuple
+    optional: bool = False
+
+    def check(self, value, where, ctx) -> None:
+        name = type(value).__name__
+        if name not in self.classes or not hasattr(value, "get_params"):
+            raise ValueError(f"{where} must be one of {self.classes}, got {_describe(value)}")
+        if "n_features_in_" not in vars(value):
+            raise ValueError(f"{where} is not a fitted {name}")
+        ctx.bind("n_features_in_", value.n_features_in_, f"{where} has n_features_in_")
+
+
+#: Keys every entry of AutoKPCA's ``report_`` has.
+_REPORT_KEYS = ("method", "status", "why")
+
+
+@dataclass(frozen=True)
+class Report:
+    """A list of at most ``max_entries`` dicts of plain values (the candidates AutoKPCA
+    considered), each with string ``method``, ``status`` and ``why``."""
+
+    max_entries: int = 1000
+    optional: bool = False
+
+    def check(self, value, where, ctx) -> None:
+        if not isinstance(value, list) or len(value) > self.max_entries:
+            raise ValueError(f"{where} must be a list of at most {self.max_entries} entries")
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict) or not all(isinstance(k, str) for k in entry):
+                raise ValueError(f"{where}[{i}] must be a dict with string keys")
+            for key in _REPORT_KEYS:
+                if not isinstance(entry.get(key), str):
+                    raise ValueError(f"{where}[{i}][{key!r}] must be a string")
+
+
+@dataclass(frozen=True)
 class Schema:
     """The declared attributes of a class, and checks across them.
 
@@ -343,6 +384,30 @@ def _fitted(name: str) -> str:
 # --- checks across attributes ----------------------------------------------------------------
 
 
+#: AutoKPCA's ``method_`` -> the class of its ``estimator_``.
+_AUTO_METHODS = {
+    "exact": "ExactKPCA",
+    "nystrom": "NystromKPCA",
+    "random-features": "RandomFeatureKPCA",
+    "streaming": "StreamingKPCA",
+}
+
+
+def _auto_consistent(values, dims) -> None:
+    """AutoKPCA: the estimator is of the method named, and the report chose that method once."""
+    method, inner = values["method_"], values["estimator_"]
+    if type(inner).__name__ != _AUTO_METHODS[method]:
+        raise ValueError(
+            f"{_fitted('estimator_')} is a {type(inner).__name__}, but {_fitted('method_')} "
+            f"is {method!r} ({_AUTO_METHODS[method]})"
+        )
+    chosen = [e for e in values["report_"] if e["status"] == "chosen"]
+    if len(chosen) != 1 or chosen[0]["method"] != method:
+        raise ValueError(
+            f"{_fitted('report_')} must hold exactly one chosen entry, of method {method!r}"
+        )
+
+
 def _feature_map_matches_kernel(values, dims) -> None:
     """The feature map was drawn for the model's kernel: TensorSketch for the polynomial kernel
     with the same parameters, the Fourier maps for a shift-invariant kernel."""
@@ -355,6 +420,8 @@ def _feature_map_matches_kernel(values, dims) -> None:
             kernel.gamma,
             kernel.coef0,
         ) == (fmap.degree, fmap.gamma, fmap.coef0)
+    elif hasattr(fmap, "n_buckets"):  # input_sketch: isotropic kernels only
+        same = getattr(kernel, "name", None) in ("rbf", "matern")
     else:
         same = bool(getattr(kernel, "shift_invariant", False))
     if not same:
@@ -424,6 +491,7 @@ _FEATURE_MAPS = (
     "fastkpca.features.FourierFeatureMap",
     "fastkpca.features.FastfoodFeatureMap",
     "fastkpca.features.TensorSketchFeatureMap",
+    "fastkpca._input_sketch.SketchedFourierFeatureMap",
 )
 _FEATURE_MAP = State(
     _FEATURE_MAPS,
@@ -560,6 +628,15 @@ FITTED_SCHEMAS: dict[str, Schema] = {
         },
         checks=(_points_match_projection,),
     ),
+    "AutoKPCA": Schema(
+        {
+            **_INPUT,
+            "method_": OneOf(tuple(_AUTO_METHODS)),
+            "estimator_": Estimator(tuple(_AUTO_METHODS.values())),
+            "report_": Report(),
+        },
+        checks=(_auto_consistent,),
+    ),
     "RandomFourierFeatures": _TRANSFORMER,
     "OrthogonalRandomFeatures": _TRANSFORMER,
     "FastfoodFeatures": _TRANSFORMER,
@@ -658,6 +735,21 @@ def _fourier_output(values, dims) -> None:
         raise ValueError("state 'frequencies' has no rows (n_input_features = 0)")
 
 
+def _input_sketch_hashes(values, dims) -> None:
+    """The CountSketch of the inputs: a bucket in [0, t) and a sign +-1 per input column, t
+    the rows of the sketched-space frequencies."""
+    hashes, t = values["hashes"], dims["n_buckets"]
+    if min(hashes.size, t, dims["n_frequencies"]) < 1:
+        raise ValueError(
+            f"state of shapes hashes {hashes.shape} and frequencies "
+            f"{values['frequencies'].shape} is empty"
+        )
+    if hashes.size and (hashes.min() < 0 or hashes.max() >= t):
+        raise ValueError(f"state 'hashes' holds buckets outside [0, n_buckets = {t})")
+    if not np.all(np.abs(values["signs"]) == 1.0):
+        raise ValueError("state 'signs' holds values other than +-1")
+
+
 def _frequent_directions_memory(values, dims) -> None:
     """The sketch's buffer of ``ell + batch`` rows (both capped at n_columns) and its ell x ell
     loss matrix are allocated by ``from_state`` whatever the saved buffer holds: refused up
@@ -704,6 +796,14 @@ STATE_SCHEMAS: dict[str, Schema] = {
             "signs": Array(("degree", "n_inputs_and_one")),
         },
         checks=(_tensorsketch_hashes,),
+    ),
+    "fastkpca._input_sketch.SketchedFourierFeatureMap": Schema(
+        {
+            "hashes": Array(("n_input_features",), dtype="int"),
+            "signs": Array(("n_input_features",)),
+            "frequencies": Array(("n_buckets", "n_frequencies")),
+        },
+        checks=(_input_sketch_hashes,),
     ),
     "fastkpca.sketch.FrequentDirections": Schema(
         {

@@ -569,6 +569,13 @@ def _fit_params(args, cls) -> dict:
         if name not in accepted:
             raise CLIError(f"{flag} does not apply to --method {args.method} ({cls.__name__})")
         params[name] = value
+    for name in ("memory", "time"):  # AutoKPCA's budgets
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name not in accepted:
+            raise CLIError(f"--{name} applies to --method auto only, not {args.method}")
+        params[name] = value
     for item in args.param or []:
         name, sep, text = item.partition("=")
         if not sep:
@@ -664,9 +671,10 @@ def cmd_fit(args):
     if replacing:
         print(replacing, file=sys.stderr)
     k = getattr(model, "n_components_", None)
+    chosen = f", method {model.method_} chosen" if hasattr(model, "method_") else ""
     print(
-        f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}) on {n_rows} rows x "
-        f"{reader.n_features} features ({how}) in {seconds:.2f} s -> {args.output}"
+        f"fitted {cls.__name__} ({k} components, kernel {model.kernel_!r}{chosen}) on {n_rows} "
+        f"rows x {reader.n_features} features ({how}) in {seconds:.2f} s -> {args.output}"
     )
     if args.estimate_error:
         rng = np.random.default_rng(0 if args.seed is None else args.seed)
@@ -1678,6 +1686,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="any other estimator parameter, e.g. covariance=landmarks (repeatable; default: "
         "none, the estimator's defaults)",
+    )
+    g.add_argument(
+        "--memory",
+        default=None,
+        metavar="BYTES",
+        help="memory budget of --method auto, e.g. 2GB or 512M (default: 80%% of what is "
+        "available)",
+    )
+    g.add_argument(
+        "--time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time budget of --method auto (default: none)",
     )
     p.add_argument(
         "--in-memory", action="store_true", help="read the whole file even for one-pass methods"

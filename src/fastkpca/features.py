@@ -78,6 +78,7 @@ from .execution import (
     one_blas_thread,
     worker_index,
 )
+from .execution.arrays import is_host_array, placement_of
 from .kernels import RBF, Kernel, Matern, Polynomial, chunk_rows
 
 __all__ = [
@@ -325,6 +326,121 @@ def fwht(A: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------
+# the device path
+# ------------------------------------------------------------------------------------------------
+# On a device (PyTorch tensors, CuPy arrays: :mod:`fastkpca.execution.arrays`) every map computes
+# its features with the arrays' namespace ``xp``, on row chunks of up to 131072 rows sized from
+# the device's free memory (:func:`device_feature_rows`): one GEMM per chunk, then the cos / sin
+# (or FFTs) as whole-array operations, and no host synchronisation.  The random parameters are
+# the host's, moved once per placement and cached on the map (:meth:`FeatureMap._device`), so
+# every placement computes the features of the same map.  The phase arithmetic of the host path
+# (module notes) is kept: a chunk is shifted by its mean c, rounded to float32 and subtracted in
+# the input's precision before the float32 cast, and the offset phases ``w . c``, computed in
+# float64 and reduced modulo 2 pi, are added to the float32 phases before the cos / sin.  The
+# shift is applied to every chunk (a branch on its size would need a synchronisation).  The
+# float32 range checks of the host path are not made per chunk (a device cannot branch on
+# them without synchronising): phases beyond float32's range give non-finite features, which
+# the solvers refuse (ValueError) when they read the statistics, once, at the end of a fit.
+
+
+def device_feature_rows(placement, m: int, itemsize: int = 4) -> int:
+    """Rows of a device feature chunk: the (rows, m) features and two temporaries of their size
+    within the device's free-memory budget (:func:`fastkpca.execution.tiles.tile_rows`), at most
+    131072 rows (0.5 GB of float32 features for m = 1000)."""
+    from .execution.tiles import tile_rows
+
+    return tile_rows(placement, m, itemsize, n_temporaries=3)
+
+
+def _xp_float_dtype(X, placement):
+    """The namespace's float32 for float32 rows, its float64 otherwise."""
+    xp = placement.xp
+    return xp.float32 if X.dtype == xp.float32 else xp.float64
+
+
+def _cos_sin_xp(P, scale: float, xp):
+    """``[cos(P), sin(P)] * scale`` for float32 phases P (n, D), in one (n, 2 D) array."""
+    if type(P).__module__.startswith("torch"):
+        import torch
+
+        n, D = P.shape
+        out = torch.empty((n, 2 * D), dtype=P.dtype, device=P.device)
+        torch.cos(P, out=out[:, :D])
+        torch.sin(P, out=out[:, D:])
+        return out.mul_(scale)
+    return xp.concat([xp.cos(P), xp.sin(P)], axis=1) * scale
+
+
+def _center_xp(X, placement):
+    """A chunk's mean rounded to float32 (as :func:`_chunk_center`), as float64 (1, d)."""
+    xp = placement.xp
+    c = xp.mean(xp.astype(X, xp.float64, copy=False), axis=0, keepdims=True)
+    return xp.astype(xp.astype(c, xp.float32), xp.float64)
+
+
+def _shifted_f32_xp(X, center, placement):
+    """``X - center`` in X's precision, cast to float32."""
+    xp = placement.xp
+    return xp.astype(X - xp.astype(center, X.dtype), xp.float32)
+
+
+def _reduced_offset_xp(offset, placement):
+    """float64 offset phases reduced modulo 2 pi, cast to float32."""
+    xp = placement.xp
+    return xp.astype(xp.remainder(offset, 2 * np.pi), xp.float32)
+
+
+def fwht_xp(A, placement):
+    """:func:`fwht` of the rows of a device array A (n, D), D a power of 2, as a new array:
+    ``H_a R H_b`` for each row viewed as an a x b matrix R (Sylvester: ``H_D = H_a (x) H_b``),
+    two batched GEMMs with the small +-1 Hadamard matrices (exact in float32)."""
+    xp = placement.xp
+    n, D = A.shape
+    a, b = _kron_split(D)
+    dtype = np.float32 if A.dtype == xp.float32 else np.float64
+    R = xp.reshape(A, (n, a, b)) @ _hadamard_on(b, dtype, placement)
+    if a > 1:
+        R = _hadamard_on(a, dtype, placement) @ R
+    return xp.reshape(R, (n, D))
+
+
+_HADAMARD_DEVICE: dict = {}
+
+
+def _hadamard_on(n: int, dtype, placement):
+    """:func:`_hadamard_cached` moved to ``placement`` once."""
+    key = (n, np.dtype(dtype).str, placement.name)
+    if key not in _HADAMARD_DEVICE:
+        _HADAMARD_DEVICE[key] = placement.asarray(_hadamard_cached(n, dtype), dtype)
+    return _HADAMARD_DEVICE[key]
+
+
+def device_features(fmap, X, placement=None):
+    """The features of device rows X in the map's computing dtype (float32 for the Fourier maps,
+    X's float dtype for ``tensorsketch``), chunk by chunk (:func:`device_feature_rows`)."""
+    placement = placement_of(X) if placement is None else placement
+    fmap._check_width(X)
+    step = device_feature_rows(placement, fmap.n_output_features)
+    if X.shape[0] <= step:
+        return fmap._device_chunk(X, placement)
+    xp = placement.xp
+    return xp.concat(
+        [fmap._device_chunk(X[s : s + step], placement) for s in range(0, X.shape[0], step)],
+        axis=0,
+    )
+
+
+def _device_call(fmap, X, dtype=None):
+    """``fmap(X)`` for device rows: the features in ``dtype`` (default X's float dtype)."""
+    placement = placement_of(X)
+    if X.dtype not in (placement.xp.float32, placement.xp.float64):
+        X = placement.xp.astype(X, placement.xp.float64)
+    Z = device_features(fmap, X, placement)
+    target = placement.dtype(dtype) if dtype is not None else _xp_float_dtype(X, placement)
+    return Z if Z.dtype == target else placement.xp.astype(Z, target)
+
+
+# ------------------------------------------------------------------------------------------------
 # feature maps
 # ------------------------------------------------------------------------------------------------
 class FeatureMap:
@@ -400,6 +516,22 @@ class FeatureMap:
 
         return write
 
+    def _device(self, placement) -> dict:
+        """This map's parameters on ``placement`` (:meth:`_device_params`), moved once and
+        cached per placement (the host arrays stay the map's state)."""
+        cache = self.__dict__.setdefault("_device_cache", {})
+        if placement.name not in cache:
+            cache[placement.name] = self._device_params(placement)
+        return cache[placement.name]
+
+    def _device_params(self, placement) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} has no device path")
+
+    def _device_chunk(self, X, placement):
+        """The features of one chunk of device rows (float32 or float64 X), in the map's
+        computing dtype (see the device-path notes below :func:`fwht`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no device path")
+
     def _check_width(self, X):
         if X.ndim != 2 or X.shape[1] != self.n_input_features:
             raise ValueError(
@@ -450,6 +582,8 @@ class FourierFeatureMap(FeatureMap):
     def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
         """Features of the rows of X, computed in float32 (module notes), returned in ``dtype``
         (default: X's float dtype)."""
+        if not is_host_array(X):
+            return _device_call(self, X, dtype)
         dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
         X = self._rows(X)
         if out is None:
@@ -511,6 +645,22 @@ class FourierFeatureMap(FeatureMap):
             _write_features(P, offset, out, scale)
 
         return write
+
+    def _device_params(self, placement) -> dict:
+        return {
+            "W64": placement.asarray(self.frequencies, np.float64),
+            "W32": placement.asarray(self._weights(FOURIER_DTYPE), np.float32),
+        }
+
+    def _device_chunk(self, X, placement):
+        """float32 phases of the shifted chunk plus its reduced float64 offset phases, then
+        cos / sin (the device-path notes below :func:`fwht`)."""
+        params = self._device(placement)
+        center = _center_xp(X, placement)
+        offset = _reduced_offset_xp(center @ params["W64"], placement)
+        P = _shifted_f32_xp(X, center, placement) @ params["W32"]
+        P += offset
+        return _cos_sin_xp(P, 1.0 / np.sqrt(self.frequencies.shape[1]), placement.xp)
 
     def to_state(self) -> dict:
         return {"frequencies": self.frequencies, "kind": self.kind}
@@ -672,6 +822,8 @@ class FastfoodFeatureMap(FeatureMap):
     def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
         """Features of the rows of X, computed in float32 (module notes), returned in ``dtype``
         (default: X's float dtype)."""
+        if not is_host_array(X):
+            return _device_call(self, X, dtype)
         dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
         nf = self.n_frequencies
         if out is None:
@@ -683,6 +835,41 @@ class FastfoodFeatureMap(FeatureMap):
 
         self._run(X, store, fourier=True)
         return out
+
+    def _device_params(self, placement) -> dict:
+        params = {"perms": placement.asarray(self.permutations, np.int64)}
+        for dtype in (np.float32, np.float64):
+            params[np.dtype(dtype).str] = tuple(
+                placement.asarray(a, dtype) for a in self._params(dtype)
+            )
+        return params
+
+    def _device_project(self, Xc, placement):
+        """``V x`` for the rows of a device chunk Xc (float32 or float64), in Xc's dtype."""
+        xp = placement.xp
+        params = self._device(placement)
+        key = np.dtype(np.float32 if Xc.dtype == xp.float32 else np.float64).str
+        B, G, S = params[key]
+        d, D, nf = self.n_input_features, self.padded_dim, self.n_frequencies
+        parts = []
+        for b in range(self.n_blocks):
+            lo, hi = b * D, min(nf, (b + 1) * D)
+            A = xp.zeros((Xc.shape[0], D), dtype=Xc.dtype, device=placement.device)
+            A[:, :d] = Xc * B[b, :d]  # B x, zero-padded to D
+            A = fwht_xp(A, placement)  # H B x
+            Y = xp.take(A, params["perms"][b], axis=1) * G[b]  # G Pi H B x
+            Y = fwht_xp(Y, placement)  # H G Pi H B x
+            parts.append(Y[:, : hi - lo] * S[b, : hi - lo])
+        return parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+
+    def _device_chunk(self, X, placement):
+        """float32 phases ``V (x - c)`` plus the reduced float64 offset phases ``V c``, then
+        cos / sin (the device-path notes below :func:`fwht`)."""
+        center = _center_xp(X, placement)
+        offset = _reduced_offset_xp(self._device_project(center, placement), placement)
+        P = self._device_project(_shifted_f32_xp(X, center, placement), placement)
+        P += offset
+        return _cos_sin_xp(P, 1.0 / np.sqrt(self.n_frequencies), placement.xp)
 
     def to_state(self) -> dict:
         return {
@@ -751,7 +938,31 @@ class TensorSketchFeatureMap(FeatureMap):
             self._sketch_mats[key] = (C, last)
         return self._sketch_mats[key]
 
+    def _device_params(self, placement) -> dict:
+        """Each CountSketch as a dense (d, m) matrix (``X C_i`` is then one GEMM) and its last
+        row, in float32 and float64."""
+        params = {}
+        for dtype in (np.float32, np.float64):
+            mats = []
+            for i in range(self.degree):
+                C, last = self._count_sketch(i, dtype)
+                mats.append((placement.asarray(C.toarray(), dtype), placement.asarray(last, dtype)))
+            params[np.dtype(dtype).str] = mats
+        return params
+
+    def _device_chunk(self, X, placement):
+        """``IFFT(prod_i FFT(C_i x'))`` in X's precision, with the namespace's FFTs."""
+        xp = placement.xp
+        key = np.dtype(np.float32 if X.dtype == xp.float32 else np.float64).str
+        prod = None
+        for C, last in self._device(placement)[key]:
+            f = xp.fft.rfft(X @ C + last, axis=1)
+            prod = f if prod is None else prod * f
+        return xp.fft.irfft(prod, n=self.n_output_features, axis=1)
+
     def __call__(self, X, *, out=None) -> np.ndarray:
+        if not is_host_array(X):
+            return _device_call(self, X)
         dtype = _float_dtype(X)
         if not sp.issparse(X):
             X = np.asarray(X, dtype=dtype)
@@ -837,6 +1048,14 @@ def feature_blocks(blocks, fmap: FeatureMap):
     stays within the memory budget.
     """
     for start, Xb in blocks:
+        if not is_host_array(Xb):  # device rows: large chunks in the namespace
+            placement = placement_of(Xb)
+            if Xb.dtype not in (placement.xp.float32, placement.xp.float64):
+                Xb = placement.xp.astype(Xb, placement.xp.float64)
+            step = device_feature_rows(placement, fmap.n_output_features)
+            for s in range(0, Xb.shape[0], step):
+                yield start + s, fmap._device_chunk(Xb[s : s + step], placement)
+            continue
         input_dtype = np.float32 if Xb.dtype == np.float32 else np.float64
         dtype = fmap.feature_dtype(input_dtype)
         step = _feature_block_rows(fmap.n_output_features, np.dtype(dtype).itemsize)
@@ -893,6 +1112,8 @@ def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.nda
     process-wide: a GEMM run outside it by one thread while another holds it would sum in
     another order, ~1e-7 relative for these float32 products).
     """
+    if not is_host_array(X):
+        return _feature_projection_xp(X, fmap, mean, components)
     dtype = np.float32 if X.dtype == np.float32 else np.float64
     n, k = X.shape[0], components.shape[0]
     out = np.empty((n, k), dtype=dtype)
@@ -918,6 +1139,35 @@ def feature_projection(X, fmap: FeatureMap, mean: np.ndarray, components: np.nda
     map_row_chunks(n, chunk)
     out -= mean_proj.astype(dtype)
     return out
+
+
+def _feature_projection_xp(X, fmap: FeatureMap, mean, components):
+    """:func:`feature_projection` of device rows: the same arithmetic (features in the map's
+    computing dtype, their mean removed before the product, the part of the mean that rounding
+    drops projected in float64) on large chunks (:func:`device_feature_rows`); ``mean`` and
+    ``components`` may be host or device arrays (moved)."""
+    placement = placement_of(X)
+    xp = placement.xp
+    if X.dtype not in (xp.float32, xp.float64):
+        X = xp.astype(X, xp.float64)
+    fmap._check_width(X)
+    dtype = X.dtype
+    input_dtype = np.float32 if dtype == xp.float32 else np.float64
+    feature_dtype = placement.dtype(np.dtype(fmap.feature_dtype(input_dtype)))
+    mean64 = placement.asarray(mean, np.float64)
+    comps64 = xp.permute_dims(placement.asarray(components, np.float64), (1, 0))
+    mean_z = xp.astype(mean64, feature_dtype)
+    comps = xp.astype(comps64, feature_dtype)
+    mean_proj = xp.astype((mean64 - xp.astype(mean_z, xp.float64)) @ comps64, dtype)
+    step = device_feature_rows(placement, fmap.n_output_features)
+    parts = []
+    for s in range(0, X.shape[0], step):
+        Z = fmap._device_chunk(X[s : s + step], placement)
+        Z -= mean_z
+        parts.append(xp.astype(Z @ comps, dtype) - mean_proj)
+    if not parts:
+        return xp.zeros((0, comps.shape[1]), dtype=dtype, device=placement.device)
+    return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1032,7 +1282,13 @@ def resolve_features(
 
 
 def draw_feature_map(
-    features: str, kernel: Kernel, n_features: int, n_input_features: int, rng: np.random.Generator
+    features: str,
+    kernel: Kernel,
+    n_features: int,
+    n_input_features: int,
+    rng: np.random.Generator,
+    *,
+    input_sketch=None,
 ) -> FeatureMap:
     """Draw a random feature map for ``kernel`` on inputs of width ``n_input_features``.
 
@@ -1051,17 +1307,27 @@ def draw_feature_map(
         d, the width of the rows the map will be applied to.
     rng : numpy.random.Generator
         The only source of randomness; the same generator state gives the same map.
+    input_sketch : None, "auto" or int
+        With ``features="rff"`` and an isotropic kernel: CountSketch the inputs to this width t
+        first, the features then cost O(nnz(x) + t m) a row instead of O(nnz(x) m) (Musco &
+        Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`, which states the kernel
+        error this adds and the ``"auto"`` width).
 
     Returns
     -------
     FeatureMap
-        With ``E[z(x) . z(y)] = k(x, y)``.
+        With ``E[z(x) . z(y)] = k(x, y)`` (with ``input_sketch``: ``k(Sx, Sy)`` given S).
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel must be a fastkpca.kernels.Kernel, got {kernel!r}")
     m = check_int("n_features", n_features, low=1)
     d = check_int("n_input_features", n_input_features, low=1)
-    features = resolve_features(features, kernel, d, m)
+    resolved = resolve_features(features, kernel, d, m)
+    if input_sketch is not None:
+        sketched = _draw_input_sketched(features, resolved, kernel, m, d, rng, input_sketch)
+        if sketched is not None:
+            return sketched
+    features = resolved
     if features == "tensorsketch":
         return _draw_tensorsketch(kernel, m, d, rng)
     _require_shift_invariant(kernel, features)
@@ -1082,6 +1348,25 @@ def draw_feature_map(
         fmap = _draw_orf(kernel, n_freq, d, rng)
     else:
         fmap = _draw_fastfood(kernel, n_freq, d, rng)
+    _check_frequency_range(fmap, kernel)
+    return fmap
+
+
+def _draw_input_sketched(asked, features, kernel, m, d, rng, input_sketch):
+    """The map of ``input_sketch`` (:mod:`fastkpca._input_sketch`), or None where its width
+    is not below d (``"auto"``: the exact rff map is then as cheap)."""
+    _input_sketch.check_input_sketch(input_sketch)
+    if features != "rff":
+        raise ValueError(
+            f"input_sketch={input_sketch!r} needs features='rff' (i.i.d. frequencies, drawn in "
+            f"the sketched space), got features={asked!r}"
+        )
+    _input_sketch.check_sketch_kernel(kernel)
+    n_freq = -(-m // 2)
+    t = _input_sketch.resolve_sketch_size(input_sketch, n_freq, d)
+    if t is None:
+        return None
+    fmap = _input_sketch.draw_sketched_fourier(kernel, n_freq, d, t, rng)
     _check_frequency_range(fmap, kernel)
     return fmap
 
@@ -1136,8 +1421,12 @@ def check_feature_spec(estimator) -> None:
     if not auto:
         resolve_n_features(estimator.n_features)
     kernel = estimator._check_kernel_spec()
+    input_sketch = getattr(estimator, "input_sketch", None)
+    _input_sketch.check_input_sketch(input_sketch)
     if kernel is not None:
-        draw_feature_map(estimator.features, kernel, 2, 1, np.random.default_rng(0))
+        draw_feature_map(
+            estimator.features, kernel, 2, 1, np.random.default_rng(0), input_sketch=input_sketch
+        )
 
 
 def init_feature_map(estimator, X_first, *, n_input_features=None):
@@ -1177,7 +1466,12 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
     d = X_first.shape[1] if n_input_features is None else n_input_features
     fmap = draw_feature_map(
-        estimator.features, kernel, resolve_n_features(estimator.n_features), d, rng
+        estimator.features,
+        kernel,
+        resolve_n_features(estimator.n_features),
+        d,
+        rng,
+        input_sketch=getattr(estimator, "input_sketch", None),
     )
     return fmap, rng
 
@@ -1220,6 +1514,10 @@ def _transformer_doc(summary, features, kernel_note):
     ----------
     n_features : int or None
         Number of output columns (None: {DEFAULT_N_FEATURES}){kernel_note}.
+    input_sketch : None, "auto" or int, default None
+        ``rff`` with the rbf or matern kernel only: CountSketch the inputs to t coordinates
+        first, O(nnz(x) + t m) a row (Musco & Woodruff 2017, section 3.2.2; see
+        ``RandomFeatureKPCA`` and :mod:`fastkpca._input_sketch`); others refuse it.
     kernel : str or Kernel
     gamma, degree, coef0, nu : kernel parameters as in every fastkpca estimator.
     random_state : int, Generator or None
@@ -1259,6 +1557,7 @@ class RandomFourierFeatures(_RandomFeatures):
         degree=3,
         coef0=1.0,
         nu=1.5,
+        input_sketch=None,
         random_state=None,
         n_jobs=None,
         verbose=0,
@@ -1274,6 +1573,7 @@ class RandomFourierFeatures(_RandomFeatures):
         self.n_jobs = n_jobs
         self.verbose = verbose
         self.device = device
+        self.input_sketch = input_sketch
 
 
 class OrthogonalRandomFeatures(RandomFourierFeatures):
@@ -1326,3 +1626,8 @@ class TensorSketchFeatures(RandomFourierFeatures):
             verbose=verbose,
             device=device,
         )
+
+
+# The input-sparsity-time Fourier map (registered for model files on import); it builds on the
+# maps above, so it is imported last.
+from . import _input_sketch  # noqa: E402

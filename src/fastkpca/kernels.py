@@ -24,10 +24,18 @@ cores, in chunks of about 1 MiB that stay in cache (numpy's ``exp`` runs on one 
 float32 input gives float32 output, but squared distances are accumulated in float64: ``|x|^2 +
 |y|^2 - 2 x.y`` cancels catastrophically in float32 for nearby points (the same reason
 ``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
+
+Device arrays (PyTorch tensors, CuPy arrays) are computed on their device: ``__call__``,
+``blocks``, ``fold_rows`` and ``diag`` hand them to :mod:`fastkpca.execution.tiles`, which calls
+each kernel's :meth:`Kernel.prepare_tile` / :meth:`Kernel.tile` / :meth:`Kernel.diag_xp` (written
+with the arrays' namespace) on large tiles; host arrays take the threaded numpy path above,
+unchanged.  float32 tiles where the host uses float32 blocks (``dtype=np.float32``: rbf from a
+float32 GEMM, the others rounded from float64), float64 otherwise.
 """
 
 from __future__ import annotations
 
+import copy
 import numbers
 import warnings
 from collections.abc import Callable, Iterator
@@ -38,7 +46,8 @@ import scipy.sparse as sp
 from scipy import special
 
 from ._utils import as_generator
-from .execution import map_row_chunks, worker_index
+from .execution import map_row_chunks, tiles, worker_index
+from .execution.arrays import is_host_array, placement_of, to_host
 
 __all__ = [
     "Kernel",
@@ -183,6 +192,8 @@ class Kernel:
         The result has X's floating dtype (float32 stays float32); ``out`` may be a preallocated
         array of shape ``(len(X), len(Y))`` to write into.
         """
+        if _on_device(X, Y):
+            return self._device_call(X, Y, out)
         Y_is_X = Y is None
         Y = X if Y is None else Y
         dtype = result_dtype(X, Y)
@@ -209,6 +220,10 @@ class Kernel:
         of the float64 ones), the other kernels in float64, rounded.  Each block is filled in
         small row chunks on all cores, as :meth:`fold_rows` computes them.
         """
+        if _on_device(X, Y):
+            X, Y = _same_placement(X, X if Y is None else Y)
+            yield from tiles.kernel_tiles(self, X, Y, dtype=_tile_dtype(dtype) or "float64")
+            return
         Y = X if Y is None else Y
         low = _is_float32(dtype)
         ctx = self._prepare32(Y) if low else self._prepare(Y)
@@ -257,8 +272,15 @@ class Kernel:
         list of the shares' states in row order: merged in that order they give the same result
         run after run (the shares depend only on the row count and the number of threads,
         :func:`fastkpca.execution.n_workers`; the chunks, and so every ``step`` call, on the row
-        count alone).
+        count alone).  Device rows (PyTorch, CuPy) are folded over large tiles on their device
+        instead (:func:`fastkpca.execution.tiles.fold_kernel_rows`): one state, K in ``dtype``
+        (float64 by default).
         """
+        if _on_device(X, Y):
+            X, Y = _same_placement(X, Y)
+            return tiles.fold_kernel_rows(
+                self, X, Y, step, init, dtype=_tile_dtype(dtype) or "float64"
+            )
         low = _is_float32(dtype)
         ctx = self._prepare32(Y) if low else self._prepare(Y)
         out_dtype = np.float32 if low else np.float64
@@ -294,8 +316,48 @@ class Kernel:
             yield start, min(n_rows, start + step)
 
     def diag(self, X) -> np.ndarray:
-        """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype."""
+        """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype (device rows: on
+        their device, :meth:`diag_xp`)."""
         raise NotImplementedError
+
+    # --- device tiles ---------------------------------------------------------------------------
+    #: Whether :meth:`tile` computes on the device, in the arrays' namespace.  False (a user's
+    #: kernel, a Matern of general nu): a device tile is the host block of host copies, moved
+    #: (:func:`fastkpca.execution.tiles.kernel_tile`): correct, but slow.
+    device_native = False
+
+    def prepare_tile(self, Y, dtype):
+        """What :meth:`tile` needs of the columns' rows Y (a device array), computed once for
+        all row tiles; ``dtype`` (``"float32"`` or ``"float64"``) is the tiles' dtype."""
+        return _TileContext(Y, _tile_dtype(dtype) or "float64")
+
+    def tile(self, X, ctx):
+        """``k(X, Y)`` for device rows X and the columns of ``ctx`` (:meth:`prepare_tile`): an
+        array of X's namespace and device, in ``ctx.dtype``."""
+        raise NotImplementedError
+
+    def diag_xp(self, X):
+        """:meth:`diag` of device rows, on their device, in X's floating dtype (a kernel without
+        device math: its host diagonal, moved)."""
+        placement = placement_of(X)
+        return placement.asarray(self.diag(to_host(X)))
+
+    def _device_call(self, X, Y, out):
+        """:meth:`__call__` of device arrays: the tiles of X's floating dtype, in one array."""
+        Y_is_X = Y is None
+        X, Y = _same_placement(X, X if Y is None else Y)
+        placement = placement_of(X)
+        dtype = "float32" if result_dtype(X, Y) == np.float32 else "float64"
+        shape = (X.shape[0], Y.shape[0])
+        if out is None:
+            out = placement.xp.empty(shape, dtype=placement.dtype(dtype), device=placement.device)
+        elif tuple(out.shape) != shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
+        for start, stop, K in tiles.kernel_tiles(self, X, Y, dtype=dtype):
+            out[start:stop, ...] = _check_finite_tile(K)
+        if Y_is_X and self._exact_diag_one:
+            out = tiles.fill_diagonal_(out, 1.0)
+        return out
 
     def sample_frequencies(self, n_features: int, dim: int, rng: np.random.Generator) -> np.ndarray:
         """Draw ``n_features`` frequencies in R^dim from the kernel's spectral density.
@@ -356,15 +418,140 @@ class Kernel:
 
 
 def _is_float32(dtype) -> bool:
-    return dtype is not None and np.dtype(dtype) == np.float32
+    return dtype is not None and _tile_dtype(dtype) == "float32"
 
 
 def result_dtype(X, Y=None):
-    """float32 if every input is float32, else float64."""
+    """float32 if every input is float32 (numpy's or a device library's), else float64."""
     dts = [getattr(X, "dtype", np.float64)]
     if Y is not None:
         dts.append(getattr(Y, "dtype", np.float64))
-    return np.float32 if all(np.dtype(d) == np.float32 for d in dts) else np.float64
+    return np.float32 if all(_tile_dtype(d) == "float32" for d in dts) else np.float64
+
+
+# --- device tiles: helpers ------------------------------------------------------------------------
+def _tile_dtype(dtype) -> str | None:
+    """``"float32"`` or ``"float64"`` for a numpy, torch or CuPy float dtype or its name (None
+    stays None); anything not float32 is float64, as the host blocks."""
+    if dtype is None:
+        return None
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # a torch dtype (``torch.float32``)
+        name = str(dtype).rsplit(".", 1)[-1]
+    return "float32" if name == "float32" else "float64"
+
+
+def _on_device(X, Y=None) -> bool:
+    """Whether X or Y is a device array (then the kernel runs on the device's tiles)."""
+    return not is_host_array(X) or (Y is not None and not is_host_array(Y))
+
+
+def _same_placement(X, Y):
+    """X and Y on one device: host rows (a model's, say) moved to the other's device."""
+    if is_host_array(X):
+        X = placement_of(Y).asarray(X.toarray() if sp.issparse(X) else np.asarray(X))
+    elif is_host_array(Y):
+        Y = placement_of(X).asarray(Y.toarray() if sp.issparse(Y) else np.asarray(Y))
+    return X, Y
+
+
+def _f64(X):
+    """X in float64 (itself when it is)."""
+    placement = placement_of(X)
+    if _tile_dtype(X.dtype) == "float64":
+        return X
+    return placement.xp.astype(X, placement.xp.float64)
+
+
+def _cast(K, dtype: str):
+    """K in the tile dtype ``dtype`` (itself when it is)."""
+    if _tile_dtype(K.dtype) == dtype:
+        return K
+    xp = placement_of(K).xp
+    return xp.astype(K, getattr(xp, dtype))
+
+
+def _float_like(X) -> str:
+    return "float32" if _tile_dtype(X.dtype) == "float32" else "float64"
+
+
+def _check_finite_rows(values) -> float:
+    """The largest of per-row values (a squared norm, an L1 norm) of device rows; ValueError if
+    one is not finite: the tile would be nan or overflow, as the host's blocks check.  One scalar
+    read (a synchronisation) per tile."""
+    if values.shape[0] == 0:
+        return 0.0
+    top = float(placement_of(values).xp.max(values))
+    if not np.isfinite(top):
+        raise ValueError(
+            "X has values too large for the kernel: squared distances overflow float64"
+        )
+    return top
+
+
+def _check_finite_tile(K):
+    """K, or a ValueError when it has inf or nan (as :func:`_check_finite_block`)."""
+    xp = placement_of(K).xp
+    if K.shape[0] and not bool(xp.all(xp.isfinite(K))):
+        raise ValueError(
+            "X has values too large for the kernel: kernel values overflow float64 "
+            "(scale the data or lower gamma)"
+        )
+    return K
+
+
+def _transpose(A):
+    return placement_of(A).xp.permute_dims(A, (1, 0))
+
+
+class _TileContext:
+    """The columns' rows of a kernel's device tiles and what is prepared from them once."""
+
+    #: The axis along which each prepared array runs over the columns (see :meth:`columns`).
+    COLUMN_AXES = {"Y": 0, "Y64": 0, "sq": 0, "B": 1, "B64": 1, "Yt": 1}
+
+    def __init__(self, Y, dtype: str, **parts):
+        self.Y = Y
+        self.dtype = dtype
+        self.placement = placement_of(Y)
+        self.xp = self.placement.xp
+        self.__dict__.update(parts)
+
+    def columns(self, start: int) -> _TileContext:
+        """This context for the columns ``Y[start:]`` (views; the symmetric Gram's tiles)."""
+        view = copy.copy(self)
+        for name, axis in self.COLUMN_AXES.items():
+            value = getattr(self, name, None)
+            if value is not None:
+                setattr(view, name, value[start:] if axis == 0 else value[:, start:])
+        return view
+
+
+class _DotTiles:
+    """Device tiles of the kernels of ``<x, y>``: one float64 GEMM, then the kernel's map
+    (the host's blocks are float64 too; float32 tiles are rounded from them)."""
+
+    device_native = True
+
+    def prepare_tile(self, Y, dtype):
+        Y64 = _f64(Y)
+        placement = placement_of(Y)
+        sq = placement.xp.sum(Y64 * Y64, axis=1)
+        _check_finite_rows(sq)
+        return _TileContext(Y, _tile_dtype(dtype) or "float64", Yt=_transpose(Y64), sq=sq)
+
+    def tile(self, X, ctx):
+        X64 = _f64(X)
+        sq = ctx.xp.sum(X64 * X64, axis=1)
+        _check_finite_rows(sq)  # |x| |y| finite: so is every x . y
+        return _cast(self._map_dot(X64 @ ctx.Yt, sq, ctx), ctx.dtype)
+
+    def diag_xp(self, X):
+        X64 = _f64(X)
+        placement = placement_of(X)
+        sq = placement.xp.sum(X64 * X64, axis=1)
+        return _cast(self._map_diag(sq), _float_like(X))
 
 
 def _check_positive(name, value, *, allow_zero=False):
@@ -396,7 +583,77 @@ class _Radial(Kernel):
         return self._profile(squared_euclidean(Xc, Y, Y_sq=Y_sq))
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return np.ones(X.shape[0], dtype=result_dtype(X))
+
+    # --- device tiles ---------------------------------------------------------------------------
+    device_native = True
+
+    #: Whether float32 tiles are computed in float32 (rbf: the argument of RBF._block32) rather
+    #: than rounded from float64 ones (as the host's blocks).
+    _float32_tiles = False
+
+    def _exponent_scale(self) -> float:
+        """s of the tile's GEMM ``-s |x - y|^2`` (the profile's argument)."""
+        return self.gamma
+
+    def prepare_tile(self, Y, dtype):
+        """Y centered at its mean and the right factor ``B = [2 s (y - c); -s; -s |y - c|^2]``
+        ((d + 2) x m) of the tiles' one GEMM; float32 for float32 rbf tiles when the columns'
+        spread ``gamma |y - c|^2`` is at most :data:`FLOAT32_MAX_SPREAD` (as the host's
+        :meth:`RBF._prepare32`), float64 otherwise."""
+        dtype = _tile_dtype(dtype) or "float64"
+        xp = placement_of(Y).xp
+        Y64 = _f64(Y)
+        center = xp.mean(Y64, axis=0)
+        Yc = Y64 - center
+        y_sq = xp.sum(Yc * Yc, axis=1)
+        spread = _check_finite_rows(y_sq) * self.gamma
+        low = dtype == "float32" and self._float32_tiles and spread <= FLOAT32_MAX_SPREAD
+        B = self._right_factor(Yc, y_sq, "float32" if low else "float64")
+        return _TileContext(Y, dtype, center=center, B=B, low=low, B64=None)
+
+    def _right_factor(self, Yc, y_sq, dtype):
+        xp = placement_of(Yc).xp
+        s = self._exponent_scale()
+        ones = xp.ones((1, Yc.shape[0]), dtype=xp.float64, device=placement_of(Yc).device)
+        B = xp.concat([(2.0 * s) * _transpose(Yc), -s * ones, (-s * y_sq)[None, :]], axis=0)
+        return xp.astype(B, getattr(xp, dtype))
+
+    def tile(self, X, ctx):
+        """The tile's exponent ``-s |x - y|^2`` from ONE GEMM, ``[x - c, |x - c|^2, 1] @ B``
+        (both sides centered at the columns' mean c: the float32 accuracy argument of
+        :meth:`RBF._block32`), clamped at 0 in place (rounding can make it positive), then the
+        profile (rbf: ``exp`` in place).  Per tile: a GEMM of width d + 2 and one or two
+        elementwise passes over the tile (see :mod:`fastkpca.execution.tiles`)."""
+        xp = ctx.xp
+        Xc = _f64(X) - ctx.center
+        x_sq = xp.sum(Xc * Xc, axis=1)
+        top = _check_finite_rows(x_sq)
+        B = ctx.B
+        if ctx.low and not top * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
+            # Rows far enough to overflow a float32 GEMM: float64, rounded (as the host).
+            if ctx.B64 is None:
+                Yc = _f64(ctx.Y) - ctx.center
+                ctx.B64 = self._right_factor(Yc, xp.sum(Yc * Yc, axis=1), "float64")
+            B = ctx.B64
+        ones = xp.ones((X.shape[0], 1), dtype=xp.float64, device=ctx.placement.device)
+        A = xp.concat([Xc, x_sq[:, None], ones], axis=1)
+        if B.dtype != A.dtype:
+            A = xp.astype(A, B.dtype)
+        E = tiles.clamp_max_(A @ B, 0.0)
+        return _cast(self._profile_tile(E), ctx.dtype)
+
+    def _profile_tile(self, E):
+        """The kernel of the clamped exponent ``E = -s |x - y|^2`` (overwriting E)."""
+        return tiles.exp_(E)
+
+    def diag_xp(self, X):
+        placement = placement_of(X)
+        return placement.xp.ones(
+            X.shape[0], dtype=placement.dtype(_float_like(X)), device=placement.device
+        )
 
 
 #: ``max(|x - c|^2, gamma |x - c|^2)`` above which :meth:`RBF._block32` takes the float64 path:
@@ -409,6 +666,7 @@ class RBF(_Radial):
     """Gaussian kernel ``exp(-gamma ||x - y||^2)``; gamma = 1 / (2 sigma^2)."""
 
     name = "rbf"
+    _float32_tiles = True
 
     def _profile(self, D2):
         D2 *= -self.gamma
@@ -498,7 +756,31 @@ class Laplacian(Kernel):
         return np.exp(D, out=D)
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return np.ones(X.shape[0], dtype=result_dtype(X))
+
+    device_native = True
+
+    def prepare_tile(self, Y, dtype):
+        Y64 = _f64(Y)
+        _check_finite_rows(placement_of(Y).xp.sum(placement_of(Y).xp.abs(Y64), axis=1))
+        return _TileContext(Y, _tile_dtype(dtype) or "float64", Y64=Y64)
+
+    def tile(self, X, ctx):
+        """``exp(-gamma |x - y|_1)``: the L1 distances (torch's ``cdist(p=1)``), scaled and
+        exponentiated in place; float64, rounded for float32 tiles (as the host)."""
+        X64 = _f64(X)
+        _check_finite_rows(ctx.xp.sum(ctx.xp.abs(X64), axis=1))
+        D = tiles.l1_distances(X64, ctx.Y64)
+        D *= -self.gamma
+        return _cast(tiles.exp_(D), ctx.dtype)
+
+    def diag_xp(self, X):
+        placement = placement_of(X)
+        return placement.xp.ones(
+            X.shape[0], dtype=placement.dtype(_float_like(X)), device=placement.device
+        )
 
     def sample_frequencies(self, n_features, dim, rng):
         # exp(-gamma |t|) is the characteristic function of Cauchy(0, gamma); the L1 kernel is a
@@ -526,6 +808,26 @@ class Matern(_Radial):
     @property
     def length_scale(self):
         return 1.0 / np.sqrt(2.0 * self.gamma)
+
+    @property  # type: ignore[override]
+    def device_native(self) -> bool:  # type: ignore[override]
+        """Closed forms (nu = 0.5, 1.5, 2.5, inf) run on the device; a general nu needs
+        ``scipy.special.kv``, so its tiles are host blocks, moved."""
+        return bool(np.isinf(self.nu) or self.nu in (0.5, 1.5, 2.5))
+
+    def _exponent_scale(self) -> float:
+        return self.gamma if np.isinf(self.nu) else 1.0  # the GEMM gives -|x - y|^2
+
+    def _profile_tile(self, E):
+        if np.isinf(self.nu):
+            return tiles.exp_(E)
+        xp = placement_of(E).xp
+        r = xp.sqrt(-E) / self.length_scale
+        if self.nu == 0.5:
+            return xp.exp(-r)
+        t = (np.sqrt(3.0) if self.nu == 1.5 else np.sqrt(5.0)) * r
+        poly = 1.0 + t if self.nu == 1.5 else 1.0 + t + t * t / 3.0
+        return poly * xp.exp(-t)
 
     def _profile(self, D2):
         nu = self.nu
@@ -556,7 +858,7 @@ class Matern(_Radial):
         return z * np.sqrt(2.0 * self.nu / u) / self.length_scale
 
 
-class Polynomial(Kernel):
+class Polynomial(_DotTiles, Kernel):
     """Polynomial kernel ``(gamma <x, y> + coef0)^degree``."""
 
     parallel_safe = True
@@ -580,10 +882,20 @@ class Polynomial(Kernel):
             return K**self.degree
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return ((self.gamma * _row_sq_norms(X) + self.coef0) ** self.degree).astype(result_dtype(X))
 
+    def _map_dot(self, K, x_sq, ctx):
+        K *= self.gamma
+        K += self.coef0
+        return _check_finite_tile(K**self.degree)
 
-class Linear(Kernel):
+    def _map_diag(self, sq):
+        return (self.gamma * sq + self.coef0) ** self.degree
+
+
+class Linear(_DotTiles, Kernel):
     """Linear kernel ``<x, y>``."""
 
     parallel_safe = True
@@ -593,10 +905,18 @@ class Linear(Kernel):
         return _dot(_as_float64(Xc), _as_float64(Y))
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return _row_sq_norms(X).astype(result_dtype(X))
 
+    def _map_dot(self, K, x_sq, ctx):
+        return K
 
-class Cosine(Kernel):
+    def _map_diag(self, sq):
+        return sq
+
+
+class Cosine(_DotTiles, Kernel):
     """Cosine similarity ``<x, y> / (||x|| ||y||)`` (zero rows give 0, as scikit-learn)."""
 
     parallel_safe = True
@@ -618,10 +938,27 @@ class Cosine(Kernel):
         return K
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return (_row_sq_norms(X) > 0).astype(result_dtype(X))
 
+    @staticmethod
+    def _inv_norms_xp(sq):
+        xp = placement_of(sq).xp
+        norms = xp.sqrt(sq)
+        return 1.0 / xp.where(norms == 0.0, xp.ones_like(norms), norms)
 
-class Sigmoid(Kernel):
+    def _map_dot(self, K, x_sq, ctx):
+        K *= self._inv_norms_xp(x_sq)[:, None]
+        K *= self._inv_norms_xp(ctx.sq)[None, :]
+        return K
+
+    def _map_diag(self, sq):
+        xp = placement_of(sq).xp
+        return xp.astype(sq > 0, xp.float64)
+
+
+class Sigmoid(_DotTiles, Kernel):
     """Sigmoid (hyperbolic tangent) kernel ``tanh(gamma <x, y> + coef0)``.
 
     As ``sklearn.metrics.pairwise.sigmoid_kernel``.  It is not positive semi-definite for every
@@ -647,7 +984,17 @@ class Sigmoid(Kernel):
         return np.tanh(K, out=K)
 
     def diag(self, X):
+        if not is_host_array(X):
+            return self.diag_xp(X)
         return np.tanh(self.gamma * _row_sq_norms(X) + self.coef0).astype(result_dtype(X))
+
+    def _map_dot(self, K, x_sq, ctx):
+        K *= self.gamma
+        K += self.coef0
+        return placement_of(K).xp.tanh(K)
+
+    def _map_diag(self, sq):
+        return placement_of(sq).xp.tanh(self.gamma * sq + self.coef0)
 
 
 KERNELS: dict[str, type[Kernel]] = {

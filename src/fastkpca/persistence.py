@@ -175,6 +175,8 @@ class _Encoder:
                     "files can store only fastkpca's built-in kernels"
                 )
             return {"kind": "kernel", "config": self.encode(config, where)}
+        if not isinstance(value, type) and _is_saveable(type(value)):
+            return self._estimator(value, where)
         name = state_class_name(value)
         if name is not None:
             state = value.to_state()
@@ -203,6 +205,41 @@ class _Encoder:
             "None, lists of those, a Kernel, or a class registered with "
             "fastkpca._state.register_state_class)"
         )
+
+    def _estimator(self, model, where: str) -> dict:
+        """A fitted estimator nested in a model (AutoKPCA's ``estimator_``): its parameters and
+        fitted attributes, checked as :func:`save_model` checks a model it writes."""
+        from ._model_schema import check_fitted
+
+        cls = type(model)
+        if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
+            from .execution.arrays import HOST
+
+            model = model._placed(HOST)
+        params = {}
+        for name, value in model.get_params(deep=False).items():
+            if isinstance(value, np.random.Generator | np.random.RandomState):
+                value = None  # the generator's state is not part of the fitted model
+            params[name] = self.encode(value, f"{where} parameter {name!r}")
+        attributes = _fitted_attributes(model)
+        unknown = sorted(set(attributes) - fitted_attribute_names(cls))
+        if unknown:
+            raise ValueError(
+                f"{where}: {cls.__name__} has fitted attribute(s) {', '.join(unknown)} that "
+                "model files do not list"
+            )
+        try:
+            check_fitted(cls, attributes)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        return {
+            "kind": "estimator",
+            "class": cls.__name__,
+            "params": params,
+            "fitted": {
+                name: self.encode(value, f"{where}.{name}") for name, value in attributes.items()
+            },
+        }
 
 
 class _Decoder:
@@ -251,6 +288,10 @@ class _Decoder:
             state = self._decode(node["state"], where, False)
             check_state(node["class"], state)
             return cls.from_state(state)
+        if kind == "estimator":
+            if not states:
+                raise ValueError("an estimator is not a parameter value")
+            return self._estimator(node, where)
         if kind == "list":
             return [self._decode(v, where, states) for v in node["items"]]
         if kind == "tuple":
@@ -262,6 +303,32 @@ class _Decoder:
         if kind == "dtype_type":
             return np.dtype(node["value"]).type
         raise ValueError(f"unknown value kind {kind!r}")  # pragma: no cover - checked before
+
+    def _estimator(self, node, where):
+        """A nested fitted estimator, built as :func:`_build_model` builds a model (the class
+        from the whitelist, its fitted attributes against their declaration, its parameters
+        through the estimator's own checks)."""
+        from ._model_schema import check_fitted, check_params, legacy_fitted_names, upgrade_fitted
+
+        cls = _saved_class(node["class"])
+        unknown = sorted(
+            set(node["fitted"]) - fitted_attribute_names(cls) - legacy_fitted_names(cls)
+        )
+        if unknown:
+            raise ValueError(f"{_short(unknown[0])} is not a fitted attribute of {cls.__name__}")
+        params = {
+            name: self._decode(v, f"{where} parameter {name!r}", False)
+            for name, v in node["params"].items()
+        }
+        fitted = {
+            name: self._decode(v, f"{where}.{name}", True) for name, v in node["fitted"].items()
+        }
+        fitted = upgrade_fitted(cls, fitted)
+        check_fitted(cls, fitted)
+        model = check_params(cls, _device_here(params, where))
+        for name, value in fitted.items():
+            setattr(model, name, value)
+        return model
 
 
 def _kernel(config):
@@ -793,6 +860,7 @@ _NODE_FIELDS: dict[str, dict[str, str]] = {
     },
     "kernel": {"config": "node"},
     "state": {"class": "name", "state": "node"},
+    "estimator": {"class": "name", "params": "node_dict", "fitted": "node_dict"},
     "list": {"items": "nodes"},
     "tuple": {"items": "nodes"},
     "dict": {"items": "node_dict"},

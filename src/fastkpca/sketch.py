@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from ._state import register_state_class
 from ._utils import as_generator, check_int
 from .execution import one_blas_thread
+from .execution.arrays import HOST, is_host_array, placement_of, to_host
 from .source.memory import check_block
 
 __all__ = ["FrequentDirections", "CountSketch", "fd_shrink", "default_batch_size"]
@@ -233,8 +234,45 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     is ``sqrt(1 - delta / lambda_i) u_i^T C`` and ``u_i^T C C^T u_i = lambda_i``), which
     spares a pass over B.
     """
-    r, m = C.shape
     buffer_gram(C, ell, row_sq, out=gram)
+    m = C.shape[1]
+    W, delta, H, new_sq = _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m)
+    np.matmul(W, C, out=out)
+    return out, delta, H, new_sq
+
+
+def _buffer_gram_xp(C, n_orthogonal: int, row_sq: np.ndarray, placement, energy=None):
+    """:func:`buffer_gram` of a device buffer, returned on the host: the new rows' products
+    ``N [B; N]^T`` on the device (the O(r b m) part), the sketch rows' diagonal from the host
+    ``row_sq``; one transfer of the (r - n_orthogonal) x r block, with the device scalar
+    ``energy`` (returned as a float, or None)."""
+    r, k = C.shape[0], n_orthogonal
+    xp = placement.xp
+    N = C[k:]
+    block = N @ xp.permute_dims(C, (1, 0))  # (r - k, r): [N B^T, N N^T]
+    flat = xp.reshape(block, (-1,))
+    if energy is not None:
+        flat = xp.concat([flat, xp.reshape(energy, (1,))])
+    values = to_host(flat)
+    G = np.zeros((r, r))
+    G.flat[: k * (r + 1) : r + 1] = row_sq
+    G[k:, :] = values[: (r - k) * r].reshape(r - k, r)
+    return G, (None if energy is None else float(values[-1]))
+
+
+def _shrink_xp(C, ell: int, history=(), placement=HOST):
+    """:func:`_shrink` of a device buffer: on the host from a host copy of C (the first shrink
+    of a sketch, a merge, a tall buffer or a row too short to define a direction: O(r m)
+    numbers, rare next to the streamed shrinks), B moved back."""
+    B, delta, H = _shrink(to_host(C), ell, history)
+    return placement.asarray(B, np.float64), delta, H
+
+
+def _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m):
+    """The small half of :func:`_stream_shrink`, from the buffer's Gram (r x r, its lower
+    triangle read): ``(W, delta, H_new, row_sq_new)`` with ``B = W C`` the shrunk rows (W is
+    ell x r)."""
+    r = gram.shape[0]
     # numpy's eigh, not scipy's LAPACK wrappers: those hold the GIL, and two sketches shrink in
     # parallel threads (computing only the top eigenvectors through dsytrd / dstevd / dormqr
     # took 15-20 % less time on one thread, but ran the two threads one at a time).
@@ -250,7 +288,7 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     else:
         scale = np.zeros(ell)
         scale[live] = np.sqrt(1.0 - delta / top[live])
-    np.matmul((U_top * scale).T, C, out=out)
+    W = (U_top * scale).T
     # Tracked loss (see _shrink): v_i . w_j = s_j u_ij / ||C_i|| for the sketch rows i < ell.
     rho = _untracked_loss(energy - float(lam.sum()), float(loss.trace()), m - ell, shrinkage)
     P = U_top[:ell] * np.sqrt(top)
@@ -261,7 +299,14 @@ def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
     if not all_live:
         H[~live] = 0.0
         H[:, ~live] = 0.0
-    return out, delta, H, np.where(live, top - delta, 0.0)
+    return W, delta, H, np.where(live, top - delta, 0.0)
+
+
+def _copy(a):
+    """An independent copy of a host or device array."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return placement_of(a).xp.asarray(a, copy=True)
 
 
 def default_batch_size(sketch_size: int) -> int:
@@ -353,6 +398,9 @@ class FrequentDirections:
             self.batch_size = default_batch_size(self.sketch_size)
         self.n_rows_seen = 0
         self.total_shrinkage = 0.0
+        # Device rows' energy not yet moved to the host (a device scalar, or None; see
+        # squared_norm).
+        self._energy_pending: Any = None
         self.squared_norm = 0.0
         self._buffer: Any = None  # (ell + batch, m) float64 once the width is known
         self._filled = 0
@@ -365,8 +413,37 @@ class FrequentDirections:
         self._row_sq: Any = None
         self._shrunk_rows: Any = None
         self._gram: Any = None
+        #: Where the buffer lives (:mod:`fastkpca.execution.arrays`): the host, or the device
+        #: of the first device rows added (see :meth:`_extend`).
+        self._placement = HOST
         if self.n_columns is not None:
             self._allocate(self.n_columns)
+
+    @property
+    def squared_norm(self) -> float:
+        """``||A||_F^2`` of the rows seen, float64 (see the class notes).  Device rows' energy
+        is summed on the device and moved with the next shrink's Gram (one transfer), or here
+        when read first."""
+        self._settle_energy()
+        return self._squared_norm
+
+    @squared_norm.setter
+    def squared_norm(self, value: float) -> None:
+        self._squared_norm = float(value)
+
+    def _settle_energy(self) -> None:
+        """Move the pending device energy to :attr:`squared_norm` (a no-op on the host)."""
+        if self._energy_pending is not None:
+            self._flush_energy(to_host(self._energy_pending))
+
+    def _flush_energy(self, value) -> None:
+        """Add the pending device energy (its host value); a non-finite one means a non-finite
+        row was added (refused, as on the host)."""
+        self._energy_pending = None
+        energy = float(value)
+        if not math.isfinite(energy):
+            raise ValueError("rows: Input contains NaN or infinity.")
+        self._squared_norm += energy
 
     # --- sizes --------------------------------------------------------------------------------
     @property
@@ -382,7 +459,12 @@ class FrequentDirections:
 
     def _allocate(self, m: int) -> None:
         self.n_columns = m
-        self._buffer = np.zeros((self._capacity, m))
+        placement = self._placement
+        if placement.host:
+            self._buffer = np.zeros((self._capacity, m))
+        else:
+            xp = placement.xp
+            self._buffer = xp.zeros((self._capacity, m), dtype=xp.float64, device=placement.device)
         self._filled = 0
         self._loss = np.zeros((self._ell, self._ell))
         self._n_kept = 0
@@ -412,9 +494,25 @@ class FrequentDirections:
         made the rows themselves (finite, ``n_columns`` wide) and set the thread limit once
         for several sketches (:func:`one_blas_thread` is process-wide, so it must not be entered
         from two threads at once).  A non-finite row is still refused: it makes the exact
-        squared norm, summed anyway, non-finite."""
+        squared norm, summed anyway, non-finite.
+
+        Device rows (PyTorch, CuPy) move the buffer to their device (:meth:`_moved_to`); the
+        rows are copied in and the streamed shrinks' products run there, while the small
+        eigendecomposition and the loss tracking of each shrink run on the host from the
+        buffer's Gram (one transfer of at most (ell + batch)^2 numbers each way): the same
+        shrink points and the same arithmetic, so the same sketch as the host's up to
+        rounding."""
+        if not is_host_array(rows):
+            placement = placement_of(rows)
+            if placement != self._placement:
+                self._moved_to(placement)
+        elif not self._placement.host:
+            rows = self._placement.asarray(rows.toarray() if sp.issparse(rows) else rows)
         if self._buffer is None:
             self._allocate(rows.shape[1])
+        if not self._placement.host:
+            self._extend_xp(rows)
+            return
         cap = self._buffer.shape[0]
         n, pos = rows.shape[0], 0
         while pos < n:
@@ -434,6 +532,36 @@ class FrequentDirections:
                 self._compress()
         self.n_rows_seen += n
 
+    def _extend_xp(self, rows) -> None:
+        """:meth:`_extend` into a device buffer."""
+        xp = self._placement.xp
+        cap = self._buffer.shape[0]
+        n, pos = rows.shape[0], 0
+        while pos < n:
+            take = min(cap - self._filled, n - pos)
+            block = self._buffer[self._filled : self._filled + take]
+            block[...] = rows[pos : pos + take]
+            # ||A||_F^2 in float64 as on the host, kept on the device until the next shrink
+            energy = xp.sum(block * block)
+            pending = self._energy_pending
+            self._energy_pending = energy if pending is None else pending + energy
+            self._filled += take
+            pos += take
+            if self._filled == cap:
+                self._compress()
+        self.n_rows_seen += n
+
+    def _moved_to(self, placement) -> FrequentDirections:
+        """Move the buffer (the only array of this sketch that grows with m) to ``placement``,
+        in place; returns self."""
+        if placement == self._placement:
+            return self
+        self._placement = placement
+        if self._buffer is not None:
+            self._buffer = placement.asarray(to_host(self._buffer), np.float64)
+        self._shrunk_rows = self._gram = None
+        return self
+
     def _compress(self) -> None:
         """Shrink the full buffer to ell rows.
 
@@ -445,6 +573,9 @@ class FrequentDirections:
         """
         ell, C = self._ell, self._buffer[: self._filled]
         r, m = C.shape
+        if not self._placement.host:
+            self._compress_xp(C, ell)
+            return
         if not self._n_kept or r > m:
             self._set_shrunk(*_shrink(C, ell, self._history()))
             return
@@ -470,6 +601,35 @@ class FrequentDirections:
             gram = buffer_gram(C, ell, row_sq, out=gram)
             B, delta, H = _shrink(C, ell, self._history(), gram=gram, out=out)
             new_sq = np.einsum("ij,ij->i", B, B)
+        self._buffer[:ell] = B
+        self._filled = ell
+        self.total_shrinkage += delta
+        self._loss = H
+        self._row_sq = new_sq
+
+    def _compress_xp(self, C, ell: int) -> None:
+        """:meth:`_compress` of a device buffer (see :meth:`_extend`)."""
+        placement = self._placement
+        r, m = C.shape
+        if not self._n_kept or r > m:
+            self._settle_energy()  # before the shrink: a non-finite row is refused
+            self._set_shrunk(*_shrink_xp(C, ell, self._history(), placement))
+            return
+        if self._row_sq is None:
+            top = C[:ell]
+            self._row_sq = to_host(placement.xp.sum(top * top, axis=1))
+        row_sq = self._row_sq
+        if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
+            gram, energy = _buffer_gram_xp(C, ell, row_sq, placement, self._energy_pending)
+            if energy is not None:
+                self._flush_energy(energy)
+            W, delta, H, new_sq = _stream_shrink_factors(
+                gram, ell, row_sq, self._loss, self.squared_norm, self.total_shrinkage, m
+            )
+            B = placement.asarray(W, np.float64) @ C
+        else:  # a sketch row too short to define a direction: the general loss update
+            B, delta, H = _shrink_xp(C, ell, self._history(), placement)
+            new_sq = to_host(placement.xp.sum(B * B, axis=1))
         self._buffer[:ell] = B
         self._filled = ell
         self.total_shrinkage += delta
@@ -504,6 +664,8 @@ class FrequentDirections:
         if self._buffer is None:
             return 0.0
         R = self._buffer[: self._filled]
+        if not self._placement.host:
+            return max(self.squared_norm - float(self._placement.xp.sum(R * R)), 0.0)
         return max(self.squared_norm - float(np.einsum("ij,ij->", R, R)), 0.0)
 
     def loss_model(self) -> tuple[np.ndarray, np.ndarray, float]:
@@ -539,7 +701,7 @@ class FrequentDirections:
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
         m, r = self.n_columns, self._n_kept
-        rows = self._buffer[:r]
+        rows = to_host(self._buffer[:r])  # small (ell x m): the loss model is read on the host
         norms, ok = _directions(rows)
         V = rows[ok] / norms[ok, None]
         H = self._loss[:r, :r][np.ix_(ok, ok)]
@@ -558,6 +720,10 @@ class FrequentDirections:
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
         ell = self._ell
+        if not self._placement.host:
+            if self._filled <= ell:
+                return _copy(self._buffer[:ell])
+            return _shrink_xp(self._buffer[: self._filled], ell, (), self._placement)[0]
         if self._filled <= ell:
             return self._buffer[:ell].copy()
         return fd_shrink(self._buffer[: self._filled], ell)[0]
@@ -570,7 +736,7 @@ class FrequentDirections:
         """
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
-        return self._buffer[: self._filled].copy()
+        return _copy(self._buffer[: self._filled])
 
     def merge(self, other: FrequentDirections) -> FrequentDirections:
         """A new sketch of the concatenated streams (neither input is modified).
@@ -603,6 +769,11 @@ class FrequentDirections:
                 f"cannot merge sketches with different numbers of columns "
                 f"({self.n_columns} and {other.n_columns})"
             )
+        if not (self._placement.host and other._placement.host):
+            # Device sketches merge on the host (O(ell m) numbers: the buffers) and the result
+            # moves to this sketch's placement (the other's, when this one is empty).
+            home = self._placement if self._buffer is not None else other._placement
+            return self._on_host().merge(other._on_host())._moved_to(home)
         out = FrequentDirections(
             self.sketch_size, self.n_columns or other.n_columns, self.batch_size
         )
@@ -645,14 +816,30 @@ class FrequentDirections:
         for name in ("_buffer", "_loss", "_row_sq"):
             value = getattr(self, name)
             if value is not None:
-                setattr(out, name, value.copy())
+                setattr(out, name, _copy(value))
         out._shrunk_rows = out._gram = None  # the shrink's workspace, reallocated when needed
         return out
+
+    def __getstate__(self) -> dict:
+        # The placement holds a module (its namespace): pickled as where the buffer is.
+        state = dict(vars(self))
+        state["_placement"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._placement = placement_of(self._buffer)
+
+    def _on_host(self) -> FrequentDirections:
+        """This sketch with its buffer on the host (itself when it is there)."""
+        if self._placement.host:
+            return self
+        return self.copy()._moved_to(HOST)
 
     # --- persistence --------------------------------------------------------------------------
     def to_state(self) -> dict:
         """Plain values (ints, floats, one array) that :meth:`from_state` turns back into self."""
-        buffer = None if self._buffer is None else self._buffer[: self._filled].copy()
+        buffer = None if self._buffer is None else to_host(_copy(self._buffer[: self._filled]))
         return {
             "sketch_size": self.sketch_size,
             "n_columns": self.n_columns,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 
 __all__ = [
+    "AutoKPCA",
     "CompressedKPCA",
     "ExactKPCA",
     "NystromKPCA",
@@ -33,6 +34,7 @@ __all__ = [
 
 # public name -> submodule; submodules are imported on first use
 _LAZY = {
+    "AutoKPCA": "auto",
     "ExactKPCA": "exact",
     "KernelPCA": "kernel_pca",
     "NystromKPCA": "nystrom",
@@ -53,10 +55,15 @@ METHODS = {
     "streaming": "StreamingKPCA",
     "reduced-set": "ReducedSetKPCA",
     "sparsified": "SparsifiedKPCA",
+    "auto": "AutoKPCA",
 }
 
 #: Aliases in :data:`METHODS` that :func:`available_methods` leaves out.
 _METHOD_ALIASES = {"rf"}
+
+#: Names in :data:`METHODS` that choose among the others (``auto``): left out of
+#: :func:`available_methods`, whose callers run or compare every method once.
+_METHOD_CHOOSERS = {"auto"}
 
 #: Estimator classes outside this package that model files may store (the random-feature
 #: transformers): class name -> defining module.
@@ -104,7 +111,7 @@ def available_methods() -> dict:
     """``--method`` name -> class, for every method whose module imports (aliases left out)."""
     out = {}
     for method in METHODS:
-        if method in _METHOD_ALIASES:
+        if method in _METHOD_ALIASES or method in _METHOD_CHOOSERS:
             continue
         try:
             out[method] = estimator_class(method)

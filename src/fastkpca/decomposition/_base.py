@@ -362,7 +362,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             raise AttributeError(
                 f"{type(self).__name__} has no total variance for this model (see its notes)"
             )
-        return np.asarray(self.eigenvalues_, dtype=np.float64) / self.total_variance_
+        return np.asarray(to_host(self.eigenvalues_), dtype=np.float64) / self.total_variance_
 
     def _keep_fraction(self, fraction: float) -> None:
         """Keep the smallest k whose cumulative ratio reaches ``fraction``."""
@@ -404,9 +404,14 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         alpha = float(self.alpha)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
-        rows = anchors.toarray() if hasattr(anchors, "toarray") else np.asarray(anchors)
-        rows = rows.astype(np.float64, copy=False)
-        T = np.asarray(self._transform_rows(rows), dtype=np.float64)
+        if is_host_array(anchors):
+            rows = anchors.toarray() if hasattr(anchors, "toarray") else np.asarray(anchors)
+            rows = rows.astype(np.float64, copy=False)
+            T = np.asarray(self._transform_rows(rows), dtype=np.float64)
+        else:  # device rows: their projections computed there; the anchors' solve on the host
+            xp = placement_of(anchors).xp
+            T = np.asarray(to_host(self._transform_rows(xp.astype(anchors, xp.float64))))
+            rows = np.asarray(to_host(anchors), dtype=np.float64)
         K = np.asarray(self.kernel_(T), dtype=np.float64)
         K.flat[:: K.shape[0] + 1] += alpha
         self.X_transformed_fit_ = T
@@ -418,19 +423,34 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
         Kernel ridge regression learned at fit on the pre-image anchors (see the estimator's
         notes) when ``fit_inverse_transform=True``: ``k(X, X_transformed_fit_) @
-        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).
+        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).  Rows on a device
+        (PyTorch, CuPy) are mapped there and give the same array type, device and dtype.
         """
         check_is_fitted(self)
         if not hasattr(self, "dual_coef_inverse_"):
             raise NotFittedError(
                 "the inverse transform was not fitted: set fit_inverse_transform=True and fit"
             )
+        placement = placement_of(X)
+        model = self._placed(placement)  # the map's arrays where X lives
+        if not placement.host:  # device rows: the kernel rows and the product on their device
+            xp = placement.xp
+            if X.ndim != 2 or X.shape[1] != self.n_components_:
+                raise ValueError(
+                    f"X has shape {tuple(X.shape)}, but the model has {self.n_components_} "
+                    "components"
+                )
+            if not bool(xp.all(xp.isfinite(X))):
+                raise ValueError("Input X contains NaN or infinity.")
+            rows = xp.astype(X, xp.float64)
+            out = model.kernel_(rows, model.X_transformed_fit_) @ model.dual_coef_inverse_
+            return output_like(out, X)
         X = check_array(X, dtype=[np.float64, np.float32])
         if X.shape[1] != self.n_components_:
             raise ValueError(
                 f"X has {X.shape[1]} columns, but the model has {self.n_components_} components"
             )
-        out = np.asarray(self.kernel_(X, self.X_transformed_fit_)) @ self.dual_coef_inverse_
+        out = np.asarray(model.kernel_(X, model.X_transformed_fit_)) @ model.dual_coef_inverse_
         return out.astype(X.dtype, copy=False)
 
     def _inverse_anchor_sampler(self, source):
@@ -612,7 +632,7 @@ def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     h = np.zeros(idx.size)
     probes = X[idx]
     for start, stop, K in kernel.blocks(probes, X):
-        h[start:stop] = K.sum(axis=1) / n
+        h[start:stop] = to_host(K.sum(axis=1)) / n  # device rows: their tiles' row sums
     s = idx.size
     if s >= n or s < 2:
         return float(h.mean()), 0.0
@@ -682,11 +702,16 @@ def _traced_statistic(blocks, kernel, statistic, *args):
 
     def tee():
         for start, block in blocks:
-            total[0] += float(np.sum(kernel.diag(block), dtype=np.float64))
+            diag = kernel.diag(block)  # device rows: a vector on their device
+            if is_host_array(diag):
+                total[0] += float(np.sum(diag, dtype=np.float64))
+            else:  # summed on the device: one host synchronisation per pass, not per block
+                xp = placement_of(diag).xp
+                total[0] = total[0] + xp.sum(diag, dtype=xp.float64)
             yield start, block
 
     stat = statistic(tee(), *args)
-    return stat, total[0]
+    return stat, float(total[0])
 
 
 def _traced_merge(merge, a, b):

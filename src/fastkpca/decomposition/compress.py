@@ -27,6 +27,14 @@ A model is expansion-based when :func:`kernel_expansion` can read it: either it 
 ``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA; what Nystrom and
 reduced-set models should provide), or it is an :class:`~fastkpca.ExactKPCA` (read from its
 ``X_fit_``, ``eigenvectors_``, ``eigenvalues_``, ``gram_col_means_``, ``gram_total_mean_``).
+
+Devices
+-------
+An expansion whose arrays live on a device (PyTorch, CuPy) is evaluated there by
+:func:`expansion_on_device`: row tiles sized from the device's free memory, each tile's kernel
+rows (:func:`fastkpca.execution.tiles.kernel_tile`) projected at once.  The models of this
+package use it for their device transforms (SparsifiedKPCA, ReducedSetKPCA, CompressedKPCA), with
+the centering folded into the coefficients (:func:`centered_expansion`).
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._centering import normalize_weights
 from .._utils import as_generator, check_float, check_int, require_memory_parts
 from ..execution import one_blas_thread
+from ..execution.arrays import HOST, Placement, placement_of, to_host
+from ..execution.tiles import kernel_tile, tile_rows
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
 from ._base import BaseKPCA
 
@@ -51,6 +61,11 @@ __all__ = [
     "centered_expansion",
     "round_coefficients",
     "sign_projection",
+    "expansion_on_device",
+    "transform_on_device",
+    "inverse_sqrt_or_zero",
+    "kernel_diag",
+    "fitted_arrays_to",
 ]
 
 #: Kernels that depend on the inputs only through Euclidean distances and dot products, which
@@ -85,6 +100,11 @@ def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=No
     fitted on CSR input); alphas : (m, k) scaled dual coefficients (alpha / sqrt(lambda));
     col_means : (m,) c; total_mean : t; kernel : Kernel; weights : (m,) or None.
     """
+    placement = placement_of(alphas)
+    if not placement.host:
+        return _centered_expansion_xp(
+            placement, points, alphas, col_means, total_mean, kernel, weights
+        )
     A = np.asarray(alphas, dtype=np.float64)
     m = A.shape[0]
     w = normalize_weights(weights, m)
@@ -96,6 +116,124 @@ def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=No
     return KernelExpansion(points=points, coef=coef, offset=offset, kernel=kernel)
 
 
+def _centered_expansion_xp(placement, points, alphas, col_means, total_mean, kernel, weights):
+    """:func:`centered_expansion` of a model whose arrays live on a device: the same formulas in
+    the arrays' namespace (the m weights are checked on a host copy)."""
+    xp = placement.xp
+    A = xp.astype(alphas, xp.float64)
+    m = A.shape[0]
+    w = normalize_weights(None if weights is None else to_host(weights), m)
+    w = placement.asarray(np.full(m, 1.0 / m) if w is None else w, dtype=np.float64)
+    colsum = xp.sum(A, axis=0)
+    coef = A - w[:, None] * colsum[None, :]
+    col_means = xp.astype(placement.asarray(col_means), xp.float64)
+    offset = float(total_mean) * colsum - col_means @ A
+    return KernelExpansion(points=points, coef=coef, offset=offset, kernel=kernel)
+
+
+def inverse_sqrt_or_zero(values):
+    """``1 / sqrt(v)`` where ``v > 0`` and 0 elsewhere, in the values' namespace: the scaling of
+    dual coefficients ``alpha / sqrt(lambda)`` (a component with lambda <= 0 projects to 0)."""
+    placement = placement_of(values)
+    if placement.host:
+        scale = np.zeros_like(values)
+        positive = values > 0
+        scale[positive] = 1.0 / np.sqrt(values[positive])
+        return scale
+    xp = placement.xp
+    positive = values > 0
+    return xp.where(positive, 1.0 / xp.sqrt(xp.where(positive, values, 1.0)), 0.0)
+
+
+def kernel_diag(kernel, X):
+    """``k(x_i, x_i)`` for the rows of X, on X's placement: :meth:`Kernel.diag` on the host,
+    the kernel's device version (``diag_xp``) on a device; a kernel without one is evaluated on
+    a host copy of X and the result moved."""
+    placement = placement_of(X)
+    if placement.host:
+        return kernel.diag(X)
+    diag_xp = getattr(kernel, "diag_xp", None)
+    if diag_xp is not None:
+        return diag_xp(X)
+    return placement.asarray(np.asarray(kernel.diag(to_host(X))))
+
+
+def transform_on_device(expansion: KernelExpansion, X):
+    """A model's projections of device rows X from its kernel expansion: float64 tiles on X's
+    device (the host transforms also compute float64 kernel rows), returned in X's float dtype."""
+    out = expansion_on_device(
+        X, expansion.points, expansion.coef, expansion.offset, expansion.kernel, np.float64
+    )
+    if _dtype_name(X) == "float32":
+        placement = placement_of(X)
+        out = placement.xp.astype(out, placement.dtype(np.float32))
+    return out
+
+
+def fitted_arrays_to(model, placement: Placement) -> None:
+    """Move a model's fitted arrays (public attributes ending in ``_`` that are numpy arrays;
+    scipy.sparse matrices stay on the host) to the placement: the end of a fit whose solver ran
+    on host copies of small device results."""
+    if placement.host:
+        return
+    for name, value in list(vars(model).items()):
+        if name.endswith("_") and not name.startswith("_") and isinstance(value, np.ndarray):
+            setattr(model, name, placement.asarray(value))
+
+
+def _dtype_name(a) -> str:
+    return str(a.dtype).rsplit(".", 1)[-1]
+
+
+def _as_dtype(xp, a, dtype):
+    return a if a.dtype == dtype else xp.astype(a, dtype)
+
+
+def _dense_points(placement: Placement, points):
+    """The expansion points on the placement, dense: a model fitted on scipy.sparse rows keeps
+    them sparse on the host, and its device transform densifies them (after a memory check)."""
+    if sp.issparse(points):
+        m, d = points.shape
+        require_memory_parts(
+            [(m * d * 8, f"the {m} x {d} expansion points made dense for the device")],
+            hint="compress the model first (fastkpca.compress_expansion with rounding)",
+        )
+        points = points.toarray()
+    return placement.asarray(points)
+
+
+def expansion_on_device(X, points, coef, offset, kernel, dtype, projection=None):
+    """``kernel(X P, points) @ coef + offset`` for rows X on a device, shape
+    ``(len(X), coef.shape[1])`` in ``dtype`` (np.float32 or np.float64).
+
+    The device half of the expansion models' transforms (the host paths fold kernel rows in
+    threaded chunks): row tiles of X sized from the device's free memory
+    (:func:`fastkpca.execution.tiles.tile_rows`), each tile's kernel rows against the points
+    (:func:`fastkpca.execution.tiles.kernel_tile`, in ``dtype``) projected at once.  ``P`` is
+    ``projection`` (the random +-1 projection, applied in float64 as on the host) or none.
+    """
+    placement = placement_of(X)
+    xp = placement.xp
+    name = np.dtype(dtype).name
+    xdtype = placement.dtype(np.dtype(dtype))
+    points = _as_dtype(xp, _dense_points(placement, points), xdtype)
+    coef = _as_dtype(xp, placement.asarray(coef), xdtype)
+    offset = _as_dtype(xp, placement.asarray(offset), xdtype)
+    if projection is not None:
+        projection = _as_dtype(xp, placement.asarray(projection), xp.float64)
+    n = int(X.shape[0])
+    out = xp.empty((n, int(coef.shape[1])), dtype=xdtype, device=placement.device)
+    step = tile_rows(placement, int(points.shape[0]), np.dtype(dtype).itemsize)
+    ctx = kernel.prepare_tile(points, name) if getattr(kernel, "device_native", False) else None
+    for start in range(0, n, step):
+        Xb = X[start : start + step]
+        if projection is not None:
+            Xb = _as_dtype(xp, Xb, xp.float64) @ projection
+        K = kernel_tile(kernel, _as_dtype(xp, Xb, xdtype), points, ctx, dtype=name)
+        out[start : start + step, ...] = K @ coef + offset
+    return out
+
+
 def kernel_expansion(model) -> KernelExpansion:
     """Read the kernel expansion of a fitted model (see the module's protocol)."""
     from .exact import ExactKPCA
@@ -104,12 +242,9 @@ def kernel_expansion(model) -> KernelExpansion:
     if callable(getattr(model, "kernel_expansion", None)):
         return model.kernel_expansion()
     if isinstance(model, ExactKPCA):
-        ev = model.eigenvalues_
-        scale = np.zeros_like(ev)
-        scale[ev > 0] = 1.0 / np.sqrt(ev[ev > 0])
         return centered_expansion(
             model.X_fit_,
-            model.eigenvectors_ * scale,
+            model.eigenvectors_ * inverse_sqrt_or_zero(model.eigenvalues_),
             model.gram_col_means_,
             model.gram_total_mean_,
             model.kernel_,
@@ -196,7 +331,9 @@ class CompressedKPCA(BaseKPCA):
         Kept for the shared estimator interface (``transform`` shows no progress bar).
     device : None, str or torch.device, default None
         Where ``transform`` computes: None where the data live, or a PyTorch device that host
-        rows are sent to; :func:`compress_expansion` takes the source model's.
+        rows are sent to; :func:`compress_expansion` takes the source model's.  The fitted
+        arrays live where the source model's expansion does (a model fitted on tensors gives a
+        compressed model on their device).
 
     Attributes
     ----------
@@ -244,7 +381,19 @@ class CompressedKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """The compressed expansion: an unbiased estimate of the source model's projections."""
+        """The compressed expansion: an unbiased estimate of the source model's projections
+        (on X's device for device rows: :func:`expansion_on_device`)."""
+        if not placement_of(X).host:
+            dtype = np.float32 if _dtype_name(X) == "float32" else np.float64
+            return expansion_on_device(
+                X,
+                self.points_,
+                self.coef_,
+                self.offset_,
+                self.kernel_,
+                dtype,
+                projection=self.projection_,
+            )
         dtype = np.float32 if X.dtype == np.float32 else np.float64
         points = self.points_.astype(dtype, copy=False)
         coef = self.coef_.astype(dtype, copy=False)
@@ -290,7 +439,9 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     Returns
     -------
     CompressedKPCA
-        Fitted; ``transform`` estimates ``model.transform``: for the rounding, exactly
+        Fitted, on the device of the model's expansion points (the rounding coins and the
+        projection are drawn on the host generator, so every device gets the same terms);
+        ``transform`` estimates ``model.transform``: for the rounding, exactly
         unbiased in the coefficients (``E[coef~] = coef``); for one component ``j`` and a point
         x, ``P(|T~_j(x) - T_j(x)| >= t) <= 2 exp(-2 t^2 / sum_i w_i^2)`` (Hoeffding) with
         ``w_i = |coef_ij k(x, z_i)| / pi_i`` over the rounded terms; with ``|k| <= c`` and
@@ -314,16 +465,22 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
             "compress_expansion needs a model that evaluates its kernel at new points; a "
             "kernel='precomputed' model is given kernel values against all training points"
         )
+    # A model fitted on a device keeps its expansion there: the random draws (rounding coins,
+    # the projection) are made on the host from host copies of the m x k coefficients, and only
+    # the kept points are gathered and projected on the device.
+    points = expansion.points
+    placement = HOST if sp.issparse(points) else placement_of(points)
     # The training rows of a model fitted on sparse input stay sparse until the kept terms are
     # known (rounding) or projected (projection_dim): only those are made dense.
-    points = expansion.points if sp.issparse(expansion.points) else np.asarray(expansion.points)
+    if placement.host and not sp.issparse(points):
+        points = np.asarray(points)
     kernel = expansion.kernel
     if projection_dim is not None and not isinstance(kernel, PROJECTABLE_KERNELS):
         raise ValueError(
             f"projection_dim needs a kernel of Euclidean distances or dot products "
             f"(rbf, matern, polynomial, linear, cosine); got {kernel!r}"
         )
-    coef = np.asarray(expansion.coef, dtype=np.float64)
+    coef = np.asarray(to_host(expansion.coef), dtype=np.float64)
     m, d = points.shape
     if projection_dim is not None:
         require_memory_parts(
@@ -339,11 +496,15 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     s = None
     if rounding is not None:
         keep, coef, s, _ = round_coefficients(coef, rounding, rng)
-        points = points[keep]
+        points = points[keep] if placement.host else _take_rows(placement, points, keep)
     projection = None
     if projection_dim is not None:
         projection = sign_projection(d, projection_dim, rng)
-        points = np.asarray(points @ projection)
+        if placement.host:
+            points = np.asarray(points @ projection)
+        else:
+            xp = placement.xp
+            points = _as_dtype(xp, points, xp.float64) @ placement.asarray(projection)
     elif sp.issparse(points):
         kept = points.shape[0]
         require_memory_parts(
@@ -357,12 +518,13 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
             hint="give rounding < 1 (fewer points) or projection_dim (narrower points)",
         )
         points = points.toarray()
-    out.points_ = np.ascontiguousarray(points)
+    out.points_ = np.ascontiguousarray(points) if placement.host else points
     out.coef_ = np.ascontiguousarray(coef)
-    out.offset_ = np.asarray(expansion.offset, dtype=np.float64)
+    out.offset_ = np.asarray(to_host(expansion.offset), dtype=np.float64)
     out.projection_ = projection
     out.kernel_ = kernel
-    out.eigenvalues_ = np.array(model.eigenvalues_, dtype=np.float64, copy=True)
+    out.eigenvalues_ = np.array(to_host(model.eigenvalues_), dtype=np.float64, copy=True)
+    fitted_arrays_to(out, placement)  # the compressed model lives where its source does
     out.n_components_ = int(coef.shape[1])
     out.n_features_in_ = int(model.n_features_in_)
     out.n_terms_ = int(points.shape[0])
@@ -370,6 +532,12 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     out.rounding_s_ = s
     out.source_model_ = type(model).__name__
     return out
+
+
+def _take_rows(placement: Placement, points, indices):
+    """Rows ``indices`` (host integers) of device points, gathered on their device."""
+    xp = placement.xp
+    return xp.take(points, placement.asarray(np.asarray(indices, dtype=np.int64)), axis=0)
 
 
 def _no_state():

@@ -5,6 +5,11 @@ attributes and errors are scikit-learn's (1.9), the numerics are fastkpca's: one
 filled by its upper triangle on all cores (:func:`~fastkpca.decomposition.exact.symmetric_gram`),
 centered in place, and eigensolvers from :mod:`fastkpca.solvers` (``arpack`` is ARPACK Lanczos,
 ``randomized`` is block Krylov iteration to a tolerance).
+
+PyTorch tensors and CuPy arrays (or ``device="cuda"``) are fitted on their device: the Gram is
+computed there in tiles, centered there, and decomposed by the library's ``eigh`` or block Krylov
+(``arpack``, ARPACK being host-only, is block Krylov there); the fitted attributes live on the
+device and ``transform`` returns the input's array type, device and dtype.
 """
 
 from __future__ import annotations
@@ -21,10 +26,19 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .. import solvers
 from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
-from ..execution.arrays import check_device
+from ..execution.arrays import check_device, is_host_array, output_like, placement_of, to_host
 from ..kernels import Kernel, make_kernel, result_dtype
 from ._base import BaseKPCA
-from .exact import PrecomputedKernel, _center_block_rows, centered_projection, symmetric_gram
+from .exact import (
+    PrecomputedKernel,
+    _center_block_rows,
+    centered_projection,
+    device_gram,
+    device_gram_fits,
+    inverse_sqrt_or_zero_xp,
+    refuse_host_only_options,
+    symmetric_gram,
+)
 
 __all__ = ["KernelPCA"]
 
@@ -205,7 +219,11 @@ class KernelPCA(BaseKPCA):
         Learn pre-images (Bakir, Weston & Schoelkopf 2004) for ``inverse_transform``.
     eigen_solver : {"auto", "dense", "arpack", "randomized"}, default="auto"
         ``"dense"``: LAPACK ``syevr`` on the top n_components; ``"arpack"`` (or ``"lanczos"``):
-        ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.
+        ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.  On a
+        device: ``"dense"`` is the library's full ``eigh``, ``"arpack"`` (host-only) is block
+        Krylov, and ``"auto"`` follows :data:`fastkpca.solvers.DEVICE_AUTO_DENSE` (the dense
+        ``eigh`` for n <= 2000 or n_components >= n / 5, block Krylov above: 0.12 s against
+        6.8 s for the dense eigh at n = 20000, k = 10 on an H100).
     tol : float, default=0
         ARPACK's tolerance (0: machine precision, as scikit-learn); for ``randomized`` the
         relative Ritz residual at which it stops (0: 1e-8 in float64, 1e-5 in float32).
@@ -310,6 +328,9 @@ class KernelPCA(BaseKPCA):
     def fit_transform(self, X, y=None, **params):
         """Fit and return the training projections ``eigenvectors_ * sqrt(eigenvalues_)``."""
         self._fit(X)
+        if not is_host_array(self.eigenvectors_):  # fitted on a device
+            xp = placement_of(self.eigenvectors_).xp
+            return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
         return self.eigenvectors_ * np.sqrt(self.eigenvalues_)
 
     def _fit(self, X):
@@ -317,6 +338,9 @@ class KernelPCA(BaseKPCA):
         precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
         if self.fit_inverse_transform and precomputed:
             raise ValueError("Cannot fit_inverse_transform with a precomputed kernel.")
+        placement = self._placement(X)
+        if not placement.host:
+            return self._fit_on_device(X, precomputed)
         X = validate_data(
             self,
             X,
@@ -361,6 +385,72 @@ class KernelPCA(BaseKPCA):
         self.X_fit_ = X
         if self.fit_inverse_transform:
             self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
+
+    def _fit_on_device(self, X, precomputed):
+        """:meth:`_fit` on a device: the Gram in tiles there, centered there, the device's
+        solvers (:func:`_eigh_device`); the fitted arrays stay there."""
+        refuse_host_only_options(precomputed, self.fit_inverse_transform)
+        source = self._fit_source(X)
+        X = source.in_memory(purpose="KernelPCA")
+        placement = source.placement
+        xp = placement.xp
+        n = X.shape[0]
+        self.gamma_ = 1 / X.shape[1] if self.gamma is None else self.gamma
+        rng = as_generator(self.random_state)
+        k = n if self.n_components is None else min(n, self.n_components)
+        solver = self._solver_device(n, k)
+        dtype = result_dtype(X)
+        if not device_gram_fits(n, np.dtype(dtype).itemsize, solver, placement):
+            raise ValueError(
+                f"KernelPCA's {n} x {n} Gram matrix with eigen_solver={self.eigen_solver!r} does "
+                f"not fit the free memory of {placement.name}; fastkpca.ExactKPCA("
+                "eigen_solver='matrix_free') recomputes the Gram in each pass instead"
+            )
+        self.kernel_ = self._make_kernel()
+        K = device_gram(X, self.kernel_)
+        scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
+        stats = center_gram_inplace(K, block=_center_block_rows(n))
+        self.gram_col_means_ = stats.col_means
+        self.gram_total_mean_ = stats.total_mean
+        vals, vecs = self._eigh_device(K, k, solver, rng, scale=scale, dtype=dtype)
+        del K
+        if self.remove_zero_eig or self.n_components is None:
+            keep = vals > 0
+            vals, vecs = vals[keep], vecs[:, keep]
+        self.eigenvalues_ = xp.astype(vals, placement.dtype(dtype))
+        self.eigenvectors_ = xp.astype(vecs, placement.dtype(dtype))
+        self.X_fit_ = xp.asarray(X, copy=True) if self.copy_X else X
+
+    def _solver_device(self, n, k):
+        """The device's solver: ``auto`` from :func:`fastkpca.solvers.auto_method_device` (the
+        dense ``eigh`` for small n or k >= n / 5, block Krylov otherwise); ``arpack`` is block
+        Krylov (ARPACK is host-only)."""
+        solver = EIGEN_SOLVERS[self.eigen_solver]
+        if solver == "auto":
+            return solvers.auto_method_device(n, k, dense=True)
+        if solver == "lanczos" or (solver == "randomized" and k >= n - 1):
+            return "dense" if k >= n - 1 else "randomized"
+        return solver
+
+    def _eigh_device(self, K, k, solver, rng, *, scale, dtype):
+        """:meth:`_eigh` on a device: the device's dense ``eigh`` or block Krylov, scikit-learn's
+        PSD check (on the k eigenvalues, read back), fastkpca's post-processing."""
+        placement = placement_of(K)
+        xp = placement.xp
+        tols = solvers.TOLERANCES.get(np.dtype(dtype), solvers.TOLERANCES[np.dtype(np.float64)])
+        if solver == "dense":
+            vals, vecs = solvers._xp_dense(K, k, xp)
+            n_iter = 1
+        else:
+            max_iter = self.max_iter or 500
+            if self.iterated_power != "auto":
+                max_iter = min(max_iter, self.iterated_power + 2)
+            vals, vecs, n_iter = solvers._xp_randomized(
+                K, k, rng, self.tol or tols["iterative"], max_iter, 10, placement
+            )
+        _check_psd(np.asarray(to_host(vals)), dtype)
+        self.n_iter_ = n_iter
+        return solvers.postprocess_eigen_xp(vals, vecs, scale=scale, eps=np.finfo(dtype).eps)
 
     def _check_params(self):
         _check_int("n_components", self.n_components, low=1, allow_none=True)
@@ -475,6 +565,10 @@ class KernelPCA(BaseKPCA):
         points, of shape (n_new, n_samples_fit).
         """
         check_is_fitted(self)
+        if not (self._placement(X).host and is_host_array(self.eigenvectors_)):
+            # A device, or a device model: the shared transform (rows checked on their device,
+            # the model's arrays moved where the rows are, the output like the input).
+            return super().transform(X)
         X = validate_data(
             self,
             X,
@@ -490,6 +584,23 @@ class KernelPCA(BaseKPCA):
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
         dtype = result_dtype(X, self.eigenvectors_)
+        return centered_projection(X, self.X_fit_, kernel, stats, alphas, dtype)
+
+    def _transform_rows(self, X):
+        """Centered ``k(X, X_fit_) @ alphas / sqrt(lambda)`` for the shared transform (device
+        rows, or a device model's arrays moved to the host)."""
+        stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
+        kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
+        dtype = result_dtype(X, self.eigenvectors_)
+        if is_host_array(self.eigenvectors_):
+            vals = np.asarray(self.eigenvalues_, dtype=np.float64)
+            scale = np.zeros_like(vals)
+            scale[vals > 0] = 1.0 / np.sqrt(vals[vals > 0])
+            alphas = np.asarray(self.eigenvectors_, dtype=np.float64) * scale
+        else:
+            xp = placement_of(self.eigenvectors_).xp
+            vals = xp.astype(self.eigenvalues_, xp.float64)
+            alphas = xp.astype(self.eigenvectors_, xp.float64) * inverse_sqrt_or_zero_xp(vals)
         return centered_projection(X, self.X_fit_, kernel, stats, alphas, dtype)
 
     def inverse_transform(self, X):

@@ -20,6 +20,7 @@ performance notes.
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
@@ -30,8 +31,11 @@ from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks
 from .._utils import check_int, require_memory_parts
 from ..execution import one_blas_thread
+from ..execution.arrays import HOST, placement_of, to_host
+from ..execution.tiles import kernel_matmat
 from ..kernels import warn_if_degenerate
 from ..source import check_block
+from ..source.device import DeviceSource
 from ..statistics.growth import (
     PROBE_ROWS,
     ProbeError,
@@ -42,6 +46,7 @@ from ..statistics.growth import (
     grow_until,
 )
 from ..statistics.kernel_moments import (
+    landmark_gram,
     landmark_kernel_moments,
     landmark_kernel_sketch,
     landmark_test_matrix,
@@ -288,6 +293,17 @@ class NystromKPCA(BaseKPCA):
     ``ExactKPCA``'s.  ``solver="exact"`` or ``"randomized"`` always computes the Nystrom
     approximation on the c landmarks asked for.
 
+    On a device (PyTorch tensors or CuPy arrays, or ``device=``) the fit reads the same and
+    gives the same model up to rounding: uniform landmarks are the rows of the host's draw of
+    indices, taken on the device; W, the pass over the kernel rows (float64 tiles for
+    ``"exact"``, the sketch's float32 or float64 tiles for ``"randomized"``, float64
+    accumulators, no host synchronisation per tile), ``N S N^T`` and ``transform`` run there,
+    as do ``"rpcholesky"`` and ``"rls"``.  Computed on host copies of small arrays, their
+    results moved to the device: the pivoted Cholesky whitening of W and the c x c (or c x q)
+    eigenproblems (:mod:`fastkpca.statistics.kernel_moments`), ``"kmeans"`` (scikit-learn's
+    k-means on a host copy of the rows), the exact-KPCA path (its n x n Gram on the host) and
+    the probe of ``tol``.
+
     Examples
     --------
     >>> import numpy as np
@@ -410,28 +426,31 @@ class NystromKPCA(BaseKPCA):
         if method is not None:  # the landmarks are dense rows, whatever the data's storage
             source.require_dense(c if n is None else min(c, n), f"n_landmarks={c} landmarks")
         self._require_fit_memory(c if method is not None else len(self.landmarks), n, method)
+        placement = getattr(source, "placement", HOST)
         if method is None:
-            L = check_block(self.landmarks, n_features=source.n_features, name="landmarks")
-            L = L.astype(source.dtype, copy=False)
+            L = check_block(to_host(self.landmarks), n_features=source.n_features, name="landmarks")
+            L = placement.asarray(L.astype(source.dtype, copy=False))
             if L.shape[0] == 0:
                 raise ValueError("landmarks: the landmark array has no rows")
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
         elif method == "uniform":
+            # The rows of the host's draw of indices, taken on the source's device.
             L = source.sample_rows(c if n is None else min(c, n), rng)
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
         else:
-            rows = source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=f"landmarks={method!r}")
+            rows = _rows_for_selection(source, rng, method)
             n = source.n_samples
             c = min(c, n)
             k = self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
             L, weights = select_landmarks(rows, method, c, kernel, rng, target_rank=k)
+            L = placement.asarray(L)
         if kernel is None:
-            kernel = self._resolve_kernel(L, kernel_rng)
+            kernel = self._resolve_kernel(to_host(L), kernel_rng)
         # A selector may return fewer landmarks than asked for (rpcholesky on a kernel of lower
         # rank): the components beyond the rank are then zero, as for exact KPCA.
         asked = L.shape[0] if method is None else (min(c, n) if n is not None else L.shape[0])
-        L64 = L.astype(np.float64)
-        W = kernel(L64)
+        L64 = _as_float64(L)
+        W = landmark_gram(kernel, L64)
         N, Z_landmarks = nystrom_whitening(W)
         solver = self._choose_solver(N, sketch_size, source.n_samples)
         self.solver_ = solver
@@ -443,8 +462,14 @@ class NystromKPCA(BaseKPCA):
             moments = weighted_landmark_moments(W, weights, source.n_samples)
             # This model sees the data only through the landmarks, whose mean kernel rows (the
             # total variance's estimate) include their self-similarity: check W itself.
+            W_host = to_host(W)
             warn_if_degenerate(
-                kernel, W.shape[0], float(np.trace(W)), float(W.mean()), 0.0, constant=False
+                kernel,
+                W.shape[0],
+                float(np.trace(W_host)),
+                float(W_host.mean()),
+                0.0,
+                constant=False,
             )
         elif solver == "exact":
             moments, diag_sum = reduce_with_diag_sum(
@@ -472,7 +497,7 @@ class NystromKPCA(BaseKPCA):
                 L64,
                 kernel,
                 T,
-                W.mean(axis=0),
+                W.mean(axis=0) if placement.host else placement.xp.mean(W, axis=0),
                 dtype,
                 min(SKETCH_BLOCK_MB, kernels.WORKING_MEMORY_MB),
                 desc="kernel rows",
@@ -486,14 +511,15 @@ class NystromKPCA(BaseKPCA):
         else:
             eigenvalues, components, mean = nystrom_kpca(moments, N, self.n_components_)
         self.landmarks_ = L
-        self.landmark_weights_ = np.asarray(weights, dtype=np.float64)
+        self.landmark_weights_ = placement.asarray(np.asarray(weights, dtype=np.float64))
         self.projection_ = _projection(N, components)
         self.mean_ = mean
         self.components_ = components
         self.eigenvalues_ = eigenvalues
         self.n_landmarks_ = int(L.shape[0])
         self.n_samples_seen_ = int(n)
-        self._finish_fit(diag_sum, *self._mean_embedding(moments.mean, method), L)
+        anchors = functools.partial(to_host, L)  # the pre-image map's rows, on the host
+        self._finish_fit(diag_sum, *self._mean_embedding(moments.mean, method), anchors)
         return self
 
     def _require_fit_memory(self, c, n, method) -> None:
@@ -574,23 +600,30 @@ class NystromKPCA(BaseKPCA):
 
     def _fit_exact_kpca(self, source, kernel, rng):
         """Exact KPCA, the Nystrom method with all n training rows as landmarks."""
-        X = source.in_memory(purpose="NystromKPCA's exact path")
+        placement = getattr(source, "placement", HOST)
+        if isinstance(source, DeviceSource):  # the host rows: the Gram is computed there
+            X = source.host.in_memory(purpose="NystromKPCA's exact path")
+        else:
+            X = to_host(source.in_memory(purpose="NystromKPCA's exact path"))
         n = X.shape[0]
         k = self._resolve_n_components(n, what="min(n_samples, n_landmarks)")
+        # On a device this n x n eigenproblem runs on the host (a documented fallback: the path
+        # is taken only where the n x n Gram fits the host's memory and costs less than the
+        # Nystrom pass); its (n, k) results move to the device.
         vals, vecs, stats, _ = exact_kpca(X, kernel, k, eigen_solver="auto", rng=rng)
         N, components, mean = nystrom_from_exact(vals, vecs, stats.col_means)
         self.solver_ = "exact_kpca"
         self.kernel_row_dtype_ = "float32" if X.dtype == np.float32 else "float64"
-        self.landmarks_ = X.copy()
-        self.landmark_weights_ = np.full(n, 1.0 / n)
-        self.projection_ = _projection(N, components)
-        self.mean_ = mean
-        self.components_ = components
-        self.eigenvalues_ = vals
+        self.landmarks_ = placement.asarray(X.copy())
+        self.landmark_weights_ = placement.asarray(np.full(n, 1.0 / n))
+        self.projection_ = placement.asarray(_projection(N, components))
+        self.mean_ = placement.asarray(mean)
+        self.components_ = placement.asarray(components)
+        self.eigenvalues_ = placement.asarray(vals)
         self.n_landmarks_ = n
         self.n_samples_seen_ = n
         diag_sum = float(np.sum(kernel.diag(X), dtype=np.float64))
-        self._finish_fit(diag_sum, float(stats.total_mean), 0.0, self.landmarks_)
+        self._finish_fit(diag_sum, float(stats.total_mean), 0.0, X)
         return self
 
     # --- size chosen by tolerance ---------------------------------------------------------
@@ -606,7 +639,9 @@ class NystromKPCA(BaseKPCA):
         source.require_passes(2, f"tol={tol} (a pass per model size)")
         rng = self._make_rng()
         seed = int(rng.integers(2**31))
-        X_probe = source.sample_rows(PROBE_ROWS, rng)
+        # The probe (2000 rows) on the host: its Gram and eigenvalues are computed once there,
+        # and a model fitted on a device transforms it with a host copy of its arrays.
+        X_probe = to_host(source.sample_rows(PROBE_ROWS, rng))
         n = source.n_samples
         k = self.n_components or 1
         start = max(TOL_START_LANDMARKS, 1 << int(np.ceil(np.log2(2 * k))))
@@ -628,12 +663,12 @@ class NystromKPCA(BaseKPCA):
         unbiased, with standard error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (0 when c = n).
         """
         estimate = float(self.landmark_weights_ @ h)
-        c, n = h.size, self.n_samples_seen_
+        c, n = int(h.shape[0]), self.n_samples_seen_
         if method != "uniform" or self.covariance != "data":
             return estimate, np.nan
         if c >= n or c < 2:
             return estimate, 0.0
-        return estimate, float(np.std(h, ddof=1) / np.sqrt(c) * np.sqrt(1.0 - c / n))
+        return estimate, float(np.std(to_host(h), ddof=1) / np.sqrt(c) * np.sqrt(1.0 - c / n))
 
     # --- what the model keeps -------------------------------------------------------------
     def _truncate_components(self, k: int) -> None:
@@ -651,8 +686,10 @@ class NystromKPCA(BaseKPCA):
         """
         check_is_fitted(self)
         if getattr(self, "solver_", None) == "exact_kpca":
+            if not placement_of(self.projection_).host:
+                return _copy_of(self.projection_.T)
             return np.ascontiguousarray(self.projection_.T)
-        N, _ = nystrom_whitening(self.kernel_(self.landmarks_.astype(np.float64)))
+        N, _ = nystrom_whitening(landmark_gram(self.kernel_, _as_float64(self.landmarks_)))
         return N
 
     # --- transform ------------------------------------------------------------------------
@@ -676,7 +713,13 @@ class NystromKPCA(BaseKPCA):
         """``(N k(L, x) - mean_) @ components_.T``, in small chunks of float64 kernel rows on
         all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
         ``(N k - mean) . u = k . (N^T u) - mean . u``, with ``projection_ = N^T components_^T``
-        computed once at fit."""
+        computed once at fit.  Device rows: float64 kernel tiles times ``projection_`` on
+        their device (:func:`fastkpca.execution.tiles.kernel_matmat`), in X's dtype."""
+        placement = placement_of(X)
+        if not placement.host:
+            return self._transform_device_rows(X)
+        if not placement_of(self.projection_).host:  # host rows, a model on a device
+            return self._placed(HOST)._transform_rows(X)
         dtype = np.float32 if X.dtype == np.float32 else np.float64
         out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
         # Every product at one BLAS thread (the fold's threads over chunks give the parallelism):
@@ -691,6 +734,17 @@ class NystromKPCA(BaseKPCA):
 
             self.kernel_.fold_rows(X, self.landmarks_, project, _no_state)
         return out
+
+    def _transform_device_rows(self, X):
+        """``k(X, L) @ projection_ - mean_ @ components_.T`` on X's device (the model's arrays
+        are there: :meth:`BaseKPCA._placed`), float64 tiles as on the host."""
+        xp = placement_of(X).xp
+        offset = self.mean_ @ self.components_.T
+        out = kernel_matmat(
+            self.kernel_, X, _as_float64(self.landmarks_), self.projection_, dtype="float64"
+        )
+        out -= offset
+        return out if X.dtype == xp.float64 else xp.astype(out, X.dtype)
 
 
 def _no_state():
@@ -717,4 +771,41 @@ def _is_fraction_like(k) -> bool:
 
 
 def _diag_sum(blocks, kernel) -> float:
-    return sum(float(np.sum(kernel.diag(block), dtype=np.float64)) for _, block in blocks)
+    return sum(_block_diag_sum(kernel, block) for _, block in blocks)
+
+
+def _block_diag_sum(kernel, block) -> float:
+    """``sum_i k(x_i, x_i)`` over a block (device rows: on their device where the kernel has
+    :meth:`diag_xp`, else on a host copy)."""
+    if placement_of(block).host:
+        return float(np.sum(kernel.diag(block), dtype=np.float64))
+    if hasattr(kernel, "diag_xp"):
+        xp = placement_of(block).xp
+        return float(xp.sum(xp.astype(kernel.diag_xp(block), xp.float64)))
+    return float(np.sum(kernel.diag(to_host(block)), dtype=np.float64))
+
+
+def _as_float64(a):
+    """A numpy or device array in float64 (itself when it is)."""
+    placement = placement_of(a)
+    if placement.host:
+        return np.asarray(a, dtype=np.float64)
+    xp = placement.xp
+    return a if a.dtype == xp.float64 else xp.astype(a, xp.float64)
+
+
+def _copy_of(a):
+    return placement_of(a).xp.asarray(a, copy=True)
+
+
+def _rows_for_selection(source, rng, method):
+    """The rows ``landmarks="kmeans"`` / ``"rls"`` / ``"rpcholesky"`` select from: on the
+    source's device for ``"rls"`` and ``"rpcholesky"`` (their kernel rows are computed there),
+    host rows for ``"kmeans"``, which runs on the host (a documented fallback,
+    :mod:`fastkpca._landmarks`; its centres move to the device)."""
+    purpose = f"landmarks={method!r}"
+    if method != "kmeans":
+        return source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose)
+    if isinstance(source, DeviceSource):
+        return source.host.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose)
+    return to_host(source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose))

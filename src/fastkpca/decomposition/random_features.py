@@ -34,6 +34,14 @@ The fit is one pipeline for arrays, streams of blocks and dask arrays: the sourc
     the features, then a Rayleigh-Ritz second pass: O(n m) time plus O(n m (k + p)).
 
 Neither ever holds the n x m feature matrix.
+
+On a device (PyTorch tensors, CuPy arrays, or ``device=``) the pass runs there: float32
+features of large row chunks (:func:`fastkpca.features.device_features`) and float64
+statistics in the arrays' namespace, with no host synchronisation inside the pass.  The small
+solves read host copies where that is the simpler and not the slower way: the randomized
+solver's test matrix (from one block of features) and its m x q reconstruction, and the
+countsketch solver's t x m sketch and q x q Rayleigh-Ritz problem; ``exact`` solves its m x m
+covariance with ``xp.linalg.eigh`` on a GPU.  The fitted arrays live on the device.
 """
 
 from __future__ import annotations
@@ -43,8 +51,10 @@ import functools
 import numpy as np
 from sklearn.base import clone
 
+from .._input_sketch import SketchedFourierFeatureMap
 from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
 from ..execution import n_workers
+from ..execution.arrays import to_host
 from ..features import (
     FEATURES,
     FastfoodFeatureMap,
@@ -112,9 +122,10 @@ def feature_mean_embedding(fmap, mean):
     (measured calibrated on 200 Gaussian rows, rbf, m = 400, 20 seeds: mean squared z-score 0.75
     for ``rff``, 1.03 for ``orf``).  Other maps (``tensorsketch``): error nan (not known).
     """
-    mean = np.asarray(mean, dtype=np.float64)
+    mean = np.asarray(to_host(mean), dtype=np.float64)
     estimate = float(mean @ mean)
-    if not isinstance(fmap, FourierFeatureMap | FastfoodFeatureMap) or mean.size < 4:
+    fourier = FourierFeatureMap | FastfoodFeatureMap | SketchedFourierFeatureMap
+    if not isinstance(fmap, fourier) or mean.size < 4:
         return estimate, np.nan
     D = mean.size // 2
     t = D * (mean[:D] ** 2 + mean[D:] ** 2)
@@ -132,7 +143,10 @@ def _shift_and_test_matrix(X_first, fmap, q, rng):
     pass: the feature mean, and half Gaussian, half that block's leading principal axes
     (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`)."""
     Z_first = head_features(X_first, fmap)
-    return feature_shift(X_first, fmap, Z_first), informed_test_matrix(Z_first, q, rng)
+    # On a device the test matrix is drawn on the host from a host copy of that block (one
+    # block, O(8192 m) numbers): the host generator's draws, as on every placement.
+    T = informed_test_matrix(to_host(Z_first), q, rng)
+    return feature_shift(X_first, fmap, Z_first), T
 
 
 def constant_diag_sum(kernel, n_samples, n_features):
@@ -203,8 +217,22 @@ class RandomFeatureKPCA(BaseKPCA):
         m = 1000, k = 10, each fit in its own process): see the README's benchmark table.
         ``countsketch``: a CountSketch of the random features then Rayleigh-Ritz, the low-rank
         step of Musco & Woodruff (2017, section 3.2); the features themselves are computed
-        exactly, O(nnz(X) m + n m) per pass, not in the paper's input-sparsity time (see
-        :mod:`fastkpca.statistics.feature_countsketch`).
+        exactly, O(nnz(X) m + n m) per pass (see
+        :mod:`fastkpca.statistics.feature_countsketch`), unless ``input_sketch`` is set: then
+        in the paper's input-sparsity time, O(nnz(X) + n t m) per pass.
+    input_sketch : None, "auto" or int, default None
+        With ``features="rff"`` and the rbf or matern kernel: CountSketch each row to t
+        coordinates before the product with the Gaussian frequencies (Musco & Woodruff 2017,
+        section 3.2.2, Kapralov et al.'s 2016 "fake Gaussian" ``W = S^T G``), so the features
+        cost O(nnz(x) + t m) a row instead of O(nnz(x) m): for wide sparse data (bag of words).
+        Given the sketch S the features are exact random Fourier features of ``k(Sx, Sy)``
+        (rbf: ``exp(-gamma ||S(x - y)||^2)``); ``||S v||^2`` estimates ``||v||^2`` without bias
+        with variance ``2 (||v||^4 - ||v||_4^4) / t``, so a kernel entry at ``u = gamma
+        ||x - y||^2`` moves by a relative ~``u sqrt(2 / t)`` (:mod:`fastkpca._input_sketch`).
+        ``"auto"``: t = ceil(n_features / 2), the number of frequencies, at which the added
+        variance of every kernel entry is at most the features' own; no sketch where that is
+        not below the input width.  An integer: that t.  None (default): the exact ``X W``.
+        Host (numpy / scipy.sparse) rows only.
     n_buckets : int or None
         CountSketch rows t for ``solver="countsketch"`` (None: ``max(2000, 50 (k +
         oversamples))``, see :meth:`_default_buckets`).
@@ -290,6 +318,7 @@ class RandomFeatureKPCA(BaseKPCA):
         nu=1.5,
         n_features=None,
         features="auto",
+        input_sketch=None,
         solver="auto",
         n_buckets=None,
         oversamples=10,
@@ -311,6 +340,7 @@ class RandomFeatureKPCA(BaseKPCA):
         self.nu = nu
         self.n_features = n_features
         self.features = features
+        self.input_sketch = input_sketch
         self.solver = solver
         self.n_buckets = n_buckets
         self.oversamples = oversamples
@@ -521,7 +551,11 @@ class RandomFeatureKPCA(BaseKPCA):
         k = self.n_components or DEFAULT_N_COMPONENTS
         start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
         sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
-        grows = kind in ("rff", "orf") and self.solver in ("exact", "auto")
+        grows = (
+            kind in ("rff", "orf")
+            and self.solver in ("exact", "auto")
+            and self.input_sketch is None  # the sketched map draws all its frequencies at once
+        )
         if grows:
             grown = GrowingFourierMoments(kind)
 
@@ -551,6 +585,10 @@ class RandomFeatureKPCA(BaseKPCA):
 
         _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
         if grows:
+            # The grown moments are small (m x m) host totals of features computed where the
+            # rows live: the model's arrays move there, as a fit's.
+            for name in ("mean_", "components_", "eigenvalues_"):
+                setattr(self, name, source.placement.asarray(getattr(self, name), np.float64))
             self.solver_ = "exact"
             # What fit does after its solver, once for the chosen size (rff / orf kernels are
             # shift-invariant: the diagonal sum is n k(0)).

@@ -15,6 +15,14 @@ variance, and by Davis-Kahan (Theorems 2-4) the top eigenvectors of K^ are close
 *when the eigen-gap stands well above that noise norm*.  KPCA then runs on the implicitly centered
 K^ (``fastkpca._centering.centered_operator``) with Lanczos (the default) or orthogonal iteration
 (the paper's exposition); each product costs O(nnz) instead of O(n^2).
+
+Rows on a device (PyTorch tensors, CuPy arrays, or ``device=``): the kept entries are read off
+dense kernel tiles computed on the device (:func:`fastkpca.execution.tiles.kernel_tile`), and only
+the kept values come to the host.  The sampling decisions, the scipy.sparse matrix and its
+eigensolver (ARPACK or orthogonal iteration) stay on the host: a sparse eigensolver on the device
+is a project of its own, and the matrix holds ``sample_prob n^2 / 2`` entries, not the rows.  The
+same ``random_state`` therefore gives the same model on every device, up to the rounding of the
+kernel values; the (n x k) results are moved to the device, and ``transform`` runs there.
 """
 
 from __future__ import annotations
@@ -29,9 +37,18 @@ from scipy.sparse.linalg import LinearOperator
 from .._centering import CenteringStats, centered_operator
 from .._utils import as_generator, check_float, require_memory_parts
 from ..execution import progress_bar
+from ..execution.arrays import placement_of, to_host
+from ..execution.tiles import kernel_tile, tile_rows
 from ..kernels import _Radial, chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA, _is_fraction, check_solver_stopping
+from .compress import (
+    centered_expansion,
+    fitted_arrays_to,
+    inverse_sqrt_or_zero,
+    kernel_diag,
+    transform_on_device,
+)
 from .exact import ExactKPCA, resolve_eigen_solver
 
 __all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
@@ -213,6 +230,36 @@ def _kernel_at_kept(X, kernel, indptr, indices, data, pairwise):
                 data[lo + a : lo + b] = K[rows[a:b] - s, cols[a:b]]
 
 
+def _host_dtype(X) -> np.dtype:
+    """The numpy dtype of a device array's float dtype (float32 or float64)."""
+    return np.dtype(np.float32) if str(X.dtype).endswith("float32") else np.dtype(np.float64)
+
+
+def _kernel_at_kept_on_device(X, kernel, indptr, indices, data):
+    """:func:`_kernel_at_kept` for rows on a device: dense row tiles of the upper triangle
+    computed there (sized from the device's free memory), the kept entries gathered there and
+    only they copied into ``data`` on the host."""
+    placement = placement_of(X)
+    xp = placement.xp
+    n = X.shape[0]
+    dtype = _host_dtype(X)
+    step = tile_rows(placement, n, dtype.itemsize)
+    with progress_bar(total=n, desc="sampled Gram") as bar:
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            lo, hi = indptr[start], indptr[stop]
+            bar.update(stop - start)
+            if hi == lo:
+                continue
+            # Rows start..stop-1 against columns start.., read at the kept (row, column) pairs
+            # through the flat index of the tile.
+            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
+            flat = rows * (n - start) + (indices[lo:hi] - start)
+            K = kernel_tile(kernel, X[start:stop], X[start:], dtype=dtype.name)
+            kept = xp.take(xp.reshape(K, (-1,)), placement.asarray(flat), axis=0)
+            data[lo:hi] = to_host(kept)
+
+
 def sparsify_gram(
     X, kernel, sample_prob=1.0, *, quantize=False, rng=None, pairwise=None
 ) -> SparsifiedGram:
@@ -232,7 +279,8 @@ def sparsify_gram(
     pairwise : bool or None
         Evaluate the kernel only at the kept pairs (True) or read them off dense row blocks of
         the upper triangle (False); None picks the cheaper by a rough cost model.
-        Both give the same matrix for the same seed.
+        Both give the same matrix for the same seed.  Rows on a device always use dense tiles
+        (the kept values gathered on the device; the matrix itself is built on the host).
 
     Returns
     -------
@@ -240,12 +288,16 @@ def sparsify_gram(
     """
     rng = as_generator(rng, name="rng")
     n, d = X.shape
-    diag = np.asarray(kernel.diag(X), dtype=np.float64)
+    on_host = placement_of(X).host
+    diag = np.asarray(to_host(kernel_diag(kernel, X)), dtype=np.float64)
     indptr, indices = _kept_columns(n, sample_prob, rng)
     if pairwise is None:
         pairwise = _pairwise_is_cheaper(sample_prob, d)
-    values = np.empty(indices.size, dtype=X.dtype)
-    _kernel_at_kept(X, kernel, indptr, indices, values, pairwise)
+    values = np.empty(indices.size, dtype=X.dtype if on_host else _host_dtype(X))
+    if on_host:
+        _kernel_at_kept(X, kernel, indptr, indices, values, pairwise)
+    else:
+        _kernel_at_kept_on_device(X, kernel, indptr, indices, values)
     scale = 1.0 / sample_prob
     if quantize:
         # b = max |K_ij| = max_i K_ii for a positive-definite kernel (Cauchy-Schwarz), so it
@@ -311,7 +363,12 @@ def _gram_is_constant(X, kernel) -> bool:
     ~1e-300), so that every distance the kernel computes is below its rounding."""
     if X.shape[0] <= 1:
         return True
-    lo, hi = X.min(axis=0), X.max(axis=0)
+    placement = placement_of(X)
+    if placement.host:
+        lo, hi = X.min(axis=0), X.max(axis=0)
+    else:  # the column ranges on the device, two d-vectors to the host
+        lo = to_host(placement.xp.min(X, axis=0))
+        hi = to_host(placement.xp.max(X, axis=0))
     if sp.issparse(lo):
         lo, hi = lo.toarray(), hi.toarray()
     lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
@@ -332,7 +389,7 @@ def _constant_gram_kpca(X, kernel, n_components, rng):
     eigenvalues are 0, the dual coefficients any orthonormal vectors orthogonal to 1.
     """
     n = X.shape[0]
-    c = float(np.asarray(kernel.diag(X[:1]), dtype=np.float64)[0])
+    c = float(np.asarray(kernel.diag(to_host(X[:1])), dtype=np.float64)[0])
     # A zero matrix has every vector as eigenvector; 1 / sqrt(n) comes last (only if k = n).
     basis = np.column_stack([np.ones(n), rng.standard_normal((n, n_components))])
     Q = la.qr(basis, mode="economic")[0]
@@ -495,7 +552,9 @@ class SparsifiedKPCA(BaseKPCA):
         Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
         a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
         there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        input's array type, device and dtype.  Needs PyTorch for a device.  On a device the
+        kept Gram entries are computed there, while the sampled matrix (scipy.sparse) and its
+        eigensolver stay on the host (see the module notes): the same model as numpy.
 
     Attributes
     ----------
@@ -569,16 +628,15 @@ class SparsifiedKPCA(BaseKPCA):
         check_solver_stopping(self.tol, self.max_iter)
         return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
-    def _require_fit_memory(self, X) -> None:
+    def _require_fit_memory(self, n, dtype) -> None:
         """Refuse, before any entry is sampled, a ``sample_prob`` whose kept Gram entries cannot
         fit (ValueError naming it and the memory): about ``sample_prob n (n - 1) / 2`` of them,
         each a column index (int32) and a value (X's dtype; a float32 sign more with
         ``quantize``), and the CSR row pointers; and the eigensolver's n x k blocks (k = n for
-        a fraction of the variance)."""
-        n = X.shape[0]
+        a fraction of the variance); ``dtype`` is the rows' (numpy) dtype."""
         p = float(self.sample_prob)
         kept = p * n * (n - 1) / 2
-        per_entry = 4 + np.dtype(X.dtype).itemsize + (4 if self.quantize else 0)
+        per_entry = 4 + np.dtype(dtype).itemsize + (4 if self.quantize else 0)
         k = self.n_components
         k = n if _is_fraction(k) else min(n, k if isinstance(k, int | np.integer) else 10)
         require_memory_parts(
@@ -598,10 +656,12 @@ class SparsifiedKPCA(BaseKPCA):
     def fit(self, X, y=None):
         """Fit on X of shape (n_samples, n_features)."""
         eigen_solver = self._check_params()
-        X = self._fit_source(X).in_memory(purpose="SparsifiedKPCA")
-        self._require_fit_memory(X)
+        source = self._fit_source(X)
+        X = source.in_memory(purpose="SparsifiedKPCA")
+        placement = source.placement
+        self._require_fit_memory(X.shape[0], source.dtype)
         rng = self._make_rng()
-        kernel = self._resolve_kernel(X, rng)
+        kernel = self._resolve_kernel(X if placement.host else source, rng)
         k = self._resolve_n_components(X.shape[0])
         vals, vecs, stats, info = sparsified_kpca(
             X,
@@ -614,7 +674,7 @@ class SparsifiedKPCA(BaseKPCA):
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = X.copy()
+        self.X_fit_ = X.copy() if placement.host else placement.xp.asarray(X, copy=True)
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
@@ -628,23 +688,31 @@ class SparsifiedKPCA(BaseKPCA):
                 X.shape[0], float(self.sample_prob), info["max_entry"], bool(self.quantize)
             )
         )
-        self._finish_fit(
-            kernel.diag(X).sum(dtype=np.float64), stats.total_mean, info["mean_sq_error"], X
-        )
+        diag_sum = to_host(kernel_diag(kernel, X)).sum(dtype=np.float64)
+        # On a device the solver's (host) results move there before the model is finished, so
+        # the pre-image map projects its anchors there; the map's own arrays follow.
+        fitted_arrays_to(self, placement)
+        self._finish_fit(diag_sum, stats.total_mean, info["mean_sq_error"], self.X_fit_)
+        fitted_arrays_to(self, placement)
         return self
 
     # The fitted model is a kernel expansion over X_fit_ exactly like ExactKPCA's (same fitted
     # attributes), so the out-of-sample transform is shared rather than repeated.
     _scaled_alphas = ExactKPCA._scaled_alphas
-    _transform_rows = ExactKPCA._transform_rows
+
+    def _transform_rows(self, X):
+        """Centered ``k(X, X_fit_) @ alpha / sqrt(lambda)``: ExactKPCA's on the host; on a
+        device the same expansion with the centering folded into its coefficients
+        (:meth:`kernel_expansion`), evaluated in float64 tiles there."""
+        if placement_of(X).host:
+            return ExactKPCA._transform_rows(self, X)
+        return transform_on_device(self.kernel_expansion(), X)
 
     def kernel_expansion(self):
         """``transform(X) = kernel_(X, points) @ coef + offset``: see :mod:`.compress`."""
-        from .compress import centered_expansion
-
         return centered_expansion(
             self.X_fit_,
-            self._scaled_alphas,
+            self.eigenvectors_ * inverse_sqrt_or_zero(self.eigenvalues_),
             self.gram_col_means_,
             self.gram_total_mean_,
             self.kernel_,

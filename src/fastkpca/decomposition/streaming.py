@@ -7,6 +7,13 @@ by Frequent Directions into a :class:`~fastkpca.statistics.feature_sketch.Featur
 dask arrays) and solved by :func:`~fastkpca.statistics.feature_sketch.skpca_eigen`; see
 :mod:`fastkpca.statistics.feature_sketch` for the centering and the error bound.  Memory is
 O(d m) for the feature map plus O(ell m) for the sketch plus one row block, independent of n.
+
+On a device (PyTorch tensors, CuPy arrays, or ``device=``) the features and the sketches'
+buffers live there and the rows go to the same sketches in the same order as on the host
+(:meth:`FeatureSketch.update_rows <fastkpca.statistics.feature_sketch.FeatureSketch.update_rows>`),
+so the model is the host's up to rounding; each shrink's small eigendecomposition and the
+final solver (:func:`~fastkpca.statistics.feature_sketch.skpca_eigen`, O(ell^2 m)) run on the
+host from host copies of O(ell m) numbers, and the fitted arrays move back to the device.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._utils import check_int, require_memory_parts
 from ..execution import track_rows
+from ..execution.arrays import placement_of, to_host
 from ..features import (
     FEATURES,
     check_feature_spec,
@@ -361,7 +369,9 @@ class StreamingKPCA(BaseKPCA):
                     "partial_fit cannot choose n_features by tolerance (tol / n_features='auto'):"
                     " it sees each row once; use fit on an array or a re-iterable block source"
                 )
-        source = as_source(X, estimator=self, reset=first, accept_sparse=True)
+        source = as_source(
+            X, estimator=self, reset=first, accept_sparse=True, placement=self._placement(X)
+        )
         seen = 0 if first else self.n_samples_seen_
         if (
             isinstance(self.n_components, int)
@@ -449,22 +459,34 @@ class StreamingKPCA(BaseKPCA):
         The buffer (up to 3 ell rows) is used as it is rather than shrunk once more: it holds
         strictly more of the stream, and its loss is at most ``total_shrinkage`` per direction.
         """
-        B = self.sketch_.rows()
+        # The solver is small (the sketch is O(ell m)): on the host, from host copies of a
+        # device sketch, its results moved to the feature sum's placement.
+        B = to_host(self.sketch_.rows())
+        feature_sum = to_host(self.feature_sum_)
         n = self.n_samples_seen_
         k = self._resolve_n_components(
             min(n, self.sketch_.sketch_size, B.shape[1]),
             what="min(n_samples_seen, sketch_size, n_features)",
         )
         sketch = self.sketch_
-        self.eigenvalues_, self.components_, self.eigenvalue_bounds_ = skpca_eigen(
+        results = skpca_eigen(
             B,
-            self.feature_sum_,
+            feature_sum,
             n,
             k,
             shrinkage=sketch.total_shrinkage,
             loss=sketch.loss_model(),
             missing_energy=sketch.missing_energy,
             return_bounds=True,
+        )
+        home = placement_of(self.feature_sum_)
+        if not np.isfinite(results[0]).all():
+            raise ValueError(
+                "the random-feature sketch is not finite: the phases w . x overflow float32 "
+                "(scale the data or lower gamma)"
+            )
+        self.eigenvalues_, self.components_, self.eigenvalue_bounds_ = (
+            home.asarray(a, np.float64) for a in results
         )
         self.mean_ = self.feature_sum_ / n
 

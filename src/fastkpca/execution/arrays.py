@@ -77,6 +77,13 @@ class Placement:
     def is_cuda(self) -> bool:
         return self.is_torch and getattr(self.device, "type", None) == "cuda"
 
+    def __deepcopy__(self, memo):
+        return self  # immutable; its namespace is a module, which cannot be copied
+
+    def __reduce__(self):
+        # Pickled (a model in joblib, a Dask task) by name and device, not by its module.
+        return (_restore_placement, (self.name, str(self.device)))
+
     def asarray(self, a, dtype=None):
         """``a`` (a host array, a scalar or an array of this namespace) on this device."""
         if self.host:
@@ -132,6 +139,20 @@ class Placement:
 #: The host: numpy arrays (numpy is its own namespace; array-api-compat is needed only for the
 #: device namespaces, with the ``torch`` extra).
 HOST = Placement(xp=np, device="cpu", host=True, name="numpy")
+
+
+def _restore_placement(name: str, device: str) -> Placement:
+    """The placement a pickled :class:`Placement` names (see ``Placement.__reduce__``)."""
+    if name == HOST.name:
+        return HOST
+    if name.startswith("torch"):
+        return placement_for(None, device)
+    if name.startswith("cupy"):
+        cupy = importlib.import_module("cupy")
+        index = int("".join(ch for ch in device if ch.isdigit()) or 0)
+        xp = importlib.import_module("array_api_compat.cupy")
+        return Placement(xp=xp, device=cupy.cuda.Device(index), host=False, name=name)
+    raise ValueError(f"cannot restore the placement {name!r}")
 
 
 def placement_of(X) -> Placement:

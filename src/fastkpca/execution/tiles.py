@@ -15,9 +15,22 @@ chunks, here in large tiles sized from the device's free memory, in the arrays' 
 
 The kernel's own math on a tile is :meth:`Kernel.tile` (the kernels of
 :mod:`fastkpca.kernels` define it with ``xp`` calls: for the radial kernels the exponent comes
-from ONE augmented GEMM, ``[x, |x|^2, 1] . [2 gamma y, -gamma, -gamma |y|^2]``, then an in-place
-``exp``); a kernel without it (a user's) is computed on the host and its tile moved, which is
-correct but slow, and said so in :attr:`Kernel.device_native`.
+from ONE augmented GEMM, ``[x - c, |x - c|^2, 1] . [2 gamma (y - c), -gamma, -gamma |y - c|^2]``
+with c the columns' mean, then an in-place clamp at 0 and ``exp``); a kernel without it (a
+user's, a Matern of general nu) is computed on the host and its tile moved, which is correct but
+slow, and said so in :attr:`Kernel.device_native`.
+
+What a tile costs on the plain path: for an ``r x m`` rbf tile of d-dimensional rows, one GEMM
+of ``2 r m (d + 2)`` flops and two elementwise passes over the tile (the clamp and the exp, each
+a read and a write of ``r m`` values, in place); a product ``K @ V`` with b vectors adds a GEMM
+of ``2 r m b`` flops reading the tile once more.  For d + b of about 100 and more the GEMMs
+dominate (compute-bound at ~50 flops per byte), and the elementwise passes are about a quarter
+of the time in float64, more in float32 where the GEMMs run faster.  A fused kernel (exponent,
+clamp and exp in the GEMM's epilogue, the tile consumed by the product with V in registers)
+would save those passes and the tile's round trips through device memory: at best the quarter,
+and the tile memory itself (larger tiles for the same memory).  Without a GPU to measure it
+against the plain path, fastkpca keeps the plain path (two library calls per tile, no compiled
+code of its own).
 """
 
 from __future__ import annotations
@@ -30,11 +43,16 @@ from .arrays import Placement, placement_of, to_host
 
 __all__ = [
     "DEVICE_MEMORY_FRACTION",
+    "exp_",
+    "clamp_max_",
+    "fill_diagonal_",
+    "l1_distances",
     "tile_rows",
     "kernel_tile",
     "kernel_tiles",
     "fold_kernel_rows",
     "kernel_matmat",
+    "symmetric_kernel_matmat",
     "CenteredGramOperator",
 ]
 
@@ -59,6 +77,58 @@ def tile_rows(placement: Placement, n_cols: int, itemsize: int, n_temporaries: i
 
 def _dtype_name(a) -> str:
     return str(a.dtype).rsplit(".", 1)[-1]
+
+
+def _is_torch(a) -> bool:
+    return type(a).__module__.startswith("torch")
+
+
+def exp_(A):
+    """``exp(A)``, in place for a torch tensor (``exp_``: no second tile in memory)."""
+    if _is_torch(A):
+        return A.exp_()
+    return placement_of(A).xp.exp(A)
+
+
+def clamp_max_(A, high: float):
+    """``min(A, high)``, in place for a torch tensor."""
+    if _is_torch(A):
+        return A.clamp_(max=high)
+    xp = placement_of(A).xp
+    return xp.minimum(A, xp.asarray(high, dtype=A.dtype, device=placement_of(A).device))
+
+
+def fill_diagonal_(A, value: float):
+    """Set the diagonal of the leading square of A to ``value`` (in place where the library can)."""
+    if _is_torch(A):
+        k = min(A.shape[0], A.shape[1])
+        A[:k, :k].fill_diagonal_(value)
+        return A
+    module = type(A).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        cupy.fill_diagonal(A, value)
+        return A
+    placement = placement_of(A)
+    xp = placement.xp
+    eye = xp.eye(A.shape[0], A.shape[1], dtype=A.dtype, device=placement.device)
+    return A * (1 - eye) + value * eye
+
+
+def l1_distances(X, Y):
+    """``sum_j |X[i, j] - Y[l, j]|`` for device rows (float64 in, float64 out): torch's
+    ``cdist(p=1)`` (no ``(rows, cols, d)`` temporary), elsewhere a sum over the columns."""
+    if _is_torch(X):
+        import torch
+
+        return torch.cdist(X, Y, p=1.0)
+    placement = placement_of(X)
+    xp = placement.xp
+    D = xp.zeros((X.shape[0], Y.shape[0]), dtype=X.dtype, device=placement.device)
+    for j in range(X.shape[1]):
+        D += xp.abs(X[:, j : j + 1] - Y[:, j][None, :])
+    return D
 
 
 def kernel_tile(kernel, X, Y, ctx=None, *, dtype=None):
@@ -115,30 +185,78 @@ def kernel_matmat(kernel, X, Y, V, *, dtype=None, rows=None):
     return out
 
 
+def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None):
+    """``k(X, X) @ V`` from the upper block triangle of the Gram only.
+
+    Row tile ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the kernel's context
+    sliced, :meth:`~fastkpca.kernels._TileContext.columns`) and applied twice: ``K[s:e, s:] @
+    V[s:]`` to its own rows and, off its diagonal block, ``K[s:e, e:]^T @ V[s:e]`` to the rows
+    below.  That halves the kernel evaluations (the tiles' GEMMs and elementwise passes) of
+    :func:`kernel_matmat` for the same products with V, as the host's ``GramOperator`` does;
+    the diagonal is exactly 1 where the kernel says so.  A kernel without device math takes the
+    full tiles (:func:`kernel_matmat`).
+    """
+    if not getattr(kernel, "device_native", False):
+        return kernel_matmat(kernel, X, X, V, dtype=dtype, rows=rows)
+    placement = placement_of(X)
+    xp = placement.xp
+    n = X.shape[0]
+    tile_dtype = dtype or _dtype_name(X)
+    itemsize = 4 if tile_dtype == "float32" else 8
+    rows = rows or tile_rows(placement, n, itemsize)
+    Vt = V if _dtype_name(V) == tile_dtype else xp.astype(V, getattr(xp, tile_dtype))
+    out = xp.zeros((n, V.shape[1]), dtype=Vt.dtype, device=placement.device)
+    ctx = kernel.prepare_tile(X, tile_dtype)
+    exact_one = getattr(kernel, "_exact_diag_one", False)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        K = kernel.tile(X[start:stop], ctx.columns(start))
+        if exact_one:
+            K = fill_diagonal_(K, 1.0)  # the leading square is the diagonal block
+        out[start:stop, ...] += K @ Vt[start:]
+        if stop < n:
+            out[stop:, ...] += xp.permute_dims(K[:, stop - start :], (1, 0)) @ Vt[start:stop]
+    return out if _dtype_name(out) == _dtype_name(V) else xp.astype(out, V.dtype)
+
+
 class CenteredGramOperator:
     """``V -> (H K H) V`` for the n x n Gram ``K = k(X, X)`` of device rows, never stored.
 
     ``H K H V = K Vc - 1 (mean_rows(K Vc))`` with ``Vc = V - 1 mean(V)`` (H V centers the columns
     of V; H of the product centers its columns again): one pass over the Gram's row tiles per
-    product, each tile recomputed (its exponent from one GEMM, :meth:`Kernel.tile`).  The dtype of
-    the tiles is ``dtype`` (float64 by default; float32 halves the time, with the tile's rounding
-    ~1e-7 relative in each product).
+    product over the upper block triangle (:func:`symmetric_kernel_matmat`), each tile
+    recomputed (its exponent from one GEMM, :meth:`Kernel.tile`).  The dtype of
+    the tiles is ``dtype`` (X's by default; float32 tiles run the GEMMs at float32 speed, with the
+    tile's rounding ~1e-7 relative in each product).  The first product also gives the Gram's row
+    means (one more column, ``1 / n``, in its block), kept in :attr:`row_means` (float64) for
+    out-of-sample centering; :attr:`n_passes` counts the passes.  Memory: X, one tile and its
+    temporaries (:func:`tile_rows`), and O(n b) for the products: nothing n x n.
     """
 
     def __init__(self, X, kernel, *, dtype=None, rows=None):
         self.X = X
         self.kernel = kernel
+        self.placement = placement_of(X)
         self.n = int(X.shape[0])
         self.shape = (self.n, self.n)
         self.dtype = dtype or _dtype_name(X)
         self.rows = rows
         self.n_passes = 0
+        self.row_means = None
 
     def matmat(self, V):
-        xp = placement_of(V).xp
+        placement = placement_of(V)
+        xp = placement.xp
         Vc = V - xp.mean(V, axis=0, keepdims=True)
-        KV = kernel_matmat(self.kernel, self.X, self.X, Vc, dtype=self.dtype, rows=self.rows)
+        first = self.row_means is None
+        if first:
+            ones = xp.full((self.n, 1), 1.0 / self.n, dtype=V.dtype, device=placement.device)
+            Vc = xp.concat([Vc, ones], axis=1)
+        KV = symmetric_kernel_matmat(self.kernel, self.X, Vc, dtype=self.dtype, rows=self.rows)
         self.n_passes += 1
+        if first:
+            self.row_means = KV[:, -1]
+            KV = KV[:, :-1]
         return KV - xp.mean(KV, axis=0, keepdims=True)
 
     def diag_sum(self) -> float:

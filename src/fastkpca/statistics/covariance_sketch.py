@@ -38,6 +38,7 @@ import scipy.linalg as la
 
 from .._utils import as_generator
 from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
+from ..execution.arrays import placement_of, to_host
 from ..solvers import flip_signs, postprocess_eigen
 
 __all__ = [
@@ -85,12 +86,21 @@ class ScatterSketch:
 
         Chan, Golub & LeVeque's pairwise update of the centered scatter,
         ``S = S_a + S_b + (n_a n_b / n) d d^T`` with ``d = mean_a - mean_b``, times T.
-        An empty side is neutral.
+        An empty side is neutral.  Device sketches (PyTorch, CuPy) merge in their namespace;
+        ``other`` (and T) move to this sketch's placement.
         """
+        placement = placement_of(self.Y)
+        if placement_of(other.Y) != placement:
+            other = ScatterSketch(
+                other.n,
+                placement.asarray(to_host(other.mean), np.float64),
+                placement.asarray(to_host(other.Y), np.float64),
+                other.eps,
+            )
         if other.n == 0:
-            return ScatterSketch(self.n, self.mean.copy(), self.Y.copy(), self.eps)
+            return ScatterSketch(self.n, _copy(self.mean), _copy(self.Y), self.eps)
         if self.n == 0:
-            return ScatterSketch(other.n, other.mean.copy(), other.Y.copy(), other.eps)
+            return ScatterSketch(other.n, _copy(other.mean), _copy(other.Y), other.eps)
         if self.Y.shape != other.Y.shape or self.Y.shape != T.shape:
             raise ValueError(
                 f"cannot merge scatter sketches of shapes {self.Y.shape} and {other.Y.shape} "
@@ -99,9 +109,17 @@ class ScatterSketch:
         n = self.n + other.n
         d = self.mean - other.mean
         Y = self.Y + other.Y
-        Y += (self.n * other.n / n) * np.outer(d, d @ T)
+        T = placement.asarray(to_host(T), np.float64)
+        Y += (self.n * other.n / n) * (d[:, None] * (d @ T)[None, :])
         mean = self.mean - d * (other.n / n)
         return ScatterSketch(n, mean, Y, max(self.eps, other.eps))
+
+
+def _copy(a):
+    """An independent copy of a host or device array."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return placement_of(a).xp.asarray(a, copy=True)
 
 
 def merged(a: ScatterSketch, b: ScatterSketch, T: np.ndarray) -> ScatterSketch:

@@ -45,9 +45,12 @@ What it does not implement:
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from scipy.linalg import blas
 
+from ..execution.arrays import is_host_array, placement_of, to_host
 from ..features import FeatureMap, feature_blocks
 from ..solvers import eigh_topk, flip_signs, postprocess_eigen
 
@@ -99,10 +102,21 @@ class FeatureCountSketch:
         self.n = 0
 
     def merge(self, other: FeatureCountSketch) -> FeatureCountSketch:
-        """The statistic of the rows of both (a new object; neither input is modified)."""
+        """The statistic of the rows of both (a new object; neither input is modified).  A
+        device statistic's ``SZ`` and ``sum`` stay on its device; the other's move there."""
         out = FeatureCountSketch.__new__(FeatureCountSketch)
-        out.SZ, out.S1 = self.SZ + other.SZ, self.S1 + other.S1
-        out.sum, out.n = self.sum + other.sum, self.n + other.n
+        home = placement_of(self.SZ)
+        if not home.host or not is_host_array(other.SZ):
+            if home.host and other.n:
+                home = placement_of(other.SZ)
+            SZ_a, SZ_b, sum_a, sum_b = (
+                home.asarray(to_host(a), np.float64)
+                for a in (self.SZ, other.SZ, self.sum, other.sum)
+            )
+            out.SZ, out.sum = SZ_a + SZ_b, sum_a + sum_b
+        else:
+            out.SZ, out.sum = self.SZ + other.SZ, self.sum + other.sum
+        out.S1, out.n = self.S1 + other.S1, self.n + other.n
         return out
 
     @property
@@ -122,12 +136,45 @@ def countsketch_features(feature_rows, n_buckets: int, m: int, seed: int) -> Fea
     cs = CountSketch(n_buckets, m, random_state=seed)
     out = FeatureCountSketch(n_buckets, m)
     for start, Z in feature_rows:
+        if not is_host_array(Z):
+            _add_device_rows(out, cs, start, Z)
+            continue
         S = cs.sketching_matrix(start, start + Z.shape[0])
         out.SZ += S.astype(Z.dtype) @ Z
         out.S1 += np.asarray(S.sum(axis=1)).ravel()
         out.sum += Z.sum(axis=0, dtype=np.float64)
         out.n += Z.shape[0]
     return out
+
+
+def _add_device_rows(out: FeatureCountSketch, cs, start: int, Z) -> None:
+    """Add a device feature block to ``out`` (its ``SZ`` and ``sum`` move to the device): the
+    hash of the block's global row indices is computed on the host (O(b) integers, the same
+    hash as for host rows) and moved; the signed rows are added into their buckets in the
+    features' precision (PyTorch's ``index_add_``; a namespace without it adds the one-hot
+    product ``S Z``), the bucket totals in float64."""
+    placement = placement_of(Z)
+    xp = placement.xp
+    if is_host_array(out.SZ):
+        out.SZ = placement.asarray(out.SZ, np.float64)
+        out.sum = placement.asarray(out.sum, np.float64)
+    S = cs.sketching_matrix(start, start + Z.shape[0]).tocsc()  # one entry per column (row)
+    S.sort_indices()
+    buckets = placement.asarray(S.indices.astype(np.int64), np.int64)
+    signs = placement.asarray(S.data, np.float32 if Z.dtype == xp.float32 else np.float64)
+    signed = Z * signs[:, None]
+    if placement.is_torch:
+        import torch
+
+        SZ = torch.zeros(out.SZ.shape, dtype=Z.dtype, device=Z.device)
+        SZ.index_add_(0, buckets, signed)
+    else:
+        SZ = placement.asarray(S.toarray(), np.float32 if Z.dtype == xp.float32 else np.float64)
+        SZ = SZ @ Z
+    out.SZ += xp.astype(SZ, xp.float64)
+    out.S1 += np.asarray(S.sum(axis=1)).ravel()
+    out.sum += xp.astype(xp.sum(Z, axis=0), xp.float64)
+    out.n += Z.shape[0]
 
 
 def feature_countsketch(blocks, fmap: FeatureMap, n_buckets: int, seed: int):
@@ -148,7 +195,11 @@ def ritz_scatter(feature_rows, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
     M = np.zeros((q, q), order="F")
     muV = mean @ V
     V32 = None
-    for _, Z in feature_rows:
+    feature_rows = iter(feature_rows)
+    for start, Z in feature_rows:
+        if not is_host_array(Z):
+            rest = _ritz_scatter_xp(itertools.chain([(start, Z)], feature_rows), V, mean)
+            return M + rest
         if Z.dtype == np.float32:
             V32 = V.astype(np.float32) if V32 is None else V32
             Y = (Z @ V32).astype(np.float64)
@@ -159,6 +210,27 @@ def ritz_scatter(feature_rows, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
         # skinny shape went through a multi-threaded GEMM measured 100x slower here.)
         M = blas.dsyrk(1.0, Y.T, beta=1.0, c=M, trans=0, overwrite_c=1)
     return np.triu(M) + np.triu(M, 1).T  # DSYRK fills the upper triangle
+
+
+def _ritz_scatter_xp(feature_rows, V, mean) -> np.ndarray:
+    """:func:`ritz_scatter` of device feature blocks: ``Z V`` in the features' precision, the
+    q x q scatter in float64 on the device, returned on the host (it is q x q)."""
+    M = None
+    cast: dict = {}
+    for _, Z in feature_rows:
+        placement = placement_of(Z)
+        xp = placement.xp
+        if Z.dtype not in cast:
+            cast[Z.dtype] = (
+                placement.asarray(V, np.float32 if Z.dtype == xp.float32 else np.float64),
+                placement.asarray(np.asarray(mean, np.float64) @ V, np.float64),
+            )
+        Vz, muV = cast[Z.dtype]
+        Y = xp.astype(Z @ Vz, xp.float64) - muV
+        part = xp.permute_dims(Y, (1, 0)) @ Y
+        M = part if M is None else M + part
+    q = V.shape[1]
+    return np.zeros((q, q)) if M is None else to_host(M)
 
 
 def feature_ritz_scatter(blocks, fmap: FeatureMap, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -206,8 +278,32 @@ def rf_kpca_countsketch(
     solves the q x q eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz), so its eigenvalues
     are those of the true covariance restricted to span(V) and never overestimate.
     """
-    m = fmap.n_output_features
     sk = source.reduce(feature_countsketch, FeatureCountSketch.merge, fmap, n_buckets, seed)
+    home = placement_of(sk.SZ)
+    if not home.host:
+        # The t x m sketch is solved on the host (O(t m min(t, m)), independent of n): host
+        # copies of it and of the mean; the results move back to the device.
+        device_sk = sk
+        sk = FeatureCountSketch.__new__(FeatureCountSketch)
+        sk.SZ, sk.S1 = to_host(device_sk.SZ), device_sk.S1
+        sk.sum, sk.n = to_host(device_sk.sum), device_sk.n
+        vals, comps, n, mean = _solve_countsketch(
+            source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed
+        )
+        return (
+            home.asarray(vals, np.float64),
+            home.asarray(comps, np.float64),
+            n,
+            home.asarray(mean, np.float64),
+        )
+    return _solve_countsketch(
+        source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed
+    )
+
+
+def _solve_countsketch(source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed):
+    """The solver half of :func:`rf_kpca_countsketch`, from a host sketch."""
+    m = fmap.n_output_features
     n, mean = sk.n, sk.mean
     q = min(n_components + oversamples, n_buckets, m)
     if q < n_components:

@@ -18,12 +18,15 @@ m x m covariance is never formed.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
+from ..execution.arrays import HOST, is_host_array, placement_of, to_host
 from ..features import _CHUNK_ROWS, FeatureMap, feature_blocks, reduce_feature_chunks
-from ..solvers import eigh_topk
+from ..solvers import eigh_topk, postprocess_eigen
 from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, with_sum_column
 
 __all__ = [
@@ -55,16 +58,44 @@ class FeatureMoments:
     relative error does not grow with n.  float64 features use DGEMM throughout.
     (``Z.T @ Z`` through numpy's matmul was measured faster than the half-flop SYRK of this
     OpenBLAS build, so the full product is used.)
+
+    On a device (feature blocks that are PyTorch tensors or CuPy arrays) the totals live there,
+    in the blocks' namespace, and move there with the first device block: the same shifted
+    products (one float32 GEMM per feature chunk for float32 features), the column sums of the
+    shifted chunk in its precision added to float64 totals (``sum = sum(z - c) + b c``, with c
+    the shift as subtracted), and no host synchronisation until the solver reads the totals.
+    :meth:`merge` moves the other part's totals to this one's placement.
     """
 
-    def __init__(self, m: int, shift: np.ndarray | None = None):
+    def __init__(self, m: int, shift=None, placement=HOST):
         self.m = m
         self.n = 0
-        self.shift = None if shift is None else np.asarray(shift, dtype=np.float64)
-        self.sum = np.zeros(m)
-        self.gram = np.zeros((m, m))
+        self.placement = placement
+        self.shift = None if shift is None else placement.asarray(shift, np.float64)
+        self.sum = _zeros(placement, (m,))
+        self.gram = _zeros(placement, (m, m))
         #: Unit roundoff of the block products (float32's once a float32 block was added).
         self.eps = float(np.finfo(np.float64).eps)
+
+    def __getstate__(self) -> dict:
+        # The placement holds a module (its namespace): pickled (dask) as where the totals are.
+        state = dict(vars(self))
+        state["placement"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.placement = placement_of(self.gram)
+
+    def _moved(self, placement) -> FeatureMoments:
+        """This statistic with its totals on ``placement`` (itself when they are there)."""
+        if placement == self.placement:
+            return self
+        out = FeatureMoments(self.m, None if self.shift is None else to_host(self.shift), placement)
+        out.n, out.eps = self.n, self.eps
+        out.sum = placement.asarray(to_host(self.sum), np.float64)
+        out.gram = placement.asarray(to_host(self.gram), np.float64)
+        return out
 
     def merge(self, other: FeatureMoments) -> FeatureMoments:
         """Moments of both sets of rows (a new object).  Both must use the same shift, e.g. one
@@ -73,8 +104,13 @@ class FeatureMoments:
         if other.n == 0:
             return self._copy()
         if self.n == 0:
-            return other._copy()
-        if self.shift is None or other.shift is None or not np.array_equal(self.shift, other.shift):
+            return other._moved(self.placement)._copy()
+        other = other._moved(self.placement)
+        if (
+            self.shift is None
+            or other.shift is None
+            or not np.array_equal(to_host(self.shift), to_host(other.shift))
+        ):
             raise ValueError("cannot merge FeatureMoments accumulated around different shifts")
         out = self._copy()
         out.n += other.n
@@ -84,15 +120,17 @@ class FeatureMoments:
         return out
 
     def _copy(self) -> FeatureMoments:
-        out = FeatureMoments(self.m, self.shift)
-        out.n, out.sum, out.gram = self.n, self.sum.copy(), self.gram.copy()
-        out.eps = self.eps
+        out = FeatureMoments.__new__(FeatureMoments)
+        out.__dict__.update(vars(self))
+        out.sum, out.gram = _copy(self.sum), _copy(self.gram)
         return out
 
-    def update(self, Z: np.ndarray) -> FeatureMoments:
+    def update(self, Z) -> FeatureMoments:
         """Add a block of feature rows (Z is shifted in place: pass a block you own)."""
         if Z.shape[0] == 0:
             return self
+        if not (self.placement.host and is_host_array(Z)):
+            return self._update_xp(Z)
         if self.shift is None:
             self.shift = Z.mean(axis=0, dtype=np.float64)
         self.n += Z.shape[0]
@@ -102,8 +140,41 @@ class FeatureMoments:
         self.gram += _gram(Z)
         return self
 
-    def covariance(self) -> np.ndarray:
-        """``Zc^T Zc = sum (z - c)(z - c)^T - n (mu - c)(mu - c)^T`` (float64, symmetric)."""
+    def _update_xp(self, Z) -> FeatureMoments:
+        """:meth:`update` for a device block (the class notes); the totals move to its device
+        when this is the first block."""
+        placement = placement_of(Z)
+        if placement != self.placement:
+            if self.n:
+                raise ValueError(
+                    f"FeatureMoments hold rows on {self.placement.name}; merge the statistics "
+                    f"instead of adding rows from {placement.name}"
+                )
+            self.__dict__.update(vars(self._moved(placement)))
+        xp = placement.xp
+        if self.shift is None:
+            self.shift = xp.mean(xp.astype(Z, xp.float64), axis=0)
+        b = Z.shape[0]
+        self.n += b
+        self.eps = max(
+            self.eps, float(np.finfo(np.float32 if Z.dtype == xp.float32 else np.float64).eps)
+        )
+        c = xp.astype(self.shift, Z.dtype)
+        Z -= c
+        self.sum += xp.astype(xp.sum(Z, axis=0), xp.float64) + b * xp.astype(c, xp.float64)
+        self.gram += xp.astype(xp.permute_dims(Z, (1, 0)) @ Z, xp.float64)
+        return self
+
+    def covariance(self):
+        """``Zc^T Zc = sum (z - c)(z - c)^T - n (mu - c)(mu - c)^T`` (float64, symmetric; on
+        the statistic's placement)."""
+        if not self.placement.host:
+            xp = self.placement.xp
+            G = (self.gram + xp.permute_dims(self.gram, (1, 0))) / 2
+            if self.n and self.shift is not None:
+                delta = self.sum / self.n - self.shift
+                G = G - self.n * (delta[:, None] * delta[None, :])
+            return G
         G = (self.gram + self.gram.T) / 2  # exact symmetry for the eigensolver
         if self.n and self.shift is not None:
             delta = self.sum / self.n - self.shift
@@ -126,14 +197,40 @@ class FeatureMoments:
         as one scale at the larger eps.
         """
         eps64 = float(np.finfo(np.float64).eps)
-        shifted = float(np.trace(self.gram))
+        if self.placement.host:
+            shifted = float(np.trace(self.gram))
+        else:
+            xp = self.placement.xp
+            shifted = float(xp.sum(xp.linalg.diagonal(self.gram)))
         if self.shift is None or self.n == 0:
             return shifted, max(self.eps, eps64)
         c = self.shift
-        uncentered = shifted + 2.0 * float(c @ (self.sum - self.n * c)) + self.n * float(c @ c)
+        if self.placement.host:
+            uncentered = shifted + 2.0 * float(c @ (self.sum - self.n * c)) + self.n * float(c @ c)
+        else:
+            uncentered = (
+                shifted
+                + 2.0 * float(xp.sum(c * (self.sum - self.n * c)))
+                + self.n * float(xp.sum(c * c))
+            )
         uncentered = max(uncentered, shifted)
         eps = max(self.eps, eps64)
         return shifted + uncentered * (eps64 / eps), eps
+
+
+def _zeros(placement, shape):
+    """float64 zeros on ``placement``."""
+    if placement.host:
+        return np.zeros(shape)
+    xp = placement.xp
+    return xp.zeros(shape, dtype=xp.float64, device=placement.device)
+
+
+def _copy(a):
+    """An independent copy of a host or device array."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return placement_of(a).xp.asarray(a, copy=True)
 
 
 def _gram(Z: np.ndarray) -> np.ndarray:
@@ -158,7 +255,7 @@ def accumulate_moments(feature_rows, m: int, shift: np.ndarray | None = None) ->
 
     ``shift`` defaults to the mean of the first block's features.
     """
-    moments = FeatureMoments(m, shift)
+    moments = FeatureMoments(m, shift, HOST if shift is None else placement_of(shift))
     for _, Z in feature_rows:
         moments.update(Z)
     return moments
@@ -178,6 +275,9 @@ def feature_shift(X_first, fmap: FeatureMap, Z_first: np.ndarray | None = None) 
     when already computed), so that moments accumulated in parts around it merge
     (:meth:`FeatureMoments.merge`)."""
     Z = head_features(X_first, fmap) if Z_first is None else Z_first
+    if not is_host_array(Z):
+        xp = placement_of(Z).xp
+        return xp.mean(xp.astype(Z, xp.float64), axis=0)
     return Z.mean(axis=0, dtype=np.float64)
 
 
@@ -197,6 +297,9 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
     components : (k, m) float64, orthonormal rows (the principal axes in feature space)
     """
     C = moments.covariance()
+    if not moments.placement.host:
+        scale, eps = moments.rounding_scale()
+        return _device_eigh_topk(C, n_components, scale, eps, moments.placement, rng=rng)
     m = C.shape[0]
     # ARPACK needs O(k) products with the m x m matrix, a dense solve O(m^3): measured 0.5 s
     # against 12 s for m = 1000, k = 10 on the shared 2-core machine.  Dense for small m or k.
@@ -210,6 +313,43 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
             C, n_components, method=method, rng=rng, overwrite=True, scale=scale, eps=eps
         )
     return vals, vecs.T
+
+
+def _device_eigh_topk(C, k: int, scale: float, eps: float, placement, *, rng=None, on_device=None):
+    """:func:`rf_kpca_exact`'s eigenpairs of a device covariance: ``xp.linalg.eigh`` of the
+    m x m matrix on the device, then the top k pairs post-processed on the host
+    (:func:`~fastkpca.solvers.postprocess_eigen`: order, rounding threshold, column signs, the
+    same as every host solver's; O(m k) numbers moved) and moved back.  A non-finite
+    covariance (features beyond float32's range, see :mod:`fastkpca.features`) is refused.
+
+    ``on_device`` (default: not for PyTorch CPU tensors): CPU tensors live in host memory,
+    where the host's LAPACK solve (:func:`~fastkpca.solvers.eigh_topk` on the array, as for
+    numpy rows) was measured 10-50x faster than ``torch.linalg.eigh`` (m = 100-1000, shared
+    2-core machine)."""
+    if on_device is None:
+        on_device = not (placement.is_torch and getattr(placement.device, "type", "") == "cpu")
+    m = C.shape[0]
+    if on_device:
+        vals, vecs = placement.xp.linalg.eigh(C)
+        vals_h, vecs_h = to_host(vals[m - k :]), to_host(vecs[:, m - k :])
+    else:
+        C_h = np.array(to_host(C), dtype=np.float64)
+        if not np.isfinite(C_h).all():
+            vals_h = vecs_h = np.full(1, np.nan)
+        else:
+            method = "dense" if m <= 200 or 5 * k >= m else "lanczos"
+            with one_blas_thread():
+                vals_h, vecs_h = eigh_topk(
+                    C_h, k, method=method, rng=rng, overwrite=True, scale=scale, eps=eps
+                )
+    if not (np.isfinite(vals_h).all() and np.isfinite(vecs_h).all()):
+        raise ValueError(
+            "the random-feature covariance is not finite: the phases w . x overflow float32 "
+            "(scale the data or lower gamma)"
+        )
+    if on_device:
+        vals_h, vecs_h = postprocess_eigen(vals_h, vecs_h, scale=scale, eps=eps)
+    return placement.asarray(vals_h, np.float64), placement.asarray(vecs_h.T, np.float64)
 
 
 def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.ndarray):
@@ -231,6 +371,13 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     features' spread, not their offset: the "shifted data" algorithm).
     """
     m, q = T.shape
+    blocks = iter(blocks)
+    first = next(blocks, None)
+    if first is None:
+        return ScatterSketch.empty(m, q)
+    blocks = itertools.chain([first], blocks)
+    if not is_host_array(first[1]):
+        return _feature_scatter_sketch_xp(blocks, fmap, T, shift, placement_of(first[1]))
     dtype = np.dtype(fmap.feature_dtype(np.float64))
     c = np.asarray(shift, dtype=np.float64).astype(dtype)
     T_sum = with_sum_column(T, dtype)
@@ -253,6 +400,35 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.nd
     Y -= n * np.outer(delta, delta @ T)
     mean = c.astype(np.float64) + delta
     return ScatterSketch(int(n), mean, Y, float(np.finfo(dtype).eps))
+
+
+def _feature_scatter_sketch_xp(blocks, fmap: FeatureMap, T, shift, placement) -> ScatterSketch:
+    """:func:`feature_scatter_sketch` of device blocks: the same shifted products on large
+    feature chunks (``(Zc T)^T Zc`` and the column sums in the features' precision, float64
+    totals on the device)."""
+    xp = placement.xp
+    m, q = T.shape
+    T64 = placement.asarray(to_host(T), np.float64)
+    shift64 = placement.asarray(to_host(shift), np.float64)
+    YT = xp.zeros((q, m), dtype=xp.float64, device=placement.device)
+    total = xp.zeros((m,), dtype=xp.float64, device=placement.device)
+    n, eps, cast = 0, float(np.finfo(np.float64).eps), {}
+    for _, Z in feature_blocks(blocks, fmap):
+        if Z.dtype not in cast:
+            cast[Z.dtype] = (xp.astype(shift64, Z.dtype), xp.astype(T64, Z.dtype))
+            eps = max(eps, float(np.finfo(np.float32 if Z.dtype == xp.float32 else np.float64).eps))
+        c, Tz = cast[Z.dtype]
+        Z -= c
+        n += Z.shape[0]
+        YT += xp.astype(xp.permute_dims(Z @ Tz, (1, 0)) @ Z, xp.float64)
+        total += xp.astype(xp.sum(Z, axis=0), xp.float64)
+    if n == 0:
+        return ScatterSketch.empty(m, q)
+    # the shift as subtracted: that of the features' dtype (float32 for the Fourier maps)
+    c64 = xp.astype(next(iter(cast.values()))[0], xp.float64)
+    delta = total / n
+    Y = xp.permute_dims(YT, (1, 0)) - n * (delta[:, None] * (delta @ T64)[None, :])
+    return ScatterSketch(int(n), c64 + delta, Y, eps)
 
 
 class _SketchTotals:
@@ -283,5 +459,16 @@ def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, 
     eigenvalues : (k,) float64, descending
     components : (k, m) float64, orthonormal rows
     """
+    if not is_host_array(sketch.Y):
+        # The reconstruction is small (m x q): on the host, from host copies, moved back.
+        placement = placement_of(sketch.Y)
+        Y = to_host(sketch.Y)
+        if not np.isfinite(Y).all():
+            raise ValueError(
+                "the random-feature sketch is not finite: the phases w . x overflow float32 "
+                "(scale the data or lower gamma)"
+            )
+        vals, vecs = fixed_rank_psd(Y, to_host(T), n_components, eps=sketch.eps, scale=scale)
+        return placement.asarray(vals, np.float64), placement.asarray(vecs.T, np.float64)
     vals, vecs = fixed_rank_psd(sketch.Y, T, n_components, eps=sketch.eps, scale=scale)
     return vals, vecs.T

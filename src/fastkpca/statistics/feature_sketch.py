@@ -28,6 +28,12 @@ the same features up to round-off.  The rows are sketched uncentered, so the fea
 up (about) one of the ell directions; in exchange the sketch does not depend on a data-dependent
 shift, which keeps ``partial_fit`` independent of the blocking and makes sketches of different
 streams mergeable.
+
+Device rows (:meth:`FeatureSketch.update_rows`): the features of large chunks are computed on
+the device, and the sketches take their runs in turn, their buffers on the device
+(:class:`fastkpca.sketch.FrequentDirections`): the same rows to the same sketch as on the
+host, so the same model up to rounding (a different assignment would give a different FD
+sketch, not a rounding of this one).  The feature sum is accumulated on the device.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from ..execution import map_tasks
-from ..features import _CHUNK_ROWS, FeatureMap, column_sums
+from ..execution import map_tasks, one_blas_thread
+from ..execution.arrays import is_host_array, placement_of, to_host
+from ..features import _CHUNK_ROWS, FeatureMap, column_sums, device_feature_rows
 from ..sketch import FrequentDirections, default_batch_size
 from ..solvers import postprocess_eigen
 
@@ -126,7 +133,10 @@ class FeatureSketch:
         self.sketch_size, self.n_columns, self.batch_size = int(sketch_size), int(m), batch_size
         count = max(len(parts), sketch_count(self.sketch_size, self.n_columns))
         self.parts: list[FrequentDirections | None] = parts + [None] * (count - len(parts))
-        self.feature_sum = np.array(feature_sum, dtype=np.float64)
+        if is_host_array(feature_sum):
+            self.feature_sum = np.array(feature_sum, dtype=np.float64)
+        else:  # a device statistic's sum stays on its device (a copy)
+            self.feature_sum = placement_of(feature_sum).xp.asarray(feature_sum, copy=True)
         self.n = int(n)
         self._owned: set[int] = set()  # parts this object made or copied (free to update)
         self._merged: FrequentDirections | None = None
@@ -181,6 +191,8 @@ class FeatureSketch:
         that updates it right before it takes them (:meth:`FeatureMap.row_writer`, chunks of
         256 rows in cache): no feature block is formed.  The same rows go to the same sketch as
         with ``update(fmap(X))``; the features agree to their float32 rounding."""
+        if not is_host_array(X):
+            return self._update_rows_xp(X, fmap)
         if sp.issparse(X):
             X = X.tocsr()  # row slices
         write = fmap.row_writer(X)
@@ -188,6 +200,53 @@ class FeatureSketch:
         m = fmap.n_output_features
         jobs = [(self._part(j), write, spans, m, dtype) for j, spans in self._deal(X)]
         return self._run(_extend_features, jobs, X.shape[0])
+
+    def _update_rows_xp(self, X, fmap: FeatureMap) -> FeatureSketch:
+        """:meth:`update_rows` for device rows: the features of large chunks of the block
+        (:func:`~fastkpca.features.device_feature_rows`) computed on the device, then each
+        sketch, in turn, takes its runs of them (the same rows as on the host, in the same
+        order: :meth:`_deal`), its buffer on that device
+        (:meth:`~fastkpca.sketch.FrequentDirections._extend`); the float64 feature sum is
+        added on the device."""
+        placement = placement_of(X)
+        xp = placement.xp
+        if X.dtype not in (xp.float32, xp.float64):
+            X = xp.astype(X, xp.float64)
+        fmap._check_width(X)
+        if is_host_array(self.feature_sum) or placement_of(self.feature_sum) != placement:
+            self.feature_sum = placement.asarray(to_host(self.feature_sum), np.float64)
+        step = device_feature_rows(placement, fmap.n_output_features)
+        # Chunks of whole runs, so that each run's rows come from one feature chunk.
+        step = max(SPLIT_ROWS, step - step % SPLIT_ROWS)
+        n_rows = X.shape[0]
+        done = 0
+        while done < n_rows:
+            stop = min(n_rows, done + step)
+            Z = fmap._device_chunk(X[done:stop], placement)
+            # The shrinks' small host eigendecompositions with one BLAS thread (as on the host:
+            # idle BLAS threads' spin-waits cost more than these small problems).
+            with one_blas_thread():
+                for j, spans in self._deal_range(done, stop):
+                    part = self._part(j)
+                    for lo, hi in spans:
+                        part._extend(Z[lo - done : hi - done])
+            self.feature_sum += _column_sums_xp(Z, xp)
+            done = stop
+        self._merged = None
+        self.n += n_rows
+        return self
+
+    def _deal_range(self, start: int, stop: int) -> list:
+        """:meth:`_deal` of the rows ``start:stop`` of the block being added (offsets into the
+        block)."""
+        spans: list[list[tuple[int, int]]] = [[] for _ in self.parts]
+        pos = start
+        while pos < stop:
+            row = self.n + pos
+            end = min(stop, pos + SPLIT_ROWS - row % SPLIT_ROWS)
+            spans[(row // SPLIT_ROWS) % len(self.parts)].append((pos, end))
+            pos = end
+        return [(j, own) for j, own in enumerate(spans) if own]
 
     def _deal(self, X) -> list:
         """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows of X (the next
@@ -218,11 +277,31 @@ class FeatureSketch:
 
     def merge(self, other: FeatureSketch) -> FeatureSketch:
         """The statistic of the rows of both (a new object; neither input is modified)."""
+        other_sum = other.feature_sum
+        if not is_host_array(self.feature_sum) or not is_host_array(other_sum):
+            # the sums meet on this statistic's placement (the merged sketch's, see
+            # FrequentDirections.merge)
+            home = placement_of(self.feature_sum)
+            other_sum = home.asarray(to_host(other_sum), np.float64)
         return FeatureSketch(
             self.sketch.merge(other.sketch),
-            self.feature_sum + other.feature_sum,
+            self.feature_sum + other_sum,
             self.n + other.n,
         )
+
+
+def _column_sums_xp(Z, xp):
+    """float64 column sums of a device feature chunk: partial sums of 16 rows in the chunk's
+    precision, added in float64 (as :func:`~fastkpca.features.column_sums`), without a float64
+    copy of the chunk."""
+    b, m = Z.shape
+    head = b - b % 16
+    total = xp.sum(
+        xp.astype(xp.sum(xp.reshape(Z[:head], (16, head // 16, m)), axis=0), xp.float64), axis=0
+    )
+    if head < b:
+        total = total + xp.sum(xp.astype(Z[head:], xp.float64), axis=0)
+    return total
 
 
 def _merge_pair(pair) -> FrequentDirections:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..execution.arrays import is_host_array, placement_of, to_host
 from ..features import FeatureMap, FourierFeatureMap
 
 __all__ = [
@@ -96,6 +97,8 @@ def adopt_fitted(target, fitted):
     for name, value in vars(fitted).items():
         if name.endswith("_") and not name.startswith("_") and name != "n_features_in_":
             setattr(target, name, value)
+    # the model changed: its cached copies on other placements (BaseKPCA._placed) too
+    vars(target).pop("_placed_models", None)
     return target
 
 
@@ -129,6 +132,10 @@ class ProbeError:
     """
 
     def __init__(self, X_probe):
+        # Device rows are scored on the host (a host copy of the probe, at most PROBE_ROWS
+        # rows; a device model transforms them through its host copy): the kernel's n_probe^2
+        # Gram and the error arithmetic are the host's.
+        X_probe = to_host(X_probe)
         self.X_probe = X_probe
         self._gram = None
         self._tail2: dict[int, float] = {}
@@ -233,7 +240,7 @@ class GrowingFourierMoments:
         old = list(self.frequencies)
         new = FourierFeatureMap(frequencies, self.kind)
         m_old, m_new = self.sum.shape[0], new.n_output_features
-        shift_new = new(X_first[:_SHIFT_ROWS]).mean(axis=0, dtype=np.float64)
+        shift_new = to_host(new(X_first[:_SHIFT_ROWS])).mean(axis=0, dtype=np.float64)
         stat = source.reduce(_cross_moments, _CrossMoments.merge, old, new, self.shift, shift_new)
         if self.n and stat.n != self.n:
             raise ValueError(
@@ -315,12 +322,28 @@ def _cross_moments(blocks, old, new, shift_old, shift_new) -> _CrossMoments:
     maps = [FourierFeatureMap(W, new.kind) for W in old] + [new]
     shift = np.concatenate([shift_old, shift_new])
     combined = _StackedMap(maps)
+    device_shift: dict = {}
     for _, Z in feature_blocks(blocks, combined):
+        if not is_host_array(Z):
+            # Device features: the same shifted products on the device, float64 totals there,
+            # moved to the host once at the end (they are m_new x m small).
+            xp = placement_of(Z).xp
+            if Z.dtype not in device_shift:
+                device_shift[Z.dtype] = placement_of(Z).asarray(shift, np.float64)
+                stat.sum = placement_of(Z).asarray(stat.sum, np.float64)
+                stat.cross = placement_of(Z).asarray(stat.cross, np.float64)
+            Zn = Z[:, m_old:]
+            stat.n += Z.shape[0]
+            stat.sum += xp.sum(xp.astype(Zn, xp.float64), axis=0)
+            Z -= xp.astype(device_shift[Z.dtype], Z.dtype)
+            stat.cross += xp.astype(xp.permute_dims(Zn, (1, 0)) @ Z, xp.float64)
+            continue
         Zn = Z[:, m_old:]
         stat.n += Z.shape[0]
         stat.sum += Zn.sum(axis=0, dtype=np.float64)
         Z -= shift.astype(Z.dtype)
         stat.cross += Zn.T @ Z
+    stat.sum, stat.cross = to_host(stat.sum), to_host(stat.cross)
     return stat
 
 
@@ -336,3 +359,6 @@ class _StackedMap(FeatureMap):
 
     def __call__(self, X):
         return np.hstack([f(X) for f in self.maps])
+
+    def _device_chunk(self, X, placement):
+        return placement.xp.concat([f._device_chunk(X, placement) for f in self.maps], axis=1)

@@ -72,6 +72,21 @@ Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine
     float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  The small dense
     LAPACK calls run with one BLAS thread: on a busy machine idle threads' spin-waits made a
     1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30 QR took 1.1 s instead of milliseconds.
+
+On a device (PyTorch tensors, CuPy arrays; :mod:`fastkpca.execution.arrays`)
+    The same statistics hold arrays of the rows' namespace and device: the pass over the data
+    folds large kernel tiles (:func:`fastkpca.execution.tiles.fold_kernel_rows`, the radial
+    kernels' exponent from one GEMM) into float64 accumulators on the device, with no host
+    synchronisation per tile (counts are Python integers).  ``"exact"`` adds each float64
+    tile's centered scatter by Chan et al.'s update, as the host does per block;
+    ``"randomized"`` multiplies the shifted float32 (or float64) tiles by ``[T, 0]`` and adds
+    ``[R T, 1]^T R`` to one float64 total, the shift shared by all tiles, so the sketch is
+    formed once at the end (:func:`kernel_sketch`).  The c x c algebra (W, ``N S N^T``,
+    ``N Y``) runs on the device in float64.  Host fallbacks, each on a c x c or c x q array
+    copied once (8 MB at c = 1000): the pivoted Cholesky whitening (LAPACK ``dpstrf`` /
+    ``dtrtri``; no array library offers a pivoted Cholesky), the top eigenpairs of ``N S N^T``
+    (:func:`fastkpca.solvers.eigh_topk`), the fixed-rank solve of the sketch and the test
+    matrix (drawn from the host generator, as on the host): their results move to the device.
 """
 
 from __future__ import annotations
@@ -85,6 +100,8 @@ import scipy.linalg as la
 from scipy.linalg import lapack
 
 from ..execution import one_blas_thread
+from ..execution.arrays import HOST, Placement, placement_of, to_host
+from ..execution.tiles import fold_kernel_rows, kernel_tile
 from ..solvers import eigh_topk, flip_signs
 from .covariance_sketch import (
     ScatterSketch,
@@ -110,6 +127,7 @@ __all__ = [
     "nystrom_sketch_kpca",
     "landmark_test_matrix",
     "nystrom_from_exact",
+    "landmark_gram",
     "EIGENVALUE_FLOOR",
 ]
 
@@ -129,8 +147,16 @@ class KernelMoments:
     scatter: np.ndarray
 
     @classmethod
-    def empty(cls, n_landmarks: int) -> KernelMoments:
-        return cls(0, np.zeros(n_landmarks), np.zeros((n_landmarks, n_landmarks)))
+    def empty(cls, n_landmarks: int, placement: Placement = HOST) -> KernelMoments:
+        """The moments of no rows, in the arrays of ``placement`` (float64)."""
+        if placement.host:
+            return cls(0, np.zeros(n_landmarks), np.zeros((n_landmarks, n_landmarks)))
+        xp, dtype, device = placement.xp, placement.xp.float64, placement.device
+        return cls(
+            0,
+            xp.zeros(n_landmarks, dtype=dtype, device=device),
+            xp.zeros((n_landmarks, n_landmarks), dtype=dtype, device=device),
+        )
 
     def merge(self, other: KernelMoments) -> KernelMoments:
         """Pool two sets of rows (Chan, Golub & LeVeque's pairwise update); returns self."""
@@ -138,25 +164,65 @@ class KernelMoments:
             return self
         if self.count == 0:
             self.count = other.count
-            self.mean, self.scatter = other.mean.copy(), other.scatter.copy()
+            self.mean, self.scatter = _copy(other.mean), _copy(other.scatter)
             return self
         n1, n2 = self.count, other.count
         delta = other.mean - self.mean
         self.scatter += other.scatter
-        self.scatter += (n1 * n2 / (n1 + n2)) * np.outer(delta, delta)
+        self.scatter += (n1 * n2 / (n1 + n2)) * _outer(delta, delta)
         self.mean += delta * (n2 / (n1 + n2))
         self.count = n1 + n2
         return self
 
-    def update(self, K: np.ndarray) -> KernelMoments:
-        """Add the rows of a float64 kernel block ``K = k(X_block, L)``, which is overwritten."""
+    def update(self, K) -> KernelMoments:
+        """Add the rows of a float64 kernel block ``K = k(X_block, L)``, which is overwritten
+        (a numpy array, or a tile of the moments' device)."""
         m = K.shape[0]
         if m == 0:
             return self
-        block_mean = K.mean(axis=0)
+        block_mean = K.mean(axis=0) if isinstance(K, np.ndarray) else _xp(K).mean(K, axis=0)
         K -= block_mean
         # K.T @ K on the same buffer is a BLAS SYRK in numpy: c^2 / 2 flops per row.
         return self.merge(KernelMoments(m, block_mean, K.T @ K))
+
+
+def _xp(a):
+    return placement_of(a).xp
+
+
+def _copy(a):
+    """A copy of a numpy or device array."""
+    if isinstance(a, np.ndarray):
+        return a.copy()
+    return _xp(a).asarray(a, copy=True)
+
+
+def _outer(a, b):
+    """``outer(a, b)`` of two vectors, numpy's on the host."""
+    if isinstance(a, np.ndarray):
+        return np.outer(a, b)
+    return a[:, None] * b[None, :]
+
+
+def landmark_gram(kernel, landmarks):
+    """``W = k(L, L)`` in float64, on the landmarks' device (its diagonal exact for kernels
+    with a unit diagonal, as :meth:`~fastkpca.kernels.Kernel.__call__` on the host)."""
+    placement = placement_of(landmarks)
+    if placement.host:
+        return kernel(np.asarray(landmarks, dtype=np.float64))
+    xp = placement.xp
+    L64 = xp.astype(landmarks, xp.float64)
+    W = kernel_tile(kernel, L64, L64, dtype="float64")
+    if getattr(kernel, "_exact_diag_one", False):
+        index = xp.arange(W.shape[0], device=placement.device)
+        W[index, index] = 1.0
+    return W
+
+
+def _fold_device_rows(kernel, X, Y, step, init, dtype):
+    """``step(state, start, stop, K)`` over the row tiles of ``k(X, Y)`` for device rows, K in
+    ``dtype`` (a numpy dtype): the device half of :meth:`~fastkpca.kernels.Kernel.fold_rows`."""
+    return fold_kernel_rows(kernel, X, Y, step, init, dtype=np.dtype(dtype).name)
 
 
 def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
@@ -165,12 +231,22 @@ def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = No
     Each block is split further by the kernel's memory budget, so only one float64 kernel block
     of ``chunk_rows(c)`` rows by c columns is alive at a time.
     """
-    moments = KernelMoments.empty(landmarks.shape[0]) if moments is None else moments
+    placement = placement_of(landmarks)
+    if moments is None:
+        moments = KernelMoments.empty(landmarks.shape[0], placement)
+    if not placement.host:  # large float64 tiles on the device, each a SYRK and a merge
+        for block in blocks:
+            _fold_device_rows(kernel, block, landmarks, _add_tile, lambda: moments, np.float64)
+        return moments
     for block in blocks:
         for _, _, K in kernel.blocks(block, landmarks):
             moments.update(K)
             del K  # free this block before the generator computes the next one
     return moments
+
+
+def _add_tile(moments: KernelMoments, start, stop, K) -> None:
+    moments.update(K)
 
 
 def landmark_kernel_moments(blocks, landmarks, kernel) -> KernelMoments:
@@ -191,9 +267,9 @@ def weighted_landmark_moments(W: np.ndarray, weights: np.ndarray, n_samples: int
     ``n_samples`` points, is ``n (W diag(w) W - W w w^T W)``: with it :func:`nystrom_kpca` solves
     Zhang & Kwok's density-weighted eigenproblem.
     """
-    w = np.asarray(weights, dtype=np.float64)
+    w = placement_of(W).asarray(to_host(weights), dtype=np.float64)
     mean = W @ w
-    scatter = (W * w) @ W - np.outer(mean, mean)
+    scatter = (W * w) @ W - _outer(mean, mean)
     scatter = n_samples * (scatter + scatter.T) / 2
     return KernelMoments(int(n_samples), mean, scatter)
 
@@ -232,11 +308,18 @@ def nystrom_whitening(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
     also bounds how much round-off in the kernel rows N amplifies (``||N||_2^2 <= 1 / r_rr^2``
     up to the pivoting's growth).
 
+    A device W is factored on the host (no array library has a pivoted Cholesky; c x c, copied
+    once) and N, Z are returned on its device.
+
     Returns
     -------
     N : (r, c) float64, ``N W N^T = I_r`` on the pivots (r >= 1 unless W = 0: ValueError)
     Z : (r, c) float64, the landmarks' own features ``N W`` (columns of R, un-permuted: free)
     """
+    placement = placement_of(W)
+    if not placement.host:
+        N, Z = nystrom_whitening(to_host(W), floor)
+        return placement.asarray(N), placement.asarray(Z)
     W = np.asarray(W, dtype=np.float64)
     c = W.shape[0]
     top = float(np.max(np.diag(W), initial=0.0))
@@ -261,7 +344,10 @@ def nystrom_whitening(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
 def whitening_noise_gain(N: np.ndarray) -> float:
     """``||N||_F``: independent errors of rms sigma in the kernel rows become errors of rms
     ``sigma ||N||_F`` in the Nystrom features (``E ||N e||^2 = sigma^2 ||N||_F^2``)."""
-    return float(np.linalg.norm(N))
+    if isinstance(N, np.ndarray):
+        return float(np.linalg.norm(N))
+    xp = _xp(N)
+    return float(xp.sqrt(xp.sum(N * N)))
 
 
 def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
@@ -277,7 +363,11 @@ def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
     eigenvalues : (n_components,) float64, descending (0 beyond the rank r)
     components : (n_components, r) float64, orthonormal principal axes in z-space
     mean : (r,) float64, the mean of z over the training data
+
+    On a device ``N S N^T`` is formed there (float64) and its top eigenpairs are computed on a
+    host copy (r x r), then moved back.
     """
+    placement = placement_of(N)
     scatter_z = N @ moments.scatter @ N.T
     scatter_z = (scatter_z + scatter_z.T) / 2
     r = scatter_z.shape[0]
@@ -285,20 +375,30 @@ def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
     mean_z = N @ moments.mean
     # The rounding threshold's scale: the trace of the uncentered Nystrom Gram, sum_i |z_i|^2
     # (the centered scatter's own trace is 0 for identical rows).
-    scale = float(np.trace(scatter_z)) + moments.count * float(mean_z @ mean_z)
+    trace = (
+        np.trace(scatter_z)
+        if placement.host
+        else placement.xp.sum(placement.xp.linalg.diagonal(scatter_z))
+    )
+    scale = float(trace) + moments.count * float(mean_z @ mean_z)
     with one_blas_thread():
-        evals, U = eigh_topk(scatter_z, k, method="auto", rng=0, overwrite=True, scale=scale)
-    return _padded(evals, U, n_components) + (mean_z,)
+        evals, U = eigh_topk(
+            to_host(scatter_z), k, method="auto", rng=0, overwrite=True, scale=scale
+        )
+    return _padded(evals, U, n_components, placement) + (mean_z,)
 
 
-def _padded(evals, U, n_components):
-    """Eigenpairs padded with zeros to ``n_components`` (beyond the rank), signs fixed."""
+def _padded(evals, U, n_components, placement: Placement = HOST):
+    """Eigenpairs padded with zeros to ``n_components`` (beyond the rank), signs fixed; on
+    ``placement``'s device."""
     k = evals.shape[0]
     eigenvalues = np.zeros(n_components)
     eigenvalues[:k] = evals
     components = np.zeros((n_components, U.shape[0]))
     components[:k] = flip_signs(U).T
-    return eigenvalues, components
+    if placement.host:
+        return eigenvalues, components
+    return placement.asarray(eigenvalues), placement.asarray(components)
 
 
 # --- the one-pass randomized solver ---------------------------------------------------------
@@ -318,6 +418,8 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
     p, q = T.shape
     low = dtype is not None and np.dtype(dtype) == np.float32
     row_dtype = np.float32 if low else np.float64
+    if not placement_of(T).host:
+        return _device_kernel_sketch(blocks, landmarks, kernel, T, shift, row_dtype)
     # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
     c = np.asarray(shift, dtype=np.float64).astype(row_dtype)
     step = functools.partial(_sketch_chunk, c, with_sum_column(T, row_dtype))
@@ -329,6 +431,39 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
         part = _block_sketch(parts, block.shape[0], c, T, float(np.finfo(row_dtype).eps))
         sketch = sketch.merge(part, T)
     return sketch
+
+
+def _device_kernel_sketch(blocks, landmarks, kernel, T, shift, row_dtype) -> ScatterSketch:
+    """:func:`kernel_sketch` on a device: every tile of shifted kernel rows ``R`` (``row_dtype``)
+    adds ``[R T, 1]^T R`` (one product with ``[T, 0]``, then one with R, in ``row_dtype``) to a
+    float64 total on the device; the shift is shared by all tiles, so the totals of all blocks
+    add up and the sketch is formed once (:func:`_block_sketch`), with no host synchronisation
+    per tile."""
+    placement = placement_of(T)
+    xp = placement.xp
+    p, q = T.shape
+    dtype = placement.dtype(row_dtype)
+    # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
+    c = xp.astype(placement.asarray(shift, dtype=np.float64), dtype)
+    T_sum = xp.zeros((p, q + 1), dtype=dtype, device=placement.device)
+    T_sum[:, :q] = xp.astype(T, dtype)
+    totals = xp.zeros((q + 1, p), dtype=xp.float64, device=placement.device)
+    count = [0]
+
+    def add(state, start, stop, K):
+        K -= c  # the tile is this step's to overwrite
+        A = K @ T_sum
+        A[:, q] = 1.0
+        totals[...] += xp.astype(A.T @ K, xp.float64)
+        count[0] += stop - start
+
+    for block in blocks:
+        _fold_device_rows(kernel, block, landmarks, add, _no_state, row_dtype)
+    return _block_sketch([totals], count[0], c, T, float(np.finfo(row_dtype).eps))
+
+
+def _no_state():
+    return None
 
 
 class _SketchPart:
@@ -359,10 +494,18 @@ def _block_sketch(parts, b, c, T, eps) -> ScatterSketch:
     cancels what they carry (as :func:`~fastkpca.statistics.covariance_sketch.scatter_sketch`).
     """
     p, q = T.shape
+    placement = placement_of(T)
     if b == 0:
-        return ScatterSketch.empty(p, q)
-    totals = functools.reduce(operator.add, (part.totals for part in parts))
+        empty = ScatterSketch.empty(p, q)
+        if placement.host:
+            return empty
+        return ScatterSketch(0, placement.asarray(empty.mean), placement.asarray(empty.Y), eps)
+    totals = functools.reduce(operator.add, (getattr(part, "totals", part) for part in parts))
     delta = totals[q] / b
+    if not placement.host:
+        xp = placement.xp
+        Y = totals[:q].T - b * _outer(delta, delta @ T)
+        return ScatterSketch(b, xp.astype(c, xp.float64) + delta, Y, eps)
     Y = np.ascontiguousarray(totals[:q].T)
     Y -= b * np.outer(delta, delta @ T)
     return ScatterSketch(b, c.astype(np.float64) + delta, Y, eps)
@@ -382,7 +525,16 @@ def merged_sketches(T):
 
 
 def _merged_with(T, a, b):
-    return merged(a, b, T)
+    if placement_of(T).host:
+        return merged(a, b, T)
+    # Chan et al.'s update of ScatterSketch.merge, in the device's namespace.
+    if b.n == 0 or a.n == 0:
+        kept = a if b.n == 0 else b
+        return ScatterSketch(kept.n, _copy(kept.mean), _copy(kept.Y), kept.eps)
+    n = a.n + b.n
+    d = a.mean - b.mean
+    Y = a.Y + b.Y + (a.n * b.n / n) * _outer(d, d @ T)
+    return ScatterSketch(n, a.mean - d * (b.n / n), Y, max(a.eps, b.eps))
 
 
 def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 2):
@@ -397,6 +549,11 @@ def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 
     sketch against them recovers the axes where a Gaussian one, on the slowly decaying spectra
     of kernel matrices, leaves a bias (measured in ``benchmarks/bench_nystrom.py``).
     """
+    placement = placement_of(Z)
+    if not placement.host:  # drawn from the host generator, as on the host (r x c, small)
+        return placement.asarray(
+            landmark_test_matrix(to_host(Z), q, rng, power_iterations=power_iterations)
+        )
     r = Z.shape[0]
     q = min(q, r)
     q_data = q - q // 2
@@ -429,9 +586,12 @@ def nystrom_sketch_kpca(
     """
     q = Omega.shape[1]
     k = min(n_components, q)
+    placement = placement_of(N)
+    # On a device ``N Y`` is formed there and the (r, q) solve runs on host copies.
+    NY, Omega_host = to_host(N @ sketch.Y), to_host(Omega)
     with one_blas_thread():  # (r, q) products, QR and SVD
-        evals, U = fixed_rank_psd(N @ sketch.Y, Omega, k, eps=sketch.eps, scale=scale)
-    return _padded(evals, U, n_components) + (N @ sketch.mean,)
+        evals, U = fixed_rank_psd(NY, Omega_host, k, eps=sketch.eps, scale=scale)
+    return _padded(evals, U, n_components, placement) + (N @ sketch.mean,)
 
 
 def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
@@ -448,8 +608,13 @@ def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
     components : (k, k) float64, the identity
     mean : (k,) float64
     """
-    values = np.asarray(eigenvalues, dtype=np.float64)
+    placement = placement_of(eigenvectors)
+    values = np.asarray(to_host(eigenvalues), dtype=np.float64)
     scale = np.zeros_like(values)
     scale[values > 0] = 1.0 / np.sqrt(values[values > 0])
+    if not placement.host:
+        N = (placement.asarray(eigenvectors, dtype=np.float64) * placement.asarray(scale)).T
+        identity = placement.asarray(np.eye(values.shape[0]))
+        return N, identity, N @ placement.asarray(to_host(col_means), dtype=np.float64)
     N = (np.asarray(eigenvectors, dtype=np.float64) * scale).T
     return N, np.eye(values.shape[0]), N @ np.asarray(col_means, dtype=np.float64)

@@ -1,0 +1,303 @@
+"""Random Fourier features in input-sparsity time: a CountSketch of the inputs, then Gaussians.
+
+Musco & Woodruff ("Is input sparsity time possible for kernel low-rank approximation?", NIPS
+2017, section 3.2.2) avoid the O(nnz(X) m) product ``X W`` with the d x m frequency matrix by
+Kapralov, Potluru & Woodruff's "fake Gaussian" (ICML 2016): the Gaussian directions are replaced
+by ``W = S^T G``, with S a t x d CountSketch (bucket ``h(j)`` in [0, t) and sign ``s(j)`` of
+each input coordinate j) and G a dense t x D matrix of frequencies drawn from the kernel's
+spectral density in R^t, so that
+
+    X W = (X S^T) G        O(nnz(X)) for ``X S^T``, then O(n t D) for the dense product,
+
+and no d x D matrix is ever formed (the map holds d hashes and signs and the t x D G).  The
+paper's section 3.2.1 writes the frequencies as ``G Sigma`` (Gaussian directions rescaled by
+radii of the kernel's spectral density); for the rbf kernel that is ``sqrt(2 gamma)`` times a
+standard Gaussian and for the Matern kernel a Gaussian times one Student-t scale per column, so
+drawing the columns of G from the density in R^t (:meth:`fastkpca.kernels.Kernel.sample_
+frequencies`) is that construction.
+
+What the features approximate (the distributional error).  Given S, the map
+``z(x) = [cos(Sx . G), sin(Sx . G)] / sqrt(D)`` is exactly the random Fourier feature map of
+the kernel ``k_S(x, y) = k(Sx, Sy)``; for the rbf kernel ``k_S(x, y) = exp(-gamma ||S(x -
+y)||^2)``.  For a difference ``v = x - y`` CountSketch keeps the squared norm in expectation,
+``E ||S v||^2 = ||v||^2``, with variance ``2 (||v||^4 - ||v||_4^4) / t`` (the cross terms
+``s_i s_j v_i v_j`` of colliding coordinates, each pair colliding with probability 1 / t).  So
+with ``u = gamma ||v||^2`` and ``rho = ||v||_4^4 / ||v||^4`` (1 / nnz(v) for a flat v), to first
+order in the relative norm error delta (``Var delta = 2 (1 - rho) / t``):
+
+    k_S / k = exp(-u delta),   relative deviation: std ~ u sqrt(2 (1 - rho) / t),
+                               bias E[k_S] / k - 1 ~ u^2 (1 - rho) / t (k_S is high on average),
+    absolute deviation:        std ~ u exp(-u) sqrt(2 (1 - rho) / t) <= exp(-1) sqrt(2 / t).
+
+The features' own Monte-Carlo variance with D frequencies is ``(1 - k^2)^2 / (2 D)`` per entry
+(:mod:`fastkpca.features`), so the ratio of the added variance to it is
+``(2 D / t) (1 - rho) u^2 / (2 sinh(u)^2) <= D / t`` at every distance (``sinh u >= u``).
+Hence the default :func:`resolve_sketch_size` rule t = D: the sketch adds at most the variance
+the features already have (the total standard deviation at most sqrt(2) times that of exact
+random Fourier features), whatever the distance.  Unlike the Monte-Carlo error, the sketch's
+error is one draw of S shared by all entries (a Johnson-Lindenstrauss-type distortion of the
+distances), not independent noise.  ``tests/test_input_sketch.py`` checks these moments.
+
+Cost.  ``X S^T`` touches each non-zero once (a sparse product with a d x t matrix of one
+non-zero a row); the dense ``(X S^T) G`` is a BLAS GEMM of n t D flops in float32, and cos / sin
+O(n D) as for every Fourier map.  Compared with ``X W`` (nnz(X) D flops, which scipy runs as a
+single-threaded sparse product), the sketched map's cost does not grow with the non-zeros per
+row beyond the O(nnz(X)) hashing.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._state import register_state_class
+from ._utils import require_memory_parts
+from .execution import map_row_chunks, require_memory
+from .execution.arrays import is_host_array
+from .features import FOURIER_DTYPE, FeatureMap, FourierFeatureMap, _float_dtype
+from .kernels import RBF, Kernel, Matern
+
+__all__ = [
+    "InputCountSketch",
+    "SketchedFourierFeatureMap",
+    "check_input_sketch",
+    "check_sketch_kernel",
+    "draw_sketched_fourier",
+    "resolve_sketch_size",
+]
+
+
+def check_input_sketch(input_sketch) -> None:
+    """ValueError naming ``input_sketch`` unless it is None, ``"auto"`` or a positive integer."""
+    if input_sketch is None or (isinstance(input_sketch, str) and input_sketch == "auto"):
+        return
+    if (
+        not isinstance(input_sketch, numbers.Integral)
+        or isinstance(input_sketch, bool)
+        or input_sketch < 1
+    ):
+        raise ValueError(
+            "input_sketch must be None, 'auto' or a positive integer (the CountSketch width t "
+            f"of the inputs), got {input_sketch!r}"
+        )
+
+
+def resolve_sketch_size(input_sketch, n_frequencies: int, n_input_features: int) -> int | None:
+    """The CountSketch width t, or None for no sketch (the exact ``X W``).
+
+    ``"auto"``: t = D, the number of frequencies (``ceil(n_features / 2)``), at which the
+    sketch's added variance of every kernel entry is at most the features' own (module notes),
+    when that is below the input width d; for t >= d the sketch would cost as much as ``X W``
+    (d D flops a dense row), so there is none.  An integer is used as given.
+    """
+    check_input_sketch(input_sketch)
+    if input_sketch is None:
+        return None
+    if isinstance(input_sketch, str):
+        return n_frequencies if n_frequencies < n_input_features else None
+    return int(input_sketch)
+
+
+class InputCountSketch:
+    """The CountSketch ``x -> S x`` from R^d to R^t: bucket ``hashes[j]`` and sign ``signs[j]``
+    of each input coordinate j (Clarkson & Woodruff 2013; the S of Kapralov et al. 2016).
+
+    :meth:`apply` computes ``X S^T`` for CSR or dense rows as one sparse product with the d x t
+    matrix of one non-zero a row: O(nnz(X)) for CSR input (O(n d) dense), never densifying X.
+    """
+
+    def __init__(self, hashes: np.ndarray, signs: np.ndarray, n_buckets: int):
+        self.hashes = np.asarray(hashes, dtype=np.int64)
+        self.signs = np.asarray(signs, dtype=np.float64)
+        self.n_buckets = int(n_buckets)
+        self._matrices: dict[str, sp.csr_matrix] = {}
+
+    @property
+    def n_input_features(self) -> int:
+        return int(self.hashes.shape[0])
+
+    def matrix(self, dtype) -> sp.csr_matrix:
+        """``S^T`` as a (d, t) CSR matrix of ``dtype`` (built once per dtype)."""
+        key = np.dtype(dtype).str
+        if key not in self._matrices:
+            d = self.n_input_features
+            self._matrices[key] = sp.csr_matrix(
+                (self.signs.astype(dtype), self.hashes, np.arange(d + 1)),
+                shape=(d, self.n_buckets),
+            )
+        return self._matrices[key]
+
+    def apply(self, X) -> np.ndarray:
+        """``X S^T``, dense (n, t), float32 for float32 X, float64 otherwise."""
+        dtype = _float_dtype(X)
+        St = self.matrix(dtype)
+        if sp.issparse(X):
+            Y = X.tocsr().astype(dtype, copy=False) @ St
+            return np.asarray(Y.toarray(), dtype=dtype)
+        X = np.asarray(X, dtype=dtype)
+        # (S X^T)^T: a sparse-times-dense product, O(n d), no densified S.
+        return np.ascontiguousarray((St.T @ X.T).T, dtype=dtype)
+
+
+@register_state_class
+class SketchedFourierFeatureMap(FeatureMap):
+    """Random Fourier features of CountSketched inputs: ``z(x) = [cos(Sx G), sin(Sx G)] / sqrt(D)``.
+
+    Musco & Woodruff (2017), section 3.2.2, with Kapralov et al.'s (2016) fake Gaussian
+    ``W = S^T G``: the features cost O(nnz(x)) for ``S x`` plus O(t D) for the product with the
+    t x D frequencies G, instead of O(nnz(x) D).  Given S they are exactly the ``rff`` features
+    of the kernel ``k(Sx, Sy)`` (module notes: its deviation from ``k(x, y)`` and the default
+    t).  ``kind`` is ``"rff"``: the frequencies are i.i.d. draws of the kernel's density (in
+    R^t).  Accepts CSR input; dense device rows (PyTorch) are sketched there by a dense d x t
+    GEMM (O(n d t): the input-sparsity gain is a host path, for scipy.sparse rows).
+
+    Parameters
+    ----------
+    sketch : InputCountSketch
+        S, from R^d to R^t.
+    frequencies : (t, D) array
+        G, the columns drawn from the kernel's spectral density in R^t.
+    """
+
+    kind = "rff"
+    accepts_sparse = True
+
+    def __init__(self, sketch: InputCountSketch, frequencies: np.ndarray):
+        self.sketch = sketch
+        # The features of S x are those of an rff map of width t: its float32 phases, offset
+        # handling and cos / sin (fastkpca.features, module notes) are reused as they are.
+        self._fourier = FourierFeatureMap(frequencies, kind="rff")
+        self.n_input_features = sketch.n_input_features
+        self.n_buckets = sketch.n_buckets
+        self.n_frequencies = self._fourier.frequencies.shape[1]
+        self.n_output_features = 2 * self.n_frequencies
+        self.frequency_norm = self._fourier.frequency_norm
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        """G, the (t, D) frequencies in the sketched space."""
+        return self._fourier.frequencies
+
+    def feature_dtype(self, input_dtype) -> type:
+        return FOURIER_DTYPE
+
+    def _rows(self, X):
+        """X as CSR or as a float32 / float64 array, width checked."""
+        if sp.issparse(X):
+            X = X.tocsr()
+        else:
+            X = np.asarray(X)
+            if X.dtype != np.float32:
+                X = np.asarray(X, dtype=np.float64)
+        self._check_width(X)
+        return X
+
+    def row_writer(self, X):
+        """:meth:`FeatureMap.row_writer`: ``S x`` of each chunk, then its float32 features."""
+        X = self._rows(X)
+
+        def write(start, stop, out):
+            Y = self.sketch.apply(X[start:stop])
+            self._fourier._chunk_writer(Y)(0, stop - start, out)
+
+        return write
+
+    def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
+        """Features of the rows of X, computed in float32, returned in ``dtype`` (default: X's
+        float dtype)."""
+        if not is_host_array(X):
+            from . import features  # the device path of the Fourier maps
+
+            return features._device_call(self, X, dtype)
+        dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
+        X = self._rows(X)
+        if out is None:
+            out = np.empty((X.shape[0], self.n_output_features), dtype=dtype)
+        write = self.row_writer(X)
+        map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
+        return out
+
+    def _device_params(self, placement) -> dict:
+        """S^T as a dense (d, t) matrix on the device, float32 and float64 (dense device rows
+        cost O(n d t) to sketch there, as one GEMM; refused where it cannot fit)."""
+        d, t = self.n_input_features, self.n_buckets
+        require_memory(
+            12.0 * d * t,
+            f"input_sketch={t}: the dense {d} x {t} CountSketch of the inputs on the device",
+            hint="use input_sketch=None on a device, or sketch host rows",
+        )
+        St = self.sketch.matrix(np.float64).toarray()
+        return {
+            "St64": placement.asarray(St, np.float64),
+            "St32": placement.asarray(St, np.float32),
+        }
+
+    def _device_chunk(self, X, placement):
+        """The features of a chunk of dense device rows: ``X S^T`` as a GEMM, then those of
+        the rff map of width t on the device."""
+        params = self._device(placement)
+        St = params["St32"] if X.dtype == placement.xp.float32 else params["St64"]
+        return self._fourier._device_chunk(X @ St, placement)
+
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(n_input_features={self.n_input_features}, "
+            f"n_buckets={self.n_buckets}, n_output_features={self.n_output_features})"
+        )
+
+    def to_state(self) -> dict:
+        return {
+            "hashes": self.sketch.hashes,
+            "signs": self.sketch.signs,
+            "frequencies": self.frequencies,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> SketchedFourierFeatureMap:
+        frequencies = np.asarray(state["frequencies"], dtype=np.float64)
+        sketch = InputCountSketch(state["hashes"], state["signs"], frequencies.shape[0])
+        return cls(sketch, frequencies)
+
+
+def sketched_fourier_bytes(n_frequencies: int, n_buckets: int, d: int) -> int:
+    """Memory of the map: G in float64 with a float32 copy and the draw's temporary (20 bytes
+    an entry), and per input coordinate a hash, a sign and S^T's CSR entry (~36 bytes)."""
+    return 20 * n_buckets * n_frequencies + 36 * d
+
+
+def check_sketch_kernel(kernel: Kernel) -> None:
+    """ValueError naming ``input_sketch`` unless the kernel is isotropic (``rbf``, ``matern``):
+    a function of ``||x - y||_2``, which CountSketch preserves in expectation.  The L1
+    ``laplacian`` kernel's distance is not preserved (``E ||S v||_1 < ||v||_1`` when
+    coordinates collide)."""
+    if not isinstance(kernel, RBF | Matern):
+        raise ValueError(
+            f"input_sketch needs an isotropic kernel ('rbf' or 'matern'), whose value depends on "
+            f"the Euclidean distance that CountSketch preserves; the {kernel.name!r} kernel is "
+            "not (use input_sketch=None)"
+        )
+
+
+def draw_sketched_fourier(
+    kernel: Kernel, n_frequencies: int, n_input_features: int, n_buckets: int, rng
+) -> SketchedFourierFeatureMap:
+    """Draw S (hashes, then signs) and G (t x D, from the kernel's density in R^t), in that
+    order from ``rng``; isotropic kernels only (:func:`check_sketch_kernel`)."""
+    check_sketch_kernel(kernel)
+    d, t, D = int(n_input_features), int(n_buckets), int(n_frequencies)
+    require_memory_parts(
+        [
+            (
+                sketched_fourier_bytes(D, t, d),
+                f"input_sketch={t}: the {t} x {D} sketched frequencies and the hashes of {d} "
+                "input columns",
+            )
+        ],
+        hint="lower input_sketch or n_features",
+    )
+    hashes = rng.integers(0, t, size=d)
+    signs = 2.0 * rng.integers(0, 2, size=d) - 1.0
+    frequencies = kernel.sample_frequencies(D, t, rng).T
+    return SketchedFourierFeatureMap(InputCountSketch(hashes, signs, t), frequencies)

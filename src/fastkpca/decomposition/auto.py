@@ -1,0 +1,991 @@
+"""AutoKPCA: the kernel PCA method and its size chosen from the data and the budgets.
+
+The choice is a pipeline of cheap looks before any full fit:
+
+1. what the rows are (:func:`profile_source`): n, d, sparsity, whether they can be read more
+   than once (an array, a memory map, a list of blocks, a reader, a dask array) or once (a
+   generator of blocks), their dtype;
+2. a probe of the spectrum on a uniform sample of :func:`probe_size` rows (among the first
+   rows of a one-pass stream): its centered Gram, top eigenvalues and the Nystrom approximations of
+   uniform and randomly pivoted Cholesky landmarks at doubling sizes (:class:`SpectrumProbe`),
+   whose relative rank-k errors on the sample predict the size the full fit needs and which
+   landmark method gets there first;
+3. the candidates in order (:func:`candidate_methods`, the rules table of ``docs/auto.md``),
+   each refused up front when its memory at the predicted size exceeds the budget or its
+   predicted time (a flop count over a rate measured on the probe, then on the fits themselves)
+   exceeds what is left of the time budget;
+4. growth: the first candidate is fitted at doubling sizes from the predicted one until the
+   relative rank-k error estimated on the probe (:meth:`SpectrumProbe.error`, exact on the probe
+   rows, biased up against the error on all rows: :mod:`fastkpca.statistics.growth`) is at most
+   ``1 + tol``, or stops falling (the probe's floor, :data:`PLATEAU_MAX_EXCESS`); when the
+   budget stops its growth first, the next candidate is tried.
+
+No candidate within the budgets is a ``ValueError`` that names each candidate and why it was
+refused; candidates fitted but short of ``tol`` leave the most accurate one, with a
+``RuntimeWarning``.  Everything considered is in ``report_``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import check_is_fitted
+
+from .._centering import center_gram_inplace
+from .._landmarks import rpcholesky_indices
+from ..execution import available_memory_bytes, format_bytes, one_blas_thread
+from ..execution.arrays import to_host
+from ..execution.memory import MEMORY_FRACTION, parse_bytes
+from ..solvers import eigh_topk
+from ..source import uniform_indices
+from ..statistics.growth import PROBE_ROWS, check_tol, doubling_sizes
+from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
+
+__all__ = [
+    "AutoKPCA",
+    "DataProfile",
+    "SpectrumProbe",
+    "candidate_methods",
+    "parse_memory",
+    "probe_size",
+    "profile_source",
+]
+
+#: The probe has at least this many rows (all of them below).
+MIN_PROBE_ROWS = 500
+
+#: Exact KPCA is a candidate up to this many rows (if its Gram fits the memory budget): below,
+#: a Gram of at most 72 MB takes a second or two and has no approximation error at all.
+EXACT_MAX_ROWS = 3000
+
+#: ... and above, whenever the probe predicts at least this fraction of n landmarks (exact KPCA
+#: then costs about as much as the Nystrom fit: NystromKPCA's own exact path, class Notes).
+EXACT_LANDMARK_FRACTION = 1 / 3
+
+#: Sparse rows at least this wide with at most :data:`SPARSE_MAX_DENSITY` nonzeros are the
+#: input-sparsity case: dense landmarks (c x d) would cost more than the rows themselves.
+WIDE_FEATURES = 1000
+SPARSE_MAX_DENSITY = 0.05
+
+#: Landmarks by randomly pivoted Cholesky when, on the probe, they reach ``tol`` at a size at
+#: most this fraction of the uniform landmarks' (they cost 1.5-3x a uniform fit at the same
+#: size and 8 n c bytes: worth one doubling saved, not less).
+RPCHOLESKY_SIZE_RATIO = 0.5
+
+#: ... but only where uniform landmarks need more than this many on the probe: below, a fit
+#: costs less than the pivoted probe itself.
+CHEAP_LANDMARKS = 128
+
+#: The probe's Nystrom sizes go up to this fraction of its rows: beyond, the landmarks are
+#: most of the probe and its error says nothing about all rows.
+PROBE_MAX_LANDMARK_FRACTION = 0.25
+
+#: The sizes tried start here at the least (landmarks, features).
+MIN_LANDMARKS = 32
+MIN_FEATURES = 128
+
+#: Largest sizes (the estimators' own caps for sizes chosen by tolerance).
+MAX_LANDMARKS = 8192
+MAX_FEATURES = 2**14
+
+#: Cost model (flops), the one of ``NystromKPCA(solver="auto")``: a kernel value costs about
+#: ``2 d + KERNEL_VALUE_FLOPS``; exact KPCA's centering and eigensolver ``EXACT_EIGEN_FLOPS``
+#: per Gram entry.
+KERNEL_VALUE_FLOPS = 30
+EXACT_EIGEN_FLOPS = 300
+
+#: Growth stops where the estimate no longer falls (by less than its standard error from one
+#: size to twice that) and is at most 1 + this: the probe's own floor.  The estimate on p
+#: probe rows of a model fitted on all n rows stays above 1 even for exact KPCA (its optimum
+#: is fitted to the probe rows), the more so the fewer rows: measured on pendigits, Nystrom at
+#: 512 to 4096 landmarks (4096: exact KPCA), 1.0102 with p = 2000 and 1.0340 with p = 838.
+PLATEAU_MAX_EXCESS = 0.1
+
+#: Bootstrap replicates of the probe error's standard error.
+N_BOOTSTRAP = 200
+
+
+# ------------------------------------------------------------------------------------------------
+# budgets
+# ------------------------------------------------------------------------------------------------
+def parse_memory(memory) -> int | None:
+    """``memory`` as bytes: None (the default budget), a number of bytes > 0, or a string with
+    a K / M / G / T suffix (``"2GB"``, ``"512M"``, powers of 1024).  ValueError otherwise."""
+    if memory is None:
+        return None
+    if isinstance(memory, str):
+        parsed = parse_bytes(memory)
+        if parsed is None or parsed <= 0:
+            raise ValueError(
+                f"memory must be a number of bytes or a size such as '2GB' or '512M', got "
+                f"{memory!r}"
+            )
+        return parsed
+    if isinstance(memory, bool) or not isinstance(memory, numbers.Real):
+        raise ValueError(f"memory must be None, a number of bytes or a string, got {memory!r}")
+    if not math.isfinite(float(memory)) or memory <= 0:
+        raise ValueError(f"memory must be a positive number of bytes, got {memory!r}")
+    return int(float(memory))
+
+
+def _check_time(seconds) -> float | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise ValueError(f"time must be None or a number of seconds, got {seconds!r}")
+    if not math.isfinite(float(seconds)) or seconds <= 0:
+        raise ValueError(f"time must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
+# ------------------------------------------------------------------------------------------------
+# what the rows are
+# ------------------------------------------------------------------------------------------------
+class DataProfile:
+    """What is known of the training rows before any pass: n (None for a stream not yet read),
+    d, whether sparse and how dense, whether several passes are possible, whether rows can be
+    taken by index, the dtype's item size."""
+
+    def __init__(self, n, d, sparse, density, multi_pass, random_access, itemsize):
+        self.n = n
+        self.d = d
+        self.sparse = sparse
+        self.density = density
+        self.multi_pass = multi_pass
+        self.random_access = random_access
+        self.itemsize = itemsize
+
+    @property
+    def sparse_wide(self) -> bool:
+        """Sparse rows of the input-sparsity case (see :data:`WIDE_FEATURES`)."""
+        return self.sparse and self.d >= WIDE_FEATURES and self.density <= SPARSE_MAX_DENSITY
+
+    def describe(self) -> dict:
+        return {
+            "n_samples": self.n,
+            "n_features": self.d,
+            "sparse": self.sparse,
+            "density": float(self.density),
+            "passes": "several" if self.multi_pass else "one",
+            "random_access": self.random_access,
+            "dtype": "float32" if self.itemsize == 4 else "float64",
+        }
+
+
+def profile_source(source) -> DataProfile:
+    """The :class:`DataProfile` of a :class:`fastkpca.source.RowSource` (reads its first rows
+    only: the density of sparse rows is that of the first block)."""
+    head = source.head()
+    if sp.issparse(head):
+        density = head.nnz / max(1, head.shape[0] * head.shape[1])
+    else:
+        density = 1.0
+    return DataProfile(
+        n=source.n_samples,
+        d=int(source.n_features),
+        sparse=bool(source.sparse),
+        density=float(density),
+        multi_pass=bool(source.reiterable),
+        random_access=bool(source.random_access) and source.n_samples is not None,
+        itemsize=np.dtype(source.dtype).itemsize,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# the probe of the spectrum
+# ------------------------------------------------------------------------------------------------
+class SpectrumProbe:
+    """The centered Gram of p probe rows, its top-k eigenvalues, and relative rank-k errors.
+
+    :meth:`error` is the relative rank-k error ``||G - T T^T||_F / ||G - G_k||_F`` of a fitted
+    model on the probe (G the probe's centered Gram, ``T = model.transform(probe)``), exact on
+    the probe rows as :class:`fastkpca.statistics.growth.ProbeError` computes it, with a
+    standard error from a bootstrap over the probe's rows (the squared residual and tail row
+    sums resampled together).  :meth:`nystrom_errors` is the same error of the KPCA of the
+    probe's own Nystrom approximations (landmarks among the probe rows), from which the size a
+    fit on all rows needs is predicted.
+
+    Parameters
+    ----------
+    X : array or CSR matrix (p, d)
+        The probe rows (a uniform sample of the training rows, or a stream's first rows).
+    kernel : Kernel
+    k : int
+        The number of components.
+    """
+
+    def __init__(self, X, kernel, k: int, rng):
+        start = time.perf_counter()
+        self.X = X
+        self.kernel = kernel
+        self.k = int(k)
+        self.rng = rng
+        G = np.asarray(kernel(X), dtype=np.float64)
+        self.gram_seconds = time.perf_counter() - start
+        self.uncentered = G.copy()
+        self.scale = float(np.trace(G))
+        center_gram_inplace(G)
+        self.G = G
+        p = G.shape[0]
+        self.k = min(self.k, p - 1)
+        if p <= 600:
+            with one_blas_thread():  # LAPACK's threads cost more than they save at this size
+                vals, vecs = np.linalg.eigh(G)
+            vals, vecs = vals[::-1][: self.k], vecs[:, ::-1][:, : self.k]
+        else:
+            vals, vecs = eigh_topk(
+                G.copy(), self.k, method="randomized", rng=0, overwrite=True, scale=self.scale
+            )
+        self.eigenvalues = vals
+        self.gram_rows = np.einsum("ij,ij->i", G, G)
+        # The best rank-k residual's squared row norms (G_k = V diag(vals) V^T): the bootstrap
+        # resamples them with the model's.
+        self.tail_rows = np.maximum(self._residual_rows(vecs * np.sqrt(np.maximum(vals, 0))), 0)
+        self.tail2 = float(self.tail_rows.sum())
+
+    def _residual_rows(self, T) -> np.ndarray:
+        """Squared row norms of ``G - T T^T``: ``||g_i||^2 - 2 (G T)_i . t_i + t_i (T^T T)
+        t_i^T``, O(p^2 k) without forming the p x p residual."""
+        with one_blas_thread():
+            GT = self.G @ T
+        return (
+            self.gram_rows
+            - 2.0 * np.einsum("ij,ij->i", GT, T)
+            + np.einsum("ij,ij->i", T @ (T.T @ T), T)
+        )
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.G.shape[0])
+
+    def _ratio(self, T) -> tuple[float, float]:
+        rows = np.maximum(self._residual_rows(T), 0.0)
+        if self.tail2 <= 0.0:
+            return (1.0 if rows.sum() <= 1e-12 * self.scale**2 else math.inf), 0.0
+        estimate = math.sqrt(rows.sum() / self.tail2)
+        p = rows.size
+        idx = self.rng.integers(0, p, size=(N_BOOTSTRAP, p))
+        boot = np.sqrt(rows[idx].sum(axis=1) / np.maximum(self.tail_rows[idx].sum(axis=1), 1e-300))
+        return float(estimate), float(np.std(boot, ddof=1))
+
+    def error(self, model) -> tuple[float, float]:
+        """(estimate, standard error) of a fitted model's relative rank-k error on the probe."""
+        T = np.asarray(to_host(model.transform(self.X)), dtype=np.float64)
+        return self._ratio(T)
+
+    def nystrom_errors(self, sizes, method: str, stop: float = 0.0) -> dict[int, float]:
+        """Relative rank-k error on the probe of the KPCA of its Nystrom approximation with c
+        landmarks among its rows, for each c of ``sizes`` in order until one is at most
+        ``stop``: ``"uniform"`` landmarks (a random order of the rows, prefixes nested) or
+        ``"rpcholesky"`` ones (the pivots in order: any prefix is the RPCholesky result with
+        that many, Chen et al. 2024)."""
+        p = self.n_rows
+        if method == "rpcholesky":
+            F_all = rpcholesky_indices(self.X, min(max(sizes), p), self.kernel, self.rng).factor
+        else:
+            order = self.rng.permutation(p)
+        errors = {}
+        for c in sizes:
+            if method == "rpcholesky":
+                F = F_all[:, : min(c, F_all.shape[1])]
+            else:
+                idx = order[: min(c, p)]
+                C = self.uncentered[:, idx]
+                with one_blas_thread():
+                    w, V = np.linalg.eigh(C[idx])
+                keep = w > 1e-10 * max(w[-1], 1e-300)
+                F = (C @ V[:, keep]) / np.sqrt(w[keep])
+            Fc = F - F.mean(axis=0)  # the centered Nystrom features of the probe rows
+            # The KPCA of F F^T is the PCA of F: projections Fc V_k, V_k the top
+            # eigenvectors of the c x c scatter (cheaper than an SVD of the p x c Fc).
+            with one_blas_thread():
+                w, V = np.linalg.eigh(Fc.T @ Fc)
+            k = min(self.k, w.size)
+            errors[int(c)] = self._ratio(Fc @ V[:, ::-1][:, :k])[0]
+            if errors[int(c)] <= stop:
+                break
+        return errors
+
+
+def probe_size(n) -> int:
+    """Probe rows for n training rows: ``8 sqrt(n)`` within [MIN_PROBE_ROWS, PROBE_ROWS].
+
+    The probe's Gram (p^2 kernel values) then costs as much as the kernel rows of a fit with
+    64 landmarks: the probe stays a small part of the fit it chooses (its p^2 k eigenvectors
+    too), and reaches the growth machinery's 2000 rows from n = 62500.
+    """
+    if n is None:
+        return PROBE_ROWS
+    return int(min(PROBE_ROWS, max(MIN_PROBE_ROWS, 8 * math.sqrt(n))))
+
+
+def _probe_rows(source, profile: DataProfile, rng):
+    """Uniform probe rows on the host (:func:`probe_size` of them; sparse rows stay sparse),
+    and for a stream read once (then uniform among its first rows) its first rows, on which
+    the size is piloted (None for several passes)."""
+    p = probe_size(profile.n)
+    if profile.random_access or profile.multi_pass:
+        if profile.sparse and profile.random_access:
+            X = source.indexable()
+            idx = uniform_indices(X.shape[0], p, rng)
+            return sp.csr_matrix(X[idx]), None
+        return to_host(source.sample_rows(p, rng)), None
+    head = to_host(source.head())
+    idx = uniform_indices(head.shape[0], p, rng)
+    return head[idx], head
+
+
+# ------------------------------------------------------------------------------------------------
+# candidates
+# ------------------------------------------------------------------------------------------------
+def candidate_methods(profile: DataProfile, kernel) -> list[tuple[str, str]]:
+    """The methods to try, in order, each with the rule that put it there (docs/auto.md).
+
+    ``exact`` is always last when the rows can be taken by index: the fallback when the
+    approximations cannot get there within the budgets (its own memory check then decides).
+    """
+    fourier = bool(getattr(kernel, "shift_invariant", False))
+    features = fourier or kernel.name == "polynomial"
+    n = profile.n
+    out: list[tuple[str, str]] = []
+    if profile.random_access and n is not None and n <= EXACT_MAX_ROWS:
+        out.append(("exact", f"n = {n} <= {EXACT_MAX_ROWS}: the exact Gram is cheap"))
+    if not profile.multi_pass:
+        if features:
+            out.append(("random-features", "one pass over a stream: random features"))
+            out.append(("streaming", "one pass over a stream in less memory: Frequent Directions"))
+        out.append(("nystrom", "one pass over a stream: landmarks from its first rows"))
+        return out
+    if profile.sparse_wide and fourier:
+        out.append(
+            (
+                "random-features",
+                f"sparse ({profile.density:.2g} nonzero) and wide (d = {profile.d}): random "
+                "features at input-sparsity cost",
+            )
+        )
+    out.append(("nystrom", "several passes possible: Nystrom, landmarks chosen by the probe"))
+    if features and not profile.sparse_wide:
+        out.append(("random-features", "fallback: random features"))
+    if features:
+        out.append(("streaming", "fallback in less memory: random features + Frequent Directions"))
+    if profile.random_access and n is not None and n > EXACT_MAX_ROWS:
+        out.append(("exact", "fallback: exact KPCA, if its Gram fits"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the estimator
+# ------------------------------------------------------------------------------------------------
+class AutoKPCA(BaseKPCA):
+    """Kernel PCA with the method and its size chosen from the data and the budgets.
+
+    Looks at the rows (n, d, sparsity, one pass or several), probes the kernel's spectrum on a
+    uniform sample of rows (``8 sqrt(n)``, 500 to 2000), picks the method (exact KPCA, Nystrom
+    with uniform or randomly pivoted Cholesky landmarks, random features, or random features
+    with Frequent Directions)
+    and grows its size until the relative rank-k error estimated on the probe is at most
+    ``1 + tol``, within the memory and time budgets; ``report_`` says what was considered,
+    tried and chosen, and why.  See the module notes and ``docs/auto.md`` for the rules.
+
+    Parameters
+    ----------
+    n_components : int or None
+        Number of components; None gives 10 (capped by the data).
+    kernel, gamma, degree, coef0, nu
+        Kernel spec, as for every fastkpca estimator.  The kernel is resolved once, on the
+        rows (the first rows of a stream), and the same resolved kernel is given to the
+        method chosen.
+    tol : float, default 0.05
+        The allowed relative excess of the rank-k error over exact KPCA's optimum.
+    memory : int, str or None
+        Memory budget of the fit in bytes (or ``"2GB"``, ``"512M"``); None: 80 % of what is
+        available (:func:`fastkpca.execution.available_memory_bytes`).  A method whose arrays
+        at the size needed exceed it is not tried.
+    time : float or None
+        Time budget of the fit in seconds; None: no limit.  A method whose fit is predicted
+        (flops over a measured rate) to end past it is not tried, and growth stops there.
+    device, n_jobs, verbose, random_state
+        Forwarded to the method chosen (see any fastkpca estimator).
+    fit_inverse_transform : bool, default False
+        Forwarded: the method chosen learns its pre-image map.
+    alpha : float, default 1.0
+        Ridge parameter of the pre-image map.
+
+    Attributes
+    ----------
+    method_ : str
+        The method chosen, a ``fastkpca fit --method`` name (``"exact"``, ``"nystrom"``,
+        ``"random-features"``, ``"streaming"``).
+    estimator_ : the fitted estimator of that method; ``transform`` is its transform.
+    report_ : list of dict
+        One entry per candidate, in the order considered, with plain values:
+        ``method``, ``size`` (rows for exact, landmarks, output features) and ``size_name``,
+        ``params`` (the estimator's parameters that were chosen), ``reason`` (the rule that
+        made it a candidate), ``error`` and ``error_stderr`` (the relative rank-k error
+        estimated on the probe and its bootstrap standard error; None when not fitted),
+        ``fit_seconds``, ``memory_bytes`` (needed at that size, by the cost model),
+        ``predicted_seconds``, ``status`` (``"chosen"``, ``"tried"`` for a size or method
+        given up, ``"rejected"`` when not fitted) and ``why``.
+        The first entry (``method = "probe"``) describes the data and the probe.
+    n_features_in_ : int
+    eigenvalues_, n_components_, kernel_, explained_variance_ratio_, ... :
+        The chosen estimator's fitted attributes, delegated.
+    """
+
+    _accepts_sparse = True
+
+    def __init__(
+        self,
+        n_components=DEFAULT_N_COMPONENTS,
+        *,
+        kernel="rbf",
+        gamma=None,
+        degree=3,
+        coef0=1.0,
+        nu=1.5,
+        tol=0.05,
+        memory=None,
+        time=None,
+        random_state=None,
+        fit_inverse_transform=False,
+        alpha=1.0,
+        n_jobs=None,
+        verbose=0,
+        device=None,
+    ):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.nu = nu
+        self.tol = tol
+        self.memory = memory
+        self.time = time
+        self.device = device
+        self.random_state = random_state
+        self.fit_inverse_transform = fit_inverse_transform
+        self.alpha = alpha
+        self.n_jobs = n_jobs
+        self.verbose = verbose
+
+    # --- delegation -------------------------------------------------------------------------
+    def __getattr__(self, name):
+        # Fitted attributes of the chosen estimator (eigenvalues_, kernel_, ...), read through.
+        if name.endswith("_") and not name.startswith("_"):
+            inner = self.__dict__.get("estimator_")
+            if inner is not None:
+                return getattr(inner, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # --- parameter checks -------------------------------------------------------------------
+    def _check_params(self):
+        """The shared checks, then ``tol``, ``memory`` and ``time`` (ValueError naming each)."""
+        super()._check_params()
+        if self.n_components is not None and not (
+            isinstance(self.n_components, numbers.Integral)
+            and not isinstance(self.n_components, bool)
+        ):
+            raise ValueError(
+                f"AutoKPCA needs an integer n_components (the rank k of its error), got "
+                f"{self.n_components!r}"
+            )
+        if self.tol is None:
+            raise ValueError("tol must be a positive number (the allowed relative excess error)")
+        check_tol(self.tol, auto=False)
+        parse_memory(self.memory)
+        _check_time(self.time)
+        if isinstance(self.kernel, str) and self.kernel == "precomputed":
+            raise ValueError("AutoKPCA cannot use kernel='precomputed'; use ExactKPCA")
+
+    # --- fit ----------------------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Choose the method and its size, and fit it on X (array, CSR matrix, iterable of row
+        blocks, dask array, tensor).  ValueError when no method fits the budgets."""
+        self._check_params()
+        started = time.perf_counter()
+        tol = float(self.tol)
+        budget = parse_memory(self.memory)
+        if budget is None:
+            budget = int(MEMORY_FRACTION * available_memory_bytes())
+        deadline = _check_time(self.time)
+        rng = self._make_rng()
+        seed = int(rng.integers(2**31))
+        probe_rng = np.random.default_rng(int(rng.integers(2**63)))
+        source = self._fit_source(X)
+        profile = profile_source(source)
+        # The kernel, resolved once: on all rows where they can be taken by index, else on the
+        # first rows; the methods tried all get this very kernel.
+        kernel = self._resolve_kernel(
+            source if profile.random_access else to_host(source.head()), rng
+        )
+        k = int(self.n_components or DEFAULT_N_COMPONENTS)
+        probe_rows, pilot_rows = _probe_rows(source, profile, probe_rng)
+        probe = SpectrumProbe(probe_rows, kernel, k, probe_rng)
+        if probe.n_rows <= k:
+            raise ValueError(
+                f"n_components={k} needs more than {probe.n_rows} rows to choose a method"
+            )
+        run = _Run(
+            self,
+            X if profile.multi_pass else source,
+            profile,
+            probe,
+            tol,
+            budget,
+            deadline,
+            started,
+            seed,
+            kernel,
+            k,
+        )
+        run.pilot_rows = pilot_rows
+        run.describe_probe()
+        model = run.choose()
+        # The kernel is the estimator's (the same object): read through, not kept twice.
+        del self.kernel_
+        self.estimator_ = model
+        self.method_ = run.chosen_method
+        self.report_ = run.report
+        return self
+
+    # --- transform ----------------------------------------------------------------------------
+    def transform(self, X):
+        """Project X with the chosen estimator (its ``transform``)."""
+        check_is_fitted(self)
+        return self.estimator_.transform(X)
+
+    def inverse_transform(self, X):
+        """Pre-images by the chosen estimator's ``inverse_transform``
+        (``fit_inverse_transform=True``)."""
+        check_is_fitted(self)
+        return self.estimator_.inverse_transform(X)
+
+    @property
+    def _n_features_out(self):
+        return self.estimator_.n_components_
+
+
+class _Run:
+    """One AutoKPCA fit: the candidates, their growth and the report."""
+
+    def __init__(self, auto, X, profile, probe, tol, budget, deadline, started, seed, kernel, k):
+        self.auto = auto
+        self.X = X
+        self.profile = profile
+        self.probe = probe
+        self.tol = tol
+        self.budget = budget
+        self.deadline = deadline
+        self.started = started
+        self.seed = seed
+        self.kernel = kernel
+        self.k = k
+        self.report: list[dict] = []
+        self.chosen_method: str | None = None
+        # flops per second: first from the probe's Gram, then from each fit
+        d = profile.d if not profile.sparse else max(1.0, profile.d * profile.density)
+        self.d_eff = float(d)
+        flops = probe.n_rows**2 * (2 * self.d_eff + KERNEL_VALUE_FLOPS)
+        self.rate = flops / max(probe.gram_seconds, 1e-4)
+        self.probe_sizes: dict[str, dict[int, float]] = {}
+        self.pilot_rows = None
+        self._best: tuple | None = None
+        self._chosen_entry: dict | None = None
+
+    # --- clock and memory -----------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return math.inf if self.deadline is None else self.deadline - self.elapsed()
+
+    def describe_probe(self) -> None:
+        entry = {
+            "method": "probe",
+            "size": self.probe.n_rows,
+            "size_name": "rows",
+            "params": {
+                "kernel": self.kernel.to_config() if hasattr(self.kernel, "to_config") else None
+            },
+            "reason": "what the data are, and the spectrum on a uniform sample of rows",
+            "data": self.profile.describe(),
+            "error": None,
+            "error_stderr": None,
+            "fit_seconds": round(self.elapsed(), 4),
+            "memory_bytes": int(8 * 2 * self.probe.n_rows**2),
+            "predicted_seconds": None,
+            "status": "done",
+            "why": "",
+        }
+        self.report.append(_plain(entry))
+
+    # --- the cost model -------------------------------------------------------------------------
+    def flops(self, method: str, size: int, params: dict) -> float:
+        n = self.profile.n or 10 * PROBE_ROWS
+        d = self.d_eff
+        per_value = 2 * d + KERNEL_VALUE_FLOPS
+        if method == "exact":
+            return n * n * (per_value / 2 + EXACT_EIGEN_FLOPS)
+        if method == "nystrom":
+            c = size
+            q = min(4 * self.k + 20, c)
+            work = n * c * (per_value + min(c / 2, 2 * q)) + 2 * c**3 / 3
+            if params.get("landmarks") == "rpcholesky":
+                work += n * c * per_value + n * c * c
+            return work
+        m = size
+        if method == "random-features":
+            if params.get("input_sketch") == "auto":
+                per_value = 2 * m / 2 + KERNEL_VALUE_FLOPS
+            if params.get("solver") == "countsketch":
+                return n * m * per_value / 2 + n * m * 4
+            return n * m * per_value / 2 + n * m * m / 2
+        ell = params.get("sketch_size", 50)
+        return n * m * per_value / 2 + 4 * n * m * ell
+
+    def memory(self, method: str, size: int, params: dict) -> int:
+        n = self.profile.n
+        d = self.profile.d
+        if method == "exact":
+            n = int(n or 0)
+            return int(n * n * self.profile.itemsize * 1.35 + 8 * n * self.k)
+        if method == "nystrom":
+            c = size
+            need = 64 * c * c + 8 * c * d
+            if params.get("landmarks") == "rpcholesky":
+                need += 8 * int(n or 0) * c
+            return int(need)
+        m = size
+        width = m // 2 if params.get("input_sketch") == "auto" else d
+        frequencies = 8 * width * (m // 2)
+        if method == "random-features":
+            if params.get("solver") == "countsketch":
+                t = max(2000, 50 * (self.k + 10))
+                return int(frequencies + 8 * (2 * t * m + 2 * min(t, m) ** 2))
+            return int(frequencies + 24 * m * m)
+        ell = params.get("sketch_size", 50)
+        return int(frequencies + 2 * 8 * 8 * ell * m)
+
+    # --- the choice -----------------------------------------------------------------------------
+    def choose(self):
+        candidates = candidate_methods(self.profile, self.kernel)
+        n = self.profile.n
+        names = [m for m, _ in candidates]
+        if (
+            "nystrom" in names
+            and "exact" in names[names.index("nystrom") :]
+            and self.profile.random_access
+            and self.profile.multi_pass
+        ):
+            c = self.predicted_size(self.landmark_method())
+            if c >= EXACT_LANDMARK_FRACTION * n:
+                candidates.remove(candidates[names.index("exact")])
+                reason = (
+                    f"the probe predicts {c} landmarks, at least n / 3: exact KPCA costs about "
+                    "as much and has no error"
+                )
+                candidates.insert(0, ("exact", reason))
+        failures = []
+        best = None
+        for method, reason in candidates:
+            model, why = self.try_method(method, reason)
+            if model is not None:
+                self.chosen_method = method
+                self._chosen_entry["status"] = "chosen"
+                return model
+            failures.append(f"{method}: {why}")
+            if self._best is not None and (best is None or self._best[0] < best[0]):
+                best = self._best
+        if best is not None:
+            # Nothing met tol within the budgets: the most accurate fit is kept, and said so.
+            err, model, method, entry = best
+            warnings.warn(
+                f"tol={self.tol}: no method reached it within the budgets; the most accurate "
+                f"fit ({method}, estimated relative rank-k error {err:.4f}) is kept",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            entry["status"] = "chosen"
+            entry["why"] = f"estimated error {err:.4f} > 1 + tol, the best within the budgets"
+            self.chosen_method = method
+            return model
+        raise ValueError(
+            "AutoKPCA: no method fits the budgets (memory "
+            f"{format_bytes(self.budget)}"
+            + ("" if self.deadline is None else f", time {self.deadline:g} s")
+            + f", tol={self.tol}): "
+            + "; ".join(failures)
+        )
+
+    def try_method(self, method, reason):
+        """Fit ``method`` at growing sizes; (model, "") when it reaches tol, else (None, why)."""
+        self._best = None
+        self._chosen_entry = None
+        params = self.base_params(method)
+        sizes = self.sizes(method, params)
+        if not sizes:
+            why = self.reject(method, None, params, reason, "no size fits the memory budget")
+            return None, why
+        last_err = None
+        previous = None
+        for size in sizes:
+            need = self.memory(method, size, params)
+            predicted = self.flops(method, size, params) / self.rate
+            if need > self.budget:
+                why = self.reject(
+                    method,
+                    size,
+                    params,
+                    reason,
+                    f"needs {format_bytes(need)} > memory budget {format_bytes(self.budget)}",
+                )
+                return None, why if last_err is None else f"{why} (reached {last_err:.4f})"
+            if predicted > self.left():
+                why = self.reject(
+                    method,
+                    size,
+                    params,
+                    reason,
+                    f"predicted {predicted:.3g} s > {max(self.left(), 0):.3g} s "
+                    "left of the time budget",
+                )
+                return None, why if last_err is None else f"{why} (reached {last_err:.4f})"
+            model, seconds = self.fit_at(method, size, params)
+            self.rate = max(self.flops(method, size, params) / max(seconds, 1e-4), 1.0)
+            err, stderr = self.probe.error(model)
+            entry = self.entry(method, size, params, reason, err, stderr, seconds, need, predicted)
+            last_err = err
+            if self._best is None or err < self._best[0]:
+                self._best = (err, model, method, entry)
+            if method == "exact" or getattr(model, "solver_", None) == "exact_kpca":
+                # NystromKPCA computes exact KPCA itself where that is cheaper (c near n)
+                entry["why"] = "exact KPCA: the optimum itself (error 1 on all rows)"
+                self._chosen_entry = entry
+                return model, ""
+            if err <= 1.0 + self.tol:
+                entry["why"] = f"estimated error {err:.4f} <= 1 + tol"
+                self._chosen_entry = entry
+                return model, ""
+            if (
+                previous is not None
+                and previous[0] - err < max(previous[1], stderr)
+                and err <= 1.0 + PLATEAU_MAX_EXCESS
+            ):
+                entry["why"] = (
+                    f"estimated error {err:.4f} level with the last size's {previous[0]:.4f} "
+                    "(within its standard error): the probe's floor, which exact KPCA's "
+                    "estimate has too"
+                )
+                self._chosen_entry = entry
+                return model, ""
+            previous = (err, stderr)
+            if not self.profile.multi_pass:
+                # One pass: no second fit.  Kept, and said so.
+                entry["why"] = (
+                    f"estimated error {err:.4f} > 1 + tol on the first rows; a one-pass stream "
+                    "allows no larger refit"
+                )
+                self._chosen_entry = entry
+                warnings.warn(
+                    f"tol={self.tol}: the one-pass fit ({method}, size {size}) has an estimated "
+                    f"relative rank-k error of {err:.4f}; it is kept",
+                    RuntimeWarning,
+                    stacklevel=5,
+                )
+                return model, ""
+            entry["status"] = "tried"
+            entry["why"] = f"estimated error {err:.4f} > 1 + tol: grow"
+        return None, f"reached {last_err:.4f} at the largest size ({sizes[-1]})"
+
+    def reject(self, method, size, params, reason, why) -> str:
+        entry = self.entry(
+            method,
+            size,
+            params,
+            reason,
+            None,
+            None,
+            None,
+            None if size is None else self.memory(method, size, params),
+            None if size is None else self.flops(method, size, params) / self.rate,
+        )
+        entry["status"] = "rejected"
+        entry["why"] = why
+        return why
+
+    def entry(self, method, size, params, reason, err, stderr, seconds, need, predicted):
+        names = {"exact": "rows", "nystrom": "n_landmarks"}
+        entry = {
+            "method": method,
+            "size": None if size is None else int(size),
+            "size_name": names.get(method, "n_features"),
+            "params": _plain(dict(params)),
+            "reason": reason,
+            "error": None if err is None else float(err),
+            "error_stderr": None if stderr is None else float(stderr),
+            "fit_seconds": None if seconds is None else round(float(seconds), 4),
+            "memory_bytes": None if need is None else int(need),
+            "predicted_seconds": None if predicted is None else float(f"{predicted:.4g}"),
+            "status": "tried",
+            "why": "",
+        }
+        self.report.append(entry)
+        return entry
+
+    # --- per method ---------------------------------------------------------------------------
+    def base_params(self, method) -> dict:
+        params: dict = {}
+        if method == "nystrom":
+            params["landmarks"] = self.landmark_method()
+        elif method == "random-features":
+            if self.profile.sparse_wide:
+                params.update(self.input_sparsity_params())
+            elif self.profile.d > 512 and self.kernel.name != "polynomial":
+                params["features"] = "rff"  # orf's d x d blocks cost O(d^3) on wide rows
+        elif method == "streaming":
+            params["sketch_size"] = max(50, 2 * self.k + 10)
+        return params
+
+    def input_sparsity_params(self) -> dict:
+        """The random-feature parameters for sparse, wide rows: the input sketch of the
+        Gaussian frequencies (``input_sketch="auto"``: features in O(nnz(x) + t m) a row) for
+        rbf and matern kernels, else the CountSketch solver (Musco & Woodruff)."""
+        from .random_features import RandomFeatureKPCA
+
+        if "input_sketch" in RandomFeatureKPCA._get_param_names() and self.kernel.name in (
+            "rbf",
+            "matern",
+        ):
+            return {"features": "rff", "input_sketch": "auto"}
+        return {"features": "rff", "solver": "countsketch"}
+
+    def landmark_method(self) -> str:
+        """``"rpcholesky"`` when, on the probe, it reaches tol at most half the uniform size
+        (and the rows can be taken by index), else ``"uniform"``."""
+        if not (self.profile.random_access and self.profile.multi_pass):
+            return "uniform"
+        uniform = self.predicted_size("uniform")
+        if uniform <= CHEAP_LANDMARKS:
+            return "uniform"
+        pivoted = self.predicted_size("rpcholesky")
+        if pivoted <= RPCHOLESKY_SIZE_RATIO * uniform:
+            return "rpcholesky"
+        return "uniform"
+
+    def probe_landmark_sizes(self) -> list[int]:
+        top = max(MIN_LANDMARKS, int(PROBE_MAX_LANDMARK_FRACTION * self.probe.n_rows))
+        start = max(MIN_LANDMARKS, 1 << math.ceil(math.log2(2 * self.k)))
+        return [s for s in doubling_sizes(start, top) if s <= top]
+
+    def predicted_size(self, landmarks: str) -> int:
+        """The smallest probe size whose Nystrom error on the probe is <= 1 + tol (the doubling
+        above the probe's largest when none is)."""
+        if landmarks not in self.probe_sizes:
+            self.probe_sizes[landmarks] = self.probe.nystrom_errors(
+                self.probe_landmark_sizes(), landmarks, stop=1.0 + self.tol
+            )
+        errors = self.probe_sizes[landmarks]
+        for c in sorted(errors):
+            if errors[c] <= 1.0 + self.tol:
+                return c
+        return 2 * max(errors)
+
+    def sizes(self, method, params) -> list[int]:
+        n = self.profile.n
+        if method == "exact":
+            return [int(n)] if n else []
+        if method == "nystrom":
+            start = self.predicted_size(params["landmarks"])
+            cap = MAX_LANDMARKS if n is None else min(MAX_LANDMARKS, n)
+            if not self.profile.multi_pass:
+                # landmarks from the first rows, one size (see fit_at)
+                return [min(start, self.probe.n_rows)]
+            return doubling_sizes(min(start, cap), cap)
+        start = max(MIN_FEATURES, 1 << math.ceil(math.log2(4 * self.k)))
+        if not self.profile.multi_pass:
+            return [self.pilot_features(method, params, start)]
+        start = max(start, self.feature_start())
+        return doubling_sizes(start, max(start, MAX_FEATURES))
+
+    def feature_start(self) -> int:
+        """Random features need more columns than Nystrom landmarks for the same error
+        (no data-adapted basis): start at twice the landmarks the probe predicts."""
+        if self.profile.sparse_wide:
+            return 256
+        return 2 * self.predicted_size("uniform")
+
+    def pilot_features(self, method, params, start) -> int:
+        """A one-pass stream: the size by growth on the probe rows alone (fits of the probe,
+        cheap), then one fit of the stream at that size."""
+        from .random_features import RandomFeatureKPCA
+
+        size = start
+        for size in doubling_sizes(start, MAX_FEATURES):
+            if self.memory(method, size, params) > self.budget:
+                break
+            pilot = RandomFeatureKPCA(
+                self.k,
+                kernel=self.kernel,
+                n_features=size,
+                random_state=self.seed,
+                features=params.get("features", "auto"),
+            ).fit(self.pilot_rows)
+            err, _ = self.probe.error(pilot)
+            if err <= 1.0 + self.tol:
+                break
+        return size
+
+    def fit_at(self, method, size, params):
+        from . import estimator_class
+
+        cls = estimator_class(method)
+        auto = self.auto
+        common = {
+            "n_components": self.k,
+            "kernel": self.kernel,
+            "random_state": self.seed,
+            "fit_inverse_transform": auto.fit_inverse_transform,
+            "alpha": auto.alpha,
+            "n_jobs": auto.n_jobs,
+            "verbose": auto.verbose,
+            "device": auto.device,
+        }
+        if method == "nystrom":
+            own = dict(params, n_landmarks=int(size))
+            if not self.profile.multi_pass:
+                # one pass: given landmarks, uniform among the first rows
+                rows = self.probe.X[: int(size)]
+                own = {"landmarks": rows.toarray() if sp.issparse(rows) else np.asarray(rows)}
+        elif method == "exact":
+            own = {}
+        else:
+            own = dict(params, n_features=int(size))
+        model = cls(**common, **own)
+        start = time.perf_counter()
+        model.fit(self.X)
+        seconds = time.perf_counter() - start
+        if not hasattr(model, "n_features_in_"):  # fitted on the source itself (a stream)
+            model.n_features_in_ = self.auto.n_features_in_
+        return model, seconds
+
+
+def _plain(value):
+    """A report value as plain Python (JSON-ready) values."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)

@@ -1,0 +1,249 @@
+"""AutoKPCA: its choices on cases built to favour each method, their true errors, its refusals,
+its report, model files and the scikit-learn API."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+
+import fastkpca
+from fastkpca import AutoKPCA, ExactKPCA
+from fastkpca.decomposition import auto
+from fastkpca.metrics import relative_rank_k_error
+
+TOL = 0.05
+#: Fewer components than the 6 clusters of :func:`_clusters`: the rank-k tail holds cluster
+#: directions, not only the within-cluster noise (a relative error over a tail of pure noise
+#: needs many more landmarks or features, and longer tests).
+K = 3
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Exact KPCA only up to 400 rows and a probe of 400 rows: the cases stay small (fast)
+    while n is above both, as for the large data sets the rules are written for."""
+    monkeypatch.setattr(auto, "EXACT_MAX_ROWS", 400)
+    monkeypatch.setattr(auto, "PROBE_ROWS", 400)
+    monkeypatch.setattr(auto, "MIN_PROBE_ROWS", 400)
+
+
+def _clusters(n, d=8, seed=0):
+    """Rows around 6 centres: a kernel spectrum that decays fast (few landmarks suffice)."""
+    rng = np.random.default_rng(seed)
+    centres = 3.0 * rng.standard_normal((6, d))
+    return centres[rng.integers(0, 6, n)] + 0.5 * rng.standard_normal((n, d))
+
+
+def _true_error(model, X):
+    """The relative rank-k error against exact KPCA on X's own centered Gram."""
+    return relative_rank_k_error(X, model.transform(X), model.kernel_)
+
+
+def _chosen(model):
+    chosen = [e for e in model.report_ if e["status"] == "chosen"]
+    assert len(chosen) == 1
+    return chosen[0]
+
+
+def test_tiny_n_is_exact():
+    X = _clusters(200)
+    model = AutoKPCA(K, random_state=0).fit(X)
+    assert model.method_ == "exact"
+    assert isinstance(model.estimator_, ExactKPCA)
+    # exact KPCA is the optimum: error 1 up to the rounding of a 200 x 200 float64 Gram
+    assert _true_error(model, X) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_multi_pass_dense_is_nystrom_within_tolerance(small):
+    X = _clusters(1200)
+    model = AutoKPCA(K, tol=TOL, random_state=0).fit(X)
+    assert model.method_ == "nystrom"
+    entry = _chosen(model)
+    assert entry["size"] == model.estimator_.n_landmarks_ < X.shape[0]
+    # the estimate (on the probe) is at most 1 + tol; the truth on all rows within 1 + 2 tol
+    assert entry["error"] <= 1 + TOL
+    assert _true_error(model, X) <= 1 + 2 * TOL
+
+
+def test_one_pass_stream_is_random_features(small):
+    # a smooth blob (clusters need far more random features than landmarks for the same error)
+    X = np.random.default_rng(1).standard_normal((1200, 4)) * [3.0, 2.0, 1.0, 0.5]
+    blocks = (X[i : i + 300] for i in range(0, X.shape[0], 300))  # a one-shot generator
+    model = AutoKPCA(K, gamma=0.1, tol=TOL, random_state=0).fit(blocks)
+    assert model.method_ in ("random-features", "streaming")
+    assert model.report_[0]["data"]["passes"] == "one"
+    assert model.estimator_.n_samples_seen_ == X.shape[0]
+    assert _true_error(model, X) <= 1 + 2 * TOL
+
+
+def test_sparse_wide_takes_the_input_sparsity_path(small):
+    rng = np.random.default_rng(2)
+    d, n = 2000, 900
+    # 4 sparse prototypes of 30 nonzeros each, rows = a prototype with noise on its support
+    support = [rng.choice(d, 30, replace=False) for _ in range(4)]
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        s = support[i % 4]
+        rows += [i] * s.size
+        cols += list(s)
+        vals += list(1.0 + 0.1 * rng.standard_normal(s.size))
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, d))
+    model = AutoKPCA(2, gamma=0.05, tol=0.1, random_state=0).fit(X)
+    assert model.method_ == "random-features"
+    params = _chosen(model)["params"]
+    assert params.get("input_sketch") == "auto" or params.get("solver") == "countsketch"
+    assert "sparse" in _chosen(model)["reason"]
+    assert _true_error(model, X) <= 1 + 2 * 0.1
+
+
+def test_report_content(small):
+    X = _clusters(1200)
+    model = AutoKPCA(K, random_state=0).fit(X)
+    report = model.report_
+    json.dumps(report)  # plain values only
+    probe = report[0]
+    assert probe["method"] == "probe" and probe["size"] == 400
+    assert probe["data"] == {
+        "n_samples": 1200,
+        "n_features": 8,
+        "sparse": False,
+        "density": 1.0,
+        "passes": "several",
+        "random_access": True,
+        "dtype": "float64",
+    }
+    fitted = [e for e in report[1:] if e["fit_seconds"] is not None]
+    assert fitted and all(e["error_stderr"] >= 0 and e["memory_bytes"] > 0 for e in fitted)
+    assert all(e["status"] in ("chosen", "tried", "rejected") for e in report[1:])
+    sizes = [e["size"] for e in fitted if e["method"] == "nystrom"]
+    assert sizes == sorted(sizes) and sizes[-1] == _chosen(model)["size"]
+
+
+def test_memory_budget_too_small_is_refused(small):
+    X = _clusters(1200)
+    with pytest.raises(ValueError, match="no method fits the budgets") as info:
+        AutoKPCA(K, memory="20KB", random_state=0).fit(X)
+    assert "memory budget" in str(info.value)
+    assert not hasattr(AutoKPCA(), "method_")
+
+
+def test_memory_budget_excludes_the_exact_path():
+    """300 rows need an exact Gram of 720 kB (950 kB with the eigensolver's workspace); with a
+    600 kB budget the exact path is refused and an approximation within it is chosen."""
+    X = _clusters(300)
+    model = AutoKPCA(K, memory=600 * 1024, random_state=0).fit(X)
+    assert model.method_ != "exact"
+    rejected = [e for e in model.report_ if e["method"] == "exact"]
+    assert rejected[0]["status"] == "rejected" and "memory budget" in rejected[0]["why"]
+    assert all(e["memory_bytes"] <= 600 * 1024 for e in model.report_[1:] if e["fit_seconds"])
+
+
+def test_impossible_time_budget_is_refused(small):
+    X = _clusters(1200)
+    with pytest.raises(ValueError, match="time"):
+        AutoKPCA(K, time=1e-9, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"tol": 0}, "tol"),
+        ({"tol": None}, "tol"),
+        ({"memory": "lots"}, "memory"),
+        ({"memory": -5}, "memory"),
+        ({"time": 0}, "time"),
+        ({"n_components": 0.5}, "n_components"),
+        ({"kernel": "precomputed"}, "precomputed"),
+    ],
+)
+def test_bad_parameters_are_refused(params, match):
+    with pytest.raises(ValueError, match=match):
+        AutoKPCA(**params).fit(_clusters(50))
+
+
+def test_parse_memory():
+    assert auto.parse_memory("2GB") == 2 * 2**30
+    assert auto.parse_memory("512M") == 512 * 2**20
+    assert auto.parse_memory(1000) == 1000
+    assert auto.parse_memory(None) is None
+
+
+def test_model_file_round_trip(tmp_path, small):
+    X = _clusters(1200)
+    model = AutoKPCA(K, random_state=0).fit(X)
+    path = tmp_path / "auto.npz"
+    model.save(path)
+    loaded = fastkpca.load(path)
+    assert type(loaded) is AutoKPCA and loaded.method_ == model.method_
+    assert type(loaded.estimator_) is type(model.estimator_)
+    assert loaded.report_ == model.report_
+    # the same arrays and the same transform code: equal up to float64 rounding of the kernel
+    np.testing.assert_allclose(loaded.transform(X[:50]), model.transform(X[:50]), atol=1e-10)
+
+
+def test_inconsistent_model_is_not_saved(tmp_path):
+    model = AutoKPCA(K, random_state=0).fit(_clusters(200))
+    model.method_ = "nystrom"  # but the estimator is an ExactKPCA
+    with pytest.raises(ValueError, match="estimator_"):
+        model.save(tmp_path / "bad.npz")
+
+
+def test_sklearn_api():
+    X = _clusters(200).astype(np.float32)
+    model = AutoKPCA(3, tol=0.1, memory="1G", time=60, random_state=0)
+    params = model.get_params()
+    assert params["tol"] == 0.1 and params["memory"] == "1G" and params["time"] == 60
+    twin = clone(model)
+    assert twin.get_params() == params and not hasattr(twin, "estimator_")
+    Y = model.fit_transform(X)
+    assert Y.shape == (200, 3) and Y.dtype == np.float32  # float32 stays float32
+    assert model.n_components_ == 3 and model.eigenvalues_.shape == (3,)
+    assert list(model.get_feature_names_out()) == ["autokpca0", "autokpca1", "autokpca2"]
+    pd = pytest.importorskip("pandas")
+    frame = model.set_output(transform="pandas").transform(X[:4])
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns)[0] == "autokpca0"
+
+
+def test_inverse_transform_is_the_inner_models():
+    X = _clusters(200)
+    model = AutoKPCA(K, fit_inverse_transform=True, random_state=0).fit(X)
+    back = model.inverse_transform(model.transform(X[:5]))
+    np.testing.assert_allclose(back, model.estimator_.inverse_transform(model.transform(X[:5])))
+
+
+def test_failed_fit_leaves_the_model(small):
+    X = _clusters(1200)
+    model = AutoKPCA(K, random_state=0).fit(X)
+    before = (model.method_, model.estimator_)
+    model.set_params(memory="1KB")
+    with warnings.catch_warnings(), pytest.raises(ValueError):
+        model.fit(X)
+    assert (model.method_, model.estimator_) == before
+
+
+def test_dask_array_input(small):
+    da = pytest.importorskip("dask.array")
+    X = _clusters(1200)
+    model = AutoKPCA(K, random_state=0).fit(da.from_array(X, chunks=(300, -1)))
+    assert model.method_ == "nystrom"
+    T = model.transform(da.from_array(X[:40], chunks=(20, -1)))
+    assert isinstance(T, da.Array)
+    # the same rows in memory: the same model up to the order of float64 sums over chunks
+    np.testing.assert_allclose(T.compute(), model.transform(X[:40]), atol=1e-8)
+
+
+def test_torch_tensor_input():
+    torch = pytest.importorskip("torch")
+    X = _clusters(200)
+    model = AutoKPCA(K, random_state=0).fit(torch.from_numpy(X))
+    T = model.transform(torch.from_numpy(X[:10]))
+    assert isinstance(T, torch.Tensor) and T.dtype == torch.float64
+    reference = AutoKPCA(K, random_state=0).fit(X).transform(X[:10])
+    # the same model computed by torch and by numpy: equal up to float64 rounding of the Gram
+    # and its eigenvectors (amplified by the eigengap, here ~1e2)
+    np.testing.assert_allclose(np.abs(T.numpy()), np.abs(reference), atol=1e-8)
