@@ -317,7 +317,7 @@ class Kernel:
 
     def diag(self, X) -> np.ndarray:
         """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype (device rows: on
-        their device, :meth:`diag_xp`)."""
+        their device, :meth:`Kernel.diag_xp`)."""
         raise NotImplementedError
 
     # --- device tiles ---------------------------------------------------------------------------

@@ -881,8 +881,12 @@ def device_exact_kpca(
     placement = placement_of(X)
     n = int(X.shape[0])
     itemsize = 4 if result_dtype(X) == np.float32 else 8
+    # float32 rows: float32 tiles, as a stored Gram is in X's dtype (the documented option).
+    tile_dtype = "float32" if itemsize == 4 else "float64"
     if eigen_solver == "matrix_free":
-        return device_matrix_free_kpca(X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter)
+        return device_matrix_free_kpca(
+            X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter, tile_dtype=tile_dtype
+        )
     method = (
         auto_method_device(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
     )
@@ -891,7 +895,7 @@ def device_exact_kpca(
     if not device_gram_fits(n, itemsize, method, placement):
         if eigen_solver == "auto" and not every_pair:
             return device_matrix_free_kpca(
-                X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter
+                X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter, tile_dtype=tile_dtype
             )
         free = placement.free_memory_bytes() or available_memory_bytes()
         raise ValueError(

@@ -1,0 +1,334 @@
+"""AutoKPCA against every method's fastest fit that meets the same tolerance, found with hindsight.
+
+For each data set (pendigits, cpu_act, adult (a9a, sparse), mnist, kddcup, RandomNoisy) and each
+``tol`` in (0.05, 0.01) the script measures, each fit in its own process (``_harness.measure``):
+
+- ``AutoKPCA(10, tol=tol)``: its time, peak memory, the method and size it chose;
+- a grid per method (exact where its Gram fits; Nystrom with uniform and with randomly pivoted
+  Cholesky landmarks at 32, 64, ... landmarks; random features and random features + Frequent
+  Directions at 128, 256, ... features), walked up each method's sizes until the true error
+  meets the smallest tol;
+
+and, for every fitted model, the true relative rank-k error ``||Kc - T T^T||_F / ||Kc -
+(Kc)_k||_F`` with the exact centered Gram of an evaluation set: all rows when n <= EVAL_ROWS,
+else a uniform subsample of EVAL_ROWS rows (exact KPCA on that probe; the models are fitted on
+all rows).  The hindsight-best of a tol is the fastest grid fit whose true error is at most
+``1 + tol``.  Goals: AutoKPCA's true error <= 1 + 2 tol in every case, its time <= 1.5x the
+hindsight-best in at least 80 % of the cases, and its peak memory within the default budget
+(80 % of the memory available).
+
+    .venv/bin/python benchmarks/bench_auto.py            # full sizes (RandomNoisy 10^6 rows)
+    .venv/bin/python benchmarks/bench_auto.py --quick    # at most QUICK_ROWS rows per set
+    .venv/bin/python benchmarks/bench_auto.py --quick --sets pendigits cpu_act
+
+Writes ``benchmarks/results/bench_auto[_quick].json``.  The machine is shared and noisy: compare
+times within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import machine_info, measure, results_dir, save_json  # noqa: E402
+
+DATA_HOME = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+K = 10
+TOLS = (0.05, 0.01)
+SETS = ("pendigits", "cpu_act", "adult", "mnist", "kddcup", "random_noisy")
+#: Rows of each set in the full run (None: all) and in ``--quick``.
+FULL_ROWS = {"random_noisy": 1_000_000}
+QUICK_ROWS = 20_000
+#: The evaluation set of the true error (exact KPCA on at most this many rows).
+EVAL_ROWS = 3000
+#: Exact KPCA is in the grid up to this many rows (its Gram: 8 n^2 bytes).
+EXACT_GRID_ROWS = 12_000
+LANDMARK_GRID = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+FEATURE_GRID = (128, 256, 512, 1024, 2048, 4096, 8192)
+#: A method's walk up its sizes ends at a fit slower than this many times AutoKPCA's slowest
+#: (larger sizes are slower still: none of them can be within 1.5x of AutoKPCA's time).
+GRID_TIME_FACTOR = 2.0
+
+
+def load_data(name, n):
+    """The first n rows (float64, dense ones standardized), and the kernel's gamma = 1 / d."""
+    if name == "random_noisy":
+        from fastkpca.datasets import make_random_noisy
+
+        X = make_random_noisy(n or 1_000_000, 100, random_state=0)
+    else:
+        from fastkpca.datasets import load
+
+        X, _ = load(name, data_home=os.environ.get("FASTKPCA_DATA", DATA_HOME), max_rows=n)
+        X = X[:n] if n else X
+    if hasattr(X, "toarray"):
+        return X.tocsr().astype(np.float64)
+    X = np.asarray(X, dtype=np.float64)
+    std = X.std(axis=0)
+    return np.ascontiguousarray((X - X.mean(axis=0)) / np.where(std > 0, std, 1.0))
+
+
+def fit(data, *, cls_name, params, eval_idx):
+    """The timed work: fit; return the evaluation rows' embedding and what was chosen."""
+    import fastkpca
+
+    X = data
+    model = getattr(fastkpca, cls_name)(**params).fit(X)
+    out = {"embedding": None}
+    rows = X[eval_idx]
+    out["embedding"] = np.asarray(model.transform(rows), dtype=np.float64)
+    if cls_name == "AutoKPCA":
+        chosen = [e for e in model.report_ if e["status"] == "chosen"][0]
+        out.update(
+            method=model.method_,
+            size=chosen["size"],
+            params=chosen["params"],
+            estimate=chosen["error"],
+            report=model.report_,
+        )
+    return out
+
+
+def true_error(G_c, fro2, tail2, T):
+    """``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` from the evaluation set's centered Gram."""
+    num2 = fro2 - 2.0 * float(np.sum(T * (G_c @ T))) + float(np.sum((T.T @ T) ** 2))
+    return float(np.sqrt(max(num2, 0.0) / tail2))
+
+
+def evaluation(X, gamma, seed=0):
+    """Uniform evaluation rows, their centered Gram, ||Gc||_F^2 and the rank-K tail."""
+    from fastkpca._centering import center_gram_inplace
+    from fastkpca.kernels import RBF
+
+    n = X.shape[0]
+    rng = np.random.default_rng(seed)
+    idx = np.arange(n) if n <= EVAL_ROWS else np.sort(rng.choice(n, EVAL_ROWS, replace=False))
+    rows = X[idx]
+    G = np.asarray(RBF(gamma)(rows), dtype=np.float64)
+    center_gram_inplace(G)
+    vals = np.linalg.eigvalsh(G)[::-1]
+    fro2 = float(np.sum(vals**2))
+    return idx, G, fro2, float(np.sum(vals[K:] ** 2))
+
+
+def grid(name, method):
+    """(estimator class, params for a size) of each grid method."""
+    if method == "exact":
+        return "ExactKPCA", [None]
+    if method == "nystrom":
+        return "NystromKPCA", LANDMARK_GRID
+    if method == "nystrom-rpcholesky":
+        return "NystromKPCA", LANDMARK_GRID
+    return ("RandomFeatureKPCA" if method == "random-features" else "StreamingKPCA"), FEATURE_GRID
+
+
+def grid_params(method, size, gamma, sparse_wide):
+    params = {"n_components": K, "gamma": gamma, "random_state": 0}
+    if method == "nystrom":
+        params["n_landmarks"] = size
+    elif method == "nystrom-rpcholesky":
+        params.update(n_landmarks=size, landmarks="rpcholesky")
+    elif method in ("random-features", "streaming"):
+        params["n_features"] = size
+        if sparse_wide:
+            params["features"] = "rff"
+        if method == "streaming":
+            params["sketch_size"] = max(50, size // 8)
+    return params
+
+
+def run_set(name, n, tols, log):
+    X = load_data(name, n)
+    n, d = X.shape
+    gamma = 1.0 / d
+    sparse = hasattr(X, "toarray")
+    idx, G, fro2, tail2 = evaluation(X, gamma)
+    setup = {"name": name, "n": n}
+    out = {"name": name, "n": n, "d": d, "sparse": sparse, "eval_rows": int(idx.size)}
+    log(f"{name}: {n} x {d}{' sparse' if sparse else ''}, gamma = 1/{d}")
+
+    def timed(cls_name, params):
+        res = measure(
+            load_data,
+            fit,
+            setup_kwargs={"name": setup["name"], "n": setup["n"]},
+            work_kwargs={"cls_name": cls_name, "params": params, "eval_idx": idx},
+            timeout=3600,
+        )
+        if not res.get("ok"):
+            return {"ok": False, "error": res.get("error")}
+        result = res["result"]
+        err = true_error(G, fro2, tail2, result.pop("embedding"))
+        return {
+            "ok": True,
+            "seconds": res["seconds"],
+            "extra_peak_mb": res["extra_peak_mb"],
+            "true_error": err,
+            **result,
+        }
+
+    autos = {}
+    for tol in tols:
+        r = timed("AutoKPCA", {"n_components": K, "gamma": gamma, "tol": tol, "random_state": 0})
+        autos[str(tol)] = r
+        if r["ok"]:
+            log(
+                f"  auto tol={tol}: {r['method']} {r['size']} true {r['true_error']:.4f} "
+                f"in {r['seconds']:.2f} s"
+            )
+        else:
+            log(f"  auto tol={tol}: failed: {r['error']}")
+    out["auto"] = autos
+    slowest_auto = max((r["seconds"] for r in autos.values() if r["ok"]), default=60.0)
+    fits = []
+    methods = ["nystrom", "nystrom-rpcholesky", "random-features", "streaming"]
+    if n <= EXACT_GRID_ROWS:
+        methods.insert(0, "exact")
+    for method in methods:
+        cls_name, sizes = grid(name, method)
+        for size in sizes:
+            if size is not None and size > n:
+                break
+            params = grid_params(method, size, gamma, sparse and d >= 1000)
+            r = timed(cls_name, params)
+            r.update(method=method, size=size if size is not None else n)
+            fits.append(r)
+            if not r["ok"]:
+                log(f"  {method} {size}: failed: {r['error']}")
+                break
+            log(f"  {method} {size}: true {r['true_error']:.4f} in {r['seconds']:.2f} s")
+            if r["true_error"] <= 1 + min(tols) or r["seconds"] > GRID_TIME_FACTOR * slowest_auto:
+                break
+    out["grid"] = fits
+    out["cases"] = []
+    for tol in tols:
+        meeting = [f for f in fits if f["ok"] and f["true_error"] <= 1 + tol]
+        best = min(meeting, key=lambda f: f["seconds"]) if meeting else None
+        a = autos[str(tol)]
+        case = {
+            "tol": tol,
+            "auto_ok": a["ok"],
+            "auto_method": a.get("method"),
+            "auto_size": a.get("size"),
+            "auto_true_error": a.get("true_error"),
+            "auto_seconds": a.get("seconds"),
+            "auto_extra_peak_mb": a.get("extra_peak_mb"),
+            "best_method": best and best["method"],
+            "best_size": best and best["size"],
+            "best_seconds": best and best["seconds"],
+            "best_true_error": best and best["true_error"],
+        }
+        if a["ok"]:
+            case["error_goal_met"] = a["true_error"] <= 1 + 2 * tol
+        if a["ok"] and best:
+            case["time_ratio"] = a["seconds"] / best["seconds"]
+        elif a["ok"]:
+            # no grid fit meeting tol within GRID_TIME_FACTOR x AutoKPCA's time: none faster
+            case["time_ratio"] = None
+        out["cases"].append(case)
+    return out
+
+
+def _seconds(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(results) -> str:
+    """The markdown table of docs/auto.md from a results file's contents."""
+    lines = [
+        "| data (n x d) | tol | AutoKPCA chose | true error | s | hindsight-best | its true "
+        "error | s | time ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in results["sets"]:
+        for c in s["cases"]:
+            shape = f"{s['name']} ({s['n']} x {s['d']}{', sparse' if s['sparse'] else ''})"
+            if not c["auto_ok"]:
+                lines.append(f"| {shape} | {c['tol']} | failed | | | | | | |")
+                continue
+            best = (
+                f"{c['best_method']} {c['best_size']}"
+                if c["best_method"]
+                else "none within 2x its time"
+            )
+            ratio = "-" if c.get("time_ratio") is None else f"{c['time_ratio']:.2f}"
+            best_error = "-" if c["best_true_error"] is None else f"{c['best_true_error']:.4f}"
+            lines.append(
+                f"| {shape} | {c['tol']} | {c['auto_method']} {c['auto_size']} | "
+                f"{c['auto_true_error']:.4f} | {_seconds(c['auto_seconds'])} | {best} | "
+                f"{best_error} | {_seconds(c['best_seconds'])} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def summarize(results) -> dict:
+    """The goals, counted over the cases: true error <= 1 + 2 tol; time <= 1.5x the
+    hindsight-best, over the cases that have one (no grid fit meeting tol within
+    GRID_TIME_FACTOR x AutoKPCA's time: no reference, counted apart); peak memory within the
+    budget."""
+    cases = [c for s in results["sets"] for c in s["cases"]]
+    timed = [c for c in cases if c.get("time_ratio") is not None]
+    return {
+        "cases": len(cases),
+        "error_goal_met": sum(bool(c.get("error_goal_met")) for c in cases),
+        "time_goal_met": sum(c["time_ratio"] <= 1.5 for c in timed),
+        "time_cases": len(timed),
+        "no_hindsight_reference": sum(
+            1 for c in cases if c["auto_ok"] and c.get("time_ratio") is None
+        ),
+        "memory_goal_met": sum(
+            (c["auto_extra_peak_mb"] or 0) <= results["memory_budget_mb"]
+            for c in cases
+            if c["auto_ok"]
+        ),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help=f"at most {QUICK_ROWS} rows a set")
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
+    parser.add_argument("--tols", nargs="+", type=float, default=list(TOLS))
+    parser.add_argument("--output", default=None, help="the JSON file to write")
+    parser.add_argument("--table", default=None, help="print the table of a results file")
+    args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(table(json.load(f)))
+        return
+    from fastkpca.execution import available_memory_bytes
+
+    budget_mb = 0.8 * available_memory_bytes() / 2**20
+    path = args.output or os.path.join(
+        results_dir(), f"bench_auto{'_quick' if args.quick else ''}.json"
+    )
+    results = {
+        "machine": machine_info(),
+        "k": K,
+        "tols": args.tols,
+        "quick": args.quick,
+        "memory_budget_mb": budget_mb,
+        "sets": [],
+    }
+    started = time.time()
+
+    def log(text):
+        print(f"[{time.time() - started:7.1f} s] {text}", flush=True)
+
+    for name in args.sets:
+        n = min(QUICK_ROWS, FULL_ROWS.get(name, QUICK_ROWS)) if args.quick else FULL_ROWS.get(name)
+        results["sets"].append(run_set(name, n, args.tols, log))
+        save_json(results, path)  # after each set: a partial run keeps what it measured
+    results["summary"] = summarize(results)
+    save_json(results, path)
+    log(f"summary: {results['summary']} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
