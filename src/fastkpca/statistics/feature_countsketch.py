@@ -9,8 +9,10 @@ kernelized data, so a near-best rank-k subspace of Z is one of the data, their g
 terms instead of O(nnz(X) m); (3) an input-sparsity low-rank method on Z (Clarkson & Woodruff
 2013; their Corollary 8).
 
-What ``RandomFeatureKPCA(solver="countsketch")`` implements is step (3), on features computed
-exactly:
+``RandomFeatureKPCA(solver="countsketch")`` implements step (3), and step (2) with
+``features="rff", input_sketch=...`` (``fastkpca._input_sketch``: a CountSketch of the d
+coordinates to t, then a dense Gaussian t x m/2, so ``X W`` costs O(nnz(X) + n t m / 2)); without
+``input_sketch`` the features are computed exactly:
 
 - the features ``Z = [cos(X W), sin(X W)] / sqrt(m/2)`` (``features="rff"`` draws the paper's
   i.i.d. Gaussian frequencies; the default ``"auto"`` draws orthogonal ones, ``orf``) are formed
@@ -30,11 +32,11 @@ exactly:
 
 What it does not implement:
 
-- the fast Gaussian multiplication of step (2).  Computing the features densely costs
-  O(nnz(X) m) for ``X @ W`` plus O(n m) for cos / sin and O(n m) for the sketch, per pass, so
-  the fit is O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps).  On sparse data with
-  few non-zeros per row (Adult: ~14 of 123) ``X @ W`` is the smaller part: the dense O(n m)
-  feature work and the n-independent SVD of the t x m sketch dominate (measured in
+- with exact features (no ``input_sketch``), the fast Gaussian multiplication of step (2):
+  then ``X @ W`` costs O(nnz(X) m) plus O(n m) for cos / sin and O(n m) for the sketch, per
+  pass, so the fit is O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps).  On sparse
+  data with few non-zeros per row (Adult: ~14 of 123) ``X @ W`` is the smaller part: the
+  dense O(n m) feature work and the n-independent SVD of the t x m sketch dominate (measured in
   ``benchmarks/countsketch_paper.py``, ``docs/papers/countsketch.md``);
 - the choice of m from the statistical dimension: m is ``n_features`` (default 1000; the
   ``tol`` search of ``n_features="auto"`` sizes m by the estimated error instead);
