@@ -29,7 +29,8 @@ def bench_gpu():
 
 
 @pytest.mark.slow
-def test_every_case_runs_on_the_cpu(bench_gpu, tmp_path):
+def test_every_case_runs_on_the_cpu(bench_gpu, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # main sets it; restored after the test
     out = tmp_path / "bench_gpu.json"
     bench_gpu.main(["--quick", "--device", "cpu", "--repeats", "1", "--out", str(out)])
     results = json.loads(out.read_text())
@@ -41,7 +42,8 @@ def test_every_case_runs_on_the_cpu(bench_gpu, tmp_path):
     assert {"rf", "nystrom", "exact", "gram_pass", "kernel_pca", "streaming"} <= set(cases)
 
 
-def test_gram_pass_and_nystrom_run(bench_gpu, tmp_path):
+def test_gram_pass_and_nystrom_run(bench_gpu, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCIPY_ARRAY_API", "1")  # main sets it; restored after the test
     out = tmp_path / "bench_gpu.json"
     argv = ["--quick", "--device", "cpu", "--repeats", "1", "--gram-n", "20000"]
     bench_gpu.main([*argv, "--only", "gram_pass", "nystrom", "--out", str(out)])

@@ -14,11 +14,13 @@ The choice is a pipeline of cheap looks before any full fit:
    each refused up front when its memory at the predicted size exceeds the budget or its
    predicted time (a flop count over a rate measured on the probe, then on the fits themselves)
    exceeds what is left of the time budget;
-4. growth: the first candidate is fitted at doubling sizes from the predicted one until the
-   relative rank-k error estimated on the probe (:meth:`SpectrumProbe.error`, exact on the probe
-   rows, biased up against the error on all rows: :mod:`fastkpca.statistics.growth`) is at most
-   ``1 + tol``, or stops falling (the probe's floor, :data:`PLATEAU_MAX_EXCESS`); when the
-   budget stops its growth first, the next candidate is tried.
+4. growth: the first candidate is fitted at growing sizes from the predicted one (landmarks by
+   a factor read from the estimated excess, :meth:`_Run.next_size`; features doubling) until
+   the relative rank-k error estimated on the probe (:meth:`SpectrumProbe.error`, exact on the
+   probe rows, biased up against the error on all rows: :mod:`fastkpca.statistics.growth`) is
+   at most ``1 + tol``, or stops falling: the probe's floor (:data:`PLATEAU_MAX_EXCESS`), or a
+   higher one no size passes (the most accurate fit kept, with a warning); when the budget
+   stops its growth first, the next candidate is tried.
 
 No candidate within the budgets is a ``ValueError`` that names each candidate and why it was
 refused; candidates fitted but short of ``tol`` leave the most accurate one, with a
@@ -105,6 +107,9 @@ EXACT_EIGEN_FLOPS = 300
 #: is fitted to the probe rows), the more so the fewer rows: measured on pendigits, Nystrom at
 #: 512 to 4096 landmarks (4096: exact KPCA), 1.0102 with p = 2000 and 1.0340 with p = 838.
 PLATEAU_MAX_EXCESS = 0.1
+
+#: Landmarks grow by at least this factor from one fit to the next (:meth:`_Run.next_size`).
+MIN_GROWTH_FACTOR = 1.5
 
 #: Bootstrap replicates of the probe error's standard error.
 N_BOOTSTRAP = 200
@@ -263,11 +268,13 @@ class SpectrumProbe:
     def n_rows(self) -> int:
         return int(self.G.shape[0])
 
-    def _ratio(self, T) -> tuple[float, float]:
+    def _ratio(self, T, bootstrap: bool = True) -> tuple[float, float]:
         rows = np.maximum(self._residual_rows(T), 0.0)
         if self.tail2 <= 0.0:
             return (1.0 if rows.sum() <= 1e-12 * self.scale**2 else math.inf), 0.0
         estimate = math.sqrt(rows.sum() / self.tail2)
+        if not bootstrap:
+            return float(estimate), math.nan
         p = rows.size
         idx = self.rng.integers(0, p, size=(N_BOOTSTRAP, p))
         boot = np.sqrt(rows[idx].sum(axis=1) / np.maximum(self.tail_rows[idx].sum(axis=1), 1e-300))
@@ -306,7 +313,8 @@ class SpectrumProbe:
             with one_blas_thread():
                 w, V = np.linalg.eigh(Fc.T @ Fc)
             k = min(self.k, w.size)
-            errors[int(c)] = self._ratio(Fc @ V[:, ::-1][:, :k])[0]
+            # the size prediction reads the estimate alone: no bootstrap
+            errors[int(c)] = self._ratio(Fc @ V[:, ::-1][:, :k], bootstrap=False)[0]
             if errors[int(c)] <= stop:
                 break
         return errors
@@ -735,7 +743,8 @@ class _Run:
             return None, why
         last_err = None
         previous = None
-        for size in sizes:
+        size = sizes[0]
+        while True:
             need = self.memory(method, size, params)
             predicted = self.flops(method, size, params) / self.rate
             if need > self.budget:
@@ -773,18 +782,20 @@ class _Run:
                 entry["why"] = f"estimated error {err:.4f} <= 1 + tol"
                 self._chosen_entry = entry
                 return model, ""
-            if (
-                previous is not None
-                and previous[0] - err < max(previous[1], stderr)
-                and err <= 1.0 + PLATEAU_MAX_EXCESS
-            ):
+            if previous is not None and previous[0] - err < max(previous[1], stderr):
+                if err <= 1.0 + PLATEAU_MAX_EXCESS:
+                    entry["why"] = (
+                        f"estimated error {err:.4f} level with the last size's "
+                        f"{previous[0]:.4f} (within its standard error): the probe's floor, "
+                        "which exact KPCA's estimate has too"
+                    )
+                    self._chosen_entry = entry
+                    return model, ""
                 entry["why"] = (
                     f"estimated error {err:.4f} level with the last size's {previous[0]:.4f} "
-                    "(within its standard error): the probe's floor, which exact KPCA's "
-                    "estimate has too"
+                    f"(within its standard error), above 1 + {PLATEAU_MAX_EXCESS}: no growth"
                 )
-                self._chosen_entry = entry
-                return model, ""
+                return self.keep_best_at_floor(err, previous[0]), ""
             previous = (err, stderr)
             if not self.profile.multi_pass:
                 # One pass: no second fit.  Kept, and said so.
@@ -801,8 +812,49 @@ class _Run:
                 )
                 return model, ""
             entry["status"] = "tried"
-            entry["why"] = f"estimated error {err:.4f} > 1 + tol: grow"
+            if size >= sizes[-1]:
+                entry["why"] = f"estimated error {err:.4f} > 1 + tol at the largest size"
+                break
+            size = self.next_size(method, size, sizes, err)
+            entry["why"] = f"estimated error {err:.4f} > 1 + tol: grow to {size}"
         return None, f"reached {last_err:.4f} at the largest size ({sizes[-1]})"
+
+    def next_size(self, method, size, sizes, err) -> int:
+        """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
+        by a factor from the estimated excess: ``(err - 1) / tol`` within
+        [:data:`MIN_GROWTH_FACTOR`, 2].
+
+        Where the excess rank-k error falls as 1 / c (faster on a fast-decaying spectrum),
+        ``c (err - 1) / tol`` landmarks suffice; the estimate is biased up (see the module
+        notes), so the factor is capped at the doubling, and an excess just above ``tol``
+        costs a step of 1.5x, not 2x.
+        """
+        later = [s for s in sizes if s > size]
+        if method != "nystrom" or not self.profile.multi_pass:
+            return later[0]
+        factor = min(2.0, max(MIN_GROWTH_FACTOR, (err - 1.0) / self.tol))
+        return int(min(sizes[-1], max(size + 1, math.ceil(size * factor))))
+
+    def keep_best_at_floor(self, err, previous_err):
+        """The estimate stopped falling above ``1 + tol`` and above the probe's usual floor
+        (:data:`PLATEAU_MAX_EXCESS`): larger sizes would not pass either (the probe rows repeat,
+        or the spectrum's tail is flat), so the most accurate fit so far is kept, with a
+        ``RuntimeWarning``, rather than growing to the cap."""
+        assert self._best is not None
+        best_err, best_model, method, best_entry = self._best
+        best_entry["why"] = (
+            f"estimated error {best_err:.4f} > 1 + tol, the lowest: the estimate stopped "
+            f"falling ({previous_err:.4f}, then {err:.4f}, within its standard error), a floor "
+            "that larger sizes do not pass"
+        )
+        self._chosen_entry = best_entry
+        warnings.warn(
+            f"tol={self.tol}: the estimated relative rank-k error of {method} stopped falling "
+            f"at {best_err:.4f} > 1 + tol; the most accurate fit is kept",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+        return best_model
 
     def reject(self, method, size, params, reason, why) -> str:
         entry = self.entry(
