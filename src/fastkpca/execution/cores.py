@@ -1,7 +1,7 @@
 """The number of cores this process may run on.
 
-``os.cpu_count()`` counts the machine's cores; a process confined by ``taskset``, a container's
-CPU quota or a batch scheduler's allocation may use fewer, and threads beyond those only
+The machine's core count is not it: a process confined by ``taskset``, a container's CPU quota
+or a batch scheduler's allocation may use fewer, and threads beyond those only
 oversubscribe them.  :func:`usable_cores` takes the smallest of: the CPU affinity set
 (``os.process_cpu_count`` on Python >= 3.13, ``os.sched_getaffinity`` before), and the cgroup CPU
 quota (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us`` of v1), rounded up.
@@ -23,10 +23,15 @@ def _affinity_cores() -> int:
     count = getattr(os, "process_cpu_count", None)  # Python >= 3.13: affinity-aware
     if count is not None:
         return max(1, count() or 1)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):  # Linux and the BSDs before Python 3.13
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except OSError:
+            pass
+    # Only where the platform has no per-process CPU set that Python can read (macOS, Windows
+    # before Python 3.13): every core of the machine is the process's; the cgroup quota below
+    # still applies where there is one.
+    return max(1, os.cpu_count() or 1)
 
 
 def _read(path: Path) -> str | None:

@@ -1,0 +1,76 @@
+"""usable_cores: the CPU set and the cgroup quota of this process, not the machine's core count."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fastkpca.execution import cores
+from fastkpca.execution.cores import cgroup_cpu_quota, usable_cores
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv("FASTKPCA_CORES", raising=False)
+    monkeypatch.setattr(cores, "_cached_quota", lambda: None)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_a_process_confined_to_one_core_sees_one():
+    code = (
+        "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+        "from fastkpca.execution.cores import usable_cores; print(usable_cores())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FASTKPCA_CORES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
+
+
+def test_affinity_set_is_counted(monkeypatch):
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5, 7}, raising=False)
+    assert usable_cores() == 3
+
+
+def test_quota_caps_the_affinity_rounded_up(monkeypatch):
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(cores, "_cached_quota", lambda: 1.5)
+    assert usable_cores() == 2
+
+
+def test_environment_override_wins(monkeypatch):
+    monkeypatch.setenv("FASTKPCA_CORES", "5")
+    assert usable_cores() == 5
+    monkeypatch.setenv("FASTKPCA_CORES", "zero")  # not a count: ignored
+    assert usable_cores() >= 1
+
+
+def test_cgroup_v2_and_v1_quotas_are_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(cores, "_read", _reader_without_proc(cores._read))
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    assert cgroup_cpu_quota(tmp_path) == pytest.approx(2.5)
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # no limit
+    assert cgroup_cpu_quota(tmp_path) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (tmp_path / "cpu.max").unlink()
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000")
+    assert cgroup_cpu_quota(v1) == pytest.approx(3.0)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1")  # no limit
+    assert cgroup_cpu_quota(v1) is None
+
+
+def _reader_without_proc(read):
+    """The module's file reader, with this machine's /proc/self/cgroup hidden (so only the
+    temporary tree's root folders are consulted)."""
+
+    def reader(path):
+        return None if str(path) == "/proc/self/cgroup" else read(path)
+
+    return reader
