@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
@@ -643,9 +644,12 @@ class ExactKPCA(BaseKPCA):
         eigen_solver = self._check_params()
         precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
         source = self._fit_source(X)
-        if not source.placement.host:
-            return self._fit_on_device(source, eigen_solver, precomputed)
-        if eigen_solver != "matrix_free" and source.n_samples is not None:
+        placement = source.placement
+        if not placement.host:
+            # A device stores the Gram when it fits its free memory, else goes matrix-free
+            # (device_exact_kpca decides); what is learned on the host is refused up front.
+            refuse_host_only_options(precomputed, self.fit_inverse_transform)
+        elif eigen_solver != "matrix_free" and source.n_samples is not None:
             # The stored Gram must fit in this process: check before computing anything.
             n = source.n_samples
             if _is_fraction(self.n_components):
@@ -670,10 +674,15 @@ class ExactKPCA(BaseKPCA):
                 eigen_solver = "matrix_free"  # recompute the Gram in each pass instead
         X = source.in_memory(purpose="ExactKPCA")
         rng = self._make_rng()
-        kernel = self._resolve_kernel(X, rng)
+        # gamma heuristics read host rows: a device source gives them by index
+        kernel = self._resolve_kernel(X if placement.host else source, rng)
         _check_fraction_solver(eigen_solver, self.n_components)
         k = self._resolve_n_components(X.shape[0])
-        vals, vecs, stats, n_iter = exact_kpca(
+        if placement.host:
+            solve = exact_kpca
+        else:
+            solve = partial(device_exact_kpca, every_pair=_is_fraction(self.n_components))
+        vals, vecs, stats, n_iter = solve(
             X,
             kernel,
             k,
@@ -682,44 +691,19 @@ class ExactKPCA(BaseKPCA):
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = X.copy()
+        xp = placement.xp
+        # The caller's rows are copied (a CSR matrix too, on the host); rows a device source
+        # sent from the host are the model's own already.
+        if placement.host:
+            self.X_fit_ = X.copy()
+        else:
+            self.X_fit_ = xp.asarray(X, copy=True) if source.resident else X
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
         self.n_iter_ = n_iter
         # Exact total variance: the diagonal (n kernel evaluations) and the Gram's mean.
-        self._finish_fit(kernel.diag(X).sum(dtype=np.float64), stats.total_mean, 0.0, X)
-        return X
-
-    def _fit_on_device(self, source, eigen_solver, precomputed):
-        """:meth:`_fit` on a device (PyTorch, CuPy): the Gram on the device when it fits its
-        free memory, the matrix-free iteration otherwise (:func:`device_exact_kpca`)."""
-        refuse_host_only_options(precomputed, self.fit_inverse_transform)
-        X = source.in_memory(purpose="ExactKPCA")
-        rng = self._make_rng()
-        kernel = self._resolve_kernel(source, rng)
-        _check_fraction_solver(eigen_solver, self.n_components)
-        k = self._resolve_n_components(X.shape[0])
-        vals, vecs, stats, n_iter = device_exact_kpca(
-            X,
-            kernel,
-            k,
-            eigen_solver=eigen_solver,
-            rng=rng,
-            tol=self.tol,
-            max_iter=self.max_iter,
-            every_pair=_is_fraction(self.n_components),
-        )
-        xp = source.placement.xp
-        # The caller's tensor is copied (as the host copies its array); rows sent from the host
-        # are the model's own already.
-        self.X_fit_ = xp.asarray(X, copy=True) if source.resident else X
-        self.eigenvalues_ = vals
-        self.eigenvectors_ = vecs
-        self.gram_col_means_ = stats.col_means
-        self.gram_total_mean_ = stats.total_mean
-        self.n_iter_ = n_iter
         diag_sum = float(xp.sum(xp.astype(kernel.diag(X), xp.float64)))
         self._finish_fit(diag_sum, stats.total_mean, 0.0, X)
         return X

@@ -339,19 +339,24 @@ class KernelPCA(BaseKPCA):
         if self.fit_inverse_transform and precomputed:
             raise ValueError("Cannot fit_inverse_transform with a precomputed kernel.")
         placement = self._placement(X)
-        if not placement.host:
-            return self._fit_on_device(X, precomputed)
-        X = validate_data(
-            self,
-            X,
-            accept_sparse="csr",
-            accept_large_sparse=self._accept_large_sparse,
-            dtype=[np.float64, np.float32],
-            copy=self.copy_X,
-        )
+        if placement.host:
+            X = validate_data(
+                self,
+                X,
+                accept_sparse="csr",
+                accept_large_sparse=self._accept_large_sparse,
+                dtype=[np.float64, np.float32],
+                copy=self.copy_X,
+            )
+        else:  # rows on (or sent to) a device: the Gram in tiles there, the device's solvers
+            refuse_host_only_options(precomputed, self.fit_inverse_transform)
+            X = self._fit_source(X).in_memory(purpose="KernelPCA")
+        xp = placement.xp
         n = X.shape[0]
+        dtype = result_dtype(X)
         self.gamma_ = 1 / X.shape[1] if self.gamma is None else self.gamma
         rng = as_generator(self.random_state)
+        k = n if self.n_components is None else min(n, self.n_components)
         block = _center_block_rows(n)
         if precomputed:
             if sp.issparse(X):
@@ -362,64 +367,44 @@ class KernelPCA(BaseKPCA):
                 X = X.copy()
             self.kernel_ = None
             K = X  # centered in place: a copy unless copy_X=False, as in scikit-learn
-            scale = float(np.trace(K, dtype=np.float64))
             stats = _center_precomputed(K, block)
         else:
             self.kernel_ = self._make_kernel()
-            K = symmetric_gram(X, self.kernel_)
-            scale = float(np.trace(K, dtype=np.float64))
+            if placement.host:
+                K = symmetric_gram(X, self.kernel_)
+            else:
+                solver = self._solver_device(n, k)
+                if not device_gram_fits(n, np.dtype(dtype).itemsize, solver, placement):
+                    raise ValueError(
+                        f"KernelPCA's {n} x {n} Gram matrix with eigen_solver="
+                        f"{self.eigen_solver!r} does not fit the free memory of "
+                        f"{placement.name}; fastkpca.ExactKPCA(eigen_solver='matrix_free') "
+                        "recomputes the Gram in each pass instead"
+                    )
+                K = device_gram(X, self.kernel_)
+            scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
             stats = center_gram_inplace(K, block=block)
+        if precomputed:
+            scale = float(np.trace(K, dtype=np.float64))
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
-
-        k = n if self.n_components is None else min(n, self.n_components)
-        # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
-        vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed, scale=scale)
-        del K
-        if self.remove_zero_eig or self.n_components is None:
-            keep = vals > 0
-            vals, vecs = vals[keep], vecs[:, keep]
-        dtype = result_dtype(X)
-        self.eigenvalues_ = vals.astype(dtype)
-        self.eigenvectors_ = vecs.astype(dtype)
-        self.X_fit_ = X
-        if self.fit_inverse_transform:
-            self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
-
-    def _fit_on_device(self, X, precomputed):
-        """:meth:`_fit` on a device: the Gram in tiles there, centered there, the device's
-        solvers (:func:`_eigh_device`); the fitted arrays stay there."""
-        refuse_host_only_options(precomputed, self.fit_inverse_transform)
-        source = self._fit_source(X)
-        X = source.in_memory(purpose="KernelPCA")
-        placement = source.placement
-        xp = placement.xp
-        n = X.shape[0]
-        self.gamma_ = 1 / X.shape[1] if self.gamma is None else self.gamma
-        rng = as_generator(self.random_state)
-        k = n if self.n_components is None else min(n, self.n_components)
-        solver = self._solver_device(n, k)
-        dtype = result_dtype(X)
-        if not device_gram_fits(n, np.dtype(dtype).itemsize, solver, placement):
-            raise ValueError(
-                f"KernelPCA's {n} x {n} Gram matrix with eigen_solver={self.eigen_solver!r} does "
-                f"not fit the free memory of {placement.name}; fastkpca.ExactKPCA("
-                "eigen_solver='matrix_free') recomputes the Gram in each pass instead"
-            )
-        self.kernel_ = self._make_kernel()
-        K = device_gram(X, self.kernel_)
-        scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
-        stats = center_gram_inplace(K, block=_center_block_rows(n))
-        self.gram_col_means_ = stats.col_means
-        self.gram_total_mean_ = stats.total_mean
-        vals, vecs = self._eigh_device(K, k, solver, rng, scale=scale, dtype=dtype)
+        if placement.host:
+            # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
+            vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed, scale=scale)
+        else:
+            vals, vecs = self._eigh_device(K, k, solver, rng, scale=scale, dtype=dtype)
         del K
         if self.remove_zero_eig or self.n_components is None:
             keep = vals > 0
             vals, vecs = vals[keep], vecs[:, keep]
         self.eigenvalues_ = xp.astype(vals, placement.dtype(dtype))
         self.eigenvectors_ = xp.astype(vecs, placement.dtype(dtype))
-        self.X_fit_ = xp.asarray(X, copy=True) if self.copy_X else X
+        if placement.host:
+            self.X_fit_ = X  # validate_data copied it when copy_X
+        else:
+            self.X_fit_ = xp.asarray(X, copy=True) if self.copy_X else X
+        if self.fit_inverse_transform:
+            self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
 
     def _solver_device(self, n, k):
         """The device's solver: ``auto`` from :func:`fastkpca.solvers.auto_method_device` (the
