@@ -63,6 +63,7 @@ __all__ = [
     "ridge_leverage_scores",
     "RPCholeskyResult",
     "rpcholesky_indices",
+    "rpcholesky_of_gram",
     "select_landmarks",
 ]
 
@@ -548,6 +549,34 @@ def rpcholesky_indices(
     else:
         factor = np.array(F[:, :k]) if placement.host else xp.asarray(F[:, :k], copy=True)
     return RPCholeskyResult(np.asarray(pivots, dtype=np.int64), factor, d, trace, n_proposals)
+
+
+def rpcholesky_of_gram(K: np.ndarray, n_landmarks: int, rng: np.random.Generator) -> np.ndarray:
+    """The RPCholesky factor F (m x c, pivot order) of a Gram matrix already held (plain
+    CETW Alg. 1 on its columns, as :func:`rpcholesky_indices` runs it on kernel rows): each
+    step draws a pivot s with probability ``d_s / sum(d)``, ``d = diag(K - F F^T)``, and appends
+    ``(K[:, s] - F F[s]^T) / sqrt(d_s)``.  For small explicit Grams (AutoKPCA's probe), where
+    the rows' kernel evaluations and the accelerated form's rejection rounds would cost more
+    than the m c^2 of the plain loop.  Stops early when the residual vanishes."""
+    K = np.asarray(K, dtype=np.float64)
+    m = K.shape[0]
+    c = min(int(n_landmarks), m)
+    d = np.diagonal(K).copy()
+    floor = RESIDUAL_FLOOR * d
+    F = np.zeros((m, c))
+    for i in range(c):
+        d[d <= floor] = 0.0
+        if not np.any(d > 0):
+            return F[:, :i]
+        s = int(_sample_from_diagonal(d, 1, rng)[0])
+        g = K[:, s] - F[:, :i] @ F[s, :i]
+        if g[s] <= floor[s]:  # round-off residual: the point is already explained
+            d[s] = 0.0
+            continue
+        F[:, i] = g / np.sqrt(g[s])
+        d -= F[:, i] ** 2
+        d[s] = 0.0
+    return F
 
 
 def _kernel_diag(kernel: Kernel, X):
