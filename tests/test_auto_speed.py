@@ -33,10 +33,9 @@ def _nystrom_fits(model):
     return [e for e in model.report_ if e["method"] == "nystrom" and e["error"] is not None]
 
 
-@pytest.mark.filterwarnings("ignore:tol=0.01 is finer than the probe resolves")
 def test_growth_factor_follows_the_estimate(small):
-    tol = 0.01
-    model = AutoKPCA(K, tol=tol, random_state=0).fit(_blob(1500))
+    tol = 0.05
+    model = AutoKPCA(8, tol=tol, random_state=0).fit(_blob(1500))
     fits = _nystrom_fits(model)
     assert len(fits) >= 2, "the case must grow at least once"
     for before, after in zip(fits, fits[1:], strict=False):
@@ -100,3 +99,22 @@ def test_cross_fitted_estimate_tracks_the_error_on_all_rows(seed):
             num = sum(h.residual_rows(T[h.rows]).sum() for h in probe.halves)
             in_sample = math.sqrt(num / sum(h.own.sum() for h in probe.halves))
             assert in_sample - estimate >= 0.005
+
+
+def test_plateau_above_tol_keeps_the_most_accurate_fit(small, monkeypatch):
+    # With the resolution stop off (RESOLUTION_STDERRS = 0) and tol out of reach, growth must
+    # end where the estimate stops falling for PLATEAU_STEPS sizes, not at the cap.
+    monkeypatch.setattr(auto, "RESOLUTION_STDERRS", 0.0)
+    with pytest.warns(RuntimeWarning, match="stopped falling"):
+        model = AutoKPCA(K, tol=1e-6, random_state=0).fit(_blob(1500))
+    fits = _nystrom_fits(model)
+    assert fits[-1]["size"] < 1500
+    assert len(fits) >= auto.PLATEAU_STEPS + 1
+    # the last PLATEAU_STEPS steps fell by less than their standard error
+    last = fits[-(auto.PLATEAU_STEPS + 1) :]
+    for before, after in zip(last, last[1:], strict=False):
+        assert before["error"] - after["error"] < max(before["error_stderr"], after["error_stderr"])
+    chosen = [e for e in model.report_ if e["status"] == "chosen"]
+    assert len(chosen) == 1
+    assert chosen[0]["error"] == min(e["error"] for e in fits)
+    assert chosen[0]["size"] == model.estimator_.n_landmarks_

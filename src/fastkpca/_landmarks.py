@@ -552,22 +552,24 @@ def rpcholesky_indices(
 
 
 def rpcholesky_of_gram(K: np.ndarray, n_landmarks: int, rng: np.random.Generator) -> np.ndarray:
-    """The RPCholesky factor F (m x c, pivot order) of a Gram matrix already held (plain
-    CETW Alg. 1 on its columns, as :func:`rpcholesky_indices` runs it on kernel rows): each
-    step draws a pivot s with probability ``d_s / sum(d)``, ``d = diag(K - F F^T)``, and appends
-    ``(K[:, s] - F F[s]^T) / sqrt(d_s)``.  For small explicit Grams (AutoKPCA's probe), where
-    the rows' kernel evaluations and the accelerated form's rejection rounds would cost more
-    than the m c^2 of the plain loop.  Stops early when the residual vanishes."""
+    """RPCholesky pivots (in the order chosen) of a Gram matrix already held: plain CETW
+    Alg. 1 on its columns, as :func:`rpcholesky_indices` runs it on kernel rows.  Each step
+    draws a pivot s with probability ``d_s / sum(d)``, ``d = diag(K - F F^T)``, and appends
+    ``(K[:, s] - F F[s]^T) / sqrt(d_s)`` to F.  For small explicit Grams (AutoKPCA's probe),
+    where the rows' kernel evaluations and the accelerated form's rejection rounds would cost
+    more than the m c^2 of the plain loop.  Fewer pivots when the residual vanishes first."""
     K = np.asarray(K, dtype=np.float64)
     m = K.shape[0]
     c = min(int(n_landmarks), m)
     d = np.diagonal(K).copy()
     floor = RESIDUAL_FLOOR * d
     F = np.zeros((m, c))
-    for i in range(c):
+    pivots: list[int] = []
+    while len(pivots) < c:
         d[d <= floor] = 0.0
         if not np.any(d > 0):
-            return F[:, :i]
+            break
+        i = len(pivots)
         s = int(_sample_from_diagonal(d, 1, rng)[0])
         g = K[:, s] - F[:, :i] @ F[s, :i]
         if g[s] <= floor[s]:  # round-off residual: the point is already explained
@@ -576,7 +578,8 @@ def rpcholesky_of_gram(K: np.ndarray, n_landmarks: int, rng: np.random.Generator
         F[:, i] = g / np.sqrt(g[s])
         d -= F[:, i] ** 2
         d[s] = 0.0
-    return F
+        pivots.append(s)
+    return np.asarray(pivots, dtype=np.int64)
 
 
 def _kernel_diag(kernel: Kernel, X):

@@ -228,8 +228,9 @@ def _fold_device_rows(kernel, X, Y, step, init, dtype):
 def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
     """Accumulate :class:`KernelMoments` of ``k(L, x)`` over an iterable of row blocks.
 
-    Each block is split further by the kernel's memory budget, so only one float64 kernel block
-    of ``chunk_rows(c)`` rows by c columns is alive at a time.
+    On the host each block is folded in small row chunks over the worker threads
+    (:meth:`fastkpca.kernels.Kernel.fold_rows`), each thread holding one float64 chunk and
+    c x c moments of its own; on a device, in large tiles.
     """
     placement = placement_of(landmarks)
     if moments is None:
@@ -238,10 +239,15 @@ def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = No
         for block in blocks:
             _fold_device_rows(kernel, block, landmarks, _add_tile, lambda: moments, np.float64)
         return moments
+    c = landmarks.shape[0]
     for block in blocks:
-        for _, _, K in kernel.blocks(block, landmarks):
-            moments.update(K)
-            del K  # free this block before the generator computes the next one
+        # Each worker thread folds its share of small row chunks into moments of its own (the
+        # chunk's SYRK while it is in cache, BLAS on one thread), merged in row order: the
+        # chunk grid depends on the rows alone, the thread count only groups the merges.
+        # One-threaded SYRKs of 10^6 x 128 float64 rows after each block took 1.0 s of a
+        # 1.55 s fit (2 cores); folded, the SYRKs run on every core beside the kernel values.
+        for share in kernel.fold_rows(block, landmarks, _add_tile, lambda: KernelMoments.empty(c)):
+            moments.merge(share)
     return moments
 
 
