@@ -299,7 +299,10 @@ def table(results) -> str:
     ]
     for s in results["sets"]:
         for c in s["cases"]:
-            shape = f"{s['name']} ({s['n']} x {s['d']}{', sparse' if s['sparse'] else ''})"
+            shape = f"{s['name']} ({s['n']} x {s['d']}{', sparse' if s['sparse'] else ''}"
+            if s.get("eval") == "subsample":
+                shape += f"; {s['eval_rows']}-row evaluation"
+            shape += ")"
             if not c["auto_ok"]:
                 lines.append(f"| {shape} | {c['tol']} | failed | | | | | | |")
                 continue

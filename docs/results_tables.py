@@ -239,7 +239,104 @@ GENERATORS = {
     "which-method-table": which_method_table,
     "nystrom-adult-table": nystrom_adult_table,
     "reduced-set-table": reduced_set_table,
+    "auto-full-table": auto_full_table,
+    "input-sparsity-table": input_sparsity_table,
+    "auto-quick-table": auto_quick_table,
 }
+
+
+# --- input-sparsity features (bench_input_sparsity.json) ------------------------------------------
+
+
+def _sparsity_data(row: dict) -> tuple[str, str]:
+    """(the data's label, its non-zeros a row) of a bench_input_sparsity row."""
+    if row["source"] == "bow":
+        return f"bag of words, d = 10^{len(str(row['d'])) - 1}", str(row["nnz"])
+    if row["source"] == "adult":
+        return f"a9a, {row['n']} x 123", "~14"
+    return f"kddcup, {row['n']} x 41 dense", "41"
+
+
+def _sketch_label(sketch, buckets) -> str:
+    if sketch is None or sketch == "None":
+        return "exact `X W`"
+    if sketch == "auto":
+        return f"`auto` (t = {buckets})"
+    return f"t = {sketch}"
+
+
+def input_sparsity_table() -> str:
+    r = _json("bench_input_sparsity.json")
+    lines = [
+        "| data | nnz / row | m | features | fit (s) | features (s) | extra (MB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in r["vary_nnz"] + r["vary_m"] + r["wide"] + r["real"]:
+        data, nnz = _sparsity_data(row)
+        lines.append(
+            f"| {data} | {nnz} | {row['m']} | {_sketch_label(row['input_sketch'], row['n_buckets'])} "
+            f"| {row['fit_seconds']:.2f} | {row['features_seconds']:.2f} | "
+            f"{_mb(row['fit_extra_peak_mb'])} |"
+        )
+    lines += [
+        "",
+        f"At d = 10^6 the exact path is not run: its frequencies alone would take "
+        f"{r['wide_exact_features_bytes'] / 2**30:.1f} GiB.",
+        "",
+        f"| data ({r['accuracy'][0]['n']} rows, m = 1000, k = {r['k']}) | features | relative "
+        "rank-k error (1 = exact KPCA) |",
+        "|---|---|---|",
+    ]
+    for acc in r["accuracy"]:
+        data, nnz = _sparsity_data(acc)
+        data = data.split(",")[0] if acc["source"] != "bow" else f"{data}, {nnz} / row"
+        for key, res in acc["results"].items():
+            label = _sketch_label(key, res["n_buckets"])
+            lines.append(f"| {data} | {label} | {res['relative_rank_k_error']:.4f} |")
+    load = ", ".join(f"{x:.1f}" for x in (r["load_start"][0], r["load_end"][0]))
+    lines += [
+        "",
+        f"Load average at the start and the end: {load} (2 cores); the whole run took "
+        f"{r['total_seconds'] / 60:.0f} min.",
+    ]
+    return "\n".join(lines)
+
+
+# --- AutoKPCA against the hindsight-best fits (bench_auto.json, bench_auto_quick.json) ------------
+
+
+@cache
+def _bench_auto():
+    """``benchmarks/bench_auto.py`` as a module: its table and goal counts are the ones used."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "bench_auto.py"
+    spec = importlib.util.spec_from_file_location("bench_auto", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _auto_table(name: str) -> str:
+    results = _json(name)
+    bench = _bench_auto()
+    goals = bench.summarize(results)
+    return (
+        bench.table(results)
+        + "\n\n"
+        + f"Goals: true error at most 1 + 2 tol in {goals['error_goal_met']} of "
+        f"{goals['cases']} cases; time at most 1.5x the hindsight-best in "
+        f"{goals['time_goal_met']} of the {goals['time_cases']} cases that have one; peak "
+        f"memory within the budget in {goals['memory_goal_met']} of {goals['cases']}."
+    )
+
+
+def auto_full_table() -> str:
+    return _auto_table("bench_auto.json")
+
+
+def auto_quick_table() -> str:
+    return _auto_table("bench_auto_quick.json")
 
 
 def render(text: str) -> str:
