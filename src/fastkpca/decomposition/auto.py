@@ -921,8 +921,7 @@ class _Run:
                 # Above 1 + tol by less than its standard error: the probe cannot tell it from
                 # a fit that meets tol, and a larger one would cost another 1.5x.
                 entry["why"] = (
-                    f"estimated error {err:.4f} within one standard error ({stderr:.4f}) of "
-                    "1 + tol"
+                    f"estimated error {err:.4f} within one standard error ({stderr:.4f}) of 1 + tol"
                 )
                 self._chosen_entry = entry
                 return model, ""
