@@ -247,3 +247,14 @@ def test_torch_tensor_input():
     # the same model computed by torch and by numpy: equal up to float64 rounding of the Gram
     # and its eigenvectors (amplified by the eigengap, here ~1e2)
     np.testing.assert_allclose(np.abs(T.numpy()), np.abs(reference), atol=1e-8)
+
+
+@pytest.mark.parametrize("layout", ["array", "blocks"])
+def test_non_finite_rows_are_refused_whatever_the_layout(layout):
+    # Inner fits skip the finite-value scan only for in-memory rows AutoKPCA checked whole;
+    # rows read in blocks are checked as they are read.
+    X = np.random.default_rng(0).standard_normal((6000, 5))
+    X[4500, 2] = np.nan
+    data = X if layout == "array" else [X[:3000], X[3000:]]
+    with pytest.raises(ValueError, match="NaN"):
+        AutoKPCA(3, random_state=0).fit(data)
