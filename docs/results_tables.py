@@ -234,15 +234,6 @@ def reduced_set_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATORS = {
-    "goals-table": goals_table,
-    "which-method-table": which_method_table,
-    "nystrom-adult-table": nystrom_adult_table,
-    "reduced-set-table": reduced_set_table,
-    "auto-full-table": auto_full_table,
-    "input-sparsity-table": input_sparsity_table,
-    "auto-quick-table": auto_quick_table,
-}
 
 
 # --- input-sparsity features (bench_input_sparsity.json) ------------------------------------------
@@ -337,6 +328,17 @@ def auto_full_table() -> str:
 
 def auto_quick_table() -> str:
     return _auto_table("bench_auto_quick.json")
+
+
+GENERATORS = {
+    "goals-table": goals_table,
+    "which-method-table": which_method_table,
+    "nystrom-adult-table": nystrom_adult_table,
+    "reduced-set-table": reduced_set_table,
+    "auto-full-table": auto_full_table,
+    "input-sparsity-table": input_sparsity_table,
+    "auto-quick-table": auto_quick_table,
+}
 
 
 def render(text: str) -> str:
