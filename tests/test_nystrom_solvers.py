@@ -223,3 +223,20 @@ def test_bad_solver_parameters(mixture):
         NystromKPCA(solver="lanczos").fit(X)
     with pytest.raises(ValueError, match="sketch_size"):
         NystromKPCA(solver="randomized", sketch_size=0).fit(X)
+
+
+def test_kernel_moments_agree_folded_and_blockwise(monkeypatch):
+    # Per-thread folding (small c) and one scatter over blocks (large c) are two orders of the
+    # same sums: the moments agree to rounding.
+    from fastkpca.kernels import RBF
+    from fastkpca.statistics import kernel_moments as km
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((5000, 6))
+    L = X[rng.choice(5000, 40, replace=False)]
+    folded = km.kernel_moments([X[:2500], X[2500:]], L, RBF(0.2))
+    monkeypatch.setattr(km, "FOLD_MAX_LANDMARKS", 10)
+    blockwise = km.kernel_moments([X[:2500], X[2500:]], L, RBF(0.2))
+    assert folded.count == blockwise.count == 5000
+    np.testing.assert_allclose(folded.mean, blockwise.mean, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(folded.scatter, blockwise.scatter, rtol=1e-10, atol=1e-10)

@@ -225,12 +225,18 @@ def _fold_device_rows(kernel, X, Y, step, init, dtype):
     return fold_kernel_rows(kernel, X, Y, step, init, dtype=np.dtype(dtype).name)
 
 
+#: :func:`kernel_moments` folds per worker thread (c x c float64 moments each: 8 MiB at 1024
+#: landmarks) up to this many landmarks; above, one scatter for all threads.
+FOLD_MAX_LANDMARKS = 1024
+
+
 def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
     """Accumulate :class:`KernelMoments` of ``k(L, x)`` over an iterable of row blocks.
 
     On the host each block is folded in small row chunks over the worker threads
     (:meth:`fastkpca.kernels.Kernel.fold_rows`), each thread holding one float64 chunk and
-    c x c moments of its own; on a device, in large tiles.
+    c x c moments of its own (up to :data:`FOLD_MAX_LANDMARKS` landmarks; above, each block is
+    split by the kernel's memory budget and added to one scatter); on a device, in large tiles.
     """
     placement = placement_of(landmarks)
     if moments is None:
@@ -240,6 +246,14 @@ def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = No
             _fold_device_rows(kernel, block, landmarks, _add_tile, lambda: moments, np.float64)
         return moments
     c = landmarks.shape[0]
+    if c > FOLD_MAX_LANDMARKS:
+        # c x c moments per thread would cost more memory than they save time: one scatter,
+        # each block's SYRK on all of BLAS's threads.
+        for block in blocks:
+            for _, _, K in kernel.blocks(block, landmarks):
+                moments.update(K)
+                del K  # free this block before the generator computes the next one
+        return moments
     for block in blocks:
         # Each worker thread folds its share of small row chunks into moments of its own (the
         # chunk's SYRK while it is in cache, BLAS on one thread), merged in row order: the
