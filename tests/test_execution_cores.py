@@ -36,6 +36,16 @@ def test_affinity_set_is_counted(monkeypatch):
     assert usable_cores() == 3
 
 
+def test_without_a_readable_cpu_set_joblib_counts(monkeypatch):
+    # No process_cpu_count, no sched_getaffinity (macOS, older Windows): joblib's count, which
+    # honours LOKY_MAX_CPU_COUNT (and the affinity through psutil where installed).
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(cores, "_cached_quota", lambda: None)
+    monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "3")
+    assert usable_cores() == min(3, os.cpu_count())
+
+
 def test_quota_caps_the_affinity_rounded_up(monkeypatch):
     monkeypatch.delattr(os, "process_cpu_count", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)

@@ -28,10 +28,13 @@ def _affinity_cores() -> int:
             return max(1, len(os.sched_getaffinity(0)))
         except OSError:
             pass
-    # Only where the platform has no per-process CPU set that Python can read (macOS, Windows
-    # before Python 3.13): every core of the machine is the process's; the cgroup quota below
-    # still applies where there is one.
-    return max(1, os.cpu_count() or 1)
+    # Where the platform has no per-process CPU set that the os module reads (macOS, Windows
+    # before Python 3.13): joblib's count (scikit-learn's own dependency), which reads the
+    # process's affinity through psutil where that is installed, honours LOKY_MAX_CPU_COUNT,
+    # and is otherwise the machine's; the cgroup quota below still applies where there is one.
+    from joblib import cpu_count
+
+    return max(1, int(cpu_count(only_physical_cores=False)))
 
 
 def _read(path: Path) -> str | None:
