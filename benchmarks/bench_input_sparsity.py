@@ -49,21 +49,6 @@ K = 10
 # ------------------------------------------------------------------------------------------------
 # data (module level: the spawned children re-import these)
 # ------------------------------------------------------------------------------------------------
-def bag_of_words(n, d, nnz, n_topics=10, seed=0):
-    """Unit-norm CSR rows with ~nnz words each (Poisson counts + 1), half of them from the row's
-    topic (a block of d / n_topics words), half uniform over all d."""
-    rng = np.random.default_rng(seed)
-    topic = rng.integers(n_topics, size=n)
-    block = d // n_topics
-    own = topic[:, None] * block + rng.integers(0, block, (n, nnz))
-    cols = np.where(rng.random((n, nnz)) < 0.5, own, rng.integers(0, d, (n, nnz)))
-    vals = rng.poisson(1.0, (n, nnz)) + 1.0
-    X = sp.csr_matrix((vals.ravel(), (np.repeat(np.arange(n), nnz), cols.ravel())), shape=(n, d))
-    X.sum_duplicates()
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
-
-
 def real_rows(name, n):
     from fastkpca.datasets import load
 
@@ -74,9 +59,10 @@ def real_rows(name, n):
 
 def setup(source, n, d=None, nnz=None):
     """The rows (not timed), and a warm-up fit on 64 of them."""
+    from fastkpca.datasets import make_bag_of_words
     from fastkpca.decomposition import RandomFeatureKPCA
 
-    X = bag_of_words(n, d, nnz) if source == "bow" else real_rows(source, n)
+    X = make_bag_of_words(n, d, nnz, random_state=0) if source == "bow" else real_rows(source, n)
     RandomFeatureKPCA(4, n_features=64, features="rff", gamma="median", random_state=0).fit(X[:64])
     return X
 

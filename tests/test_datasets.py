@@ -266,3 +266,30 @@ def test_load_demo():
     assert np.bincount(y).tolist() == [363, 364, 364, 336, 364, 335, 336, 364, 336, 336]
     X32, _ = load_demo(dtype=np.float32)
     assert X32.dtype == np.float32
+
+
+def test_make_bag_of_words_rows():
+    from fastkpca.datasets import make_bag_of_words
+
+    X = make_bag_of_words(300, 5000, 40, n_topics=5, random_state=0)
+    assert sp.issparse(X) and X.format == "csr"
+    assert X.shape == (300, 5000)
+    nnz = np.diff(X.indptr)
+    assert np.all((nnz >= 1) & (nnz <= 40))
+    # rows of unit norm, counts positive
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-12)
+    assert X.data.min() > 0
+    # the same seed, the same rows; words concentrate on each row's topic block
+    Y = make_bag_of_words(300, 5000, 40, n_topics=5, random_state=0)
+    assert (X != Y).nnz == 0
+    # half of each row's draws fall in its topic's block (plus a fifth of the uniform half)
+    rows = np.repeat(np.arange(300), nnz)
+    counts = np.zeros((300, 5))
+    np.add.at(counts, (rows, X.indices // 1000), 1)
+    share = counts.max(axis=1) / nnz
+    assert 0.5 < share.mean() < 0.7
+    for bad in ({"nnz_per_row": 0}, {"nnz_per_row": 6000}, {"n_topics": 0}):
+        args = {"n_samples": 10, "n_features": 5000, "nnz_per_row": 5, **bad}
+        with pytest.raises(ValueError):
+            make_bag_of_words(**args)

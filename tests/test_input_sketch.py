@@ -14,6 +14,7 @@ from fastkpca._input_sketch import (
     resolve_sketch_size,
 )
 from fastkpca._model_schema import check_state
+from fastkpca.datasets import make_bag_of_words
 from fastkpca.decomposition import RandomFeatureKPCA
 from fastkpca.features import FourierFeatureMap, draw_feature_map
 from fastkpca.kernels import RBF
@@ -21,19 +22,9 @@ from fastkpca.kernels import RBF
 STATE_NAME = "fastkpca._input_sketch.SketchedFourierFeatureMap"
 
 
-def _bag_of_words(n, d, nnz, n_topics=5, seed=0):
-    """Unit-norm CSR rows with ~nnz words each, half from the row's topic (a block of d /
-    n_topics words), half uniform: a low-rank structure for KPCA to find."""
-    rng = np.random.default_rng(seed)
-    topic = rng.integers(n_topics, size=n)
-    block = d // n_topics
-    own = topic[:, None] * block + rng.integers(0, block, (n, nnz))
-    cols = np.where(rng.random((n, nnz)) < 0.5, own, rng.integers(0, d, (n, nnz)))
-    vals = rng.poisson(1.0, (n, nnz)) + 1.0
-    X = sp.csr_matrix((vals.ravel(), (np.repeat(np.arange(n), nnz), cols.ravel())), shape=(n, d))
-    X.sum_duplicates()
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
+def _bag_of_words(n, d, nnz, seed=0):
+    """Unit-norm sparse word-count rows with 5 topics: a low-rank structure for KPCA to find."""
+    return make_bag_of_words(n, d, nnz, n_topics=5, random_state=seed)
 
 
 def _sketches(v, t, n_draws, seed):

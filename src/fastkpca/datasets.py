@@ -39,12 +39,42 @@ __all__ = [
     "get_data_home",
     "load_demo",
     "make_random_noisy",
+    "make_bag_of_words",
     "DATASETS",
     "SOURCES",
     "RemoteFile",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def make_bag_of_words(n_samples, n_features, nnz_per_row, n_topics=10, random_state=None):
+    """Sparse, wide rows like word counts: the input-sparsity case of Musco & Woodruff.
+
+    Each row has ``nnz_per_row`` word draws (duplicates merged, so slightly fewer non-zeros),
+    each from the row's topic (a block of ``n_features / n_topics`` words) or uniform over all
+    words with probability 1/2, with counts ``1 + Poisson(1)``; rows are scaled to unit norm.
+    The topics give KPCA a low-rank structure to find.
+
+    Returns
+    -------
+    X : CSR matrix of shape (n_samples, n_features), float64.
+    """
+    n = check_int("n_samples", n_samples, low=1)
+    d = check_int("n_features", n_features, low=1)
+    nnz = check_int("nnz_per_row", nnz_per_row, low=1, high=d)
+    topics = check_int("n_topics", n_topics, low=1, high=d)
+    rng = as_generator(random_state)
+    topic = rng.integers(topics, size=n)
+    block = d // topics
+    own = topic[:, None] * block + rng.integers(0, block, (n, nnz))
+    cols = np.where(rng.random((n, nnz)) < 0.5, own, rng.integers(0, d, (n, nnz)))
+    vals = rng.poisson(1.0, (n, nnz)) + 1.0
+    rows = np.repeat(np.arange(n), nnz)
+    X = sp.csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n, d))
+    X.sum_duplicates()
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
 
 
 def make_random_noisy(
