@@ -54,6 +54,14 @@ def _gram(B):
     return B.T @ B
 
 
+def _loss_operator(sketch):
+    """The estimated loss ``V^T H V + rho (I - V^T V)`` (:meth:`FrequentDirections.loss_model`):
+    independent of the signs of the sketch's directions."""
+    V, H, rho = sketch.loss_model()
+    V = np.asarray(V, np.float64)
+    return V.T @ H @ V + rho * (np.eye(V.shape[1]) - V.T @ V)
+
+
 def _feed(sketch, X, pieces):
     for chunk in np.array_split(np.arange(X.shape[0]), pieces):
         sketch._extend(X[chunk])
@@ -109,6 +117,29 @@ def test_device_sketch_copies_pickles_and_saves_on_the_host(rows):
     assert dev.n_rows_seen == 500 and copy.n_rows_seen == 540
 
 
+class Given:
+    """A feature map whose features are the rows themselves (both placements): FeatureSketch
+    fed float64 rows directly."""
+
+    def __init__(self, m):
+        self.n_output_features = m
+
+    def _check_width(self, X):
+        pass
+
+    def _device_chunk(self, X, placement):
+        return X
+
+    def row_writer(self, X):
+        def write(start, stop, out):
+            out[...] = X[start:stop]
+
+        return write
+
+    def feature_dtype(self, dtype):
+        return np.float64
+
+
 def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(data):
     """FeatureSketch over float64 rows given as features directly (a tensor of the host's
     features): every part sketch equals the host's part, so the assignment is the host's."""
@@ -118,29 +149,9 @@ def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(data):
     host = FeatureSketch.empty(8, Z.shape[1])
     dev = FeatureSketch.empty(8, Z.shape[1])
 
-    class Given:
-        """A map whose features are the rows themselves (both placements)."""
-
-        n_output_features = Z.shape[1]
-
-        def _check_width(self, X):
-            pass
-
-        def _device_chunk(self, X, placement):
-            return X
-
-        def row_writer(self, X):
-            def write(start, stop, out):
-                out[...] = X[start:stop]
-
-            return write
-
-        def feature_dtype(self, dtype):
-            return np.float64
-
     for start in range(0, 2400, 700):  # blocks that cut the 1024-row runs
-        host.update_rows(Z[start : start + 700], Given())
-        dev.update_rows(torch.from_numpy(Z[start : start + 700]), Given())
+        host.update_rows(Z[start : start + 700], Given(Z.shape[1]))
+        dev.update_rows(torch.from_numpy(Z[start : start + 700]), Given(Z.shape[1]))
     assert dev.n == host.n == 2400
     used = [j for j, p in enumerate(host.parts) if p is not None]
     assert used == [j for j, p in enumerate(dev.parts) if p is not None] == [0, 1, 2]
@@ -148,6 +159,45 @@ def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(data):
         assert host.parts[j].n_rows_seen == dev.parts[j].n_rows_seen
         assert _rel(_gram(host.parts[j].rows()), _gram(dev.parts[j].rows().numpy())) < (SKETCH_RTOL)
     assert _rel(host.feature_sum, dev.feature_sum.numpy()) < 1e-12
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_sketches_in_lockstep_equal_the_host_parts(device, monkeypatch):
+    """Whole cycles of device rows (a run of 1024 rows for each of the 32 sketches) are added
+    with all sketches in lockstep (their shrinks batched), also over several blocks; the tail
+    and a block that starts mid-cycle one sketch at a time.  Every part equals the host's:
+    sketch, tracked loss, shrinkage and energy."""
+    import fastkpca.statistics.feature_sketch as module
+
+    rng = np.random.default_rng(6)
+    m, ell = 48, 6
+    Z = rng.standard_normal((2 * 32 * 1024 + 1500 + 3000, m)) * (0.92 ** np.arange(m))
+    added = []
+    real = module.extend_in_lockstep
+
+    def spy(sketches, rows):
+        added.append(rows.shape)
+        return real(sketches, rows)
+
+    monkeypatch.setattr(module, "extend_in_lockstep", spy)
+
+    host = FeatureSketch.empty(ell, m)
+    dev = FeatureSketch.empty(ell, m)
+    assert len(host.parts) == 32
+    # a block of one cycle (ending with rows buffered, their energy pending), one of a cycle
+    # and a tail, one that starts mid-cycle
+    cuts = (0, 32 * 1024, Z.shape[0] - 3000, Z.shape[0])
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        host.update_rows(Z[lo:hi], Given(m))
+        dev.update_rows(torch.from_numpy(Z[lo:hi]).to(device), Given(m))
+    assert sum(shape[0] * shape[1] for shape in added) == 2 * 32 * 1024  # the whole cycles
+    for h, d in zip(host.parts, dev.parts, strict=True):
+        assert h.n_rows_seen == d.n_rows_seen
+        assert _rel(_gram(h.rows()), _gram(d.rows().cpu().numpy())) < SKETCH_RTOL
+        assert h.total_shrinkage == pytest.approx(d.total_shrinkage, rel=SKETCH_RTOL)
+        assert h.squared_norm == pytest.approx(d.squared_norm, rel=1e-12)
+        assert _rel(_loss_operator(h), _loss_operator(d)) < 1e-7
+    assert _rel(_gram(host.sketch.sketch()), _gram(dev.sketch.sketch().cpu().numpy())) < SKETCH_RTOL
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from ..execution import map_tasks, one_blas_thread
 from ..execution.arrays import is_host_array, placement_of, to_host
 from ..features import _CHUNK_ROWS, FeatureMap, column_sums, device_feature_rows
-from ..sketch import FrequentDirections, default_batch_size
+from ..sketch import FrequentDirections, default_batch_size, extend_in_lockstep
 from ..solvers import postprocess_eigen
 
 __all__ = [
@@ -73,6 +73,11 @@ MIN_SKETCHES = 2
 #: on the blocking or on the threads.  A few shrink batches long, so a run costs one update
 #: call per sketch, and short enough that a block of 8192 rows is split between 8 sketches.
 SPLIT_ROWS = 1024
+
+
+#: Device feature chunks are raised to a whole cycle (a run for every sketch, so that the
+#: sketches go in lockstep) where the cycle's float32 features take at most this many bytes.
+LOCKSTEP_CHUNK_BYTES = 256 * 2**20
 
 
 def sketch_bytes(sketch_size: int, m: int) -> int:
@@ -216,8 +221,12 @@ class FeatureSketch:
         if is_host_array(self.feature_sum) or placement_of(self.feature_sum) != placement:
             self.feature_sum = placement.asarray(to_host(self.feature_sum), np.float64)
         step = device_feature_rows(placement, fmap.n_output_features)
-        # Chunks of whole runs, so that each run's rows come from one feature chunk.
-        step = max(SPLIT_ROWS, step - step % SPLIT_ROWS)
+        # Chunks of whole runs, so that each run's rows come from one feature chunk, and of
+        # whole cycles (a run for every sketch) where they fit, for the lockstep below.
+        cycle = SPLIT_ROWS * len(self.parts)
+        if step < cycle and cycle * fmap.n_output_features * 4 <= LOCKSTEP_CHUNK_BYTES:
+            step = cycle
+        step = step - step % cycle if step >= cycle else max(SPLIT_ROWS, step - step % SPLIT_ROWS)
         n_rows = X.shape[0]
         done = 0
         while done < n_rows:
@@ -226,7 +235,8 @@ class FeatureSketch:
             # The shrinks' small host eigendecompositions with one BLAS thread (as on the host:
             # idle BLAS threads' spin-waits cost more than these small problems).
             with one_blas_thread():
-                for j, spans in self._deal_range(done, stop):
+                start = done + self._extend_cycles_in_lockstep(Z, done)
+                for j, spans in self._deal_range(start, stop):
                     part = self._part(j)
                     for lo, hi in spans:
                         part._extend(Z[lo - done : hi - done])
@@ -235,6 +245,39 @@ class FeatureSketch:
         self._merged = None
         self.n += n_rows
         return self
+
+    def _extend_cycles_in_lockstep(self, Z, done: int) -> int:
+        """Add the leading whole cycles of the device feature chunk Z (the rows ``done:`` of
+        the block being added; a cycle gives every sketch one run of :data:`SPLIT_ROWS` rows)
+        with all sketches in lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`: one
+        batched shrink for all of them instead of one round trip each).  Returns the number of
+        rows added: 0 where the chunk does not start a cycle, holds none whole, or the sketches
+        are not in one state (then they take their rows one by one, the same sketches)."""
+        J = len(self.parts)
+        cycle = SPLIT_ROWS * J
+        n_cycles = Z.shape[0] // cycle
+        if n_cycles == 0 or (self.n + done) % cycle:
+            return 0
+        parts = [self._part(j) for j in range(J)]
+        placement = placement_of(Z)
+        for part in parts:
+            part._moved_to(placement)
+            if part._buffer is None:
+                part._allocate(Z.shape[1])
+        lead = parts[0]
+        same = all(
+            (p._filled, p._n_kept, p._buffer.shape)
+            == (lead._filled, lead._n_kept, lead._buffer.shape)
+            for p in parts
+        )
+        if not same or lead._buffer.shape[0] > lead.n_columns:
+            return 0
+        xp = placement.xp
+        m = Z.shape[1]
+        rows = xp.reshape(Z[: n_cycles * cycle], (n_cycles, J, SPLIT_ROWS, m))
+        rows = xp.reshape(xp.permute_dims(rows, (1, 0, 2, 3)), (J, n_cycles * SPLIT_ROWS, m))
+        extend_in_lockstep(parts, rows)
+        return n_cycles * cycle
 
     def _deal_range(self, start: int, stop: int) -> list:
         """:meth:`_deal` of the rows ``start:stop`` of the block being added (offsets into the
