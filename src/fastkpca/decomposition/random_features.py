@@ -143,9 +143,9 @@ def _shift_and_test_matrix(X_first, fmap, q, rng):
     pass: the feature mean, and half Gaussian, half that block's leading principal axes
     (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`)."""
     Z_first = head_features(X_first, fmap)
-    # On a device the test matrix is drawn on the host from a host copy of that block (one
-    # block, O(8192 m) numbers): the host generator's draws, as on every placement.
-    T = informed_test_matrix(to_host(Z_first), q, rng)
+    # On a device the block's leading axes are computed there, from the host generator's
+    # draws, as on every placement.
+    T = informed_test_matrix(Z_first, q, rng)
     return feature_shift(X_first, fmap, Z_first), T
 
 
