@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from functools import cache
@@ -234,8 +235,6 @@ def reduced_set_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-
-
 # --- input-sparsity features (bench_input_sparsity.json) ------------------------------------------
 
 
@@ -265,7 +264,8 @@ def input_sparsity_table() -> str:
     for row in r["vary_nnz"] + r["vary_m"] + r["wide"] + r["real"]:
         data, nnz = _sparsity_data(row)
         lines.append(
-            f"| {data} | {nnz} | {row['m']} | {_sketch_label(row['input_sketch'], row['n_buckets'])} "
+            f"| {data} | {nnz} | {row['m']} | "
+            f"{_sketch_label(row['input_sketch'], row['n_buckets'])} "
             f"| {row['fit_seconds']:.2f} | {row['features_seconds']:.2f} | "
             f"{_mb(row['fit_extra_peak_mb'])} |"
         )
@@ -330,6 +330,109 @@ def auto_quick_table() -> str:
     return _auto_table("bench_auto_quick.json")
 
 
+# --- one GPU and its 16 host cores (bench_gpu_h200.json, bench_cores_h200_host_*.json) ----------
+
+
+def gpu_table() -> str:
+    """docs/devices.md: fastkpca on one GPU against the reference loops of bench_gpu.py."""
+    g = _json("bench_gpu_h200.json")
+    c = g["cases"]
+    m = g["machine"]
+    head = (
+        f"`python benchmarks/bench_gpu.py` on one {m['gpu']} (PyTorch {m['torch']}, "
+        f"{m['cpus']} host cores; results: `benchmarks/results/bench_gpu_h200.json`): RandomNoisy "
+        "rows (d = 100), rbf with gamma = 1 / (2 d), k = 10, float64 rows already on the GPU "
+        "except in the last row. Each fit is the best of 3 (2 for the exact fits) after a "
+        'warm-up, synchronized, against a reference loop written in the same file; "error" is '
+        "the held-out relative rank-k error (the reference's in brackets)."
+    )
+    rf, ny, ex, big = c["rf"], c["nystrom"], c["exact"], c["exact_large"]
+    kp, gp, hd = c["kernel_pca"], c["gram_pass"], c["host_to_device"]
+    rows = [
+        "| fit | fastkpca (s) | reference (s) | ratio | error or residual |",
+        "|---|---|---|---|---|",
+        f"| `RandomFeatureKPCA(n_features=1000)`, n = {rf['n']:,} | {rf['seconds']:.3f} | "
+        f"{rf['reference_seconds']:.3f} | {_sig(rf['ratio_to_reference'])} | "
+        f"{rf['error']:.3f} ({rf['reference_error']:.3f}) |",
+        f"| `NystromKPCA(n_landmarks=1000)`, n = {ny['n']:,} | {ny['seconds']:.3f} | "
+        f"{ny['reference_seconds']:.3f}; scikit-learn's array-API `Nystroem` + `PCA` "
+        f"{ny['sklearn_array_api_seconds']:.3f} | {_sig(ny['ratio_to_reference'])} | "
+        f"{ny['error']:.3f} ({ny['reference_error']:.3f}) |",
+        f"| `ExactKPCA()`, n = {ex['n']:,} | {ex['seconds']:.2f} | {ex['reference_seconds']:.2f} "
+        f"| {_sig(ex['ratio_to_reference'])} | eigenvalues within "
+        f"{_sig(ex['max_rel_eigenvalue_diff'], 1)} |",
+        f"| `ExactKPCA()`, n = {big['n']:,} (one fit) | {big['seconds']:.0f} | | | residual "
+        f"{_sig(big['max_residual'], 1)} |",
+        f"| `KernelPCA` drop-in, n = {kp['n']:,} | {kp['seconds']:.3f} | "
+        f"{kp['reference_block_krylov_seconds']:.3f} (block Krylov); "
+        f"{kp['reference_dense_eigh_seconds']:.2f} (dense `eigh`) | "
+        f"{_sig(kp['ratio_to_reference'])} | |",
+        f"| one centered Gram pass, n = {gp['n']:,}, 20 columns, float64 / float32 | "
+        f"{gp['seconds_float64']:.2f} / {gp['seconds_float32']:.2f} | "
+        f"{gp['reference_seconds_float64']:.2f} / {gp['reference_seconds_float32']:.2f} | "
+        f"{_sig(gp['ratio_to_reference_float64'])} / {_sig(gp['ratio_to_reference_float32'])} "
+        "| |",
+        f'| `RandomFeatureKPCA(device="cuda")` on host rows, {hd["n"]:,} x 100 float32 | '
+        f"{hd['seconds']:.2f} | {hd['copy_seconds']:.2f} (copying the rows to the GPU) | "
+        f"{_sig(hd['ratio_to_copy'])} | |",
+    ]
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def gpu_summary() -> str:
+    """README: the GPU figures in one paragraph (from :func:`gpu_table`'s results)."""
+    g = _json("bench_gpu_h200.json")
+    c = g["cases"]
+    rf, ny, ex, big = c["rf"], c["nystrom"], c["exact"], c["exact_large"]
+    return (
+        f"On one {g['machine']['gpu'].removeprefix('NVIDIA ')} (`python benchmarks/bench_gpu.py`, "
+        "against short PyTorch loops written in the same file), random-feature KPCA of "
+        f"{rf['n']:,} rows with {rf['m']} features takes {rf['seconds']:.2f} s "
+        f"({_sig(rf['ratio_to_reference'])}x the loop), Nystrom with {ny['c']} landmarks "
+        f"{ny['seconds']:.2f} s ({_sig(ny['ratio_to_reference'])}x; scikit-learn's array-API "
+        f"`Nystroem` + `PCA` {ny['sklearn_array_api_seconds']:.2f} s), exact KPCA of "
+        f"{ex['n']:,} rows {ex['seconds']:.1f} s ({_sig(ex['ratio_to_reference'])}x) and of "
+        f"{big['n']:,} rows {big['seconds']:.0f} s, with residuals below "
+        f"1e{math.ceil(math.log10(big['max_residual']))}.\n"
+    )
+
+
+def cores_table() -> str:
+    """docs/devices.md: the host fits on 2 to 16 cores of the GPU machine (bench_cores.py)."""
+    a = _json("bench_cores_h200_host_2_16.json")
+    b = _json("bench_cores_h200_host_4_8.json")
+    table = {**a["table"], **b["table"]}
+    head = (
+        f"`python benchmarks/bench_cores.py --n-samples {a['n_samples']} --exact-n "
+        f"{a['exact_n']} --cores 2 16` (and `--cores 4 8`) on the 16 host cores of the same "
+        "machine (results: `benchmarks/results/bench_cores_h200_host_*.json`): each fit in its "
+        "own process confined with `taskset`, one round; RandomNoisy, d = 100, m = c = 1000, "
+        "k = 10; the matrix-free exact fit on the first rows. scikit-learn's pipelines "
+        "(`RBFSampler` or `Nystroem`, then `PCA`) ran at 2 and 16 cores."
+    )
+    methods = [
+        ("`RandomFeatureKPCA`", "rf"),
+        ("`NystromKPCA`", "nystrom"),
+        ("`StreamingKPCA(sketch_size=20)`", "streaming"),
+        (f"`ExactKPCA`, matrix-free, n = {a['exact_n']:,}", "exact_mf"),
+        ("scikit-learn `RBFSampler` + `PCA`", "sklearn_rbf"),
+        ("scikit-learn `Nystroem` + `PCA`", "sklearn_nys"),
+    ]
+    rows = [
+        "| fit | 2 cores (s) | 4 | 8 | 16 | speed-up, 2 to 16 cores "
+        "| vs scikit-learn at 2 / 16 cores |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, key in methods:
+        t = {k: table.get(f"{key}@{k}", {}).get("seconds") for k in (2, 4, 8, 16)}
+        cells = [f"{t[k]:.2f}" if t[k] is not None else "" for k in (2, 4, 8, 16)]
+        speed = f"{t[2] / t[16]:.1f}x"
+        ratios = [table.get(f"{key}@{k}", {}).get("time_ratio") for k in (2, 16)]
+        vs = " / ".join(_sig(r) for r in ratios) if all(r is not None for r in ratios) else ""
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {speed} | {vs} |")
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
 GENERATORS = {
     "goals-table": goals_table,
     "which-method-table": which_method_table,
@@ -338,6 +441,9 @@ GENERATORS = {
     "auto-full-table": auto_full_table,
     "input-sparsity-table": input_sparsity_table,
     "auto-quick-table": auto_quick_table,
+    "gpu-table": gpu_table,
+    "gpu-summary": gpu_summary,
+    "cores-table": cores_table,
 }
 
 
