@@ -189,6 +189,52 @@ def test_landmark_gram_and_whitening_on_tensors(data):
     np.testing.assert_allclose(Z.numpy(), Z_host, rtol=1e-14, atol=1e-14)
 
 
+@pytest.fixture
+def as_on_a_gpu(monkeypatch):
+    """CPU tensors taken down the GPU paths (the whitening by ``eigh`` and the test matrix's
+    products on the device instead of the host's LAPACK), which CPU tests otherwise miss."""
+    from fastkpca.execution.arrays import Placement
+
+    monkeypatch.setattr(Placement, "in_host_memory", property(lambda self: self.host))
+
+
+def test_whitening_by_eigh_on_a_gpu(as_on_a_gpu, data):
+    """On a GPU N comes from ``eigh(W)``: ``N W N^T = I``, ``Z = N W``, ``N^T N = W^{-1}``
+    (the host's pivoted Cholesky N up to a rotation), the same rank as the host's where
+    landmarks repeat."""
+    X, _ = data
+    W = landmark_gram(RBF(0.05), X[:50])
+    N, Z = nystrom_whitening(torch.from_numpy(W))
+    N, Z = N.numpy(), Z.numpy()
+    N_host, _ = nystrom_whitening(W)
+    np.testing.assert_allclose(N @ W @ N.T, np.eye(50), atol=1e-9)
+    np.testing.assert_allclose(Z, N @ W, atol=1e-12)
+    assert rel_err(N_host.T @ N_host, N.T @ N) < 1e-9
+    repeated = landmark_gram(RBF(0.05), np.vstack([X[:30], X[:10]]))
+    N_rep, _ = nystrom_whitening(torch.from_numpy(repeated))
+    assert N_rep.shape[0] == nystrom_whitening(repeated)[0].shape[0] == 30
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"solver": "randomized"}, {"landmarks": "rpcholesky"}],
+    ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()) or "default",
+)
+def test_gpu_paths_give_the_host_model(as_on_a_gpu, params, data):
+    X, X_new = data
+    host = _model(**params).fit(X)
+    dev = _model(**params).fit(torch.from_numpy(X))
+    tol = TOL32 if host.solver_ == "randomized" else TOL64
+    _assert_same_model(host, dev, X_new, tol)
+    assert (
+        rel_err(
+            host.normalization_.T @ host.normalization_,
+            _host(dev.normalization_.T @ dev.normalization_),
+        )
+        < tol
+    )
+
+
 def test_kernel_moments_on_tensors(data):
     X, _ = data
     L = X[:40]

@@ -231,7 +231,9 @@ class NystromKPCA(BaseKPCA):
         (see Notes): the Nystrom features are ``z(x) = N k(L, x)`` (so ``Z = k(X, landmarks_)
         @ normalization_.T``), with ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky
         factorisation of W (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`; r is
-        W's numerical rank, n_landmarks_ unless landmarks repeat).  On the exact-KPCA path:
+        W's numerical rank, n_landmarks_ unless landmarks repeat); on a GPU
+        ``diag(w)^{-1/2} U^T`` from W's eigendecomposition, the same up to a rotation of the
+        features.  On the exact-KPCA path:
         ``diag(lambda)^{-1/2} alpha^T`` (r = n_components_), the scaled dual coefficients of
         exact KPCA.
     mean_ : (r,) mean of the Nystrom features z over the training data.
@@ -681,8 +683,9 @@ class NystromKPCA(BaseKPCA):
 
         Not kept by the model (see the class Notes): recomputed from ``landmarks_`` and
         ``kernel_`` on each access (``n_landmarks_^2`` kernel values and a pivoted Cholesky,
-        ``c^3 / 3`` flops), as the fit computed it, up to round-off; on the exact-KPCA path it
-        is ``projection_.T`` (the components are the identity there).
+        ``c^3 / 3`` flops, or on a GPU an ``eigh``), as the fit computed it, up to round-off;
+        on the exact-KPCA path it is ``projection_.T`` (the components are the identity
+        there).
         """
         check_is_fitted(self)
         if getattr(self, "solver_", None) == "exact_kpca":

@@ -77,6 +77,12 @@ class Placement:
     def is_cuda(self) -> bool:
         return self.is_torch and getattr(self.device, "type", None) == "cuda"
 
+    @property
+    def in_host_memory(self) -> bool:
+        """Whether the arrays live in host memory (numpy, or PyTorch CPU tensors), where the
+        host's LAPACK is the faster way to solve small dense problems; False on a GPU."""
+        return self.host or (self.is_torch and getattr(self.device, "type", None) == "cpu")
+
     def __deepcopy__(self, memo):
         return self  # immutable; its namespace is a module, which cannot be copied
 

@@ -327,7 +327,7 @@ def _device_eigh_topk(C, k: int, scale: float, eps: float, placement, *, rng=Non
     numpy rows) was measured 10-50x faster than ``torch.linalg.eigh`` (m = 100-1000, shared
     2-core machine)."""
     if on_device is None:
-        on_device = not (placement.is_torch and getattr(placement.device, "type", "") == "cpu")
+        on_device = not placement.in_host_memory
     m = C.shape[0]
     if on_device:
         vals, vecs = placement.xp.linalg.eigh(C)
