@@ -138,3 +138,26 @@ def test_a_noisy_estimate_above_tol_is_said(small):
     # measured: 0.923 +- 0.083 (an estimate below 1, as on kddcup)
     assert chosen["error_stderr"] > 0.01
     assert len(said) == 1 and f"{chosen['error_stderr']:.4f}" in said[0]
+
+
+def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
+    # The same far-apart repeated rows, four times as many: the first estimate's standard error
+    # exceeds tol, so the probe is drawn again with twice its rows (once), and the estimates
+    # from there on are the larger probe's, with a smaller standard error.
+    monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((6, 5)) * 6.0
+    rows = np.repeat(centers, [2800, 1600, 800, 240, 80, 20], axis=0)
+    rows = rows + 0.01 * rng.standard_normal(rows.shape)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        model = AutoKPCA(K, tol=0.01, random_state=0).fit(rows)
+    probes = [e for e in model.report_ if e["method"] == "probe"]
+    assert [e["size"] for e in probes] == [400, 800]
+    first_stderr = float(probes[1]["reason"].split("(")[1].split(")")[0])
+    assert first_stderr > 0.01
+    fits = [e for e in model.report_ if e["error"] is not None]
+    assert all(e["error_stderr"] < first_stderr for e in fits)
+    assert model.report_.index(probes[1]) < model.report_.index(fits[0])
