@@ -161,3 +161,15 @@ def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
     fits = [e for e in model.report_ if e["error"] is not None]
     assert all(e["error_stderr"] < first_stderr for e in fits)
     assert model.report_.index(probes[1]) < model.report_.index(fits[0])
+
+
+@pytest.mark.parametrize("allowance, fits", [(0.5, 2), (1.0, 1)])
+def test_the_one_standard_error_allowance_is_capped(small, monkeypatch, allowance, fits):
+    # An estimate of 1.0178 +- 0.0079 at tol = 0.01 (kddcup's, for a true 1.0248) is within
+    # one standard error of 1 + tol but above 1 + tol / 2 + tol: with the cap (0.5 tol) growth
+    # goes on; without it (1.0) the fit is kept.
+    estimates = iter([(1.0178, 0.0079), (1.004, 0.004)])
+    monkeypatch.setattr(auto.SpectrumProbe, "error", lambda self, model: next(estimates))
+    monkeypatch.setattr(auto, "STDERR_ALLOWANCE", allowance)
+    model = AutoKPCA(K, tol=0.01, random_state=0).fit(_blob(1500))
+    assert len(_nystrom_fits(model)) == fits
