@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +86,22 @@ def _reader_without_proc(read):
         return None if str(path) == "/proc/self/cgroup" else read(path)
 
     return reader
+
+
+def test_own_cgroup_folders_are_walked_once_per_ttl(monkeypatch):
+    walks = []
+
+    def find(root):
+        walks.append(root)
+        return [root]
+
+    monkeypatch.setattr(cores, "_find_cgroup_dirs", find)
+    monkeypatch.setattr(cores, "_DIRS_CACHE", {"pid": None, "time": -math.inf, "dirs": []})
+    assert cores._own_cgroup_dirs(cores._CGROUP_ROOT) == [cores._CGROUP_ROOT]
+    assert cores._own_cgroup_dirs(cores._CGROUP_ROOT) == [cores._CGROUP_ROOT]
+    assert len(walks) == 1  # reused within QUOTA_TTL
+    cores._own_cgroup_dirs(Path("elsewhere"))  # another root (a test's): always walked
+    assert len(walks) == 2
+    monkeypatch.setattr(cores, "QUOTA_TTL", -1.0)  # expired: walked again
+    cores._own_cgroup_dirs(cores._CGROUP_ROOT)
+    assert len(walks) == 3

@@ -44,9 +44,28 @@ def _read(path: Path) -> str | None:
         return None
 
 
+#: The cgroup folders of this process under the system's cgroup root, found at most every
+#: :data:`QUOTA_TTL` seconds: the walk takes about 1.3 ms, and the memory check of every fit
+#: asks for them (11 times in a 70 ms AutoKPCA fit of pendigits: 15 ms).  The files in them
+#: (usage, limits) are read afresh each time.
+_DIRS_CACHE: dict = {"pid": None, "time": -math.inf, "dirs": []}
+
+
 def _own_cgroup_dirs(root: Path) -> list[Path]:
     """The cgroup folders of this process, innermost first (``/proc/self/cgroup``); the root as
-    a fallback (inside a container the process's cgroup is usually mounted at the root)."""
+    a fallback (inside a container the process's cgroup is usually mounted at the root).
+    Under the system's root the list is reused for :data:`QUOTA_TTL` seconds."""
+    if root != _CGROUP_ROOT:
+        return _find_cgroup_dirs(root)
+    now = time.monotonic()
+    cache = _DIRS_CACHE
+    if cache["pid"] != os.getpid() or now - cache["time"] > QUOTA_TTL:
+        cache.update(pid=os.getpid(), time=now, dirs=_find_cgroup_dirs(root))
+    return list(cache["dirs"])
+
+
+def _find_cgroup_dirs(root: Path) -> list[Path]:
+    """:func:`_own_cgroup_dirs`, walked."""
     dirs = []
     text = _read(Path("/proc/self/cgroup")) or ""
     for line in text.splitlines():
