@@ -38,7 +38,7 @@ import scipy.linalg as la
 
 from .._utils import as_generator
 from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
-from ..execution.arrays import is_host_array, placement_of, to_host
+from ..execution.arrays import placement_of, to_host
 from ..solvers import flip_signs, postprocess_eigen
 
 __all__ = [
@@ -302,56 +302,50 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     rng : numpy.random.Generator or seed
     power_iterations : int
     """
-    if not is_host_array(rows):
-        placement = placement_of(rows)
-        if rows.dtype not in (placement.xp.float32, placement.xp.float64):
-            rows = placement.xp.astype(rows, placement.xp.float64)
-    else:
-        rows = np.asarray(rows)
-        if rows.dtype not in (np.float32, np.float64):
-            rows = rows.astype(np.float64)
+    placement = placement_of(rows)
+    rows = placement.asarray(rows)
+    if rows.dtype not in (placement.xp.float32, placement.xp.float64):
+        rows = placement.asarray(rows, np.float64)
     p = rows.shape[1]
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
     rng = as_generator(rng, name="rng")
     n_data = min(q - q // 2, rows.shape[0])
     columns = [rng.standard_normal((p, q - n_data))]
-    if n_data > 0 and not is_host_array(rows):
-        columns.insert(0, _leading_axes_xp(rows, n_data, rng, power_iterations))
-    elif n_data > 0:
-        # In the rows' precision (float32 features: half the memory of a float64 copy; these
-        # are directions to sketch along, not results, so float32 rounding does not matter).
-        A = rows - rows.mean(axis=0, dtype=np.float64).astype(rows.dtype)
-        G = rng.standard_normal((p, min(p, n_data + 10))).astype(rows.dtype)
-        Q = G
-        for _ in range(power_iterations + 1):
-            Y = _gram_times(A, Q)
-            with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
-                Q, _ = np.linalg.qr(Y)
-        with one_blas_thread():
-            B = (A @ Q).astype(np.float64)
-            _, V = np.linalg.eigh(B.T @ B)
-            columns.insert(0, Q.astype(np.float64) @ V[:, ::-1][:, :n_data])
+    if n_data > 0:
+        columns.insert(0, _leading_axes(rows, n_data, rng, power_iterations))
     with one_blas_thread():
         T, _ = np.linalg.qr(np.hstack(columns))
     return T
 
 
-def _leading_axes_xp(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
-    """:func:`informed_test_matrix`'s leading axes of device rows, computed where they are
-    (the same range finder and Rayleigh-Ritz, the starting block drawn from the host ``rng``;
-    the small ``(n_data + 10)``-square eigenproblem on the host): a host copy of the sample
-    and the host's products took longer than the whole pass of a 10^6-row device fit."""
+def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
+    """:func:`informed_test_matrix`'s leading axes of the rows, where the rows are: the range
+    finder in the rows' precision (float32 features: half the memory of a float64 copy; these
+    are directions to sketch along, not results, so float32 rounding does not matter), its
+    starting block drawn from the host ``rng``, then Rayleigh-Ritz with the small
+    ``(n_data + 10)``-square eigenproblem on the host.  On a device the products and QRs run
+    there: a host copy of the sample and the host's products took longer than the whole pass
+    of a 10^6-row device fit."""
     placement = placement_of(rows)
+    host = placement.host
     xp = placement.xp
     p = rows.shape[1]
-    A = rows - xp.astype(xp.mean(xp.astype(rows, xp.float64), axis=0), rows.dtype)
-    Q = placement.asarray(rng.standard_normal((p, min(p, n_data + 10))), np.float64)
-    Q = xp.astype(Q, rows.dtype)
+    dtype = np.float32 if rows.dtype == xp.float32 else np.float64
+    mean = (
+        rows.mean(axis=0, dtype=np.float64)
+        if host
+        else xp.mean(placement.asarray(rows, np.float64), axis=0)
+    )
+    A = rows - placement.asarray(mean, dtype)
+    Q = placement.asarray(rng.standard_normal((p, min(p, n_data + 10))).astype(dtype), dtype)
     for _ in range(power_iterations + 1):
-        Q, _ = xp.linalg.qr(xp.permute_dims(A, (1, 0)) @ (A @ Q))
-    B = xp.astype(A @ Q, xp.float64)
-    _, V = np.linalg.eigh(to_host(xp.permute_dims(B, (1, 0)) @ B))
+        Y = _gram_times(A, Q) if host else A.T @ (A @ Q)
+        with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
+            Q, _ = xp.linalg.qr(Y)
+    with one_blas_thread():
+        B = placement.asarray(A @ Q, np.float64)
+        _, V = np.linalg.eigh(to_host(B.T @ B))
     return np.asarray(to_host(Q), dtype=np.float64) @ V[:, ::-1][:, :n_data]
 
 
