@@ -180,3 +180,16 @@ def test_bad_parameters(kwargs, match):
 def test_config_round_trip():
     for kernel in (fk.RBF(0.3), fk.Matern(0.2, 2.5), fk.Polynomial(2, 0.5, 0.0), fk.Cosine()):
         assert fk.kernel_from_config(kernel.to_config()) == kernel
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_cosine_of_tiny_rows_is_exact(sparse):
+    # Rows whose squares are subnormal or zero (8e-162, 6e-243): the cosine normalizes them
+    # without squaring them first, so the Gram and its diagonal stay those of unit rows.
+    X = np.array([[8.0485723e-162, 0.0], [1.0, 0.0], [5.8e-243, 5.8e-243], [0.0, 0.0]])
+    A = sp.csr_matrix(X) if sparse else X
+    K = fk.Cosine()(A)
+    s = np.sqrt(0.5)
+    expected = np.array([[1, 1, s, 0], [1, 1, s, 0], [s, s, 1, 0], [0, 0, 0, 0]])
+    np.testing.assert_allclose(K, expected, rtol=1e-15, atol=1e-15)
+    np.testing.assert_array_equal(fk.Cosine().diag(A), [1.0, 1.0, 1.0, 0.0])
