@@ -249,6 +249,28 @@ def test_torch_tensor_input():
     np.testing.assert_allclose(np.abs(T.numpy()), np.abs(reference), atol=1e-8)
 
 
+@pytest.mark.gpu
+def test_cuda_tensors_and_device_parameter(small):
+    # CUDA rows and device="cuda": the choice and the model of the host fit, up to the rounding
+    # of float64 products summed in another order (amplified by the eigengap, here ~1e2).
+    torch = pytest.importorskip("torch")
+    X = _clusters(1200)
+    host = AutoKPCA(K, random_state=0).fit(X)
+    on_cuda = AutoKPCA(K, random_state=0).fit(torch.from_numpy(X).cuda())
+    T = on_cuda.transform(torch.from_numpy(X[:40]).cuda())
+    assert T.device.type == "cuda"
+
+    def chosen(model):
+        (entry,) = [e for e in model.report_[1:] if e["status"] == "chosen"]
+        return entry["method"], entry["size"]
+
+    assert chosen(on_cuda) == chosen(host)
+    np.testing.assert_allclose(np.abs(T.cpu().numpy()), np.abs(host.transform(X[:40])), atol=1e-7)
+    sent = AutoKPCA(K, device="cuda", random_state=0).fit(X)
+    assert isinstance(sent.transform(X[:40]), np.ndarray)
+    assert sent.method_ == host.method_
+
+
 @pytest.mark.parametrize("layout", ["array", "blocks"])
 def test_non_finite_rows_are_refused_whatever_the_layout(layout):
     # Inner fits skip the finite-value scan only for in-memory rows AutoKPCA checked whole;
