@@ -202,6 +202,22 @@ def test_kernel_evaluations_are_n_per_pivot():
     assert max(p * q for p, q in kernel.shapes) < n * n / 10
 
 
+def test_the_factor_does_not_depend_on_the_thread_count():
+    # Each round's columns are appended chunk by chunk of rows in the worker threads; a row's
+    # arithmetic depends on the row count alone, so 1 and 2 threads give the same pivots and
+    # the same factor (compared to round-off, never for exact equality).
+    from fastkpca.execution import using_n_jobs
+
+    X = np.random.default_rng(0).standard_normal((5000, 6))
+    results = []
+    for n_jobs in (1, 2):
+        with using_n_jobs(n_jobs):
+            results.append(lm.rpcholesky_indices(X, 80, RBF(0.2), np.random.default_rng(3)))
+    one, two = results
+    np.testing.assert_array_equal(one.indices, two.indices)
+    np.testing.assert_allclose(one.factor, two.factor, rtol=0, atol=1e-12)
+
+
 # --- dtypes and input types --------------------------------------------------------------------
 def test_float32_and_sparse_input(digits):
     X = digits[:400]

@@ -86,10 +86,14 @@ EXACT_LANDMARK_FRACTION = 1 / 3
 WIDE_FEATURES = 1000
 SPARSE_MAX_DENSITY = 0.05
 
-#: Landmarks by randomly pivoted Cholesky when, on the probe, they reach ``tol`` at a size at
-#: most this fraction of the uniform landmarks' (they cost 1.5-3x a uniform fit at the same
-#: size and 8 n c bytes: worth one doubling saved, not less).
-RPCHOLESKY_SIZE_RATIO = 0.5
+#: RPCholesky's selection (its n c kernel values and n c^2 factor updates, in rounds of
+#: proposals) runs at about two thirds of the flop rate of a uniform Nystrom fit, so the cost
+#: model counts its flops this many times.  Measured, ``rpcholesky_indices`` against
+#: ``NystromKPCA(landmarks="uniform").fit`` at 64, 128 and 256 landmarks on cpu_act, pendigits,
+#: adult, kddcup (494,020 rows) and mnist (20,000 rows), 2 cores: its flop rate was 0.47-1.6x
+#: the fit's (median 0.7), and the selection alone took 0.8-2.7x that fit's time (kddcup, 128
+#: landmarks: 0.72 s against 0.42 s).
+RPCHOLESKY_SELECTION_COST = 1.5
 
 #: ... but only where uniform landmarks need more than this many on the probe (the smallest
 #: size it tries: nothing to save below).  A higher bar (128) kept uniform landmarks on kddcup,
@@ -103,10 +107,12 @@ CHEAP_LANDMARKS = 32
 PROBE_MAX_LANDMARK_FRACTION = 0.25
 
 #: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
-#: eigenpairs); above, Lanczos.  Measured on 565-row halves (2 cores): dense 15-16 ms on mnist
-#: and adult alike, Lanczos 8 ms on mnist but 38 ms on adult (its convergence follows the
-#: spectrum); at 1131 rows Lanczos took 18 ms and dense 48 ms on mnist.
-DENSE_EIGH_ROWS = 800
+#: eigenpairs, ``syevr``); above, Lanczos.  Measured on halves of 250 to 884 rows of all six
+#: benchmark sets (k = 10, one BLAS thread, 2 cores): Lanczos took 0.3-0.7x the dense time from
+#: 362 rows on (pendigits 2.7 against 6.1 ms at 419 rows, 15 against 46 ms at 884; RandomNoisy,
+#: the slowest to converge, 4.9 against 6.2 ms and 27 against 47 ms) and tied at 250 rows; the
+#: eigenvalues agreed to 3e-15 relative.
+DENSE_EIGH_ROWS = 250
 
 #: Sparse probe rows are made dense when that copy takes at most this many bytes: the probe's
 #: Gram is then a dense GEMM (adult, 1131 rows of 123: 10 ms dense, 50 ms sparse).
@@ -269,9 +275,18 @@ class SpectrumProbe:
     most 1.02 the estimate is within 0.007 of the truth (below 1 by at most 0.005 at exact
     KPCA's limit, 0.018 on kddcup); above, it is low by a quarter to a half of the excess
     (mnist 1.036 for 1.050, RandomNoisy 1.041 for 1.056, kddcup 1.045 for 1.093), which is
-    why AutoKPCA's stated goal is ``1 + 2 tol`` for a stop at ``1 + tol``.  The standard error
-    is a bootstrap over the probe's rows (the model's and the reference's squared residual
-    row sums resampled together).
+    why AutoKPCA's stated goal is ``1 + 2 tol`` for a stop at ``1 + tol``.
+
+    The standard error combines a bootstrap over the probe's rows (the model's and the
+    reference's squared residual row sums resampled together) with half the difference of the
+    two halves' own ratios, as ``sqrt(bootstrap^2 + (r_1 - r_2)^2 / 4)``.  The bootstrap alone
+    holds the halves' fitted references fixed and read 2-3x too small: over six probes each
+    (Nystrom fits on the first 20,000 rows, p = 838-1131), the estimates of one fit spread with
+    a standard deviation of 0.013 on pendigits (bootstrap 0.004-0.007) and 0.025 on kddcup
+    (0.010-0.024), while the root mean square of ``|r_1 - r_2| / 2`` was 0.013 and 0.027 (on
+    mnist, 0.003 spread, 0.002 bootstrap, 0.004 halves).  One difference is one degree of
+    freedom, so a single probe's value is noisy; together the two are about right on average
+    and conservative where the bootstrap is not small.
 
     :meth:`nystrom_errors` is the in-sample ratio of the KPCA of the first half's Nystrom
     approximations (landmarks among its rows), from which the size a fit on all rows needs is
@@ -288,10 +303,12 @@ class SpectrumProbe:
 
     def __init__(self, X, kernel, k: int, rng):
         start = time.perf_counter()
-        self.X = X
+        # The rows in a random order, the halves' split: each half's Gram block and the cross
+        # blocks are then views of one Gram, with no reordered copy of it (19 ms at p = 2000).
+        self.X = X[rng.permutation(X.shape[0])]
         self.kernel = kernel
         self.rng = rng
-        K = np.asarray(kernel(X), dtype=np.float64)
+        K = np.asarray(kernel(self.X), dtype=np.float64)
         self.gram_seconds = time.perf_counter() - start
         self.uncentered = K
         self.scale = float(np.trace(K))
@@ -306,15 +323,13 @@ class SpectrumProbe:
         residual as reference (the in-sample ratio, biased up)."""
         p = self.n_rows
         m = p // 2
-        order = self.rng.permutation(p)
         if m < 2 * self.k + 2:
             return [_Half(self, np.arange(p), self.uncentered)]
-        # The Gram in the halves' order, once: each half's block and the cross block are views.
-        K = self.uncentered[np.ix_(order[: 2 * m], order[: 2 * m])]
-        first = _Half(self, order[:m], K[:m, :m])
-        second = _Half(self, order[m : 2 * m], K[m:, m:])
-        first.cross_fit(second, K[:m, m:])
-        second.cross_fit(first, K[m:, :m])
+        K = self.uncentered  # rows already in a random order (see __init__)
+        first = _Half(self, np.arange(m), K[:m, :m])
+        second = _Half(self, np.arange(m, 2 * m), K[m : 2 * m, m : 2 * m])
+        first.cross_fit(second, K[:m, m : 2 * m])
+        second.cross_fit(first, K[m : 2 * m, :m])
         return [first, second]
 
     @property
@@ -329,9 +344,21 @@ class SpectrumProbe:
         for half in self.halves:
             model_rows.append(half.residual_rows(T[half.rows]))
             reference_rows.append(half.reference)
-        return _ratio_of_rows(
+        estimate, bootstrap = _ratio_of_rows(
             np.concatenate(model_rows), np.concatenate(reference_rows), self.scale, self.rng
         )
+        if len(self.halves) < 2 or not math.isfinite(bootstrap):
+            return estimate, bootstrap
+        # The bootstrap holds the halves' fitted references fixed, so it misses how they move
+        # with the rows drawn; the two halves' own ratios are two estimates from disjoint rows,
+        # and half their difference estimates that spread too (one degree of freedom).
+        first, second = (
+            _ratio_of_rows(rows, reference, self.scale, None)[0]
+            for rows, reference in zip(model_rows, reference_rows, strict=True)
+        )
+        if not (math.isfinite(first) and math.isfinite(second)):
+            return estimate, bootstrap
+        return estimate, math.hypot(bootstrap, 0.5 * (first - second))
 
     def nystrom_errors(self, sizes, method: str, stop: float = 0.0) -> dict[int, float]:
         """The relative rank-k error of Nystrom KPCA with c landmarks on the probe's first half,
@@ -403,7 +430,10 @@ class _Half:
         projections of H's rows (``K_ho = k(H, other)``, centered in ``other``'s feature
         mean, then on H)."""
         keep = other.vals > 1e-12 * max(float(other.vals[0]), 1e-300)
-        Kc_ho = K_ho - other.K.mean(axis=0) - K_ho.mean(axis=1)[:, None] + other.K.mean()
+        means = other.K.mean(axis=0)
+        Kc_ho = K_ho - means
+        Kc_ho -= K_ho.mean(axis=1)[:, None]
+        Kc_ho += means.mean()
         fresh = self.residual_rows(Kc_ho @ (other.vecs[:, keep] / np.sqrt(other.vals[keep])))
         self.reference = 0.5 * (self.own + fresh)
 
@@ -418,7 +448,8 @@ def _top_eigen(G, k: int):
         return vals[::-1], vecs[:, ::-1]
     # No ``scale``: its round-off clean-up of tiny eigenvalues is not needed here, and with it
     # the check of the Ritz pairs took 2-2.5x as long (mnist and RandomNoisy, 1000 rows).
-    return eigh_topk(G.copy(), k, method="lanczos", rng=0, overwrite=True)
+    with one_blas_thread():  # ARPACK's matrix-vector products and Ritz vectors: small BLAS-2
+        return eigh_topk(G.copy(), k, method="lanczos", rng=0, overwrite=True)
 
 
 def _residual_rows(G, gram_rows, T) -> np.ndarray:
@@ -564,7 +595,8 @@ class AutoKPCA(BaseKPCA):
         ``method``, ``size`` (rows for exact, landmarks, output features) and ``size_name``,
         ``params`` (the estimator's parameters that were chosen), ``reason`` (the rule that
         made it a candidate), ``error`` and ``error_stderr`` (the relative rank-k error
-        estimated on the probe and its bootstrap standard error; None when not fitted),
+        estimated on the probe and its standard error, :class:`SpectrumProbe`; None when not
+        fitted),
         ``fit_seconds``, ``memory_bytes`` (needed at that size, by the cost model),
         ``predicted_seconds``, ``status`` (``"chosen"``, ``"tried"`` for a size or method
         given up, ``"rejected"`` when not fitted) and ``why``.
@@ -784,7 +816,7 @@ class _Run:
             else:
                 work = n * c * (per_value + c / 2) + 2 * c**3 / 3
             if params.get("landmarks") == "rpcholesky":
-                work += n * c * per_value + n * c * c
+                work += RPCHOLESKY_SELECTION_COST * (n * c * per_value + n * c * c)
             return work
         m = size
         if method == "random-features":
@@ -1144,15 +1176,24 @@ class _Run:
         return {"features": "rff", "solver": "countsketch"}
 
     def landmark_method(self) -> str:
-        """``"rpcholesky"`` when, on the probe, it reaches tol at most half the uniform size
-        (and the rows can be taken by index), else ``"uniform"``."""
+        """``"rpcholesky"`` when, on the probe, it reaches tol at a size whose fit the cost model
+        prices below the uniform landmarks' fit at theirs (and the rows can be taken by index),
+        else ``"uniform"``.  Pivoted landmarks need fewer of them on data with far-apart
+        clusters or outliers (kddcup: 64 where uniform ones need 1024), but their selection
+        costs 0.8-2.7x a uniform fit of the same size (:data:`RPCHOLESKY_SELECTION_COST`)."""
         if not (self.profile.random_access and self.profile.multi_pass):
             return "uniform"
         uniform = self.predicted_size("uniform")
         if uniform <= CHEAP_LANDMARKS:
             return "uniform"
         pivoted = self.predicted_size("rpcholesky")
-        if pivoted <= RPCHOLESKY_SIZE_RATIO * uniform:
+        n = self.profile.n
+        cap = MAX_LANDMARKS if n is None else min(MAX_LANDMARKS, n)
+        plain = {"landmarks": "uniform"}
+        uniform = self.cheapest_landmarks(min(uniform, cap), cap, plain)
+        if self.flops("nystrom", min(pivoted, cap), {"landmarks": "rpcholesky"}) < self.flops(
+            "nystrom", uniform, plain
+        ):
             return "rpcholesky"
         return "uniform"
 
