@@ -193,3 +193,36 @@ def test_cosine_of_tiny_rows_is_exact(sparse):
     expected = np.array([[1, 1, s, 0], [1, 1, s, 0], [s, s, 1, 0], [0, 0, 0, 0]])
     np.testing.assert_allclose(K, expected, rtol=1e-15, atol=1e-15)
     np.testing.assert_array_equal(fk.Cosine().diag(A), [1.0, 1.0, 1.0, 0.0])
+
+
+# --- scikit-learn's clone and nested parameters --------------------------------------------------
+@pytest.mark.parametrize(
+    "kernel",
+    [fk.RBF(0.3), fk.Laplacian(0.2), fk.Matern(0.25, 2.5), fk.Polynomial(2, 0.1, 0.5), fk.Linear()]
+    + [fk.Cosine(), fk.Sigmoid(0.01, 0.5)],
+)
+def test_estimator_with_a_kernel_object_clones(kernel):
+    # GridSearchCV and cross_val_score clone the estimator: its kernel object is copied with
+    # the same parameters (clone had raised TypeError on the kernel's get_params).
+    from sklearn.base import clone
+
+    from fastkpca import NystromKPCA
+
+    copied = clone(NystromKPCA(2, kernel=kernel, n_landmarks=10)).kernel
+    assert copied == kernel and copied is not kernel
+
+
+def test_nested_kernel_parameters_leave_a_fitted_model_be():
+    from fastkpca import NystromKPCA
+
+    X = np.random.default_rng(0).standard_normal((200, 4))
+    model = NystromKPCA(2, kernel=fk.RBF(0.1), n_landmarks=20, random_state=0).fit(X)
+    before = model.transform(X[:5])
+    model.set_params(kernel__gamma=0.5)  # as GridSearchCV's {"kernel__gamma": [...]}
+    assert model.kernel == fk.RBF(0.5)
+    assert model.kernel_ == fk.RBF(0.1)  # the fitted model's own copy
+    np.testing.assert_allclose(model.transform(X[:5]), before, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="invalid parameter"):
+        model.set_params(kernel__sigma=1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        fk.RBF(0.1).set_params(gamma=-1.0)

@@ -370,9 +370,28 @@ class Kernel:
             "sample random Fourier features from; use kernel='rbf', 'laplacian' or 'matern'"
         )
 
-    def get_params(self) -> dict:
-        """The kernel's numeric parameters (JSON-serialisable)."""
+    def get_params(self, deep: bool = True) -> dict:
+        """The kernel's numeric parameters (JSON-serialisable), by constructor argument name.
+
+        ``deep`` is scikit-learn's (a kernel holds no estimators): with it, ``sklearn.base.
+        clone`` copies an estimator whose ``kernel`` is a Kernel object, as ``GridSearchCV``
+        and ``cross_val_score`` do.
+        """
         return {}
+
+    def set_params(self, **params) -> Kernel:
+        """Set parameters by name (scikit-learn's nested ``kernel__gamma=...``), checked as
+        the constructor checks them; ValueError for a name the kernel does not have.  A fitted
+        estimator keeps its own copy of the kernel (``kernel_``), which this does not change."""
+        current = self.get_params()
+        unknown = sorted(set(params) - set(current))
+        if unknown:
+            raise ValueError(
+                f"invalid parameter(s) {unknown} for {type(self).__name__}; valid: "
+                f"{sorted(current)}"
+            )
+        self.__init__(**{**current, **params})
+        return self
 
     def to_config(self) -> dict:
         """A JSON-serialisable description; ``make_kernel(**config)`` rebuilds the kernel."""
@@ -573,7 +592,7 @@ class _Radial(Kernel):
     def __init__(self, gamma: float = 1.0):
         self.gamma = _check_positive("gamma", gamma)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
     def _prepare(self, Y):
@@ -747,7 +766,7 @@ class Laplacian(Kernel):
     def __init__(self, gamma: float = 1.0):
         self.gamma = _check_positive("gamma", gamma)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
     def _block(self, Xc, Y, ctx):
@@ -802,7 +821,7 @@ class Matern(_Radial):
         infinite = isinstance(nu, numbers.Real) and not isinstance(nu, bool) and nu == np.inf
         self.nu = float(nu) if infinite else _check_positive("nu", nu)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"gamma": self.gamma, "nu": self.nu}
 
     @property
@@ -871,7 +890,7 @@ class Polynomial(_DotTiles, Kernel):
         self.gamma = _check_positive("gamma", gamma)
         self.coef0 = _check_positive("coef0", coef0, allow_zero=True)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"degree": self.degree, "gamma": self.gamma, "coef0": self.coef0}
 
     def _block(self, Xc, Y, ctx):
@@ -992,7 +1011,7 @@ class Sigmoid(_DotTiles, Kernel):
             raise ValueError(f"coef0 must be a finite number, got {coef0!r}")
         self.coef0 = float(coef0)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"gamma": self.gamma, "coef0": self.coef0}
 
     def _block(self, Xc, Y, ctx):
@@ -1077,14 +1096,14 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
     ----------
     spec : str or Kernel
         One of ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"`` (or scikit-learn's
-        ``"poly"``), ``"linear"``, ``"cosine"``, ``"sigmoid"``, or a Kernel object (returned
-        unchanged).
+        ``"poly"``), ``"linear"``, ``"cosine"``, ``"sigmoid"``, or a Kernel object (a shallow
+        copy of it is returned).
     gamma : float, None, "scale" or "median"
         Resolved with :func:`resolve_gamma` (``X`` is needed for the string forms and None).
     degree, coef0 : polynomial (and sigmoid: coef0) parameters.  nu : Matern smoothness.
     """
     if isinstance(spec, Kernel):
-        return spec
+        return copy.copy(spec)  # a fitted model's own: set_params on the spec leaves it be
     if isinstance(spec, str):
         spec = KERNEL_ALIASES.get(spec, spec)
     if not isinstance(spec, str) or spec not in KERNELS:

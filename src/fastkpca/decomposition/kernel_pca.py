@@ -81,7 +81,7 @@ class _PairwiseKernel(Kernel):
         self.metric = metric
         self.params = dict(params)
 
-    def get_params(self):
+    def get_params(self, deep=True):
         return {"metric": self.metric, **self.params}
 
     def _block(self, Xc, Y, ctx):
