@@ -154,11 +154,11 @@ class NystromKPCA(BaseKPCA):
         clusters and outliers and never repeat; fewer than ``n_landmarks`` when the kernel
         matrix has numerical rank below that.  Cost: n c kernel evaluations, O(n c^2) flops
         and an n x c float64 factor (8 n c bytes); the selection alone measured 0.8-2.7x a
-        uniform fit of the same size at 8,192 to 494,020 rows (64 to 256 landmarks, 2 cores).  The default stays ``"uniform"``: it is the only
-        method that works on a one-pass stream, it holds O(c d) instead of rpcholesky's
-        8 n c bytes, and rpcholesky's gain is in the clustered / heavy-tailed cases
-        (trace error 1.2-2x lower on pendigits and cpu_act at c = 400, 3 to 30000x on
-        kddcup, within 2 % elsewhere): choose it there.
+        uniform fit of the same size at 8,192 to 494,020 rows (64 to 256 landmarks, 2 cores).
+        The default stays ``"uniform"``: it is the only method that works on a one-pass
+        stream, it holds O(c d) instead of rpcholesky's 8 n c bytes, and rpcholesky's gain is
+        in the clustered / heavy-tailed cases (trace error 1.2-2x lower on pendigits and
+        cpu_act at c = 400, 3 to 30000x on kddcup, within 2 % elsewhere): choose it there.
     solver : {"auto", "exact", "randomized"}
         How the principal axes of the Nystrom features come out of the pass over the data.
         ``"exact"``: the c x c scatter of the kernel rows (a SYRK, ``c^2 / 2`` flops a row),
