@@ -390,7 +390,8 @@ class Kernel:
                 f"invalid parameter(s) {unknown} for {type(self).__name__}; valid: "
                 f"{sorted(current)}"
             )
-        self.__init__(**{**current, **params})
+        checked = type(self)(**{**current, **params})  # the constructor's checks
+        self.__dict__.update(checked.__dict__)
         return self
 
     def to_config(self) -> dict:
