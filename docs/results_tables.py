@@ -376,6 +376,14 @@ def gpu_table() -> str:
         f"{hd['seconds']:.2f} | {hd['copy_seconds']:.2f} (copying the rows to the GPU) | "
         f"{_sig(hd['ratio_to_copy'])} | |",
     ]
+    st = c["streaming"]
+    if "seconds" in st:
+        rows.insert(
+            4,
+            f"| `StreamingKPCA(n_features=1000, sketch_size=20)`, n = {st['n']:,} | "
+            f"{st['seconds']:.1f} | {st['reference_seconds']:.1f} | "
+            f"{_sig(st['ratio_to_reference'])} | {st['error']:.3f} |",
+        )
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
