@@ -271,6 +271,36 @@ def test_cuda_tensors_and_device_parameter(small):
     assert sent.method_ == host.method_
 
 
+def test_probe_on_a_gpu_gives_the_host_estimates(small, monkeypatch):
+    # On a GPU the probe's Gram and its halves' eigenpairs are computed there: CPU tensors
+    # taken down that path (as the GPU tests of NystromKPCA do) give the host's estimates, up
+    # to float64 rounding of the Gram and of a dense eigh against Lanczos (amplified by the
+    # eigengap, here ~1e2).
+    torch = pytest.importorskip("torch")
+    from fastkpca.execution.arrays import Placement
+
+    X = _clusters(1200)
+    host = AutoKPCA(K, random_state=0).fit(X)
+    monkeypatch.setattr(Placement, "in_host_memory", property(lambda self: self.host))
+    placements = []
+    top_eigen = auto._top_eigen
+
+    def spy(G, k, placement=None):
+        placements.append(placement)
+        return top_eigen(G, k, placement)
+
+    monkeypatch.setattr(auto, "_top_eigen", spy)
+    on_device = AutoKPCA(K, random_state=0).fit(torch.from_numpy(X))
+    assert placements and all(p is not None and p.is_torch for p in placements)
+
+    def fits(model):
+        return [(e["method"], e["size"], e["error"], e["error_stderr"]) for e in model.report_[1:]]
+
+    assert [f[:2] for f in fits(on_device)] == [f[:2] for f in fits(host)]
+    for got, want in zip(fits(on_device), fits(host), strict=True):
+        np.testing.assert_allclose(got[2:], want[2:], rtol=1e-9)
+
+
 @pytest.mark.parametrize("layout", ["array", "blocks"])
 def test_non_finite_rows_are_refused_whatever_the_layout(layout):
     # Inner fits skip the finite-value scan only for in-memory rows AutoKPCA checked whole;
