@@ -542,6 +542,8 @@ def rpcholesky_indices(
                 continue
             new = proposals[accepted]
             if placement.host and tol is None:
+                # (with a tolerance, the prefix kept is read from the new columns' masses before
+                # they are appended: the general steps below)
                 _append_pivot_columns(X, new, kernel, F, i, L, d, floor)
                 pivots.extend(int(s) for s in new)
                 continue

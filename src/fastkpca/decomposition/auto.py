@@ -452,10 +452,8 @@ def _top_eigen(G, k: int, placement=None):
     """The top-k eigenpairs of a probe's (symmetric, centered) Gram, largest first (on the
     host; with a GPU ``placement``, a dense ``eigh`` there)."""
     if placement is not None:
-        xp = placement.xp
-        vals, vecs = xp.linalg.eigh(placement.asarray(G, np.float64))
-        vals, vecs = to_host(vals), to_host(vecs)
-        return vals[: -k - 1 : -1].copy(), vecs[:, : -k - 1 : -1].copy()
+        vals, vecs = eigh_topk(placement.asarray(G, np.float64), k, method="dense", rng=0)
+        return to_host(vals), to_host(vecs)
     if G.shape[0] <= DENSE_EIGH_ROWS:
         with one_blas_thread():  # LAPACK's threads cost more than they save at this size
             vals, vecs = scipy.linalg.eigh(
