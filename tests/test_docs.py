@@ -332,3 +332,86 @@ def test_streaming_paper_tables_are_the_benchmark_summary():
     page = (DOCS / "papers" / "skpca.md").read_text().splitlines()
     missing = [row for row in rows if row not in page]
     assert len(rows) > 100 and not missing, missing[:5]
+
+
+# --- the estimators' docstrings -------------------------------------------------------------------
+
+ESTIMATORS = [
+    "AutoKPCA",
+    "ExactKPCA",
+    "KernelPCA",
+    "NystromKPCA",
+    "RandomFeatureKPCA",
+    "StreamingKPCA",
+    "ReducedSetKPCA",
+    "SparsifiedKPCA",
+    "CompressedKPCA",
+]
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_estimator_docstring_examples_run(name):
+    """Each estimator's docstring has a See Also section and an Examples section whose doctest
+    runs as shown, without a warning."""
+    import doctest
+    import warnings
+
+    import fastkpca
+
+    cls = getattr(fastkpca, name)
+    doc = cls.__doc__ or ""
+    for section in ("See Also", "Examples"):
+        assert f"\n    {section}\n    {'-' * len(section)}\n" in doc, f"{name}: no {section}"
+    finder = doctest.DocTestFinder(recurse=False)
+    tests = finder.find(cls, name, globs={})
+    assert tests and tests[0].examples, f"{name}: no doctest examples"
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    runner = doctest.DocTestRunner(optionflags=flags)
+    report: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for test in tests:
+            runner.run(test, out=report.append)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, "".join(report)
+    assert result.attempted >= 3, f"{name}: too short an example ({result.attempted} lines)"
+
+
+# --- the changelog and the citation ---------------------------------------------------------------
+
+
+def test_release_is_dated_in_the_changelog_and_the_citation():
+    """The version is a dated CHANGELOG release below an (open) Unreleased section, with its
+    comparison link, and CITATION.cff names the same version and date."""
+    import fastkpca
+
+    yaml = pytest.importorskip("yaml")
+    text = (ROOT / "CHANGELOG.md").read_text()
+    version = re.escape(fastkpca.__version__)
+    release = re.search(rf"^## \[{version}\] - (\d{{4}}-\d{{2}}-\d{{2}})$", text, re.M)
+    assert release, f"no dated '## [{fastkpca.__version__}] - YYYY-MM-DD' heading"
+    headings = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert headings[:2] == ["Unreleased", fastkpca.__version__], headings
+    for name in headings:
+        assert re.search(rf"^\[{re.escape(name)}\]: https://", text, re.M), name
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["version"] == fastkpca.__version__
+    assert str(cff["date-released"]) == release.group(1)
+
+
+_LAB_NOTES = re.compile(
+    r"\d(?:\.\d+)?\s?(?:s|ms|x|MB|GB|MiB|GiB|%)(?![\w-])|->|\bcgroups?\b|\bH[12]00\b|"
+    r"\bhand-written\b|\breference loop\b|\bmeasured\b",
+    re.I,
+)
+
+
+def test_changelog_speaks_to_users():
+    """What changed for a user, not how it was measured: no timings, machines or workflow."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    found = [
+        f"CHANGELOG.md:{i}: {line.strip()[:80]}"
+        for i, line in enumerate(text.splitlines(), start=1)
+        if _LAB_NOTES.search(line) or _INTERNAL.search(line)
+    ]
+    assert not found, "\n".join(found)
