@@ -561,9 +561,9 @@ def random_features_notes() -> str:
         f'- `solver="exact"` is O(n m^2) (the m x m covariance); `countsketch` is O(n m (1 + q)) '
         f"plus an SVD of its t x m sketch that does not grow with n ({min(solve):.1f}-"
         f"{max(solve):.1f} s at t = m = {cs['params']['m']}). On sparse Adult "
-        f"(`benchmarks/results/countsketch_paper.json`, m = {cs['params']['m']}, two passes, "
-        f"[its page](papers/countsketch.md)), two passes of `countsketch` against `exact`: "
-        f"{pairs}.\n"
+        f"(`benchmarks/results/countsketch_paper.json`, m = {cs['params']['m']}, "
+        f"[its page](papers/countsketch.md)), the two-pass `countsketch` fit against "
+        f'`solver="exact"`: {pairs}.\n'
         f"- `features`: `orf` (the default for rbf / matern) has the lowest kernel error at equal "
         f"m (MNIST, m = {big['m']}: mean absolute kernel error "
         f"{big['orf_kernel_mean_abs_error']:.4f} "
@@ -1557,7 +1557,8 @@ def rskpca_claims() -> str:
             f"Embedding error, german: {f3(emb(g, lo, 'shadow'))} (ell = {lo:g}) to "
             f"{f3(emb(g, hi, 'shadow'))} (ell = {hi:g}), against a floor of "
             f"{f3(floor[g]['embedding_error'])}. pendigits: {f3(emb(pd_, lo, 'shadow'))} to "
-            f"{f3(emb(pd_, hi, 'shadow'))}, against a floor of {f4(floor[pd_]['embedding_error'])}. "
+            f"{f3(emb(pd_, hi, 'shadow'))}, against a floor of "
+            f"{f4(floor[pd_]['embedding_error'])}. "
             f"Eigenvalue error, german: {f3(eig(g, lo, 'shadow'))} to {f3(eig(g, hi, 'shadow'))} "
             f"(floor {f3(floor[g]['eigenvalue_error'])}). pendigits: "
             f"{f3(eig(pd_, lo, 'shadow'))} to {f3(eig(pd_, hi, 'shadow'))} (floor "
@@ -1702,9 +1703,9 @@ def rskpca_claims() -> str:
     nys_s = mn_exact / ctr(mn, cells[0], "nystrom")
     m_small = _rc(mn, cells[0], "shadow")["data_retained"] * cls[mn]["n"] * 0.9
     notes = f"""
-**WNystrom, fixed here.** Before this page, the benchmark's "WNystrom" was k-means landmarks with
-the data covariance, which is plain Nystrom: the weights cancel. The new "Nystrom, k-means
-landmarks (unweighted)" curve is that model.
+**WNystrom against unweighted k-means Nystrom.** k-means landmarks with the data covariance
+are plain Nystrom (the weights cancel): that is the "Nystrom, k-means landmarks (unweighted)"
+curve. WNystrom weights the landmarks by their cluster sizes.
 
 - pendigits: the weighted model has a lower embedding error than the unweighted one
   ({f4(emb(pd_, lo, wn))} against {f4(emb(pd_, lo, kn))} at ell = {lo:g}) but a higher
@@ -1731,8 +1732,8 @@ landmarks (unweighted)" curve is that model.
   the two test at about the same speed.
 - The test speed-ups are noisy: transforming a test set of a few hundred rows takes
   milliseconds on a busy machine, so the curves are not monotone in ell.
-- `NystromKPCA`'s solver was made faster after this run, so the Nystrom *times* (rows 5 and 7)
-  may overstate its cost today; the accuracies and errors do not depend on it.
+- `NystromKPCA` has become faster since this run, so the Nystrom *times* (rows 5 and 7) may
+  overstate its cost today; the accuracies and errors do not depend on it.
 """
     return "\n".join(lines) + "\n" + notes
 

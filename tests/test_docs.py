@@ -490,3 +490,99 @@ def test_changelog_speaks_to_users():
         if _LAB_NOTES.search(line) or _INTERNAL.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+# --- words defined in the glossary ----------------------------------------------------------------
+
+# The methods' short names and the words of the papers that a reader cannot guess: each is defined
+# in docs/glossary.md, and each page links its first use there.
+_JARGON = {
+    "RNCA": r"\bRNCA\b",
+    "SKPCA": r"\bSKPCA\b",
+    "WNystrom": r"\bWNystrom\b",
+    "RPCholesky": r"\bRPCholesky\b",
+    "ell": r"\bell\b",
+    "shadow": r"\b[Ss]hadow\b",
+    "paring": r"\b[Pp]aring\b",
+    "herding": r"\b[Hh]erding\b",
+    "probe": r"\b[Pp]robes?\b",
+}
+_GLOSSARY_LINK = re.compile(r"\{term\}`[^`]*`|\[[^\]]*\]\([^)]*glossary[^)]*\)")
+_NOT_PROSE = re.compile(
+    r"^```.*?^```[ \t]*$|<!--.*?-->|(?<!\})`[^`\n]*`|\]\([^)]*\)|^#+ [^\n]*$", re.S | re.M
+)
+
+
+def test_glossary_defines_the_jargon():
+    text = (DOCS / "glossary.md").read_text()
+    terms = set(re.findall(r"^(\S[^\n]*)\n  \S", text, re.M))
+    assert set(_JARGON) <= terms, set(_JARGON) - terms
+    index = (DOCS / "index.md").read_text()
+    assert re.search(r"^glossary$", index, re.M), "the glossary is not in the index's toctree"
+    assert "](glossary.md)" in index, "the index does not link the glossary"
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in PAGES if p.name not in ("glossary.md", "cli.md", "auto.md")],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_first_use_of_jargon_links_the_glossary(page):
+    """The first time a page uses one of the glossary's words in its prose (not in code, a
+    heading or a generated part), that use links to the glossary."""
+    text = _GENERATED_PART.sub(lambda m: " " * len(m.group(0)), page.read_text())
+    linked = [m.span() for m in _GLOSSARY_LINK.finditer(text)]
+    # the links' own backticks must not pair with those of inline code
+    plain = _GLOSSARY_LINK.sub(lambda m: "~" * len(m.group(0)), text)
+    hidden = [m.span() for m in _NOT_PROSE.finditer(plain)]
+
+    def inside(pos, spans):
+        return any(a <= pos < b for a, b in spans)
+
+    unlinked = []
+    for term, pattern in _JARGON.items():
+        for m in re.finditer(pattern, text):
+            if inside(m.start(), linked):
+                break
+            if inside(m.start(), hidden):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            unlinked.append(f"{term!r} first used at line {line} without a glossary link")
+            break
+    assert not unlinked, "\n".join(unlinked)
+
+
+# --- the examples gallery -------------------------------------------------------------------------
+
+EXAMPLES = sorted((ROOT / "examples").glob("plot_*.py"))
+
+
+def test_gallery_covers_the_workflows():
+    """The gallery (sphinx-gallery runs examples/plot_*.py when the site is built) shows the
+    automatic choice, scikit-learn's model selection and pandas output."""
+    sources = {p.name: p.read_text() for p in EXAMPLES}
+    wanted = {
+        "AutoKPCA": [r"\bAutoKPCA\(", r"\breport_\b"],
+        "a Pipeline tuned by GridSearchCV": [r"\bPipeline\(", r"\bGridSearchCV\(", r"kpca__"],
+        "pandas output": [r'set_output\(transform="pandas"\)', r"get_feature_names_out"],
+    }
+    for what, patterns in wanted.items():
+        assert any(all(re.search(p, s) for p in patterns) for s in sources.values()), what
+    for name, source in sources.items():
+        assert source.startswith('"""\n'), f"{name}: sphinx-gallery needs a docstring title"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_gallery_example_runs(example, tmp_path, monkeypatch):
+    """Each example runs as a script (what the site build does), here with a non-interactive
+    matplotlib backend."""
+    import runpy
+
+    pytest.importorskip("matplotlib")
+    missing = _missing(example.read_text())
+    if missing:
+        pytest.skip(f"{example.name} needs {', '.join(missing)}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    runpy.run_path(str(example), run_name="__main__")
