@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 
 # The one place the version is written: pyproject.toml reads it (setuptools dynamic version).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # public name -> module that defines it
 _LAZY = {

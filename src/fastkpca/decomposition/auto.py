@@ -618,6 +618,27 @@ class AutoKPCA(BaseKPCA):
     n_features_in_ : int
     eigenvalues_, n_components_, kernel_, explained_variance_ratio_, ... :
         The chosen estimator's fitted attributes, delegated.
+
+    See Also
+    --------
+    ExactKPCA : the exact method, and the reference of the error estimate.
+    NystromKPCA, RandomFeatureKPCA, StreamingKPCA : the approximate methods it chooses among.
+    fastkpca.metrics.estimate_error : the same kind of error estimate for any fitted model.
+
+    Examples
+    --------
+    >>> from fastkpca import AutoKPCA
+    >>> from fastkpca.datasets import load_demo
+    >>> X, _ = load_demo()
+    >>> auto = AutoKPCA(n_components=5, gamma="median", tol=0.1, random_state=0)
+    >>> auto = auto.fit(X[:1000])
+    >>> auto.method_ in ("exact", "nystrom", "random-features", "streaming")
+    True
+    >>> chosen = [entry for entry in auto.report_ if entry["status"] == "chosen"]
+    >>> len(chosen), chosen[0]["method"] == auto.method_
+    (1, True)
+    >>> auto.transform(X[1000:1003]).shape
+    (3, 5)
     """
 
     _accepts_sparse = True

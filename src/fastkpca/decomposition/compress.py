@@ -344,6 +344,23 @@ class CompressedKPCA(BaseKPCA):
     n_terms_ : number of kept points; n_terms_source_ : number in the source expansion.
     rounding_s_ : the paper's s (None when no term was rounded).
     source_model_ : class name of the source model.
+
+    See Also
+    --------
+    compress_expansion : builds it from a fitted model.
+    ExactKPCA, SparsifiedKPCA, NystromKPCA, ReducedSetKPCA : the models it compresses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastkpca import ExactKPCA, compress_expansion
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> model = ExactKPCA(n_components=3, gamma=0.1).fit(X)
+    >>> small = compress_expansion(model, rounding=0.5, random_state=0)
+    >>> small.n_terms_source_, bool(small.n_terms_ < small.n_terms_source_)
+    (300, True)
+    >>> small.transform(X[:2]).shape
+    (2, 3)
     """
 
     #: like the source models (Nystrom, random features) that take scipy.sparse rows

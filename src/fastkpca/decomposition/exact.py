@@ -566,6 +566,23 @@ class ExactKPCA(BaseKPCA):
     total_variance_error_ : float, 0 (exact).
     explained_variance_ratio_ : (n_components,) ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
+
+    See Also
+    --------
+    KernelPCA : the same computation with scikit-learn's signature and defaults.
+    NystromKPCA, RandomFeatureKPCA : approximations for more rows than the Gram can hold.
+    AutoKPCA : chooses between exact KPCA and the approximations.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastkpca import ExactKPCA
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> model = ExactKPCA(n_components=3, kernel="rbf", gamma=0.1).fit(X)
+    >>> model.eigenvalues_.round(2)
+    array([23.77, 21.76, 19.58])
+    >>> model.transform(X[:2]).shape
+    (2, 3)
     """
 
     _accepts_sparse = True

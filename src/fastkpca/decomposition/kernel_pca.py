@@ -276,6 +276,25 @@ class KernelPCA(BaseKPCA):
         Eigensolver work: 1 (dense), matrix-vector products (arpack) or passes over the Gram
         (randomized).
     n_features_in_, feature_names_in_ : as every scikit-learn estimator.
+
+    See Also
+    --------
+    sklearn.decomposition.KernelPCA : the estimator this one replaces.
+    ExactKPCA : the same computation with fastkpca's defaults and solvers.
+    NystromKPCA, RandomFeatureKPCA : approximations for more rows than the Gram can hold.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.decomposition import KernelPCA as SklearnKernelPCA
+    >>> from fastkpca import KernelPCA
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> ours = KernelPCA(n_components=3, kernel="rbf", gamma=0.1).fit(X)
+    >>> theirs = SklearnKernelPCA(n_components=3, kernel="rbf", gamma=0.1).fit(X)
+    >>> np.allclose(ours.eigenvalues_, theirs.eigenvalues_)
+    True
+    >>> ours.transform(X[:2]).shape
+    (2, 3)
     """
 
     def __init__(

@@ -306,6 +306,12 @@ class NystromKPCA(BaseKPCA):
     k-means on a host copy of the rows), the exact-KPCA path (its n x n Gram on the host) and
     the probe of ``tol``.
 
+    See Also
+    --------
+    RandomFeatureKPCA : one pass, no landmarks; less accurate per unit of model size.
+    ExactKPCA : the reference, for up to tens of thousands of rows.
+    fastkpca.metrics.estimate_error : how close a fitted model is to exact KPCA.
+
     Examples
     --------
     >>> import numpy as np

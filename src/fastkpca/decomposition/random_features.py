@@ -302,6 +302,27 @@ class RandomFeatureKPCA(BaseKPCA):
         Its standard error (nan where not known: ``tensorsketch``).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
+
+    See Also
+    --------
+    StreamingKPCA : the same features with a fixed-size Frequent Directions sketch.
+    NystromKPCA : more accurate per unit of model size.
+    fastkpca.features : the random feature maps.
+    fastkpca.metrics.estimate_error : how close a fitted model is to exact KPCA.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastkpca import ExactKPCA, RandomFeatureKPCA
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> model = RandomFeatureKPCA(n_components=3, gamma=0.1, n_features=500,
+    ...                           random_state=0).fit(X)
+    >>> model.transform(X[:2]).shape
+    (2, 3)
+    >>> exact = ExactKPCA(n_components=3, gamma=0.1).fit(X)
+    >>> relative = abs(model.eigenvalues_ - exact.eigenvalues_) / exact.eigenvalues_
+    >>> bool(relative.max() < 0.1)
+    True
     """
 
     _accepts_sparse = True

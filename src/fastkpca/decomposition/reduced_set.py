@@ -238,6 +238,11 @@ class ReducedSetKPCA(BaseKPCA):
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
     kernel_ : the resolved Kernel.  n_components_ : int.  n_features_in_ : int.
 
+    See Also
+    --------
+    NystromKPCA : landmarks without a density model; usually as accurate and faster.
+    compress_expansion : makes the fitted model's transform cheaper still.
+
     Examples
     --------
     >>> import numpy as np

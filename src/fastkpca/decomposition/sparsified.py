@@ -575,6 +575,22 @@ class SparsifiedKPCA(BaseKPCA):
         Its standard error (see :meth:`SparsifiedGram.total_mean_error`).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
+
+    See Also
+    --------
+    ExactKPCA : the same eigenproblem on the full Gram.
+    compress_expansion : makes the fitted model's transform cheaper.
+    NystromKPCA : when the Gram's n x n entries cannot all be computed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fastkpca import SparsifiedKPCA
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> model = SparsifiedKPCA(n_components=3, gamma=0.1, sample_prob=0.5,
+    ...                        random_state=0).fit(X)
+    >>> model.transform(X[:2]).shape
+    (2, 3)
     """
 
     _accepts_sparse = True

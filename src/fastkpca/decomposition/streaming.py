@@ -201,6 +201,31 @@ class StreamingKPCA(BaseKPCA):
     ----------
     M. Ghashami, D. J. Perry, J. M. Phillips, "Streaming kernel principal component analysis",
     AISTATS 2016.
+
+    See Also
+    --------
+    RandomFeatureKPCA : the same features with their exact m x m covariance.
+    fastkpca.sketch.FrequentDirections : the sketch.
+    NystromKPCA : more accurate per unit of model size when the rows can be read twice.
+
+    Examples
+    --------
+    Fit block by block, as rows arrive:
+
+    >>> import numpy as np
+    >>> from fastkpca import StreamingKPCA
+    >>> X = np.random.default_rng(0).standard_normal((300, 5))
+    >>> model = StreamingKPCA(n_components=3, gamma=0.1, n_features=200, sketch_size=20,
+    ...                       random_state=0)
+    >>> for block in np.array_split(X, 3):
+    ...     model = model.partial_fit(block)
+    >>> model.n_samples_seen_
+    300
+    >>> lower, upper = model.eigenvalue_bounds_  # rigorous bounds on each eigenvalue
+    >>> bool(np.all(lower <= upper))
+    True
+    >>> model.transform(X[:2]).shape
+    (2, 3)
     """
 
     _accepts_sparse = True
