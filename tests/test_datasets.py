@@ -293,3 +293,27 @@ def test_make_bag_of_words_rows():
         args = {"n_samples": 10, "n_features": 5000, "nnz_per_row": 5, **bad}
         with pytest.raises(ValueError):
             make_bag_of_words(**args)
+
+
+def test_make_random_noisy_default_signal_fits_any_width():
+    # signal_dim=None is the paper's 50, capped at n_features: make_random_noisy(n, 20) works
+    # (it used to refuse "signal_dim=50", a parameter the user never passed).
+    from fastkpca.datasets import make_random_noisy
+
+    X = make_random_noisy(3000, 20, random_state=0)
+    assert X.shape == (3000, 20) and X.dtype == np.float64
+    # 50 and more columns: the paper's s = 50, the same rows as passing it
+    np.testing.assert_array_equal(
+        make_random_noisy(200, 60, random_state=1),
+        make_random_noisy(200, 60, signal_dim=50, random_state=1),
+    )
+    np.testing.assert_array_equal(
+        make_random_noisy(200, 20, random_state=1),
+        make_random_noisy(200, 20, signal_dim=20, random_state=1),
+    )
+    # an explicit signal_dim wider than the data is refused, naming both parameters
+    with pytest.raises(ValueError, match=r"signal_dim=30 is larger than n_features=20"):
+        make_random_noisy(10, 20, signal_dim=30)
+    for bad in ({"signal_dim": 0}, {"n_features": 0}, {"zeta": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make_random_noisy(**{"n_samples": 10, "n_features": 20, **bad})

@@ -55,11 +55,21 @@ def test_quota_caps_the_affinity_rounded_up(monkeypatch):
     assert usable_cores() == 2
 
 
-def test_environment_override_wins(monkeypatch):
+def test_environment_override_wins_up_to_the_machines_cpus(monkeypatch):
+    # FASTKPCA_CORES pins the count, above the affinity too, but never above the machine's
+    # logical CPUs: FASTKPCA_CORES=1000000 is not a million threads (nor a million per-thread
+    # buffers in a memory check).
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)
     monkeypatch.setenv("FASTKPCA_CORES", "5")
     assert usable_cores() == 5
+    monkeypatch.setenv("FASTKPCA_CORES", "1")
+    assert usable_cores() == 1
+    monkeypatch.setenv("FASTKPCA_CORES", "1000000")
+    assert usable_cores() == 8
     monkeypatch.setenv("FASTKPCA_CORES", "zero")  # not a count: ignored
-    assert usable_cores() >= 1
+    assert usable_cores() == 2
 
 
 def test_cgroup_v2_and_v1_quotas_are_read(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ from fastkpca.execution import (
     n_workers,
     resolve_n_jobs,
     sum_over_shares,
-    usable_cores,
+    threads,
     using_n_jobs,
     worker_index,
 )
@@ -51,6 +51,16 @@ from fastkpca.statistics.feature_sketch import SPLIT_ROWS, FeatureSketch
 RTOL64 = 1e-8
 RTOL32 = 1e-5  # the float32 projections of random-feature models (module notes)
 JOBS = (1, 2, 4)  # 4 threads on a 2-core machine: oversubscribed, still correct
+#: The cores these tests let a call use (:func:`_eight_cores`).
+CORES = 8
+
+
+@pytest.fixture(autouse=True)
+def _eight_cores(monkeypatch):
+    """Counts up to CORES honoured on any machine: n_workers caps a count at the usable cores,
+    and these tests run 3 and 4 threads on a 2-core machine too (oversubscribed), to check that
+    nothing depends on the count."""
+    monkeypatch.setattr(threads, "usable_cores", lambda: CORES)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +71,14 @@ def data():
 
 # --- n_jobs -----------------------------------------------------------------------------------
 def test_resolve_n_jobs_has_scikit_learns_meaning():
-    cores = usable_cores()
-    assert resolve_n_jobs(None) == resolve_n_jobs(-1) == cores
+    cores = CORES
+    assert resolve_n_jobs(-1) == cores
+    # None: every usable core, within the limit the context gives (test_execution_nested.py)
+    assert resolve_n_jobs(None) == min(cores, threads.inherited_limit() or cores)
     assert resolve_n_jobs(-2) == max(1, cores - 1)
     assert resolve_n_jobs(-10 * cores) == 1  # never fewer than one
     assert resolve_n_jobs(3) == 3 and resolve_n_jobs(np.int64(5)) == 5
+    assert resolve_n_jobs(10 * cores) == cores  # never more than the usable cores
     for bad in (0, 1.5, "2", True):
         with pytest.raises(ValueError, match="n_jobs"):
             resolve_n_jobs(bad)
@@ -118,7 +131,7 @@ def test_n_jobs_holds_for_the_whole_call(data, monkeypatch):
     model = RandomFeatureKPCA(2, n_features=32, random_state=0, n_jobs=3).fit(X)
     model.transform(X_new)
     assert seen and set(seen) == {3}
-    assert n_workers() == usable_cores()
+    assert n_workers() == resolve_n_jobs(None)  # the call's count ended with it
     with using_n_jobs(2):  # an enclosing context (the CLI's --jobs): None inherits it
         seen.clear()
         RandomFeatureKPCA(2, n_features=32, random_state=0).fit(X)
@@ -126,7 +139,7 @@ def test_n_jobs_holds_for_the_whole_call(data, monkeypatch):
         with execution_context(RandomFeatureKPCA(n_jobs=1)):
             assert n_workers() == 1  # an explicit count wins
     with execution_context(StreamingKPCA(n_jobs=-1)):
-        assert n_workers() == usable_cores()
+        assert n_workers() == CORES
 
 
 def test_thread_maps_cover_every_row_once_in_share_order():

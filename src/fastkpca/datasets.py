@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._utils import as_generator, check_int
+from .source.files import open_data
 
 __all__ = [
     "load",
@@ -77,8 +78,13 @@ def make_bag_of_words(n_samples, n_features, nnz_per_row, n_topics=10, random_st
     return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
 
 
+#: The signal dimension of RandomNoisy in the streaming KPCA paper (Ghashami, Perry & Phillips,
+#: 2016, section 5): :func:`make_random_noisy`'s default, capped at ``n_features``.
+RANDOM_NOISY_SIGNAL_DIM = 50
+
+
 def make_random_noisy(
-    n_samples, n_features, signal_dim=50, zeta=10.0, random_state=None, dtype=np.float64
+    n_samples, n_features, signal_dim=None, zeta=10.0, random_state=None, dtype=np.float64
 ):
     """The RandomNoisy set of the streaming KPCA paper: ``A = S D U + F / zeta``.
 
@@ -88,13 +94,38 @@ def make_random_noisy(
     i.i.d. N(0, 1) noise and ``zeta`` sets the signal-to-noise ratio (the paper uses s = 50,
     zeta = 10).  Rows are generated in blocks, so only the output is held in memory.
 
+    Parameters
+    ----------
+    n_samples : int
+        Rows n.
+    n_features : int
+        Columns d, the width of the data (scikit-learn's name in its ``make_*`` generators).
+    signal_dim : int or None, default None
+        Rank s of the signal, at most ``n_features``.  None: the paper's 50, capped at
+        ``n_features`` (so ``make_random_noisy(1000, 20)`` has a 20-dimensional signal), as
+        defaults that depend on the data's size are capped to what it allows.
+    zeta : float, default 10.0
+        Signal-to-noise ratio: the noise is ``F / zeta``.
+    random_state : None, int or numpy.random.Generator
+        Seed of S, U and F.
+    dtype : dtype, default float64
+        Of the output.
+
     Returns
     -------
     X : ndarray of shape (n_samples, n_features) and the requested dtype.
     """
     n = check_int("n_samples", n_samples, low=1)
     d = check_int("n_features", n_features, low=1)
-    s = check_int("signal_dim", signal_dim, low=1, high=d)
+    if signal_dim is None:
+        s = min(RANDOM_NOISY_SIGNAL_DIM, d)
+    else:
+        s = check_int("signal_dim", signal_dim, low=1)
+        if s > d:
+            raise ValueError(
+                f"signal_dim={s} is larger than n_features={d}: the signal's rank is at most "
+                "the data's width (signal_dim=None takes min(50, n_features))"
+            )
     if not zeta > 0:
         raise ValueError(f"zeta must be > 0, got {zeta!r}")
     rng = as_generator(random_state)
@@ -425,8 +456,6 @@ def _read_idx(path: Path, max_items=None) -> np.ndarray:
 
 
 def _load_file(spec: _Spec, locate, rel, dtype, max_rows):
-    from .source.files import open_data
-
     if spec.kind == "idx":
         images = _read_idx(locate(rel[0]), max_rows)
         labels = _read_idx(locate(rel[1]), max_rows)

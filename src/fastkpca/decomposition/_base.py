@@ -116,8 +116,10 @@ def execution_context(estimator) -> Iterator[None]:
     (:func:`fastkpca.execution.using_n_jobs`, :func:`fastkpca.execution.using_verbose`): the
     threads and the progress bars of the work it runs read them.  ``n_jobs=None`` keeps the
     enclosing context's count (an outer estimator call, ``using_n_jobs``, the command line's
-    ``--jobs``), every usable core outside one, as joblib's None defers to its context.  A bad
-    value raises ValueError naming the parameter, before any work."""
+    ``--jobs``), and outside one what joblib's context gives, as joblib's None defers to it
+    (:mod:`fastkpca.execution.threads`: ``parallel_config``, a joblib worker's share of the
+    cores, else every usable core).  A bad value raises ValueError naming the parameter, before
+    any work."""
     n_jobs = check_n_jobs(getattr(estimator, "n_jobs", None))
     with (
         contextlib.nullcontext() if n_jobs is None else using_n_jobs(n_jobs),

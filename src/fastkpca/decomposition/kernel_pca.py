@@ -242,10 +242,14 @@ class KernelPCA(BaseKPCA):
         Store a copy of X in ``X_fit_``; with False, ``X_fit_`` is X itself (and a precomputed
         Gram is centered in place, as in scikit-learn).
     n_jobs : int or None, default=None
-        Threads of each call (the Gram's row blocks, the kernel rows of ``transform``), with
-        scikit-learn's meaning for positive and negative values (-1: all cores, -2: all but
-        one); None is every core the process may use (its CPU affinity and quota), where
-        scikit-learn's None is one.  The model does not depend on it, up to rounding.
+        Threads of each call (the Gram's row blocks, the kernel rows of ``transform``),
+        scikit-learn's meaning: -1 every core the process may use (its CPU affinity and quota), -2
+        all but one, a positive count that many, at most those cores.  None: what the context gives:
+        the ``n_jobs`` of ``joblib.parallel_config``, else every usable core within the thread limit
+        the process inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a
+        joblib worker process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the
+        cores), where scikit-learn's None is one job.  The model does not depend on it, up to
+        rounding.
     verbose : int, default=0
         With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows, where
         the output is a terminal or a notebook (not a scikit-learn parameter).

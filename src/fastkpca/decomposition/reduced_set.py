@@ -193,9 +193,13 @@ class ReducedSetKPCA(BaseKPCA):
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_jobs : int or None, default None
-        Threads of each call (kernel rows), scikit-learn's meaning: None or -1 every core the
-        process may use (its CPU affinity and quota), -2 all but one, a positive count that
-        many.  The model does not depend on it, up to the rounding of sums.
+        Threads of each call (kernel rows), scikit-learn's meaning: -1 every core the process may
+        use (its CPU affinity and quota), -2 all but one, a positive count that many, at most those
+        cores.  None: what the context gives: the ``n_jobs`` of ``joblib.parallel_config``, else
+        every usable core within the thread limit the process inherits (``OMP_NUM_THREADS``,
+        threadpoolctl's ``threadpool_limits``; in a joblib worker process, e.g. under
+        ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model does not depend on
+        it, up to the rounding of sums.
     verbose : int, default 0
         With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
         where the output is a terminal or a notebook.

@@ -146,10 +146,14 @@ class StreamingKPCA(BaseKPCA):
         Pre-image anchors (None: 1000, capped at n); a number whose rows and Gram cannot fit in
         memory is refused up front (ValueError).
     n_jobs : int or None, default None
-        Threads of each call (``fit``, ``partial_fit``, ``transform``, ...), scikit-learn's
-        meaning: None or -1 all cores the process may use (its CPU affinity and quota), -2 all
-        but one, a positive count that many.  The model does not depend on it (the rows each
-        sketch sees are fixed by their index), up to the rounding of float sums.
+        Threads of each call (``fit``, ``partial_fit``, ``transform``, ...), scikit-learn's meaning:
+        -1 every core the process may use (its CPU affinity and quota), -2 all but one, a positive
+        count that many, at most those cores.  None: what the context gives: the ``n_jobs`` of
+        ``joblib.parallel_config``, else every usable core within the thread limit the process
+        inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a joblib worker
+        process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model
+        does not depend on it (the rows each sketch sees are fixed by their index), up to the
+        rounding of float sums.
     verbose : int, default 0
         With ``verbose > 0``, ``fit`` and ``partial_fit`` show a progress bar (tqdm) over the
         rows of each pass, where the output is a terminal or a notebook.

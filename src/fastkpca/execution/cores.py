@@ -132,7 +132,10 @@ def usable_cores() -> int:
     :data:`QUOTA_TTL` seconds.
 
     ``FASTKPCA_CORES`` (a positive integer), when set, takes precedence: it is how a benchmark or
-    a test pins the count without ``taskset``.
+    a test pins the count without ``taskset``.  It may exceed the affinity and the quota, but
+    not the machine's logical CPUs (``os.cpu_count()``): a larger value is taken as that many,
+    since threads beyond every CPU of the machine only wait for one another (and the memory a
+    computation holds per thread is counted from this count).
     """
     forced = os.environ.get("FASTKPCA_CORES")
     if forced:
@@ -141,7 +144,7 @@ def usable_cores() -> int:
         except ValueError:
             value = 0
         if value >= 1:
-            return value
+            return min(value, os.cpu_count() or value)
     cores = _affinity_cores()
     quota = _cached_quota()
     if quota is not None and quota > 0:

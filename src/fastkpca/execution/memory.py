@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .cores import _own_cgroup_dirs, _read
+
 __all__ = ["available_memory_bytes", "format_bytes", "require_memory", "MEMORY_FRACTION"]
 
 #: A single up-front size check refuses what would take more than this fraction of the memory
@@ -31,8 +33,6 @@ def _meminfo_available() -> int | None:
 
 def _cgroup_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """``memory.max - memory.current`` of this process's cgroup (v2), or None if unlimited."""
-    from .cores import _own_cgroup_dirs, _read
-
     best = None
     for d in _own_cgroup_dirs(root):
         limit = _read(d / "memory.max")

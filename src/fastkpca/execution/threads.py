@@ -2,19 +2,38 @@
 thread meanwhile.
 
 How wide a call runs
-    :func:`n_workers` is the number of threads the current call may use: the ``n_jobs`` of the
-    estimator call that is running (:func:`using_n_jobs`, a :mod:`contextvars` context that
-    :class:`~fastkpca.decomposition._base.BaseKPCA` enters around ``fit``, ``transform``, ...;
-    an estimator with ``n_jobs=None`` keeps the enclosing context's, e.g. the command line's
-    ``--jobs``), else every core the process may use (:func:`~fastkpca.execution.usable_cores`).
-    ``n_jobs`` has scikit-learn's meaning (:func:`resolve_n_jobs`), except that None means all
-    usable cores, not joblib's one.  Nothing passes a thread count through the numerical
-    functions' signatures: they call :func:`map_row_chunks`, :func:`sum_over_shares` or
-    :func:`map_tasks`, which read it here.  As in scikit-learn, ``n_jobs`` sets these threads,
-    not those of BLAS / OpenMP in the few library calls that run outside them (a dense
-    eigendecomposition, a k-means): those keep their own settings (``threadpoolctl``,
-    ``OMP_NUM_THREADS``), and like fastkpca's threads they stay within the CPUs a process
-    started under ``taskset`` may use.
+    :func:`n_workers` is the number of threads the current call may use.  Nothing passes a
+    thread count through the numerical functions' signatures: they call
+    :func:`map_row_chunks`, :func:`sum_over_shares` or :func:`map_tasks`, which read it here.
+    The count is, in this order:
+
+    1. the ``n_jobs`` of the innermost fastkpca call that sets one (:func:`using_n_jobs`, a
+       :mod:`contextvars` context that :class:`~fastkpca.decomposition._base.BaseKPCA` enters
+       around ``fit``, ``transform``, ...; the command line's ``--jobs``); an estimator with
+       ``n_jobs=None`` sets none and keeps the enclosing one;
+    2. else the ``n_jobs`` of ``joblib.parallel_config`` in force in this thread, as a
+       scikit-learn estimator's ``n_jobs=None`` defers to it;
+    3. else every core the process may use (:func:`~fastkpca.execution.usable_cores`), at most
+       the thread limit that scikit-learn's own OpenMP loops obey (:func:`inherited_limit`:
+       ``omp_get_max_threads()``, set by ``OMP_NUM_THREADS``, by threadpoolctl's
+       ``threadpool_limits`` and, in joblib's worker processes, to the ``cpu_count() //
+       n_jobs`` threads joblib gives each worker).
+
+    ``n_jobs`` has scikit-learn's meaning (:func:`resolve_n_jobs`), except that None means the
+    rule above, not joblib's one job.  Whatever its source, the count is at most the usable
+    cores: threads beyond them only oversubscribe them, and the memory a call takes per thread
+    (its buffers, a sketch per thread) is counted from :func:`n_workers`, so ``n_jobs=10**6``
+    must not count a million buffers.
+
+    Nested parallelism.  Under ``GridSearchCV(..., n_jobs=2)`` (or any ``joblib.Parallel``):
+    in joblib's worker processes (``loky``, its default) each fit uses the share of the cores
+    joblib gives the worker (3. above), as BLAS and OpenMP do there; in its worker threads
+    (``threading``) the fits share one process, each with every usable core, and their
+    threaded maps take turns (:func:`single_threaded_blas`), so that fastkpca's pool never
+    runs more threads than the usable cores.  An explicit ``n_jobs`` on the inner estimator
+    is taken as given (capped at the usable cores).  As in scikit-learn, ``n_jobs`` sets
+    these threads, not those of BLAS / OpenMP in the few library calls that run outside them
+    (a dense eigendecomposition, a k-means): those keep their own settings.
 
 The pool
     One pool of threads per process, created on first use, grown when a call asks for more
@@ -62,6 +81,7 @@ __all__ = [
     "check_n_jobs",
     "using_n_jobs",
     "n_workers",
+    "inherited_limit",
     "worker_index",
     "map_row_chunks",
     "sum_over_shares",
@@ -107,21 +127,91 @@ def check_n_jobs(n_jobs, name: str = "n_jobs") -> int | None:
 
 
 def resolve_n_jobs(n_jobs) -> int:
-    """The number of threads ``n_jobs`` asks for (scikit-learn's convention).
+    """The number of threads ``n_jobs`` gives (scikit-learn's convention), at most the usable
+    cores.
 
-    None: every core this process may use (:func:`~fastkpca.execution.usable_cores`: its CPU
-    affinity and cgroup quota), where joblib's None means one (fastkpca's fits are threaded
-    numpy, not joblib tasks, and default to the whole machine as numpy's BLAS does); -1: the
-    same; -2: all but one; ``-k``: ``usable_cores() + 1 - k``, at least 1; a positive count:
-    that many threads (more than the cores only oversubscribe them; the results do not
-    change).  0, bools and non-integers raise ValueError.
+    None: what the context gives (module notes: ``joblib.parallel_config``'s ``n_jobs``, else
+    every core this process may use, :func:`~fastkpca.execution.usable_cores`, within the
+    OpenMP thread limit :func:`inherited_limit`); -1: every usable core; -2: all but one;
+    ``-k``: ``usable_cores() + 1 - k``, at least 1; a positive count: that many threads, at most
+    the usable cores (more would only oversubscribe them; the results would not change).  0,
+    bools and non-integers raise ValueError.
     """
     n_jobs = check_n_jobs(n_jobs)
+    cores = usable_cores()
     if n_jobs is None:
-        return usable_cores()
+        n_jobs = _joblib_n_jobs()
+    if n_jobs is None:
+        limit = inherited_limit()
+        return cores if limit is None else max(1, min(cores, limit))
     if n_jobs < 0:
-        return max(1, usable_cores() + 1 + n_jobs)
-    return n_jobs
+        return max(1, cores + 1 + n_jobs)
+    return min(n_jobs, cores)
+
+
+def _joblib_n_jobs() -> int | None:
+    """The ``n_jobs`` of ``joblib.parallel_config`` in force in this thread (None: unset, or
+    not a valid count).  joblib's worker threads and processes run their tasks with it unset."""
+    _, n_jobs = _joblib_active_backend()()
+    try:
+        return check_n_jobs(n_jobs)
+    except ValueError:
+        return None
+
+
+@functools.cache
+def _joblib_active_backend() -> Callable[[], tuple[Any, Any]]:
+    # Imported on first use: joblib (a scikit-learn dependency) takes 0.2 s to import, which
+    # commands that never fit (``fastkpca --help``) should not pay.
+    from joblib.parallel import get_active_backend
+
+    return get_active_backend
+
+
+def inherited_limit() -> int | None:
+    """The thread limit this thread inherits from its surroundings, or None if none is known.
+
+    The limit that scikit-learn's OpenMP loops obey (``n_threads=None``): its OpenMP runtime's
+    ``omp_get_max_threads()`` in the calling thread, which ``OMP_NUM_THREADS``, threadpoolctl's
+    ``threadpool_limits`` (without ``user_api``, or with ``"openmp"``) and joblib's worker
+    processes (``cpu_count() // n_jobs`` each, through ``OMP_NUM_THREADS``) set.  Where
+    scikit-learn has no OpenMP runtime: ``OMP_NUM_THREADS`` itself.  While fastkpca holds BLAS
+    to one thread (:func:`one_blas_thread`), the value read before it did so: an OpenBLAS
+    built on OpenMP applies its limit through ``omp_set_num_threads``.
+    """
+    if _BLAS_LIMIT["depth"] > 0:
+        return _BLAS_LIMIT["inherited"]
+    return _read_inherited_limit()
+
+
+def _read_inherited_limit() -> int | None:
+    read = _sklearn_openmp_threads()
+    if read is not None:
+        try:
+            return max(1, int(read(only_physical_cores=False)))
+        except (TypeError, ValueError):
+            pass
+    text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 1 else None
+
+
+@functools.cache
+def _sklearn_openmp_threads() -> Callable[..., int] | None:
+    """scikit-learn's count of the threads its OpenMP loops would use, or None where
+    scikit-learn was built without OpenMP (it would then say 1: one thread, not a limit)."""
+    try:
+        from sklearn.utils import _openmp_helpers as helpers
+    except ImportError:  # a scikit-learn that no longer has it
+        return None
+    enabled = getattr(helpers, "_openmp_parallelism_enabled", None)
+    read = getattr(helpers, "_openmp_effective_n_threads", None)
+    if read is None or enabled is None or not enabled():
+        return None
+    return read
 
 
 @contextmanager
@@ -137,8 +227,8 @@ def using_n_jobs(n_jobs) -> Iterator[None]:
 
 
 def n_workers() -> int:
-    """Threads the current call may use: its ``n_jobs`` (:func:`using_n_jobs`), else every
-    usable core."""
+    """Threads the current call may use, at most the usable cores: its ``n_jobs``
+    (:func:`using_n_jobs`), else what its context gives (module notes)."""
     return resolve_n_jobs(_N_JOBS.get(None))
 
 
@@ -325,7 +415,7 @@ def _blas_controller():
 
 
 _BLAS_LIMIT_LOCK = threading.Lock()
-_BLAS_LIMIT: dict = {"depth": 0, "limiter": None}
+_BLAS_LIMIT: dict = {"depth": 0, "limiter": None, "inherited": None}
 #: Held by a threaded map while its threads run: maps from several user threads take turns.
 _MAP_LOCK = threading.RLock()
 
@@ -349,6 +439,7 @@ def one_blas_thread() -> Iterator[None]:
     """
     with _BLAS_LIMIT_LOCK:
         if _BLAS_LIMIT["depth"] == 0:
+            _BLAS_LIMIT["inherited"] = _read_inherited_limit()
             _release_blas_control()
             _BLAS_LIMIT["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
             _release_blas_control()
