@@ -78,6 +78,7 @@ from ..execution.arrays import (
     Placement,
     check_device,
     data_placement,
+    get_namespace,
     is_array,
     output_like,
     placement_for,
@@ -164,7 +165,9 @@ def estimator_call(method, *, mutating: bool):
     objects instead of modifying them (see the module docstring).  Calls nest (``fit`` calling
     ``partial_fit``): each level restores what it saw.
 
-    The outermost mutating call of an estimator also keeps the rule on fitted attributes (see
+    A ``device`` this machine cannot compute on is refused first (one ValueError, before the
+    rows are looked at: :func:`fastkpca.execution.arrays.placement_for`).  The outermost
+    mutating call of an estimator also keeps the rule on fitted attributes (see
     the module docstring): it starts from the model as computed (:meth:`BaseKPCA._computed`,
     the estimators it is given too, as ``merge`` is) and ends by moving the public fitted
     arrays to the placement of the data given to it (:meth:`BaseKPCA._settle`; a new model it
@@ -176,6 +179,9 @@ def estimator_call(method, *, mutating: bool):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         with execution_context(self):
+            device = getattr(self, "device", None)
+            if device is not None:
+                placement_for(None, device)  # a device that cannot compute: before any work
             if not mutating:
                 return method(self, *args, **kwargs)
             active = _IN_CALL.get()
@@ -533,7 +539,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.
 
         The projections approximate (for ``ExactKPCA``: equal, up to column signs)
-        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32.  A dask
+        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32, any
+        other dtype float64.  The work runs where ``device`` says (X's device by default) and
+        the result has X's array type and device (a list of tensors gives a tensor).  A dask
         array gives a lazy dask array chunked by rows like X.
         """
         check_is_fitted(self)
@@ -596,7 +604,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         computed = copy.copy(self)
         computed.__dict__.pop(_PLACED, None)
         settled = {name: origin.carry(value) for name, value in _fitted_items(self)}
-        vars(self).update(settled)
+        self.__dict__.update(settled)
         self.__dict__[_PLACED] = {home.name: computed, _COMPUTED: computed}
 
     def _computed_attributes(self) -> dict:
@@ -622,6 +630,13 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         save_model(self, path)
 
     # --- scikit-learn tags ----------------------------------------------------------------
+    def __getstate__(self):
+        # A pickle (joblib, a Dask task) holds the model, not its copies on other devices:
+        # they are rebuilt where they are used (:meth:`_placed`).
+        state = dict(super().__getstate__())  # object's is the instance dict itself
+        state.pop(_PLACED, None)
+        return state
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
@@ -691,7 +706,7 @@ def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     h = np.zeros(idx.size)
     probes = take_rows(X, idx)
     for start, stop, K in kernel.blocks(probes, X):
-        h[start:stop] = to_host(placement_of(K).xp.sum(K, axis=1)) / n  # on the tiles' device
+        h[start:stop] = to_host(get_namespace(K).sum(K, axis=1)) / n  # on the tiles' device
     s = idx.size
     if s >= n or s < 2:
         return float(h.mean()), 0.0
@@ -763,7 +778,7 @@ def _traced_statistic(blocks, kernel, statistic, *args):
         for start, block in blocks:
             diag = kernel.diag(block)  # on the rows' device
             # summed there: one host synchronisation per pass, not per block
-            xp = placement_of(diag).xp
+            xp = get_namespace(diag)
             total[0] = total[0] + xp.sum(diag, dtype=xp.float64)
             yield start, block
 

@@ -45,6 +45,7 @@ __all__ = [
     "HOST",
     "placement_for",
     "placement_of",
+    "get_namespace",
     "data_placement",
     "is_host_array",
     "is_namespace_array",
@@ -52,6 +53,7 @@ __all__ = [
     "is_array",
     "float_dtype",
     "detached",
+    "row_range",
     "take_rows",
     "to_host",
     "output_like",
@@ -349,6 +351,12 @@ def placement_of(X) -> Placement:
     return Placement(xp=xp, device=device, host=False, name=name)
 
 
+def get_namespace(X):
+    """The array namespace of X (``placement_of(X).xp``: numpy for host data), as
+    scikit-learn's ``get_namespace``."""
+    return placement_of(X).xp
+
+
 def data_placement(X) -> Placement | None:
     """Where the data given to a call live, read from types alone (no row is read): an array's
     :func:`placement_of`; a list or tuple of row blocks, its first block's; an object that
@@ -453,6 +461,13 @@ def device_available(device) -> bool:
     except ValueError:
         return False
     return True
+
+
+def row_range(X, start: int, stop: int):
+    """Rows ``start:stop`` of X (a view), for any namespace: the stop clipped to the rows there
+    are and the other axes kept by ``...``, as ``array_api_strict`` (the standard) requires."""
+    n = int(X.shape[0])
+    return X[min(int(start), n) : min(int(stop), n), ...]
 
 
 def take_rows(X, indices):

@@ -151,9 +151,10 @@ def as_source(
     return source
 
 
-def _new_source(X, estimator, reset, accept_sparse, name, placement: Placement | None):
+def _new_source(X, estimator, reset, accept_sparse, name, placement: Placement | None) -> RowSource:
     options = dict(estimator=estimator, reset=reset, name=name)
     origin = None
+    source: RowSource
     if is_namespace_array(X):
         origin = placement_of(X)  # ValueError for a device fastkpca cannot compute on
         target = origin if placement is None else placement
@@ -163,8 +164,8 @@ def _new_source(X, estimator, reset, accept_sparse, name, placement: Placement |
             source.origin = origin
             return source
         X = to_host(X)
-    to_device = placement is not None and not placement.host
-    options["accept_sparse"] = accept_sparse or to_device  # a device gets dense blocks
+    device = None if placement is None or placement.host else placement
+    options["accept_sparse"] = accept_sparse or device is not None  # a device: dense blocks
     if is_dask_array(X):
         source = DaskSource(X, **options)
     elif is_block_iterable(X):
@@ -173,6 +174,6 @@ def _new_source(X, estimator, reset, accept_sparse, name, placement: Placement |
         source = ArraySource(X, **options)
     if origin is not None:
         source.origin = origin
-    if to_device and source.placement.host:
-        source = DeviceSource(source, placement)
+    if device is not None and source.placement.host:
+        source = DeviceSource(source, device)
     return source

@@ -1,11 +1,12 @@
-"""Rows on a device: PyTorch tensors and CuPy arrays where they live, and host rows sent there.
+"""Rows on a device: arrays of another namespace where they live, and host rows sent there.
 
 Two sources, both giving blocks in the namespace of their :class:`~fastkpca.execution.arrays.
 Placement` (``source.placement``), so the statistics and solvers above them read the same on
 every device:
 
 :class:`TensorSource`
-    A 2-D tensor (or CuPy array) already on its device, validated there (dtype, width, finite):
+    A 2-D PyTorch tensor (or CuPy or ``array_api_strict`` array) already on its device,
+    validated there (:func:`fastkpca.source.check_block`: float dtype, detached, finite, width):
     nothing moves to the host.
 :class:`DeviceSource`
     Any host source (an array, a memory map, a file reader, an iterable of blocks, a Dask array)
@@ -25,7 +26,14 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..execution.arrays import Placement, float_dtype, placement_of, take_rows, to_host
+from ..execution.arrays import (
+    Placement,
+    float_dtype,
+    get_namespace,
+    row_range,
+    take_rows,
+    to_host,
+)
 from ._base import RowSource
 from .memory import check_block
 
@@ -63,7 +71,7 @@ class _HostRows:
 
     def entry_variance(self) -> float:
         X = self._X
-        xp = placement_of(X).xp
+        xp = get_namespace(X)
         mean = float(xp.mean(X))
         return float(xp.mean((X - mean) ** 2))
 
@@ -93,7 +101,7 @@ class TensorSource(RowSource):
         self.dtype = float_dtype(X.dtype)
 
     def head(self, n_rows=DEFAULT_BLOCK_ROWS):
-        return self.array[:n_rows, ...]
+        return row_range(self.array, 0, n_rows)
 
     def blocks(self, block_rows=DEFAULT_BLOCK_ROWS):
         X = self.array
@@ -102,7 +110,7 @@ class TensorSource(RowSource):
             return
         block_rows = max(int(block_rows), DEVICE_BLOCK_ROWS)
         for start in range(0, self.n_samples, block_rows):
-            yield start, X[start : start + block_rows, ...]
+            yield start, row_range(X, start, start + block_rows)
 
     def take(self, indices):
         return take_rows(self.array, indices)

@@ -15,8 +15,10 @@ from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution.arrays import (
     detached,
     float_dtype,
+    get_namespace,
     is_namespace_array,
     placement_of,
+    row_range,
     take_rows,
     to_host,
 )
@@ -233,7 +235,7 @@ class BlockSource(RowSource):
                 have += block.shape[0]
             rows = self._read_ahead
         elif self._head is not None and n_rows <= self._head_rows:
-            return self._head[:n_rows, ...]
+            return row_range(self._head, 0, n_rows)
         else:
             self.require_passes(2, "reading its first rows after a pass")
             rows, have = [], 0
@@ -246,7 +248,7 @@ class BlockSource(RowSource):
             head = sp.vstack(rows, format="csr")
         else:
             head = self.placement.xp.concat(rows, axis=0)
-        self._head, self._head_rows = head[:n_rows, ...], n_rows
+        self._head, self._head_rows = row_range(head, 0, n_rows), n_rows
         return self._head
 
     def blocks(self, block_rows=DEFAULT_BLOCK_ROWS):
@@ -289,7 +291,7 @@ class BlockSource(RowSource):
 
     def map_rows(self, function, *args, n_outputs, dtype):
         parts = [function(block, *args) for _, block in self.blocks()]
-        return placement_of(parts[0]).xp.concat(parts, axis=0)
+        return get_namespace(parts[0]).concat(parts, axis=0)
 
 
 # ------------------------------------------------------------------------------------------------
