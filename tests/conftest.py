@@ -44,3 +44,63 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# --- array namespaces: one test over numpy, PyTorch's CPU, array_api_strict and CUDA -------------
+class Namespace:
+    """One array namespace a test runs on, and the conversions of test data to it and back.
+
+    ``to_ns(X)`` turns a numpy array into this namespace's array (same dtype and values; on
+    the namespace's default device), ``from_ns(Z)`` turns an array of this namespace (or numpy)
+    back into numpy, and ``is_native(Z)`` says whether ``Z`` is this namespace's array.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        if name in ("torch-cpu", "cuda"):
+            self.torch = pytest.importorskip("torch")
+            if name == "cuda" and not self.torch.cuda.is_available():
+                pytest.skip("needs a CUDA device (PyTorch sees none here)")
+        elif name == "array_api_strict":
+            self.strict = pytest.importorskip("array_api_strict")
+
+    def __repr__(self):
+        return f"Namespace({self.name!r})"
+
+    def to_ns(self, X):
+        X = np.asarray(X)
+        if self.name == "numpy":
+            return X
+        if self.name == "array_api_strict":
+            return self.strict.asarray(X)
+        t = self.torch.from_numpy(np.ascontiguousarray(X))
+        return t.cuda() if self.name == "cuda" else t
+
+    def from_ns(self, Z):
+        if isinstance(Z, np.ndarray):
+            return Z
+        if self.name == "array_api_strict" or type(Z).__module__.startswith("array_api_strict"):
+            return np.from_dlpack(Z)
+        return Z.detach().cpu().numpy()
+
+    def is_native(self, Z) -> bool:
+        if self.name == "numpy":
+            return isinstance(Z, np.ndarray)
+        if self.name == "array_api_strict":
+            return type(Z).__module__.startswith("array_api_strict")
+        if not isinstance(Z, self.torch.Tensor):
+            return False
+        return Z.device.type == ("cuda" if self.name == "cuda" else "cpu")
+
+
+@pytest.fixture(
+    params=[
+        "numpy",
+        "torch-cpu",
+        "array_api_strict",
+        pytest.param("cuda", marks=pytest.mark.gpu),
+    ]
+)
+def namespace(request):
+    """The namespace a test runs on (skipped where its library or device is missing)."""
+    return Namespace(request.param)

@@ -26,6 +26,7 @@ from fastkpca import ReducedSetKPCA, SparsifiedKPCA, compress_expansion  # noqa:
 from fastkpca.datasets import make_random_noisy  # noqa: E402
 from fastkpca.decomposition.compress import CompressedKPCA  # noqa: E402
 from fastkpca.decomposition.sparsified import sparsify_gram  # noqa: E402
+from fastkpca.execution.arrays import placement_for  # noqa: E402
 from fastkpca.kernels import RBF  # noqa: E402
 
 RTOL = {np.float64: 1e-8, np.float32: 2e-4}
@@ -196,7 +197,9 @@ def test_fit_transform_and_device_parameter(name, data):
     assert isinstance(Z_dev, torch.Tensor)
     assert rel_err(Z_host, Z_dev.numpy()) < RTOL[np.float64]
     model = make(device="cpu").fit(X)
-    _assert_on_torch(model)
+    # computed on the device (the cached copy there); fitted arrays follow the numpy data
+    _assert_on_torch(model._placed(placement_for(None, "cpu")))
+    assert isinstance(model.eigenvalues_, np.ndarray)
     Z = model.transform(X)
     assert isinstance(Z, np.ndarray) and Z.dtype == np.float64
     assert rel_err(Z_host, Z) < RTOL[np.float64]
@@ -211,7 +214,7 @@ def test_sparse_host_model_transforms_tensors(data):
     assert isinstance(Z, torch.Tensor)
     assert rel_err(host.transform(X_new), Z.numpy()) < 1e-10
     dense = SparsifiedKPCA(3, gamma=0.1, random_state=0, device="cpu").fit(X_csr)
-    assert isinstance(dense.X_fit_, torch.Tensor)
+    assert isinstance(dense.X_fit_, np.ndarray)  # fitted arrays follow the data given to fit
     assert rel_err(host.transform(X_new), dense.transform(X_new)) < RTOL[np.float64]
 
 

@@ -15,6 +15,8 @@ This module gathers the public dask-side helpers; importing it imports dask, whi
 
 from __future__ import annotations
 
+import dask.array  # noqa: F401  (this module is the dask side: it fails at import without dask)
+
 from .decomposition.exact import EXACT_MEMORY_FRACTION, check_exact_fits
 from .decomposition.nystrom import LANDMARK_SUBSAMPLE
 from .source.dask import DEFAULT_SPLIT_EVERY, DaskSource, read_npy, tree_reduce

@@ -25,6 +25,26 @@ attributes), so it is correct only because of a rule every estimator keeps: a ca
 modifies an object the model already holds (an array, a sketch, a statistic); it builds new ones
 and assigns them (``StreamingKPCA``'s ``partial_fit`` copies a sketch before adding rows to it).
 ``tests/test_failed_calls.py`` checks the rule for every estimator and several ways to fail.
+
+Where fitted attributes live, the one rule of every estimator (scikit-learn's array-API rule):
+**the public fitted arrays** (``eigenvalues_``, ``eigenvectors_``, ``components_``,
+``landmarks_``, ...) **have the array type and device of the data given to fit**: numpy arrays
+for host data (numpy, scipy.sparse, lists of numpy blocks, files, Dask arrays) whatever
+``device`` is, tensors on the tensors' device for PyTorch data (a tensor, or a list or iterator
+of tensors), and so on for CuPy and ``array_api_strict``.  The work runs where ``device`` says
+(:func:`fastkpca.execution.arrays.placement_for`); when that is not where the data live, the
+outermost mutating call (:func:`estimator_call`) moves the fitted arrays back to the data's
+placement once, at its end (``origin``, recorded by :func:`fastkpca.source.as_source`), and
+keeps the model as it was computed as the cached copy for that placement
+(:meth:`BaseKPCA._placed`): a ``transform`` on the device then uses it without copying the model
+per call, and a later ``partial_fit`` or ``merge`` continues from it.  ``transform`` computes
+where ``device`` says and returns the input's array type, device and float dtype.  Model files
+hold host arrays either way.
+
+Inputs reach every estimator through the one edge of :mod:`fastkpca.source`: integer, boolean
+and half-precision rows become float64, tensors that require grad are detached, and a device
+fastkpca cannot compute on (``meta``, ``mps``, unknown names, a CUDA device this machine lacks)
+is one ``ValueError`` at the start of ``fit`` / ``transform``.
 """
 
 from __future__ import annotations
@@ -36,6 +56,7 @@ import numbers
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import scipy.linalg as la
@@ -43,7 +64,6 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from .._state import state_class_name
 from .._utils import DEFAULT_BLOCK_ROWS, as_generator, check_float, check_int
 from ..execution import (
     CHUNK_ROWS,
@@ -57,15 +77,18 @@ from ..execution import (
 from ..execution.arrays import (
     Placement,
     check_device,
-    is_host_array,
+    data_placement,
+    get_namespace,
+    is_array,
     output_like,
     placement_for,
     placement_of,
+    take_rows,
     to_host,
 )
 from ..execution.progress import check_verbose
 from ..kernels import Kernel, make_kernel, warn_if_degenerate
-from ..source import ArraySource, RowSource, as_source
+from ..source import INPUT_PLACEMENT, ArraySource, RowSource, as_source, check_block
 
 __all__ = [
     "BaseKPCA",
@@ -128,6 +151,11 @@ def execution_context(estimator) -> Iterator[None]:
         yield
 
 
+#: The estimators (by ``id``) inside a mutating call in this context: a call nested in another
+#: call of the same estimator (``fit`` calling ``partial_fit``) is not its outermost one.
+_IN_CALL: ContextVar[frozenset[int]] = ContextVar("fastkpca_in_call", default=frozenset())
+
+
 def estimator_call(method, *, mutating: bool):
     """Wrap a public method: it runs in the estimator's :func:`execution_context` (its
     ``n_jobs`` chosen once for the whole call, nested calls included), and, if ``mutating``, a
@@ -138,6 +166,14 @@ def estimator_call(method, *, mutating: bool):
     never O(n)); the objects it refers to stay untouched because estimators replace fitted
     objects instead of modifying them (see the module docstring).  Calls nest (``fit`` calling
     ``partial_fit``): each level restores what it saw.
+
+    A ``device`` this machine cannot compute on is refused first (one ValueError, before the
+    rows are looked at: :func:`fastkpca.execution.arrays.placement_for`).  The outermost
+    mutating call of an estimator also keeps the rule on fitted attributes (see
+    the module docstring): it starts from the model as computed (:meth:`BaseKPCA._computed`,
+    the estimators it is given too, as ``merge`` is) and ends by moving the public fitted
+    arrays to the placement of the data given to it (:meth:`BaseKPCA._settle`; a new model it
+    returns, ``merge``'s, too).
     """
     if getattr(method, "estimator_call", False):
         return method
@@ -145,17 +181,40 @@ def estimator_call(method, *, mutating: bool):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         with execution_context(self):
+            device = getattr(self, "device", None)
+            if device is not None:
+                placement_for(None, device)  # a device that cannot compute: before any work
             if not mutating:
                 return method(self, *args, **kwargs)
+            active = _IN_CALL.get()
+            outermost = id(self) not in active
+            token = _IN_CALL.set(active | {id(self)})
             saved = dict(vars(self))
             try:
+                if outermost:
+                    vars(self).update(self._computed_attributes())
+                    args = tuple(_computed(a) for a in args)
+                    previous = vars(self).pop(INPUT_PLACEMENT, None)
                 result = method(self, *args, **kwargs)
+                vars(self).pop(_PLACED, None)  # the model changed: its copies elsewhere too
+                if outermost:
+                    origin = (
+                        vars(self).get(INPUT_PLACEMENT)
+                        or (data_placement(args[0]) if args else None)
+                        or previous
+                    )
+                    if origin is not None:
+                        vars(self)[INPUT_PLACEMENT] = origin
+                    self._settle(origin)
+                    if isinstance(result, BaseKPCA) and result is not self:
+                        result._settle(origin)
             except BaseException:
                 state = vars(self)
                 state.clear()
                 state.update(saved)
                 raise
-            vars(self).pop(_PLACED, None)  # the model changed: its copies on other devices too
+            finally:
+                _IN_CALL.reset(token)
             return result
 
     call.estimator_call = True  # type: ignore[attr-defined]
@@ -390,7 +449,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         self.n_components_ = int(k)
         for name in ("eigenvalues_", "components_"):
             if hasattr(self, name):
-                setattr(self, name, getattr(self, name)[:k])
+                setattr(self, name, getattr(self, name)[:k, ...])
         for name in ("eigenvectors_", "dual_coef_", "eigenvalue_bounds_"):
             if hasattr(self, name):
                 setattr(self, name, getattr(self, name)[:, :k])
@@ -406,14 +465,11 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         alpha = float(self.alpha)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
-        if is_host_array(anchors):
-            rows = anchors.toarray() if hasattr(anchors, "toarray") else np.asarray(anchors)
-            rows = rows.astype(np.float64, copy=False)
-            T = np.asarray(self._transform_rows(rows), dtype=np.float64)
-        else:  # device rows: their projections computed there; the anchors' solve on the host
-            xp = placement_of(anchors).xp
-            T = np.asarray(to_host(self._transform_rows(xp.astype(anchors, xp.float64))))
-            rows = np.asarray(to_host(anchors), dtype=np.float64)
+        # The anchors' projections where the anchors live (sparse ones made dense), the small
+        # solve on the host.
+        rows = placement_of(anchors).asarray(anchors, dtype=np.float64)
+        T = np.asarray(to_host(self._transform_rows(rows)), dtype=np.float64)
+        rows = np.asarray(to_host(rows), dtype=np.float64)
         K = np.asarray(self.kernel_(T), dtype=np.float64)
         K.flat[:: K.shape[0] + 1] += alpha
         self.X_transformed_fit_ = T
@@ -425,35 +481,27 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
         Kernel ridge regression learned at fit on the pre-image anchors (see the estimator's
         notes) when ``fit_inverse_transform=True``: ``k(X, X_transformed_fit_) @
-        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).  Rows on a device
-        (PyTorch, CuPy) are mapped there and give the same array type, device and dtype.
+        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).  Rows of another
+        namespace (PyTorch, CuPy) are mapped on their device and give the same array type,
+        device and float dtype.
         """
         check_is_fitted(self)
         if not hasattr(self, "dual_coef_inverse_"):
             raise NotFittedError(
                 "the inverse transform was not fitted: set fit_inverse_transform=True and fit"
             )
-        placement = placement_of(X)
-        model = self._placed(placement)  # the map's arrays where X lives
-        if not placement.host:  # device rows: the kernel rows and the product on their device
-            xp = placement.xp
-            if X.ndim != 2 or X.shape[1] != self.n_components_:
-                raise ValueError(
-                    f"X has shape {tuple(X.shape)}, but the model has {self.n_components_} "
-                    "components"
-                )
-            if not bool(xp.all(xp.isfinite(X))):
-                raise ValueError("Input X contains NaN or infinity.")
-            rows = xp.astype(X, xp.float64)
-            out = model.kernel_(rows, model.X_transformed_fit_) @ model.dual_coef_inverse_
-            return output_like(out, X)
-        X = check_array(X, dtype=[np.float64, np.float32])
-        if X.shape[1] != self.n_components_:
+        if not is_array(X):
+            X = check_array(X, dtype=[np.float64, np.float32])
+        rows = check_block(X, name="X")  # float, detached, finite, on X's device
+        if rows.shape[1] != self.n_components_:
             raise ValueError(
-                f"X has {X.shape[1]} columns, but the model has {self.n_components_} components"
+                f"X has {rows.shape[1]} columns, but the model has {self.n_components_} components"
             )
-        out = np.asarray(model.kernel_(X, model.X_transformed_fit_)) @ model.dual_coef_inverse_
-        return out.astype(X.dtype, copy=False)
+        placement = placement_of(rows)
+        model = self._placed(placement)  # the map's arrays where X lives
+        rows = placement.asarray(rows, dtype=np.float64)
+        out = model.kernel_(rows, model.X_transformed_fit_) @ model.dual_coef_inverse_
+        return output_like(out, X)
 
     def _inverse_anchor_sampler(self, source):
         """A callable drawing ``n_inverse_samples`` uniform rows of ``source`` (for the models
@@ -493,7 +541,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.
 
         The projections approximate (for ``ExactKPCA``: equal, up to column signs)
-        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32.  A dask
+        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32, any
+        other dtype float64.  The work runs where ``device`` says (X's device by default) and
+        the result has X's array type and device (a list of tensors gives a tensor).  A dask
         array gives a lazy dask array chunked by rows like X.
         """
         check_is_fitted(self)
@@ -509,7 +559,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         out = source.map_rows(
             _transform_rows, self._placed(placement), n_outputs=self._n_features_out, dtype=dtype
         )
-        return out if is_host_array(X) else output_like(out, X)
+        return output_like(out, X)
 
     # --- where the work runs ---------------------------------------------------------------
     def _placement(self, X) -> Placement:
@@ -519,10 +569,12 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     def _placed(self, placement: Placement):
         """This model with its fitted arrays on ``placement`` (itself when they are there).
 
-        A shallow copy whose top-level fitted arrays are moved (``placement.asarray``: same
+        A shallow copy whose top-level fitted arrays are moved (``placement.carry``: same
         dtypes), cached per placement until the model changes; on the host, registered state
         objects (feature maps, sketches) are rebuilt from host copies of their state too.  On a
         device, objects holding arrays of their own move them when used (each caches its copy).
+        The model as computed on another device than the data's is this cache's entry for that
+        device from the end of the fit (:meth:`_settle`).
         """
         home = self._fitted_placement()
         if home is None or home == placement:
@@ -532,22 +584,37 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if key not in cache:
             model = copy.copy(self)
             model.__dict__.pop(_PLACED, None)
-            for name, value in vars(self).items():
-                if not name.endswith("_") or name.startswith("_"):
-                    continue
-                if _is_array(value):
-                    setattr(model, name, placement.asarray(value))
-                elif placement.host and state_class_name(value) is not None:
-                    setattr(model, name, _state_on_host(value))
+            for name, value in _fitted_items(self):
+                setattr(model, name, placement.carry(value))
             cache[key] = model
         return cache[key]
 
     def _fitted_placement(self) -> Placement | None:
         """Where the fitted arrays live (the first array attribute's placement), or None."""
-        for name, value in vars(self).items():
-            if name.endswith("_") and not name.startswith("_") and _is_array(value):
+        for _, value in _fitted_items(self):
+            if is_array(value):
                 return placement_of(value)
         return None
+
+    def _settle(self, origin: Placement | None) -> None:
+        """Move the public fitted arrays to ``origin`` (the placement of the data given to fit),
+        keeping the model as computed as the cached copy for its own placement (the rule in the
+        module docstring); nothing to do when they are there already."""
+        home = self._fitted_placement()
+        if origin is None or home is None or home == origin:
+            return
+        computed = copy.copy(self)
+        computed.__dict__.pop(_PLACED, None)
+        settled = {name: origin.carry(value) for name, value in _fitted_items(self)}
+        self.__dict__.update(settled)
+        self.__dict__[_PLACED] = {home.name: computed, _COMPUTED: computed}
+
+    def _computed_attributes(self) -> dict:
+        """The public fitted attributes of the model as computed (:meth:`_settle`), which a
+        call that continues the model (``partial_fit``, ``merge``) starts from; empty when the
+        fitted arrays are where they were computed."""
+        computed = (vars(self).get(_PLACED) or {}).get(_COMPUTED)
+        return {} if computed is None else dict(_fitted_items(computed))
 
     def _transform_rows(self, X):
         """The projections of a validated in-memory array or CSR matrix X (X's float dtype)."""
@@ -565,6 +632,13 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         save_model(self, path)
 
     # --- scikit-learn tags ----------------------------------------------------------------
+    def __getstate__(self):
+        # A pickle (joblib, a Dask task) holds the model, not its copies on other devices:
+        # they are rebuilt where they are used (:meth:`_placed`).
+        state = dict(super().__getstate__())  # object's is the instance dict itself
+        state.pop(_PLACED, None)
+        return state
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
@@ -632,9 +706,9 @@ def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     else:
         idx = np.sort(as_generator(rng).choice(n, size=n_probe, replace=False))
     h = np.zeros(idx.size)
-    probes = X[idx]
+    probes = take_rows(X, idx)
     for start, stop, K in kernel.blocks(probes, X):
-        h[start:stop] = to_host(K.sum(axis=1)) / n  # device rows: their tiles' row sums
+        h[start:stop] = to_host(get_namespace(K).sum(K, axis=1)) / n  # on the tiles' device
     s = idx.size
     if s >= n or s < 2:
         return float(h.mean()), 0.0
@@ -704,12 +778,10 @@ def _traced_statistic(blocks, kernel, statistic, *args):
 
     def tee():
         for start, block in blocks:
-            diag = kernel.diag(block)  # device rows: a vector on their device
-            if is_host_array(diag):
-                total[0] += float(np.sum(diag, dtype=np.float64))
-            else:  # summed on the device: one host synchronisation per pass, not per block
-                xp = placement_of(diag).xp
-                total[0] = total[0] + xp.sum(diag, dtype=xp.float64)
+            diag = kernel.diag(block)  # on the rows' device
+            # summed there: one host synchronisation per pass, not per block
+            xp = get_namespace(diag)
+            total[0] = total[0] + xp.sum(diag, dtype=xp.float64)
             yield start, block
 
     stat = statistic(tee(), *args)
@@ -730,22 +802,30 @@ def _transform_rows(rows, model):
 #: attribute, never saved, dropped whenever the model changes.
 _PLACED = "_placed_models"
 
-
-def _is_array(value) -> bool:
-    """A numpy array or a device array (not a sparse matrix, not a scalar)."""
-    if isinstance(value, np.ndarray):
-        return True
-    return not is_host_array(value) and hasattr(value, "shape") and hasattr(value, "dtype")
+#: The key, in that cache, of the model as computed when its fitted arrays were moved to the
+#: data's placement (:meth:`BaseKPCA._settle`).
+_COMPUTED = "computed"
 
 
-def _state_on_host(value):
-    """A registered state object rebuilt from host copies of its state."""
-    return type(value).from_state(_tree_on_host(value.to_state()))
+def _fitted_items(model):
+    """The public fitted attributes (trailing underscore, no leading one) and their values."""
+    return [
+        (name, value)
+        for name, value in vars(model).items()
+        if name.endswith("_") and not name.startswith("_")
+    ]
 
 
-def _tree_on_host(node):
-    if isinstance(node, dict):
-        return {k: _tree_on_host(v) for k, v in node.items()}
-    if isinstance(node, list | tuple):
-        return type(node)(_tree_on_host(v) for v in node)
-    return to_host(node) if _is_array(node) else node
+def _computed(value):
+    """An estimator given to a call (``merge``'s ``other``) as it was computed (a shallow copy
+    with its fitted attributes from :meth:`BaseKPCA._computed_attributes`); anything else as
+    it is."""
+    if not issubclass(type(value), BaseKPCA):  # the type only: rows are not looked at here
+        return value
+    attributes = value._computed_attributes()
+    if not attributes:
+        return value
+    out = copy.copy(value)
+    out.__dict__.pop(_PLACED, None)
+    vars(out).update(attributes)
+    return out

@@ -23,7 +23,26 @@ heuristics and the random features are drawn), validated row blocks per pass
 (:meth:`RowSource.sample_rows`) and reduces per-block statistics with an associative merge
 (:meth:`RowSource.reduce`, the ``chunk -> combine`` shape of ``dask.array.reduction``).
 Validation (NaN / infinity, width, dtype, sparse acceptance, the block or rows named in the
-error) happens here and nowhere else.
+error) happens here and nowhere else, the same for every estimator and the command line (which
+reads files into numpy blocks and hands them to the estimators).
+
+This is the edge where inputs are converted once (:func:`as_source`, :func:`check_block`):
+
+* integer, boolean, float16 and bfloat16 rows (numpy or any namespace) become float64, float32
+  rows stay float32 (:func:`fastkpca.execution.arrays.float_dtype`);
+* PyTorch tensors that require grad are detached: fastkpca computes no gradients, and a fit
+  never extends the caller's autograd graph;
+* arrays of another namespace (PyTorch, CuPy, ``array_api_strict``) stay in it, on their device
+  (:class:`~fastkpca.source.device.TensorSource`); a list or iterator of such blocks is a
+  :class:`BlockSource` on their device, like a list of numpy blocks on the host;
+* host rows with a ``device`` are sent there block by block
+  (:class:`~fastkpca.source.device.DeviceSource`); scipy.sparse rows are made dense a block at a
+  time on the way;
+* a device fastkpca cannot compute on is one ``ValueError``
+  (:func:`fastkpca.execution.arrays.placement_for`).
+
+Every source knows the placement of the data as given (``origin``), which the estimators'
+fitted attributes follow (:mod:`fastkpca.decomposition._base`).
 
 The statistics themselves (feature moments, kernel moments, Frequent Directions sketches,
 CountSketches) live in :mod:`fastkpca.statistics`, next to the solvers they feed.
@@ -31,42 +50,60 @@ CountSketches) live in :mod:`fastkpca.statistics`, next to the solvers they feed
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..execution.arrays import (
+    Placement,
+    is_dask_array,
+    is_namespace_array,
+    placement_of,
+    to_host,
+)
 from ._base import RowSource, uniform_indices
+from .dask import DaskSource
+from .device import DeviceSource, TensorSource
 from .memory import ArraySource, BlockSource, ReservoirSampler, check_block
 
 __all__ = [
     "as_source",
     "is_dask_array",
     "is_block_iterable",
+    "INPUT_PLACEMENT",
     "RowSource",
     "ArraySource",
     "BlockSource",
+    "DaskSource",
+    "DeviceSource",
+    "TensorSource",
     "ReservoirSampler",
     "check_block",
     "uniform_indices",
 ]
 
+#: The private estimator attribute :func:`as_source` sets, with ``n_features_in_``, from the
+#: training data: the placement of the data as given (the source's ``origin``), which the
+#: estimator's fitted attributes follow (:mod:`fastkpca.decomposition._base`).
+INPUT_PLACEMENT = "_input_placement"
 
-def is_dask_array(X) -> bool:
-    """True for a ``dask.array.Array``, told from its type's module so dask is never imported."""
-    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "dask")
+
+def _is_block(b) -> bool:
+    if sp.issparse(b):
+        return True
+    return (isinstance(b, np.ndarray) or is_namespace_array(b)) and b.ndim == 2
 
 
 def is_block_iterable(X) -> bool:
-    """True for an iterable of row blocks (generator, reader, list of 2-D arrays), not an array."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    if isinstance(X, np.ndarray) or sp.issparse(X) or hasattr(X, "__array__"):
-        return False
-    if is_dask_array(X):
+    """True for an iterable of row blocks (generator, reader, list of 2-D arrays of any
+    namespace or sparse matrices), not an array."""
+    if isinstance(X, np.ndarray) or sp.issparse(X) or is_namespace_array(X) or is_dask_array(X):
         return False
     if isinstance(X, list | tuple):
-        return len(X) > 0 and all(
-            (isinstance(b, np.ndarray) and b.ndim == 2) or sp.issparse(b) for b in X
-        )
-    from collections.abc import Iterable
-
+        return len(X) > 0 and all(_is_block(b) for b in X)
+    if hasattr(X, "__array__"):
+        return False
     return isinstance(X, Iterable) and not isinstance(X, str | bytes | dict)
 
 
@@ -77,16 +114,19 @@ def as_source(
 
     Parameters
     ----------
-    X : array-like, scipy.sparse matrix, iterable of row blocks or dask array
+    X : array-like, scipy.sparse matrix, array of another namespace, iterable of row blocks or
+        dask array
         The rows.
     estimator : scikit-learn estimator, optional
         With ``reset=True`` its ``n_features_in_`` (and ``feature_names_in_`` for a DataFrame) are
-        set from X, as ``sklearn.utils.validation.validate_data`` does; with ``reset=False`` X must
-        match them (the error names both widths).
+        set from X, as ``sklearn.utils.validation.validate_data`` does, and the placement of X
+        as given (:data:`INPUT_PLACEMENT`); with ``reset=False`` X must match them (the error
+        names both widths).
     reset : bool
         Whether X is training data (sets the estimator's input attributes) or new data.
     accept_sparse : bool
-        Whether scipy.sparse rows (CSR) are accepted; otherwise they raise ValueError.
+        Whether scipy.sparse rows (CSR) are accepted; otherwise they raise ValueError.  Sparse
+        rows sent to a device are accepted by every method: they are made dense block by block.
     name : str
         How errors name the input.
     placement : fastkpca.execution.arrays.Placement, optional
@@ -98,38 +138,42 @@ def as_source(
     Returns
     -------
     RowSource
-        An :class:`ArraySource`, a :class:`BlockSource`, a ``DaskSource``, or one of them sent
-        to a device.
+        An :class:`ArraySource`, a :class:`BlockSource`, a ``DaskSource``, a ``TensorSource``,
+        or a host source sent to a device.
     """
-    if isinstance(X, RowSource):
-        return X
-    from ..execution.arrays import is_host_array, placement_of, to_host
+    source = (
+        X
+        if isinstance(X, RowSource)
+        else _new_source(X, estimator, reset, accept_sparse, name, placement)
+    )
+    if estimator is not None and reset:
+        setattr(estimator, INPUT_PLACEMENT, source.origin)
+    return source
 
-    if not is_host_array(X):
-        own = placement_of(X)
-        if placement is None or not placement.host:
-            from .device import TensorSource
 
-            if placement is not None and placement != own:
-                X = placement.asarray(X)
-                own = placement
-            return TensorSource(X, placement=own, estimator=estimator, reset=reset, name=name)
+def _new_source(X, estimator, reset, accept_sparse, name, placement: Placement | None) -> RowSource:
+    options = dict(estimator=estimator, reset=reset, name=name)
+    origin = None
+    source: RowSource
+    if is_namespace_array(X):
+        origin = placement_of(X)  # ValueError for a device fastkpca cannot compute on
+        target = origin if placement is None else placement
+        if not target.host:
+            X = X if target == origin else target.asarray(X)
+            source = TensorSource(X, placement=target, **options)
+            source.origin = origin
+            return source
         X = to_host(X)
-    if placement is not None and not placement.host:
-        from .device import DeviceSource
-
-        host = as_source(
-            X, estimator=estimator, reset=reset, accept_sparse=accept_sparse, name=name
-        )
-        return DeviceSource(host, placement)
+    device = None if placement is None or placement.host else placement
+    options["accept_sparse"] = accept_sparse or device is not None  # a device: dense blocks
     if is_dask_array(X):
-        from .dask import DaskSource
-
-        return DaskSource(
-            X, estimator=estimator, reset=reset, accept_sparse=accept_sparse, name=name
-        )
-    if is_block_iterable(X):
-        return BlockSource(
-            X, estimator=estimator, reset=reset, accept_sparse=accept_sparse, name=name
-        )
-    return ArraySource(X, estimator=estimator, reset=reset, accept_sparse=accept_sparse, name=name)
+        source = DaskSource(X, **options)
+    elif is_block_iterable(X):
+        source = BlockSource(X, placement=placement, **options)
+    else:
+        source = ArraySource(X, **options)
+    if origin is not None:
+        source.origin = origin
+    if device is not None and source.placement.host:
+        source = DeviceSource(source, device)
+    return source

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution import require_memory
 from ..execution.arrays import HOST
 
 __all__ = ["RowSource", "uniform_indices"]
@@ -58,6 +59,10 @@ class RowSource:
     #: Where the blocks live (:class:`fastkpca.execution.arrays.Placement`); the host for every
     #: numpy source, a device for :mod:`fastkpca.source.device`'s.
     placement = HOST
+    #: Where the data given to the estimator live (the host for numpy rows, files and Dask
+    #: arrays; a tensor's device for tensors or blocks of tensors), whatever ``placement`` they
+    #: are computed on: what fitted attributes follow (:mod:`fastkpca.decomposition._base`).
+    origin = HOST
 
     # --- reading ---------------------------------------------------------------------------
     def head(self, n_rows: int = DEFAULT_BLOCK_ROWS):
@@ -154,8 +159,6 @@ class RowSource:
         a thousand of them is refused here, naming the width and the memory, instead of
         failing (or swapping) in the allocation.  See :func:`fastkpca.execution.require_memory`.
         """
-        from ..execution import require_memory
-
         n_rows = int(n_rows)
         d = self.n_features
         stored = " (the data is sparse, this step needs them dense)" if self.sparse else ""

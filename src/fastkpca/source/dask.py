@@ -1,7 +1,7 @@
 """Rows of a ``dask.array.Array``: statistics per chunk on the workers, merged up a tree.
 
-The dask counterpart of :class:`fastkpca.source.ArraySource` (this module imports dask, so
-:func:`fastkpca.source.as_source` imports it only when a dask array is passed in).  The same
+The dask counterpart of :class:`fastkpca.source.ArraySource` (dask, an optional dependency, is
+imported by the functions that build graphs, so importing this module does not need it).  The same
 statistic that an in-memory fit computes over all blocks is computed here once per row chunk, on
 whichever worker holds the chunk, and the per-chunk statistics are merged pairwise up a tree
 (``split_every`` at a time, as ``dask.array.reduction`` does), so only the small statistics travel
@@ -20,8 +20,6 @@ import copy
 import os
 from collections.abc import Callable
 
-import dask
-import dask.array as da
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
@@ -57,6 +55,8 @@ def tree_reduce(parts: list, merge: Callable, *, split_every: int = DEFAULT_SPLI
         raise ValueError("nothing to reduce: the array has no row blocks")
     if split_every < 2:
         raise ValueError(f"split_every must be at least 2, got {split_every}")
+    import dask
+
     merge_all = dask.delayed(_merge_all, pure=True)
     while len(parts) > 1:
         groups = [parts[i : i + split_every] for i in range(0, len(parts), split_every)]
@@ -202,6 +202,8 @@ class DaskSource(RowSource):
         Arrays and objects in ``args`` become one graph key each, so they are sent to a worker
         once, not once per chunk.
         """
+        import dask
+
         args_d = [a if _is_plain(a) else dask.delayed(a, pure=True) for a in args]
         chunk = dask.delayed(_chunk_statistic, pure=True)
         parts = [
@@ -217,6 +219,9 @@ class DaskSource(RowSource):
         changing or refitting them later does not change the result, and each worker receives
         them once.
         """
+        import dask
+        import dask.array as da
+
         dtype = np.dtype(dtype)
         args_d = [a if _is_plain(a) else dask.delayed(copy.deepcopy(a), pure=True) for a in args]
         return da.map_blocks(
@@ -266,6 +271,9 @@ def read_npy(path, *, chunk_rows: int = 100_000):
     dtype, offset = arr.dtype, int(arr.offset)
     del arr
     chunk_rows = max(1, int(chunk_rows))
+    import dask
+    import dask.array as da
+
     read = dask.delayed(_read_npy_rows, pure=True)
     blocks = [
         da.from_delayed(

@@ -1,11 +1,12 @@
-"""Rows on a device: PyTorch tensors and CuPy arrays where they live, and host rows sent there.
+"""Rows on a device: arrays of another namespace where they live, and host rows sent there.
 
 Two sources, both giving blocks in the namespace of their :class:`~fastkpca.execution.arrays.
 Placement` (``source.placement``), so the statistics and solvers above them read the same on
 every device:
 
 :class:`TensorSource`
-    A 2-D tensor (or CuPy array) already on its device, validated there (dtype, width, finite):
+    A 2-D PyTorch tensor (or CuPy or ``array_api_strict`` array) already on its device,
+    validated there (:func:`fastkpca.source.check_block`: float dtype, detached, finite, width):
     nothing moves to the host.
 :class:`DeviceSource`
     Any host source (an array, a memory map, a file reader, an iterable of blocks, a Dask array)
@@ -25,51 +26,22 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..execution.arrays import Placement, to_host
+from ..execution.arrays import (
+    Placement,
+    float_dtype,
+    get_namespace,
+    row_range,
+    take_rows,
+    to_host,
+)
 from ._base import RowSource
+from .memory import check_block
 
 __all__ = ["TensorSource", "DeviceSource", "DEVICE_BLOCK_ROWS"]
 
 #: Rows per block on a device: large blocks keep a GPU busy (131072 rows of 100 float32 values are
 #: 50 MiB), and the statistics above chunk them further where they must.
 DEVICE_BLOCK_ROWS = 131072
-
-
-def _float_dtype(dtype) -> np.dtype:
-    """The numpy float dtype a block of this dtype computes in: float32 stays, else float64."""
-    name = str(dtype).rsplit(".", 1)[-1]
-    return np.dtype(np.float32) if name == "float32" else np.dtype(np.float64)
-
-
-def _check_device_block(X, placement: Placement, *, n_features=None, name="X"):
-    """A validated 2-D float block of the placement's namespace (float32 or float64)."""
-    xp = placement.xp
-    layout = getattr(X, "layout", None)
-    if getattr(X, "is_sparse", False) or (layout is not None and str(layout) != "torch.strided"):
-        raise ValueError(f"{name}: sparse tensors are not supported; pass a dense tensor")
-    if X.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D array of rows, got {X.ndim}-D")
-    kind = str(X.dtype)
-    if "complex" in kind:
-        raise ValueError(f"{name}: expected real numeric data, got dtype {kind}")
-    dtype = _float_dtype(X.dtype)
-    if str(X.dtype).rsplit(".", 1)[-1] != dtype.name:
-        X = xp.astype(X, placement.dtype(dtype))
-    if X.shape[0] < 1:
-        raise ValueError(
-            f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is "
-            "required."
-        )
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"{name} has {X.shape[1]} features, but the model is expecting {n_features} "
-            "features as input"
-        )
-    finite = xp.isfinite(X)
-    if not bool(xp.all(finite)):
-        what = "NaN" if bool(xp.any(xp.isnan(X))) else "infinity"
-        raise ValueError(f"Input {name} contains {what}.")
-    return X
 
 
 def _set_estimator_width(estimator, n_features, reset, name):
@@ -95,25 +67,19 @@ class _HostRows:
         self.shape = tuple(int(s) for s in X.shape)
 
     def __getitem__(self, indices):
-        return to_host(self._X[_device_index(self._X, indices)])
+        return to_host(take_rows(self._X, indices))
 
     def entry_variance(self) -> float:
         X = self._X
-        mean = float(X.mean())
-        return float(((X - mean) ** 2).mean())
-
-
-def _device_index(X, indices):
-    indices = np.asarray(indices, dtype=np.int64)
-    if type(X).__module__.startswith("torch"):
-        import torch
-
-        return torch.as_tensor(indices, device=X.device)
-    return indices
+        xp = get_namespace(X)
+        mean = float(xp.mean(X))
+        return float(xp.mean((X - mean) ** 2))
 
 
 class TensorSource(RowSource):
-    """A tensor (PyTorch) or CuPy array on its device, validated there; blocks are views."""
+    """An array of another namespace (a PyTorch tensor, a CuPy or ``array_api_strict`` array)
+    on its device, validated there (:func:`~fastkpca.source.check_block`: float dtype,
+    detached, finite, width); blocks are views."""
 
     resident = True
 
@@ -121,15 +87,21 @@ class TensorSource(RowSource):
         self, X, *, placement: Placement, estimator=None, reset=True, accept_sparse=False, name="X"
     ):
         expected = None if (reset or estimator is None) else estimator.n_features_in_
-        X = _check_device_block(X, placement, n_features=expected, name=name)
+        X = check_block(X, n_features=expected, name=name)
+        if X.shape[0] < 1:
+            raise ValueError(
+                f"Found array with 0 sample(s) (shape={tuple(X.shape)}) while a minimum of 1 is "
+                "required."
+            )
         _set_estimator_width(estimator, X.shape[1], reset, name)
         self.placement = placement
+        self.origin = placement
         self.array = X
         self.n_samples, self.n_features = int(X.shape[0]), int(X.shape[1])
-        self.dtype = _float_dtype(X.dtype)
+        self.dtype = float_dtype(X.dtype)
 
     def head(self, n_rows=DEFAULT_BLOCK_ROWS):
-        return self.array[:n_rows]
+        return row_range(self.array, 0, n_rows)
 
     def blocks(self, block_rows=DEFAULT_BLOCK_ROWS):
         X = self.array
@@ -138,10 +110,10 @@ class TensorSource(RowSource):
             return
         block_rows = max(int(block_rows), DEVICE_BLOCK_ROWS)
         for start in range(0, self.n_samples, block_rows):
-            yield start, X[start : start + block_rows]
+            yield start, row_range(X, start, start + block_rows)
 
     def take(self, indices):
-        return self.array[_device_index(self.array, indices)]
+        return take_rows(self.array, indices)
 
     def in_memory(self, max_rows=None, rng=None, *, purpose=""):
         return self.array
@@ -167,6 +139,7 @@ class DeviceSource(RowSource):
     def __init__(self, host: RowSource, placement: Placement):
         self.host = host
         self.placement = placement
+        self.origin = host.origin
         self.n_features = host.n_features
         self.dtype = host.dtype
         self.reiterable = host.reiterable
@@ -209,7 +182,7 @@ class DeviceSource(RowSource):
 
     def map_rows(self, function, *args, n_outputs, dtype):
         return self.host.map_rows(
-            _on_device, function, self.placement, *args, n_outputs=n_outputs, dtype=dtype
+            _computed_on, function, self.placement, *args, n_outputs=n_outputs, dtype=dtype
         )
 
     def indexable(self):
@@ -225,12 +198,10 @@ class DeviceSource(RowSource):
         return self.host.dense_bytes(n_rows)
 
 
-def _on_device(rows, function, placement, *args):
-    """``function`` of host rows computed on the device, returned to the host (what a host
-    source's ``map_rows`` maps over its rows or dask chunks)."""
-    if hasattr(rows, "toarray"):
-        rows = rows.toarray()
-    out = function(placement.asarray(np.ascontiguousarray(rows)), *args)
+def _computed_on(rows, function, placement, *args):
+    """``function`` of host rows computed on ``placement``'s device, returned to the host (what
+    a host source's ``map_rows`` maps over its rows or dask chunks); sparse rows made dense."""
+    out = function(placement.asarray(rows), *args)
     return to_host(out)
 
 

@@ -12,38 +12,62 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import validate_data
 
 from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution.arrays import (
+    detached,
+    float_dtype,
+    get_namespace,
+    is_namespace_array,
+    placement_of,
+    row_range,
+    take_rows,
+    to_host,
+)
 from ._base import RowSource
 
 __all__ = ["ArraySource", "BlockSource", "ReservoirSampler", "check_block"]
 
-_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
-
 
 def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=None):
-    """One validated row block: 2-D, numeric, finite, ``n_features`` wide, float32 or float64.
+    """One validated row block: 2-D, real numeric, finite, ``n_features`` wide, float32 or
+    float64, in its own namespace.
 
-    Sparse blocks become CSR (or raise, unless ``accept_sparse``); integer, boolean and float16
-    data become float64; ``dtype`` casts to that float type.  Errors name the block (``name``).
+    Host blocks become numpy arrays (sparse ones CSR, or ValueError unless ``accept_sparse``); a
+    block of another namespace (a PyTorch tensor, a CuPy or ``array_api_strict`` array) stays
+    there, on its device, detached from any autograd graph.  Integer, boolean, float16 and
+    bfloat16 data become float64 (:func:`fastkpca.execution.arrays.float_dtype`); ``dtype``
+    then casts to that float type.  Errors name the block (``name``).
     """
+    placement = placement_of(block)  # ValueError for a device fastkpca cannot compute on
+    xp = placement.xp
     if sp.issparse(block):
         if not accept_sparse:
             raise ValueError(
                 f"{name}: sparse input is not supported by this method; pass a dense array"
             )
         block = block.tocsr()
+    elif is_namespace_array(block):
+        block = detached(block)
+        layout = getattr(block, "layout", None)
+        if getattr(block, "is_sparse", False) or (
+            layout is not None and str(layout) != "torch.strided"
+        ):
+            raise ValueError(f"{name}: sparse tensors are not supported; pass a dense tensor")
+        if not xp.isdtype(block.dtype, ("real floating", "integral", "bool")):
+            raise ValueError(f"{name}: expected real numeric data, got dtype {block.dtype}")
     else:
         block = np.asarray(block)
         if block.dtype.kind not in "fiub":
             raise ValueError(f"{name}: expected numeric data, got dtype {block.dtype}")
-        if block.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-D block of rows, got {block.ndim}-D")
-    if block.dtype not in _FLOATS:
-        block = block.astype(np.float64)
-    if dtype is not None and block.dtype != dtype:
-        block = block.astype(dtype)
+    if block.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D block of rows, got {block.ndim}-D")
+    computed = float_dtype(block.dtype)
+    if _dtype_name(block.dtype) != computed.name:
+        block = _as_dtype(block, placement, computed)
+    if dtype is not None and np.dtype(dtype) != computed:
+        block = _as_dtype(block, placement, np.dtype(dtype))
     data = block.data if sp.issparse(block) else block
-    if data.size and not np.all(np.isfinite(data)):
-        what = "NaN" if np.isnan(data).any() else "infinity"
+    if not bool(xp.all(xp.isfinite(data))):
+        what = "NaN" if bool(xp.any(xp.isnan(data))) else "infinity"
         raise ValueError(f"Input {name} contains {what}.")
     if n_features is not None and block.shape[1] != n_features:
         raise ValueError(
@@ -51,6 +75,17 @@ def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=
             f"{n_features} features as input"
         )
     return block
+
+
+def _dtype_name(dtype) -> str:
+    """``"float64"`` for numpy's, PyTorch's (``torch.float64``) or another namespace's float64."""
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def _as_dtype(block, placement, dtype: np.dtype):
+    if sp.issparse(block):
+        return block.astype(dtype)
+    return placement.xp.astype(block, placement.dtype(dtype))
 
 
 def _dense_rows(rows) -> np.ndarray:
@@ -119,12 +154,24 @@ class BlockSource(RowSource):
     replays what it read, so a one-shot generator loses nothing.  Every further pass calls
     ``iter()`` on the iterable again, which needs a re-iterable one (a list, a reader whose
     ``__iter__`` restarts), and must give the same number of rows.  Empty blocks are skipped.
+
+    Blocks of another namespace (PyTorch tensors, ...) are validated there and the source lives
+    where the first block does (``origin``), or on ``placement`` when one is given (each block
+    moved there; the host copies them to numpy).  Host blocks stay on the host: a device gets
+    them through :class:`~fastkpca.source.device.DeviceSource`.
     """
 
     random_access = False
 
     def __init__(
-        self, blocks: Iterable, *, estimator=None, reset=True, accept_sparse=False, name="X"
+        self,
+        blocks: Iterable,
+        *,
+        estimator=None,
+        reset=True,
+        accept_sparse=False,
+        name="X",
+        placement=None,
     ):
         self._iterable = blocks
         self._name = name
@@ -135,13 +182,20 @@ class BlockSource(RowSource):
         first = next(it, None)
         if first is None:
             raise ValueError(f"{name} is an empty iterable of row blocks: it yielded no rows")
-        first = check_block(
-            first, n_features=expected, accept_sparse=accept_sparse, name=f"{name} (block 0)"
+        self.origin = placement_of(first)
+        if not self.origin.host and placement is not None:
+            self.placement = placement
+        elif not self.origin.host:
+            self.placement = self.origin
+        first = self._moved(
+            check_block(
+                first, n_features=expected, accept_sparse=accept_sparse, name=f"{name} (block 0)"
+            )
         )
         if first.shape[0] == 0:
             raise ValueError(f"the first row block of {name} is empty")
-        self.n_features = first.shape[1]
-        self.dtype = first.dtype
+        self.n_features = int(first.shape[1])
+        self.dtype = float_dtype(first.dtype)
         self.sparse = sp.issparse(first)
         known = getattr(blocks, "n_samples", None)
         self.n_samples = known if isinstance(known, int) else None
@@ -154,6 +208,12 @@ class BlockSource(RowSource):
         self._head = None
         self._head_rows = 0
 
+    def _moved(self, block):
+        """A validated block where this source computes (itself when it is there)."""
+        if self.placement == placement_of(block):
+            return block
+        return self.placement.asarray(block)
+
     def _checked(self, blocks, first_index=0):
         for i, block in enumerate(blocks, start=first_index):
             block = check_block(
@@ -164,18 +224,18 @@ class BlockSource(RowSource):
                 dtype=self.dtype,
             )
             if block.shape[0]:
-                yield block
+                yield self._moved(block)
 
     def head(self, n_rows=DEFAULT_BLOCK_ROWS):
         if self._pending is not None:  # before the first pass: read ahead as far as needed
-            have = sum(b.shape[0] for b in self._read_ahead)
+            have = sum(int(b.shape[0]) for b in self._read_ahead)
             more = self._checked(self._pending, first_index=len(self._read_ahead))
             while have < n_rows and (block := next(more, None)) is not None:
                 self._read_ahead.append(block)
                 have += block.shape[0]
             rows = self._read_ahead
         elif self._head is not None and n_rows <= self._head_rows:
-            return self._head[:n_rows]
+            return row_range(self._head, 0, n_rows)
         else:
             self.require_passes(2, "reading its first rows after a pass")
             rows, have = [], 0
@@ -187,8 +247,8 @@ class BlockSource(RowSource):
         if any(sp.issparse(b) for b in rows):
             head = sp.vstack(rows, format="csr")
         else:
-            head = np.concatenate(rows, axis=0)
-        self._head, self._head_rows = head[:n_rows], n_rows
+            head = self.placement.xp.concat(rows, axis=0)
+        self._head, self._head_rows = row_range(head, 0, n_rows), n_rows
         return self._head
 
     def blocks(self, block_rows=DEFAULT_BLOCK_ROWS):
@@ -221,7 +281,7 @@ class BlockSource(RowSource):
         reservoir = ReservoirSampler(n_rows, rng)
         for _, block in self.blocks():
             reservoir.update(block)
-        return reservoir.sample()
+        return self.placement.asarray(reservoir.sample())
 
     def in_memory(self, max_rows=None, rng=None, *, purpose="this method"):
         raise ValueError(
@@ -231,7 +291,7 @@ class BlockSource(RowSource):
 
     def map_rows(self, function, *args, n_outputs, dtype):
         parts = [function(block, *args) for _, block in self.blocks()]
-        return np.concatenate(parts, axis=0)
+        return get_namespace(parts[0]).concat(parts, axis=0)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,16 +332,17 @@ class ReservoirSampler:
         self._rows: Any = None
 
     def update(self, block) -> ReservoirSampler:
-        """Offer the rows of one block (dense or sparse) to the reservoir."""
-        m = block.shape[0]
+        """Offer the rows of one block (dense or sparse, of any namespace: the rows kept are
+        copied to the host) to the reservoir."""
+        m = int(block.shape[0])
         keys = self.rng.random(m)
         if self._keys.size == self.size:
             candidates = np.flatnonzero(keys < self._keys.max())
         else:
             candidates = np.arange(m)
         if candidates.size:
-            rows = block[candidates]
-            rows = rows.tocsr() if sp.issparse(rows) else np.asarray(rows)
+            rows = take_rows(block, candidates)
+            rows = rows.tocsr() if sp.issparse(rows) else np.asarray(to_host(rows))
             if self._rows is None:
                 all_rows = rows
             elif sp.issparse(rows) or sp.issparse(self._rows):
