@@ -1,7 +1,8 @@
 """Kernels on device arrays (CPU torch here; CUDA where marked) equal their host blocks.
 
 Every kernel's ``__call__``, ``blocks``, ``fold_rows`` and ``diag`` accept tensors and compute on
-their device through :mod:`fastkpca.execution.tiles` (``prepare_tile`` / ``tile`` / ``diag_xp``).
+their device through :mod:`fastkpca.execution.kernel_ops` (the kernel's one ``_prepare`` /
+``_block`` / ``diag``, written over the array namespace).
 Tolerances: float64 tiles agree with the host's float64 blocks to 1e-13 relative to the largest
 entry (the same float64 products summed in another order: the centered augmented GEMM of the
 radial kernels against the host's ``|x|^2 + |y|^2 - 2 x.y``, a few hundred eps of the
@@ -17,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fastkpca.execution import tiles  # noqa: E402
+from fastkpca.execution import elementwise, kernel_ops  # noqa: E402
 from fastkpca.kernels import FLOAT32_BLOCK_ATOL, Matern, make_kernel  # noqa: E402
 
 KERNELS = {
@@ -67,7 +68,7 @@ def _close(A, B, tol):
 def test_call_on_tensors_equals_host(name, rows):
     X, Y = rows
     kernel = _kernel(name)
-    assert kernel.device_native
+    assert kernel.namespace_math
     K = kernel(torch.from_numpy(X), torch.from_numpy(Y))
     assert isinstance(K, torch.Tensor) and K.dtype == torch.float64
     assert _close(kernel(X, Y), K.numpy(), 1e-13)
@@ -130,7 +131,7 @@ def test_host_columns_meet_device_rows(rows):
 def test_matern_of_general_nu_falls_back_to_host_blocks(rows):
     X, Y = rows
     kernel = Matern(gamma=0.1, nu=0.7)
-    assert not kernel.device_native
+    assert not kernel.namespace_math
     K = kernel(torch.from_numpy(X), torch.from_numpy(Y))
     assert isinstance(K, torch.Tensor)
     assert _close(kernel(X, Y), K.numpy(), 1e-13)
@@ -140,9 +141,10 @@ def test_rbf_float32_tiles_are_float32_gemms_within_the_bound(rows):
     """float32 rbf tiles come from a float32 GEMM (not float64 rounded), within the bound."""
     X, Y = rows
     kernel = _kernel("rbf")
-    ctx = kernel.prepare_tile(torch.from_numpy(Y), "float32")
+    Yt = torch.from_numpy(Y)
+    ctx = kernel._prepare(Yt, "float32")
     assert ctx.low and ctx.B.dtype == torch.float32
-    T = kernel.tile(torch.from_numpy(X), ctx)
+    T = kernel._block(torch.from_numpy(X), Yt, ctx)
     assert T.dtype == torch.float32
     assert np.max(np.abs(T.numpy() - kernel(X, Y))) <= FLOAT32_BLOCK_ATOL
 
@@ -161,13 +163,13 @@ def test_overflowing_rows_are_a_value_error(name):
 
 def test_tile_helpers():
     A = torch.tensor([[0.5, -1.0], [2.0, 0.0]], dtype=torch.float64)
-    B = tiles.clamp_max_(A.clone(), 0.0)
+    B = elementwise.clip_(A.clone(), high=0.0)
     np.testing.assert_array_equal(B.numpy(), [[0.0, -1.0], [0.0, 0.0]])
-    np.testing.assert_allclose(tiles.exp_(B).numpy(), np.exp([[0.0, -1.0], [0.0, 0.0]]))
-    F = tiles.fill_diagonal_(torch.zeros((2, 3), dtype=torch.float64), 1.0)
+    np.testing.assert_allclose(elementwise.exp_(B).numpy(), np.exp([[0.0, -1.0], [0.0, 0.0]]))
+    F = elementwise.fill_diagonal_(torch.zeros((2, 3), dtype=torch.float64), 1.0)
     np.testing.assert_array_equal(F.numpy(), np.eye(2, 3))
     X, Y = torch.rand(4, 3, dtype=torch.float64), torch.rand(5, 3, dtype=torch.float64)
-    D = tiles.l1_distances(X, Y).numpy()
+    D = elementwise.l1_distances(X, Y).numpy()
     np.testing.assert_allclose(D, np.abs(X.numpy()[:, None] - Y.numpy()[None]).sum(-1), rtol=1e-14)
 
 
@@ -197,9 +199,9 @@ def test_symmetric_matmat_over_many_tiles_equals_the_gram_product(name, dtype, r
     kernel = _kernel(name)
     V = np.random.default_rng(1).standard_normal((X.shape[0], 4))
     Xt, Vt = torch.from_numpy(X), torch.from_numpy(V)
-    KV = tiles.symmetric_kernel_matmat(kernel, Xt, Vt, dtype=dtype, rows=37)
+    KV = kernel_ops.symmetric_kernel_matmat(kernel, Xt, Vt, dtype=dtype, rows=37)
     assert KV.dtype == torch.float64
-    full = tiles.kernel_matmat(kernel, Xt, Xt, Vt, dtype=dtype, rows=37)
+    full = kernel_ops.kernel_matmat(kernel, Xt, Xt, Vt, dtype=dtype, rows=37)
     # float32 tiles: 6e-8 rounding of each entry, summed over 230 columns
     tol = 1e-13 if dtype == "float64" else 1e-5
     assert _close(kernel(X) @ V, KV.numpy(), tol)
@@ -213,7 +215,7 @@ def test_centered_gram_operator_over_many_tiles(rows):
     n = K.shape[0]
     H = np.eye(n) - 1.0 / n
     V = np.random.default_rng(2).standard_normal((n, 3))
-    op = tiles.CenteredGramOperator(torch.from_numpy(X), kernel, rows=50)
+    op = kernel_ops.CenteredGramOperator(torch.from_numpy(X), kernel, rows=50)
     assert _close(H @ K @ H @ V, op.matmat(torch.from_numpy(V)).numpy(), 1e-13)
     np.testing.assert_allclose(op.row_means.numpy(), K.mean(axis=1), rtol=1e-13)
     assert op.n_passes == 1
