@@ -224,15 +224,16 @@ def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
     elif tuple(out.shape) != shape:
         raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
     columns = prepare_columns(kernel, Y, "float64")
+
+    def fill(start, stop):
+        rows_out = out[start:stop, :]
+        check_finite(kernel_block(kernel, X[start:stop, :], columns=columns, out=rows_out))
+
     if placement.host and getattr(kernel, "parallel_safe", False):
-
-        def fill(start, stop):
-            check_finite(kernel_block(kernel, X[start:stop, :], columns=columns, out=out[start:stop, :]))
-
         map_row_chunks(shape[0], fill, chunk_rows=rows or budget.kernel_chunk_rows(shape[1], 8))
     elif placement.host:
         for start, stop in _budget_blocks(shape[0], shape[1], working_memory_mb):
-            check_finite(kernel_block(kernel, X[start:stop, :], columns=columns, out=out[start:stop, :]))
+            fill(start, stop)
     else:
         for start, stop, K in _device_blocks(kernel, X, columns, placement, rows):
             out[start:stop, ...] = store(check_finite(K), None, dtype)
