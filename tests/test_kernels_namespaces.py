@@ -1,4 +1,5 @@
-"""Every kernel and the centering functions on numpy, PyTorch (CPU) and ``array_api_strict``.
+"""Every kernel and the centering functions on numpy, PyTorch (CPU; CUDA under the ``gpu``
+marker) and ``array_api_strict``.
 
 The kernels' math is written once over the array namespace
 (:mod:`fastkpca.kernels`, :mod:`fastkpca.execution.kernel_ops`): the same ``_prepare`` /
@@ -19,7 +20,7 @@ import pytest
 import scipy.sparse as sp
 
 from fastkpca import _centering as centering
-from fastkpca.execution import kernel_ops, using_n_jobs
+from fastkpca.execution import elementwise, kernel_ops, using_n_jobs
 from fastkpca.execution.arrays import to_host
 from fastkpca.kernels import FLOAT32_BLOCK_ATOL, RBF, Kernel, Matern, make_kernel
 from fastkpca.solvers import eigh_topk
@@ -38,7 +39,7 @@ KERNELS = {
     "sigmoid": {"coef0": 0.5},
 }
 
-NAMESPACES = ["torch", "array_api_strict"]
+NAMESPACES = ["torch", "array_api_strict", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _kernel(name):
@@ -47,16 +48,22 @@ def _kernel(name):
 
 def _converter(namespace):
     """A function moving numpy arrays to ``namespace`` (skips the test when it is missing)."""
-    if namespace == "torch":
+    if namespace in ("torch", "cuda"):
         torch = pytest.importorskip("torch")
+        if namespace == "cuda":
+            return lambda a: torch.from_numpy(np.asarray(a)).cuda()
         return torch.from_numpy
     xp = pytest.importorskip(namespace)
     return xp.asarray
 
 
 def _namespace_name(a) -> str:
-    module = type(a).__module__
-    return "numpy" if isinstance(a, np.ndarray) else module.split(".")[0]
+    """The namespace of an array, ``"cuda"`` for a CUDA tensor."""
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    if getattr(getattr(a, "device", None), "type", None) == "cuda":
+        return "cuda"
+    return type(a).__module__.split(".")[0]
 
 
 def _dtype_name(a) -> str:
@@ -144,19 +151,54 @@ def test_blocks_and_fold_rows_follow_the_input(namespace, name, dtype, rows):
     _close(KV, reference @ V, 1e-12 if dtype is None else 1e-5)
 
 
-def test_float32_rbf_blocks_are_float32_gemms_on_every_namespace(rows):
+@pytest.mark.parametrize("namespace", NAMESPACES)
+def test_float32_rbf_blocks_are_float32_gemms_on_every_namespace(namespace, rows):
     X, Y = rows
+    to = _converter(namespace)
     kernel = RBF(0.1)
     host = np.vstack([K for _, _, K in kernel.blocks(X, Y, dtype=np.float32)])
     assert kernel._prepare(Y, "float32").low  # the columns are within FLOAT32_MAX_SPREAD
-    for namespace in NAMESPACES:
-        to = _converter(namespace)
-        ctx = kernel._prepare(to(Y), "float32")
-        assert ctx.low and _dtype_name(ctx.B) == "float32"
-        T = kernel._block(to(X), to(Y), ctx)
-        assert _dtype_name(T) == "float32"
-        assert np.max(np.abs(_numpy(T) - kernel(X, Y))) <= FLOAT32_BLOCK_ATOL
-        assert np.max(np.abs(_numpy(T) - host)) <= 2 * FLOAT32_BLOCK_ATOL
+    ctx = kernel._prepare(to(Y), "float32")
+    assert ctx.low and _dtype_name(ctx.B) == "float32"
+    T = kernel._block(to(X), to(Y), ctx)
+    assert _dtype_name(T) == "float32"
+    assert np.max(np.abs(_numpy(T) - kernel(X, Y))) <= FLOAT32_BLOCK_ATOL
+    assert np.max(np.abs(_numpy(T) - host)) <= 2 * FLOAT32_BLOCK_ATOL
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("namespace", ["numpy", *NAMESPACES])
+@pytest.mark.parametrize("name", ["rbf", "matern-1.5", "linear", "polynomial", "cosine"])
+def test_overflowing_rows_are_a_value_error(namespace, name):
+    """Rows whose squared norms overflow float64 raise (not a silent nan Gram)."""
+    to = np.asarray if namespace == "numpy" else _converter(namespace)
+    X = np.array([[1e200, 0.0], [-1e200, 0.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="too large"):
+        _kernel(name)(to(X))
+
+
+def test_host_columns_meet_device_rows(rows):
+    """A host model's rows (the Gram's columns) are moved to the rows' device."""
+    X, Y = rows
+    to = _converter("torch")
+    K = RBF(0.1)(to(X), Y)
+    assert _namespace_name(K) == "torch"
+    _close(K, RBF(0.1)(X, Y), 1e-12)
+
+
+def test_elementwise_primitives_in_place():
+    torch = pytest.importorskip("torch")
+    for A in (np.array([[0.5, -1.0], [2.0, 0.0]]), torch.tensor([[0.5, -1.0], [2.0, 0.0]])):
+        B = elementwise.clip_(A, high=0.0)
+        assert B is A  # in place
+        np.testing.assert_array_equal(_numpy(B), [[0.0, -1.0], [0.0, 0.0]])
+        np.testing.assert_allclose(_numpy(elementwise.exp_(B)), np.exp([[0.0, -1.0], [0, 0]]))
+        F = elementwise.fill_diagonal_(A * 0.0, 1.0)
+        np.testing.assert_array_equal(_numpy(F), np.eye(2))
+    X, Y = np.random.default_rng(0).random((4, 3)), np.random.default_rng(1).random((5, 3))
+    expected = np.abs(X[:, None] - Y[None]).sum(-1)
+    for to in (np.asarray, torch.from_numpy, _converter("array_api_strict")):
+        np.testing.assert_allclose(_numpy(elementwise.l1_distances(to(X), to(Y))), expected)
 
 
 def test_sparse_rows_take_the_uncentered_gemm(rows):
