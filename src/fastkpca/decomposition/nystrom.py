@@ -781,9 +781,7 @@ def _block_diag_sum(kernel, block) -> float:
     """``sum_i k(x_i, x_i)`` over a block, on the block's placement
     (:func:`fastkpca.execution.kernel_ops.kernel_diag`)."""
     diag = kernel_diag(kernel, block)
-    if isinstance(diag, np.ndarray):
-        return float(np.sum(diag, dtype=np.float64))
-    xp = placement_of(block).xp
+    xp = placement_of(diag).xp
     return float(xp.sum(xp.astype(diag, xp.float64)))
 
 

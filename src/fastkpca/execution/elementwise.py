@@ -18,6 +18,8 @@ where said, scipy.sparse rows on the host), PyTorch / CuPy arrays and any array-
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 from scipy import special
@@ -55,6 +57,8 @@ __all__ = [
 def float_name(dtype) -> str:
     """``"float32"`` for a float32 dtype of any library (numpy, torch, CuPy, array API) or its
     name, else ``"float64"`` (integers and float64 compute in float64)."""
+    if isinstance(dtype, np.dtype):  # the common case, without a name lookup
+        return "float32" if dtype == np.float32 else "float64"
     try:
         name = np.dtype(dtype).name
     except TypeError:  # a torch or array-API dtype (``torch.float32``)
@@ -77,6 +81,8 @@ def _is_torch(a) -> bool:
 
 def astype_name(a, name: str):
     """``a`` in the float dtype ``name`` (``"float32"`` / ``"float64"``), itself when it is."""
+    if _is_numpy(a):
+        return a if a.dtype == name else a.astype(name)
     if str(a.dtype).rsplit(".", 1)[-1] == name:
         return a
     if sp.issparse(a):
@@ -101,18 +107,18 @@ def row_center(Y):
 
 def shift_rows(X, center):
     """``(X - center, True)``, or ``(X, False)`` for sparse rows or no center."""
-    if center is None or sp.issparse(X):
+    if center is None or (not _is_numpy(X) and sp.issparse(X)):
         return X, False
     return X - center, True
 
 
 def row_sq_norms(X):
     """Squared Euclidean norms of the rows of X (float64 X; dense or sparse), float64."""
+    if _is_numpy(X):
+        return np.einsum("ij,ij->i", X, X)
     if sp.issparse(X):
         X = X.tocsr()
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    if _is_numpy(X):
-        return np.einsum("ij,ij->i", X, X)
     return namespace_of(X).sum(X * X, axis=1)
 
 
@@ -151,15 +157,15 @@ def with_columns(X, *columns, dtype: str | None = None):
     sparse X: a CSR matrix).  numpy fills one new array, casting as it copies."""
     n, d = X.shape
     dtype = dtype or float_name(X.dtype)
-    if sp.issparse(X):
-        parts = [np.full((n, 1), c) if np.isscalar(c) else np.asarray(c)[:, None] for c in columns]
-        return sp.hstack([X, *(sp.csr_matrix(p) for p in parts)], format="csr", dtype=dtype)
     if _is_numpy(X):
         out = np.empty((n, d + len(columns)), dtype=dtype)
         out[:, :d] = X
         for j, c in enumerate(columns):
             out[:, d + j] = c
         return out
+    if sp.issparse(X):
+        parts = [np.full((n, 1), c) if np.isscalar(c) else np.asarray(c)[:, None] for c in columns]
+        return sp.hstack([X, *(sp.csr_matrix(p) for p in parts)], format="csr", dtype=dtype)
     placement = placement_of(X)
     xp = placement.xp
     target = getattr(xp, dtype)
@@ -189,11 +195,13 @@ def matmul(A, B, out=None):
     """``A @ B`` as a dense array (A or B may be scipy.sparse); written into ``out`` where the
     library allows it and ``out`` has the product's dtype (numpy's ``matmul(out=)``), else a
     new array."""
+    if _is_numpy(A) and _is_numpy(B):
+        if _is_numpy(out) and out.dtype == A.dtype and out.dtype == B.dtype:
+            return np.matmul(A, B, out=out)
+        return A @ B
     if sp.issparse(A) or sp.issparse(B):
         R = A @ B
         return np.asarray(R.toarray() if sp.issparse(R) else R)
-    if out is not None and _is_numpy(out) and out.dtype == np.result_type(A.dtype, B.dtype):
-        return np.matmul(A, B, out=out)
     return A @ B
 
 
@@ -210,8 +218,8 @@ def max_finite(values) -> float:
     one is not finite: the block would be nan or overflow.  On a device, one scalar read."""
     if values.shape[0] == 0:
         return 0.0
-    top = float(np.max(values)) if _is_numpy(values) else float(namespace_of(values).max(values))
-    if not np.isfinite(top):
+    top = float(values.max() if _is_numpy(values) else namespace_of(values).max(values))
+    if not math.isfinite(top):
         raise ValueError(_TOO_LARGE)
     return top
 
