@@ -99,8 +99,8 @@ def as_float64(a):
 # --- rows -----------------------------------------------------------------------------------------
 def row_center(Y):
     """The mean of the rows of dense Y (float64), or None for scipy.sparse rows, which are not
-    centered: centering would make them dense."""
-    if sp.issparse(Y):
+    centered: centering would make them dense (nor are no rows: they have no mean)."""
+    if Y.shape[0] == 0 or sp.issparse(Y):
         return None
     return namespace_of(Y).mean(Y, axis=0)
 
