@@ -374,7 +374,7 @@ def run(args):
         model = ExactKPCA(k, gamma=gamma, random_state=0).fit(Xd)
         sync()
         seconds = time.perf_counter() - t0
-        from fastkpca.execution.tiles import CenteredGramOperator
+        from fastkpca.execution.kernel_ops import CenteredGramOperator
         from fastkpca.kernels import RBF
 
         V = model.eigenvectors_
@@ -404,7 +404,7 @@ def run(args):
         for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
             t, _, _ = _best(lambda dtype=dtype: ref_gram_pass(Xd, V, gamma, dtype=dtype), 1, sync)
             out[f"reference_seconds_{name}"] = t
-        from fastkpca.execution.tiles import CenteredGramOperator
+        from fastkpca.execution.kernel_ops import CenteredGramOperator
         from fastkpca.kernels import RBF
 
         for name in ("float64", "float32"):

@@ -33,7 +33,7 @@ from fastkpca.decomposition.exact import (  # noqa: E402
     device_matrix_free_kpca,
     exact_kpca,
 )
-from fastkpca.execution.tiles import CenteredGramOperator  # noqa: E402
+from fastkpca.execution.kernel_ops import CenteredGramOperator  # noqa: E402
 from fastkpca.kernels import RBF, make_kernel  # noqa: E402
 from fastkpca.solvers import (  # noqa: E402
     DEVICE_AUTO_DENSE,

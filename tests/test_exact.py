@@ -114,7 +114,7 @@ def test_holds_one_gram(solver, monkeypatch):
     # The fit holds one n x n Gram (filled and centered in place), plus O(n k) and the
     # kernel's row-chunk temporaries (bounded by the working-memory budget).  scikit-learn's
     # KernelPCA holds several copies.
-    monkeypatch.setattr("fastkpca.kernels.WORKING_MEMORY_MB", 2)
+    monkeypatch.setattr("fastkpca.execution.budget.WORKING_MEMORY_MB", 2)
     n = 1500
     X = np.random.default_rng(0).standard_normal((n, 5))
     gram_bytes = n * n * 8

@@ -414,7 +414,7 @@ def test_memory_is_blocks_not_n_by_c(monkeypatch):
     # With a 1 MiB working-memory budget the kernel blocks are ~90 rows x 500 landmarks.  An
     # n x c float64 array would be 40000 * 500 * 8 = 160 MB; the c x c matrices (2 MB each, a
     # handful alive at once) and the budget-sized blocks must stay an order of magnitude below.
-    monkeypatch.setattr(fk, "WORKING_MEMORY_MB", 1)
+    monkeypatch.setattr("fastkpca.execution.budget.WORKING_MEMORY_MB", 1)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40000, 5))
     tracemalloc.start()

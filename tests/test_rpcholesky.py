@@ -182,9 +182,9 @@ class CountingRBF(RBF):
         super().__init__(gamma)
         self.shapes = []
 
-    def _block(self, Xc, Y, ctx):
+    def _block(self, Xc, Y, ctx, out=None):
         self.shapes.append((Xc.shape[0], Y.shape[0]))
-        return super()._block(Xc, Y, ctx)
+        return super()._block(Xc, Y, ctx, out)
 
 
 def test_kernel_evaluations_are_n_per_pivot():

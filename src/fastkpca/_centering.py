@@ -9,9 +9,10 @@ i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)`` (Schoelkopf et al. 1998; the weighted fo
 reduced-set method needs, Kingravi et al. Algorithm 1).  Nothing here forms the n x n centering
 matrix H: the in-sample version works in place on K, the implicit version is a LinearOperator.
 
-Device arrays (PyTorch, CuPy) are centered on their device, in their namespace, with the same
-float64 statistics (:func:`center_gram_inplace`, :func:`gram_row_stats`,
-:func:`center_gram_out_of_sample` check where K lives; ``col_means`` then lives there too).
+Written once over the array namespace of K (numpy, PyTorch, CuPy, any array-API library):
+statistics are accumulated in float64 whatever K's dtype, K is modified a row block at a time
+(blocks of the kernels' working-memory budget, :func:`fastkpca.execution.budget.chunk_rows`),
+in place; statistics fitted on the host are moved to K's device when it is used there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
-from .execution.arrays import is_host_array, placement_of
+from .execution.arrays import placement_of
+from .execution.budget import chunk_rows
+from .execution.elementwise import as_float64, namespace_of
 
 __all__ = [
     "CenteringStats",
@@ -44,84 +47,91 @@ class CenteringStats:
     total_mean: float
 
 
-def normalize_weights(weights, n: int) -> np.ndarray | None:
-    """Return float64 weights summing to 1 (None stays None = uniform)."""
+def normalize_weights(weights, n: int):
+    """Return float64 weights summing to 1, on the weights' placement (None stays None =
+    uniform)."""
     if weights is None:
         return None
-    if not is_host_array(weights):
-        return _normalize_weights_xp(weights, n)
-    w = np.asarray(weights, dtype=np.float64).ravel()
-    if w.shape != (n,):
-        raise ValueError(f"weights has shape {w.shape}, expected ({n},)")
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+    xp = namespace_of(weights)
+    w = xp.reshape(as_float64(xp.asarray(weights)), (-1,))
+    if tuple(w.shape) != (n,):
+        raise ValueError(f"weights has shape {tuple(w.shape)}, expected ({n},)")
+    total = float(xp.sum(w))
+    if not (bool(xp.all(xp.isfinite(w))) and not bool(xp.any(w < 0)) and total > 0):
         raise ValueError("weights must be finite, non-negative and not all zero")
-    return w / w.sum()
+    return w / total
 
 
 def _block_rows(n):
-    from .kernels import chunk_rows
-
     return chunk_rows(n, n_temporaries=2)
 
 
+def _on_placement_of(a, K):
+    """``a`` (float64; a model's statistics, host weights) where K lives."""
+    return placement_of(K).asarray(a, dtype=np.float64)
+
+
 def _weighted_row_means(K, w, block=None):
-    """(K w) accumulated in float64, a row block at a time (K may be float32)."""
+    """``K w`` (row means for w = None), accumulated in float64 a row block at a time (K may be
+    float32)."""
+    placement = placement_of(K)
+    xp = placement.xp
     n = K.shape[0]
     block = block or _block_rows(n)
-    out = np.empty(n)
+    out = xp.empty((n,), dtype=xp.float64, device=placement.device)
     for s in range(0, n, block):
-        Kb = np.asarray(K[s : s + block], dtype=np.float64)
-        out[s : s + block] = Kb.mean(axis=1) if w is None else Kb @ w
+        e = min(n, s + block)
+        Kb = as_float64(K[s:e, :])
+        out[s:e] = xp.mean(Kb, axis=1) if w is None else Kb @ w
     return out
 
 
-def gram_row_stats(K: np.ndarray, weights=None, *, block: int | None = None) -> CenteringStats:
+def gram_row_stats(K, weights=None, *, block: int | None = None) -> CenteringStats:
     """The centering statistics of a symmetric training Gram, leaving K as it is.
 
     For solvers that center implicitly (:func:`centered_operator`): one read of K, where
-    :func:`center_gram_inplace` reads it and writes it back.
+    :func:`center_gram_inplace` reads it and writes it back.  ``col_means`` lives where K does.
     """
-    if not is_host_array(K):
-        return _row_stats_xp(K, weights, block)[0]
     w = normalize_weights(weights, K.shape[0])
+    w = None if w is None else _on_placement_of(w, K)
     row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
-    total = float(row_means.mean() if w is None else row_means @ w)
+    total = float(namespace_of(K).mean(row_means) if w is None else row_means @ w)
     return CenteringStats(col_means=row_means, total_mean=total)
 
 
-def center_gram_inplace(K: np.ndarray, weights=None, *, block: int | None = None) -> CenteringStats:
+def center_gram_inplace(K, weights=None, *, block: int | None = None) -> CenteringStats:
     """Center a symmetric training Gram matrix in place; return the statistics for new points.
 
     Row means are accumulated in float64 even when K is float32; K is modified a row block at a
-    time, so the only extra memory is O(n).
+    time, so the only extra memory is O(n) and one block.
     """
-    if not is_host_array(K):
-        return _center_gram_inplace_xp(K, weights, block)
+    stats = gram_row_stats(K, weights, block=block)
+    xp = namespace_of(K)
     n = K.shape[0]
-    w = normalize_weights(weights, n)
     block = block or _block_rows(n)
-    row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
-    total = float(row_means.mean() if w is None else row_means @ w)
+    r = stats.col_means
     for s in range(0, n, block):
-        Kb = K[s : s + block]
-        corr = row_means[s : s + block, None] + row_means[None, :] - total
-        Kb -= corr.astype(K.dtype, copy=False)
-    return CenteringStats(col_means=row_means, total_mean=total)
+        e = min(n, s + block)
+        Kb = K[s:e, :]  # a view: corrected in place
+        corr = r[s:e, None] + r[None, :] - stats.total_mean
+        Kb -= xp.astype(corr, K.dtype, copy=False)
+    return stats
 
 
-def center_gram_out_of_sample(K_new: np.ndarray, stats: CenteringStats, weights=None) -> np.ndarray:
+def center_gram_out_of_sample(K_new, stats: CenteringStats, weights=None):
     """Center a block ``K_new[i, j] = k(x_new_i, x_train_j)`` with the training statistics.
 
-    Modifies ``K_new`` in place and returns it (a device K_new: returns the centered block, in
-    place for a float64 one).
+    Modifies ``K_new`` in place and returns it; the statistics may live on the host when K_new
+    is on a device.
     """
-    if not is_host_array(K_new):
-        return _center_out_of_sample_xp(K_new, stats, weights)
+    xp = namespace_of(K_new)
     w = normalize_weights(weights, K_new.shape[1])
-    Kd = np.asarray(K_new, dtype=np.float64)
-    new_means = Kd.mean(axis=1) if w is None else Kd @ w
-    corr = new_means[:, None] + stats.col_means[None, :] - stats.total_mean
-    K_new -= corr.astype(K_new.dtype, copy=False)
+    w = None if w is None else _on_placement_of(w, K_new)
+    Kd = as_float64(K_new)
+    new_means = xp.mean(Kd, axis=1) if w is None else Kd @ w
+    col_means = _on_placement_of(stats.col_means, K_new)
+    corr = new_means[:, None] + col_means[None, :] - stats.total_mean
+    K_new -= xp.astype(corr, K_new.dtype, copy=False)
     return K_new
 
 
@@ -152,75 +162,3 @@ def centered_operator(A, weights=None) -> LinearOperator:
         return AV[:, 0] if one_d else AV
 
     return LinearOperator((n, n), matvec=matmat, matmat=matmat, rmatvec=matmat, dtype=np.float64)
-
-
-# --- device arrays ------------------------------------------------------------------------------
-def _f64(A):
-    xp = placement_of(A).xp
-    return A if str(A.dtype).endswith("float64") else xp.astype(A, xp.float64)
-
-
-def _normalize_weights_xp(weights, n):
-    placement = placement_of(weights)
-    xp = placement.xp
-    w = xp.reshape(_f64(weights), (-1,))
-    if tuple(w.shape) != (n,):
-        raise ValueError(f"weights has shape {tuple(w.shape)}, expected ({n},)")
-    total = float(xp.sum(w))
-    if not (bool(xp.all(xp.isfinite(w))) and not bool(xp.any(w < 0)) and total > 0):
-        raise ValueError("weights must be finite, non-negative and not all zero")
-    return w / total
-
-
-def _on_placement(a, like):
-    """A host array (a model's statistics) moved to the placement of ``like``."""
-    return placement_of(like).asarray(a, dtype=np.float64) if is_host_array(a) else a
-
-
-def _row_means_xp(K, w, block):
-    """``K w`` (row means for w = None) in float64, a row block at a time (K may be float32)."""
-    placement = placement_of(K)
-    xp = placement.xp
-    n = K.shape[0]
-    block = block or _block_rows(n)
-    out = xp.empty((n,), dtype=xp.float64, device=placement.device)
-    for s in range(0, n, block):
-        Kb = _f64(K[s : s + block])
-        out[s : s + block] = xp.mean(Kb, axis=1) if w is None else Kb @ w
-    return out
-
-
-def _row_stats_xp(K, weights, block):
-    w = normalize_weights(weights, K.shape[0])
-    w = None if w is None else _on_placement(w, K)
-    row_means = _row_means_xp(K, w, block)
-    xp = placement_of(K).xp
-    total = float(xp.mean(row_means) if w is None else xp.sum(row_means * w))
-    return CenteringStats(col_means=row_means, total_mean=total), w
-
-
-def _center_gram_inplace_xp(K, weights, block):
-    """:func:`center_gram_inplace` on a device: float64 statistics, K corrected block by block."""
-    stats, _ = _row_stats_xp(K, weights, block)
-    xp = placement_of(K).xp
-    n = K.shape[0]
-    block = block or _block_rows(n)
-    r = stats.col_means
-    for s in range(0, n, block):
-        corr = r[s : s + block, None] + r[None, :] - stats.total_mean
-        K[s : s + block, ...] -= xp.astype(corr, K.dtype)
-    return stats
-
-
-def _center_out_of_sample_xp(K_new, stats, weights):
-    xp = placement_of(K_new).xp
-    w = normalize_weights(weights, K_new.shape[1])
-    w = None if w is None else _on_placement(w, K_new)
-    Kd = _f64(K_new)
-    new_means = xp.mean(Kd, axis=1) if w is None else Kd @ w
-    col_means = _on_placement(stats.col_means, K_new)
-    corr = new_means[:, None] + col_means[None, :] - stats.total_mean
-    if Kd is K_new:
-        K_new -= corr
-        return K_new
-    return K_new - xp.astype(corr, K_new.dtype)

@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from .execution import one_blas_thread
 from .execution.arrays import placement_of, to_host
-from .execution.tiles import kernel_tiles
+from .execution.kernel_ops import kernel_blocks, kernel_diag
 from .kernels import Kernel, chunk_rows
 from .solvers import eigh_topk
 from .source import ReservoirSampler, uniform_indices
@@ -190,7 +190,7 @@ def ridge_leverage_scores(
         Xr = _take_rows(X, rows)
         diag = _kernel_diag(kernel, Xr)
         parts = []
-        for _, _, Kb in kernel_tiles(kernel, Xr, _float64(sample), dtype="float64"):
+        for _, _, Kb in kernel_blocks(kernel, Xr, _float64(sample), dtype="float64"):
             T = Kb @ inverse_T
             parts.append(xp.sum(T * T, axis=1))
         scores[:] = to_host((diag - xp.concat(parts)) / lam)
@@ -341,7 +341,7 @@ def _kernel_columns(X, idx, kernel: Kernel) -> np.ndarray:
     if not placement.host:
         xp = placement.xp
         out = xp.empty((X.shape[0], len(idx)), dtype=xp.float64, device=placement.device)
-        for start, stop, K in kernel_tiles(kernel, X, Y, dtype="float64"):
+        for start, stop, K in kernel_blocks(kernel, X, Y, dtype="float64"):
             out[start:stop, ...] = K
         return out
     out = np.empty((X.shape[0], len(idx)))
@@ -627,9 +627,7 @@ def _kernel_diag(kernel: Kernel, X):
     placement = placement_of(X)
     if placement.host:
         return np.asarray(kernel.diag(X), dtype=np.float64)
-    if hasattr(kernel, "diag_xp"):
-        return _float64(kernel.diag_xp(X))
-    return placement.asarray(np.asarray(kernel.diag(to_host(X)), dtype=np.float64))
+    return _float64(kernel_diag(kernel, X))
 
 
 def _empty_factor(placement, n: int, width: int):

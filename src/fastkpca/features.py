@@ -345,9 +345,9 @@ def fwht(A: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
 
 def device_feature_rows(placement, m: int, itemsize: int = 4) -> int:
     """Rows of a device feature chunk: the (rows, m) features and two temporaries of their size
-    within the device's free-memory budget (:func:`fastkpca.execution.tiles.tile_rows`), at most
+    within the device's free-memory budget (:func:`fastkpca.execution.budget.tile_rows`), at most
     131072 rows (0.5 GB of float32 features for m = 1000)."""
-    from .execution.tiles import tile_rows
+    from .execution.budget import tile_rows
 
     return tile_rows(placement, m, itemsize, n_temporaries=3)
 

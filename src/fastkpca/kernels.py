@@ -1,4 +1,4 @@
-"""Kernel objects: chunked Gram blocks, diagonals and spectral samplers.
+"""Kernel objects: Gram blocks, diagonals and spectral samplers.
 
 Every kernel follows scikit-learn's parametrisation (``sklearn.metrics.pairwise``) so that
 results compare one to one with ``KernelPCA``:
@@ -18,36 +18,63 @@ sigmoid    tanh(gamma <x, y> + coef0)                             (not PSD in ge
 The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(gamma), and
 Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
 
-Gram blocks are computed in row chunks whose size comes from a memory budget
-(:data:`WORKING_MEMORY_MB`); :meth:`Kernel.blocks` and :meth:`Kernel.fold_rows` fill them on all
-cores, in chunks of about 1 MiB that stay in cache (numpy's ``exp`` runs on one core).
-float32 input gives float32 output, but squared distances are accumulated in float64: ``|x|^2 +
-|y|^2 - 2 x.y`` cancels catastrophically in float32 for nearby points (the same reason
-``sklearn.metrics.pairwise.euclidean_distances`` upcasts).
+Each kernel's math is written once, over the array namespace of its rows (numpy, scipy.sparse
+rows on the host, PyTorch, CuPy, any array-API library): :meth:`Kernel._prepare` computes what
+every block needs of the columns' rows once, :meth:`Kernel._block` computes one block, and
+:meth:`Kernel.diag` the diagonal.  Where and in what pieces the blocks are computed (threads over
+cache-sized chunks on the host, large tiles on a device) is the execution layer's
+(:mod:`fastkpca.execution.kernel_ops`), which :meth:`Kernel.__call__`, :meth:`Kernel.blocks`
+and :meth:`Kernel.fold_rows` call; the steps whose fast form differs by library (``exp`` in
+place, sparse rows, L1 distances, scipy's Bessel function) are the primitives of
+:mod:`fastkpca.execution.elementwise`.
 
-Device arrays (PyTorch tensors, CuPy arrays) are computed on their device: ``__call__``,
-``blocks``, ``fold_rows`` and ``diag`` hand them to :mod:`fastkpca.execution.tiles`, which calls
-each kernel's :meth:`Kernel.prepare_tile` / :meth:`Kernel.tile` / :meth:`Kernel.diag_xp` (written
-with the arrays' namespace) on large tiles; host arrays take the threaded numpy path above,
-unchanged.  float32 tiles where the host uses float32 blocks (``dtype=np.float32``: rbf from a
-float32 GEMM, the others rounded from float64), float64 otherwise.
+Blocks are float64, or float32 when asked (``dtype=np.float32``: rbf from a float32 GEMM within
+:data:`FLOAT32_BLOCK_ATOL`, the others rounded from float64).  Squared distances are
+accumulated in float64 and about the columns' mean: ``|x|^2 + |y|^2 - 2 x.y`` cancels
+catastrophically for nearby points far from the origin (the reason
+``sklearn.metrics.pairwise.euclidean_distances`` upcasts float32).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import numbers
+import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import special
 
 from ._utils import as_generator
-from .execution import map_row_chunks, tiles, worker_index
-from .execution.arrays import is_host_array, placement_of, to_host
+from .execution import kernel_ops
+from .execution.budget import chunk_rows as chunk_rows
+from .execution.budget import kernel_chunk_rows as kernel_chunk_rows
+from .execution.elementwise import (
+    as_float64,
+    astype_name,
+    bessel_kv,
+    check_finite,
+    clip_,
+    divide_rows,
+    exp_,
+    float_name,
+    l1_distances,
+    matmul,
+    max_finite,
+    namespace_of,
+    ones_rows,
+    row_center,
+    row_l1_norms,
+    row_max_abs,
+    row_sq_norms,
+    shift_rows,
+    store,
+    tanh_,
+    transpose,
+    with_columns,
+)
 
 __all__ = [
     "Kernel",
@@ -65,118 +92,98 @@ __all__ = [
     "warn_if_degenerate",
 ]
 
-#: Memory budget (in MiB) for one Gram row chunk and its float64 temporaries.
-WORKING_MEMORY_MB = 256
-
 #: Bound on ``|K32 - K64|`` of an rbf block computed in float32 (``Kernel.blocks(dtype=float32)``):
-#: the exponent's rounding (:meth:`RBF._block32`) times the kernel value, plus float32's own
+#: the exponent's rounding (:meth:`RBF._block`) times the kernel value, plus float32's own
 #: rounding of the value.  It holds for any rows when the landmarks' spread ``gamma |y -
 #: centre|^2`` is at most :data:`FLOAT32_MAX_SPREAD` (wider landmarks get float64 blocks,
 #: rounded); tested in tests/test_kernels_float32.py.
 FLOAT32_BLOCK_ATOL = 1e-5
 
 #: Largest ``gamma |y - centre|^2`` of the columns' rows (the landmarks) for which rbf blocks are
-#: computed in float32 (see :meth:`RBF._block32` for why only the columns' spread matters).
+#: computed in float32 (see :class:`_Radial` for why only the columns' spread matters).
 FLOAT32_MAX_SPREAD = 10.0
 
-#: Bytes of one row chunk of the threaded kernel rows (:meth:`Kernel.fold_rows`): about 1 MiB,
-#: so that a chunk stays in cache from its GEMM through ``exp`` to the caller's products.
-KERNEL_CHUNK_BYTES = 2**20
-
-#: The fewest rows per chunk (thinner GEMMs lose efficiency; c > 8192 columns then exceed 1 MiB).
-KERNEL_CHUNK_MIN_ROWS = 32
+#: ``max(|x - c|^2, gamma |x - c|^2)`` above which a float32 rbf block takes the float64 path:
+#: below it the rows' float32 coordinates are finite and, with the columns within
+#: FLOAT32_MAX_SPREAD, every term of the float32 GEMM stays far below float32's 3.4e38.
+_MAX_SQ_NORM32 = 1e30
 
 
-def chunk_rows(
-    n_cols: int,
-    *,
-    itemsize: int = 8,
-    n_temporaries: int = 3,
-    working_memory_mb: float | None = None,
-) -> int:
-    """Number of rows of an ``(rows, n_cols)`` block that fits the working-memory budget."""
-    budget = (working_memory_mb or WORKING_MEMORY_MB) * 2**20
-    per_row = max(1, n_cols) * itemsize * n_temporaries
-    return int(max(1, budget // per_row))
+def result_dtype(X, Y=None):
+    """float32 if every input is float32 (numpy's or a device library's), else float64."""
+    return np.float32 if kernel_ops.result_dtype(X, Y) == "float32" else np.float64
 
 
-def kernel_chunk_rows(n_cols: int, itemsize: int) -> int:
-    """Rows per chunk of the threaded kernel rows: :data:`KERNEL_CHUNK_BYTES` of ``n_cols``
-    values (256 rows of 1000 float32 values), at least :data:`KERNEL_CHUNK_MIN_ROWS`."""
-    return max(KERNEL_CHUNK_MIN_ROWS, KERNEL_CHUNK_BYTES // (max(1, n_cols) * itemsize))
-
-
-def _as_float64(X):
-    if sp.issparse(X):
-        return X.astype(np.float64)
-    return np.asarray(X, dtype=np.float64)
-
-
-def _row_sq_norms(X) -> np.ndarray:
-    """Squared Euclidean row norms in float64 (dense or sparse)."""
-    if sp.issparse(X):
-        X = X.tocsr()
-        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    X = np.asarray(X, dtype=np.float64)
-    return np.einsum("ij,ij->i", X, X)
-
-
-def _dot(A, B):
-    """A @ B.T for dense or sparse operands, returned dense."""
-    out = A @ B.T
-    if sp.issparse(out):
-        out = out.toarray()
-    return np.asarray(out)
-
-
-def squared_euclidean(X, Y, X_sq=None, Y_sq=None) -> np.ndarray:
-    """Squared Euclidean distances between rows of X and Y, computed in float64, clipped at 0."""
-    Xd, Yd = _as_float64(X), _as_float64(Y)
-    X_sq = _row_sq_norms(Xd) if X_sq is None else X_sq
-    Y_sq = _row_sq_norms(Yd) if Y_sq is None else Y_sq
-    if not (np.all(np.isfinite(X_sq)) and np.all(np.isfinite(Y_sq))):
-        # ||x||^2 beyond 1.8e308 (entries above ~1e154): x.y overflows too, and the distances
-        # would come out inf - inf = nan, i.e. a silent all-zero or nan Gram.
-        raise ValueError(
-            "X has values too large for the kernel: squared distances overflow float64"
-        )
-    D = _dot(Xd, Yd)
+def squared_euclidean(X, Y, X_sq=None, Y_sq=None):
+    """Squared Euclidean distances between rows of X and Y (dense or sparse, any namespace),
+    computed in float64 and clipped at 0; ``X_sq``, ``Y_sq`` are the rows' squared norms when
+    known.  ValueError when a squared norm overflows float64 (the distances would be nan)."""
+    Xd, Yd = as_float64(X), as_float64(Y)
+    X_sq = row_sq_norms(Xd) if X_sq is None else X_sq
+    Y_sq = row_sq_norms(Yd) if Y_sq is None else Y_sq
+    max_finite(X_sq)
+    max_finite(Y_sq)
+    D = matmul(Xd, transpose(Yd))
     D *= -2.0
     D += X_sq[:, None]
     D += Y_sq[None, :]
-    np.maximum(D, 0.0, out=D)
-    return D
+    return clip_(D, low=0.0)
 
 
-def _check_finite_block(K) -> np.ndarray:
-    """Raise a ValueError if a Gram block has inf or nan (overflow of the kernel's arithmetic)."""
-    if not np.all(np.isfinite(K)):
-        raise ValueError(
-            "X has values too large for the kernel: kernel values overflow float64 "
-            "(scale the data or lower gamma)"
-        )
-    return K
+def manhattan(X, Y):
+    """L1 distances between rows of X and Y in float64 (dense or sparse, any namespace)."""
+    return l1_distances(as_float64(X), as_float64(Y))
 
 
-def manhattan(X, Y) -> np.ndarray:
-    """L1 distances between rows of X and Y in float64, chunked over the feature axis."""
-    if sp.issparse(X) or sp.issparse(Y):
-        from sklearn.metrics.pairwise import manhattan_distances
+class _Context:
+    """What a kernel's blocks need of their columns' rows, computed once (:meth:`Kernel._prepare`)
+    in the block dtype ``dtype`` (``"float32"`` or ``"float64"``); :meth:`columns` restricts it
+    to a range of the columns, :meth:`cached` computes a part on first use (once, whatever the
+    threads asking)."""
 
-        return manhattan_distances(_as_float64(X), _as_float64(Y))
-    X = np.asarray(X, dtype=np.float64)
-    Y = np.asarray(Y, dtype=np.float64)
-    D = np.zeros((X.shape[0], Y.shape[0]))
-    for j in range(X.shape[1]):
-        D += np.abs(X[:, j, None] - Y[None, :, j])
-    return D
+    #: The axis along which each prepared array runs over the columns.
+    COLUMN_AXES = {"Y": 0, "Yt": 1, "B": 1}
+
+    def __init__(self, dtype: str, **parts):
+        self.dtype = dtype
+        self.__dict__.update(parts)
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    def columns(self, start: int, stop: int | None = None) -> _Context:
+        """This context for the columns ``[start, stop)`` (views)."""
+        view = copy.copy(self)
+        view._cache, view._lock = {}, threading.Lock()
+        for name, axis in self.COLUMN_AXES.items():
+            value = getattr(self, name, None)
+            if value is not None:
+                setattr(view, name, value[start:stop, ...] if axis == 0 else value[:, start:stop])
+        return view
+
+    def cached(self, name: str, make: Callable):
+        with self._lock:
+            if name not in self._cache:
+                self._cache[name] = make()
+            return self._cache[name]
+
+
+def _check_positive(name, value, *, allow_zero=False):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
 
 
 class Kernel:
-    """Base class: a positive-definite kernel evaluated in row chunks.
+    """Base class: a positive-definite kernel evaluated in row blocks.
 
-    Subclasses implement :meth:`_block` (the Gram block of two small row sets, in float64) and
-    :meth:`diag`; shift-invariant kernels also implement :meth:`sample_frequencies`.
+    A kernel defines :meth:`_block` (one block ``k(X, Y)``; with :meth:`_prepare`, what every
+    block needs of Y, computed once) and :meth:`diag`; shift-invariant kernels also define
+    :meth:`sample_frequencies`.  The kernels of this module write them with array-namespace
+    calls (:attr:`namespace_math`), so that they run on every placement; a kernel of the user's
+    may write ``_block(X, Y, ctx)`` for numpy rows and return a float64 block, which then runs
+    on host copies of device rows.
     """
 
     name: str = "kernel"
@@ -185,179 +192,65 @@ class Kernel:
     #: :func:`warn_if_degenerate`).
     nonnegative: bool = False
 
+    #: Whether :meth:`_prepare`, :meth:`_block` and :meth:`diag` are written over the array
+    #: namespace (any placement, blocks in the requested dtype, written into ``out``).  False (a
+    #: user's kernel, a Matern of general nu): they take numpy rows and give float64 blocks,
+    #: and the execution layer computes device rows' blocks on host copies and moves them.
+    namespace_math = False
+
+    #: Whether the execution layer may call :meth:`_block` from several threads at once: True
+    #: for the kernels of this module (numpy / scipy ufuncs only), False by default (e.g. user
+    #: callables, which run in the calling thread).
+    parallel_safe = False
+
     # --- public API ---------------------------------------------------------------------------
-    def __call__(self, X, Y=None, *, out=None, working_memory_mb=None) -> np.ndarray:
-        """Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X), filled row chunk by chunk.
+    def __call__(self, X, Y=None, *, out=None, working_memory_mb=None):
+        """Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X) on X's placement.
 
-        The result has X's floating dtype (float32 stays float32); ``out`` may be a preallocated
-        array of shape ``(len(X), len(Y))`` to write into.
+        The result has X's floating dtype (float32 stays float32, computed in float64); ``out``
+        may be a preallocated array of shape ``(len(X), len(Y))`` to write into.  See
+        :func:`fastkpca.execution.kernel_ops.gram`.
         """
-        if _on_device(X, Y):
-            return self._device_call(X, Y, out)
-        Y_is_X = Y is None
-        Y = X if Y is None else Y
-        dtype = result_dtype(X, Y)
-        n, m = X.shape[0], Y.shape[0]
-        if out is None:
-            out = np.empty((n, m), dtype=dtype)
-        elif out.shape != (n, m):
-            raise ValueError(f"out has shape {out.shape}, expected {(n, m)}")
-        ctx = self._prepare(Y)
-        for start, stop in self.iter_chunks(n, m, working_memory_mb=working_memory_mb):
-            out[start:stop] = _check_finite_block(self._block(X[start:stop], Y, ctx))
-        if Y_is_X and self._exact_diag_one:
-            np.fill_diagonal(out, 1.0)
-        return out
+        return kernel_ops.gram(self, X, Y, out=out, working_memory_mb=working_memory_mb)
 
-    def blocks(
-        self, X, Y=None, *, working_memory_mb=None, dtype=None
-    ) -> Iterator[tuple[int, int, np.ndarray]]:
+    def blocks(self, X, Y=None, *, working_memory_mb=None, dtype=None) -> Iterator[tuple]:
         """Yield ``(start, stop, K[start:stop])`` row blocks of the Gram matrix, in float64.
 
         ``dtype=np.float32`` yields float32 blocks instead (whatever X's dtype), for callers
         whose own error dwarfs float32 rounding: the rbf kernel then computes them in float32
-        (:meth:`RBF._block32`, about twice as fast; entries within :data:`FLOAT32_BLOCK_ATOL`
-        of the float64 ones), the other kernels in float64, rounded.  Each block is filled in
-        small row chunks on all cores, as :meth:`fold_rows` computes them.
+        (about twice as fast; entries within :data:`FLOAT32_BLOCK_ATOL` of the float64 ones), the
+        other kernels in float64, rounded.  On the host each block is filled in small row chunks
+        on all cores, as :meth:`fold_rows` computes them; device rows come in large tiles (see
+        :func:`fastkpca.execution.kernel_ops.kernel_blocks`).
         """
-        if _on_device(X, Y):
-            X, Y = _same_placement(X, X if Y is None else Y)
-            yield from tiles.kernel_tiles(self, X, Y, dtype=_tile_dtype(dtype) or "float64")
-            return
-        Y = X if Y is None else Y
-        low = _is_float32(dtype)
-        ctx = self._prepare32(Y) if low else self._prepare(Y)
-        out_dtype = np.float32 if low else np.float64
-        for start, stop in self.iter_chunks(
-            X.shape[0], Y.shape[0], working_memory_mb=working_memory_mb
-        ):
-            out = np.empty((stop - start, Y.shape[0]), dtype=out_dtype)
-            Xb = X[start:stop]
-            if not self.parallel_safe:
-                self._chunk(Xb, Y, ctx, low, out)
-            else:
-
-                def fill(s, e, out=out, Xb=Xb):
-                    self._chunk(Xb[s:e], Y, ctx, low, out[s:e])
-
-                map_row_chunks(
-                    stop - start, fill, chunk_rows=kernel_chunk_rows(Y.shape[0], out.itemsize)
-                )
-            yield start, stop, out
+        return kernel_ops.kernel_blocks(
+            self, X, Y, dtype=dtype, working_memory_mb=working_memory_mb
+        )
 
     def fold_rows(self, X, Y, step: Callable, init: Callable, *, dtype=None) -> list:
-        """Fold ``step(state, start, stop, K)`` over small row chunks of ``K = k(X, Y)`` in threads.
+        """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)``.
 
-        The rows are split into chunks of :func:`kernel_chunk_rows` rows (about 1 MiB), and the
-        chunks into one contiguous share per worker thread, each run with BLAS held to one
-        thread (:func:`fastkpca.execution.map_row_chunks`).  A thread computes its chunks into
-        one buffer of its own and hands each to ``step`` with the state ``init()`` made for its
-        share, while the chunk is still in cache: numpy's ``exp`` and element-wise steps run on
-        one core, so threads over chunks make every step parallel, and a chunk's GEMM and the
-        caller's products on it never go through main memory.  ``K`` is overwritten by the next
-        chunk after ``step`` returns (``step`` may modify it).  Kernels that are not
-        :attr:`parallel_safe` run in the calling thread, in blocks of the memory budget.
+        On the host: small chunks (about 1 MiB) in threads, one state ``init()`` per share of
+        the rows, each chunk handed to ``step`` while in cache and overwritten after it returns;
+        on a device: large tiles, one state.  See
+        :func:`fastkpca.execution.kernel_ops.fold_kernel_rows` for the contract of ``step``.
 
         Parameters
         ----------
         X, Y : arrays (X may be sparse)
-        step : callable ``step(state, start, stop, K)``, called from the worker threads; it may
-            write to shared arrays only at its own rows ``start:stop``, and must not start
-            threaded work of its own (the caller holds the BLAS limit's lock meanwhile)
+        step : callable ``step(state, start, stop, K)``
         init : callable returning a new state
         dtype : None or np.float32, as for :meth:`blocks`
 
         Returns
         -------
-        list of the shares' states in row order: merged in that order they give the same result
-        run after run (the shares depend only on the row count and the number of threads,
-        :func:`fastkpca.execution.n_workers`; the chunks, and so every ``step`` call, on the row
-        count alone).  Device rows (PyTorch, CuPy) are folded over large tiles on their device
-        instead (:func:`fastkpca.execution.tiles.fold_kernel_rows`): one state, K in ``dtype``
-        (float64 by default).
+        list of the shares' states in row order.
         """
-        if _on_device(X, Y):
-            X, Y = _same_placement(X, Y)
-            return tiles.fold_kernel_rows(
-                self, X, Y, step, init, dtype=_tile_dtype(dtype) or "float64"
-            )
-        low = _is_float32(dtype)
-        ctx = self._prepare32(Y) if low else self._prepare(Y)
-        out_dtype = np.float32 if low else np.float64
-        n, m = X.shape[0], Y.shape[0]
-        if not self.parallel_safe:
-            state = init()
-            for start, stop in self.iter_chunks(n, m):
-                K = np.empty((stop - start, m), dtype=out_dtype)
-                self._chunk(X[start:stop], Y, ctx, low, K)
-                step(state, start, stop, K)
-                del K  # free this block before the next one is computed
-            return [state]
-        rows = kernel_chunk_rows(m, np.dtype(out_dtype).itemsize)
-        states: dict[int, Any] = {}
-        buffers: dict[int, np.ndarray] = {}
+        return kernel_ops.fold_kernel_rows(self, X, Y, step, init, dtype=dtype)
 
-        def chunk(start, stop):
-            worker = worker_index()  # worker i runs the i-th contiguous share of the rows
-            if worker not in states:
-                states[worker] = init()
-                buffers[worker] = np.empty((rows, m), dtype=out_dtype)
-            K = buffers[worker][: stop - start]
-            self._chunk(X[start:stop], Y, ctx, low, K)
-            step(states[worker], start, stop, K)
-
-        map_row_chunks(n, chunk, chunk_rows=rows)
-        return [states[i] for i in sorted(states)] or [init()]
-
-    @staticmethod
-    def iter_chunks(n_rows, n_cols, *, working_memory_mb=None):
-        step = chunk_rows(n_cols, working_memory_mb=working_memory_mb)
-        for start in range(0, n_rows, step):
-            yield start, min(n_rows, start + step)
-
-    def diag(self, X) -> np.ndarray:
-        """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype (device rows: on
-        their device, :meth:`Kernel.diag_xp`)."""
+    def diag(self, X):
+        """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype, on X's placement."""
         raise NotImplementedError
-
-    # --- device tiles ---------------------------------------------------------------------------
-    #: Whether :meth:`tile` computes on the device, in the arrays' namespace.  False (a user's
-    #: kernel, a Matern of general nu): a device tile is the host block of host copies, moved
-    #: (:func:`fastkpca.execution.tiles.kernel_tile`): correct, but slow.
-    device_native = False
-
-    def prepare_tile(self, Y, dtype):
-        """What :meth:`tile` needs of the columns' rows Y (a device array), computed once for
-        all row tiles; ``dtype`` (``"float32"`` or ``"float64"``) is the tiles' dtype."""
-        return _TileContext(Y, _tile_dtype(dtype) or "float64")
-
-    def tile(self, X, ctx):
-        """``k(X, Y)`` for device rows X and the columns of ``ctx`` (:meth:`prepare_tile`): an
-        array of X's namespace and device, in ``ctx.dtype``."""
-        raise NotImplementedError
-
-    def diag_xp(self, X):
-        """:meth:`diag` of device rows, on their device, in X's floating dtype (a kernel without
-        device math: its host diagonal, moved)."""
-        placement = placement_of(X)
-        return placement.asarray(self.diag(to_host(X)))
-
-    def _device_call(self, X, Y, out):
-        """:meth:`__call__` of device arrays: the tiles of X's floating dtype, in one array."""
-        Y_is_X = Y is None
-        X, Y = _same_placement(X, X if Y is None else Y)
-        placement = placement_of(X)
-        dtype = "float32" if result_dtype(X, Y) == np.float32 else "float64"
-        shape = (X.shape[0], Y.shape[0])
-        if out is None:
-            out = placement.xp.empty(shape, dtype=placement.dtype(dtype), device=placement.device)
-        elif tuple(out.shape) != shape:
-            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
-        for start, stop, K in tiles.kernel_tiles(self, X, Y, dtype=dtype):
-            out[start:stop, ...] = _check_finite_tile(K)
-        if Y_is_X and self._exact_diag_one:
-            out = tiles.fill_diagonal_(out, 1.0)
-        return out
 
     def sample_frequencies(self, n_features: int, dim: int, rng: np.random.Generator) -> np.ndarray:
         """Draw ``n_features`` frequencies in R^dim from the kernel's spectral density.
@@ -398,33 +291,18 @@ class Kernel:
         """A JSON-serialisable description; ``make_kernel(**config)`` rebuilds the kernel."""
         return {"kernel": self.name, **self.get_params()}
 
-    #: Whether :meth:`Kernel.blocks` and :meth:`Kernel.fold_rows` may call ``_block`` from
-    #: several threads at once: True for the kernels of this module (numpy / scipy ufuncs only),
-    #: False by default (e.g. user callables, which run in the calling thread).
-    parallel_safe = False
-
-    # --- internals ----------------------------------------------------------------------------
+    # --- the math (see the class notes) -------------------------------------------------------
     _exact_diag_one = False
 
-    def _prepare(self, Y):
+    def _prepare(self, Y, dtype="float64"):
+        """What every block ``k(., Y)`` needs of Y, computed once (None: nothing)."""
         return None
 
-    def _block(self, Xc, Y, ctx) -> np.ndarray:  # pragma: no cover - abstract
+    def _block(self, X, Y, ctx, out=None):  # pragma: no cover - abstract
+        """The block ``k(X, Y)``: ``ctx`` is :meth:`_prepare` of Y; a kernel with namespace math
+        returns it in ``ctx.dtype`` (or writes it into ``out``, a host array of the block's
+        shape, and returns ``out``)."""
         raise NotImplementedError
-
-    def _prepare32(self, Y):
-        return self._prepare(Y)
-
-    def _block32(self, Xc, Y, ctx, out) -> None:
-        """Write the float32 block into ``out``: here the float64 block, rounded."""
-        out[...] = _check_finite_block(self._block(Xc, Y, ctx))
-
-    def _chunk(self, Xc, Y, ctx, low, out) -> None:
-        """Write the block ``k(Xc, Y)`` into ``out``: float32 (``_block32``) or float64."""
-        if low:
-            self._block32(Xc, Y, ctx, out)
-        else:
-            out[...] = _check_finite_block(self._block(Xc, Y, ctx))
 
     def __repr__(self):
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
@@ -437,158 +315,42 @@ class Kernel:
         return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
 
 
-def _is_float32(dtype) -> bool:
-    return dtype is not None and _tile_dtype(dtype) == "float32"
-
-
-def result_dtype(X, Y=None):
-    """float32 if every input is float32 (numpy's or a device library's), else float64."""
-    dts = [getattr(X, "dtype", np.float64)]
-    if Y is not None:
-        dts.append(getattr(Y, "dtype", np.float64))
-    return np.float32 if all(_tile_dtype(d) == "float32" for d in dts) else np.float64
-
-
-# --- device tiles: helpers ------------------------------------------------------------------------
-def _tile_dtype(dtype) -> str | None:
-    """``"float32"`` or ``"float64"`` for a numpy, torch or CuPy float dtype or its name (None
-    stays None); anything not float32 is float64, as the host blocks."""
-    if dtype is None:
-        return None
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:  # a torch dtype (``torch.float32``)
-        name = str(dtype).rsplit(".", 1)[-1]
-    return "float32" if name == "float32" else "float64"
-
-
-def _on_device(X, Y=None) -> bool:
-    """Whether X or Y is a device array (then the kernel runs on the device's tiles)."""
-    return not is_host_array(X) or (Y is not None and not is_host_array(Y))
-
-
-def _same_placement(X, Y):
-    """X and Y on one device: host rows (a model's, say) moved to the other's device."""
-    if is_host_array(X):
-        X = placement_of(Y).asarray(X.toarray() if sp.issparse(X) else np.asarray(X))
-    elif is_host_array(Y):
-        Y = placement_of(X).asarray(Y.toarray() if sp.issparse(Y) else np.asarray(Y))
-    return X, Y
-
-
-def _f64(X):
-    """X in float64 (itself when it is)."""
-    placement = placement_of(X)
-    if _tile_dtype(X.dtype) == "float64":
-        return X
-    return placement.xp.astype(X, placement.xp.float64)
-
-
-def _cast(K, dtype: str):
-    """K in the tile dtype ``dtype`` (itself when it is)."""
-    if _tile_dtype(K.dtype) == dtype:
-        return K
-    xp = placement_of(K).xp
-    return xp.astype(K, getattr(xp, dtype))
-
-
-def _float_like(X) -> str:
-    return "float32" if _tile_dtype(X.dtype) == "float32" else "float64"
-
-
-def _check_finite_rows(values) -> float:
-    """The largest of per-row values (a squared norm, an L1 norm) of device rows; ValueError if
-    one is not finite: the tile would be nan or overflow, as the host's blocks check.  One scalar
-    read (a synchronisation) per tile."""
-    if values.shape[0] == 0:
-        return 0.0
-    top = float(placement_of(values).xp.max(values))
-    if not np.isfinite(top):
-        raise ValueError(
-            "X has values too large for the kernel: squared distances overflow float64"
-        )
-    return top
-
-
-def _check_finite_tile(K):
-    """K, or a ValueError when it has inf or nan (as :func:`_check_finite_block`)."""
-    xp = placement_of(K).xp
-    if K.shape[0] and not bool(xp.all(xp.isfinite(K))):
-        raise ValueError(
-            "X has values too large for the kernel: kernel values overflow float64 "
-            "(scale the data or lower gamma)"
-        )
-    return K
-
-
-def _transpose(A):
-    return placement_of(A).xp.permute_dims(A, (1, 0))
-
-
-class _TileContext:
-    """The columns' rows of a kernel's device tiles and what is prepared from them once."""
-
-    #: The axis along which each prepared array runs over the columns (see :meth:`columns`).
-    COLUMN_AXES = {"Y": 0, "Y64": 0, "sq": 0, "B": 1, "B64": 1, "Yt": 1}
-
-    def __init__(self, Y, dtype: str, **parts):
-        self.Y = Y
-        self.dtype = dtype
-        self.placement = placement_of(Y)
-        self.xp = self.placement.xp
-        self.__dict__.update(parts)
-
-    def columns(self, start: int) -> _TileContext:
-        """This context for the columns ``Y[start:]`` (views; the symmetric Gram's tiles)."""
-        view = copy.copy(self)
-        for name, axis in self.COLUMN_AXES.items():
-            value = getattr(self, name, None)
-            if value is not None:
-                setattr(view, name, value[start:] if axis == 0 else value[:, start:])
-        return view
-
-
-class _DotTiles:
-    """Device tiles of the kernels of ``<x, y>``: one float64 GEMM, then the kernel's map
-    (the host's blocks are float64 too; float32 tiles are rounded from them)."""
-
-    device_native = True
-
-    def prepare_tile(self, Y, dtype):
-        Y64 = _f64(Y)
-        placement = placement_of(Y)
-        sq = placement.xp.sum(Y64 * Y64, axis=1)
-        _check_finite_rows(sq)
-        return _TileContext(Y, _tile_dtype(dtype) or "float64", Yt=_transpose(Y64), sq=sq)
-
-    def tile(self, X, ctx):
-        X64 = _f64(X)
-        sq = ctx.xp.sum(X64 * X64, axis=1)
-        _check_finite_rows(sq)  # |x| |y| finite: so is every x . y
-        return _cast(self._map_dot(X64 @ ctx.Yt, sq, ctx), ctx.dtype)
-
-    def diag_xp(self, X):
-        X64 = _f64(X)
-        placement = placement_of(X)
-        sq = placement.xp.sum(X64 * X64, axis=1)
-        return _cast(self._map_diag(sq), _float_like(X))
-
-
-def _check_positive(name, value, *, allow_zero=False):
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return float(value)
+def _float_of(X) -> str:
+    """The float dtype name of X's results: float32 for float32 X, float64 otherwise."""
+    return float_name(getattr(X, "dtype", np.float64))
 
 
 class _Radial(Kernel):
-    """Kernels that are a function of the squared Euclidean distance."""
+    """Kernels that are a function of the squared Euclidean distance: ``f(-s |x - y|^2)``.
+
+    A block's exponent ``E = -s |x - y|^2`` comes from ONE GEMM of augmented rows, both sides
+    centered at the columns' mean c (distances are shift-invariant)::
+
+        [x - c, 1, -s |x - c|^2] . [2 s (y - c); -s |y - c|^2; 1]
+
+    with the squared norms computed in float64 and only the GEMM's accumulation in the block's
+    precision; a float64 exponent is clamped at 0 in place (rounding can make it positive), then
+    the profile f is applied in place (rbf: ``exp``).  Sparse rows are not centered (it would
+    make them dense): their GEMM uses the uncentered factor.
+
+    float32 blocks of rbf (``_float32_blocks``): the GEMM's rounding is about ``eps32`` times the
+    sum of the terms' magnitudes, ``gamma (|x - c| + |y - c|)^2 <= 2 gamma |x - y|^2 + 8 gamma
+    |y - c|^2``, and scaled by the value ``exp(-gamma |x - y|^2)`` the first part stays below
+    ``2 / e`` whatever x: the error of K is bounded by the columns' spread alone
+    (:data:`FLOAT32_MAX_SPREAD`, :data:`FLOAT32_BLOCK_ATOL`).  Wider columns, sparse rows and
+    rows far enough to overflow a float32 GEMM (:data:`_MAX_SQ_NORM32`) take the float64 GEMM,
+    rounded.
+    """
 
     parallel_safe = True
+    namespace_math = True
     shift_invariant = True
     nonnegative = True
     _exact_diag_one = True
+
+    #: Whether float32 blocks are computed by a float32 GEMM (rbf) rather than rounded from
+    #: float64 ones.
+    _float32_blocks = False
 
     def __init__(self, gamma: float = 1.0):
         self.gamma = _check_positive("gamma", gamma)
@@ -596,156 +358,70 @@ class _Radial(Kernel):
     def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
-    def _prepare(self, Y):
-        return _row_sq_norms(Y)
-
-    def _block(self, Xc, Y, Y_sq):
-        return self._profile(squared_euclidean(Xc, Y, Y_sq=Y_sq))
-
     def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        return np.ones(X.shape[0], dtype=result_dtype(X))
-
-    # --- device tiles ---------------------------------------------------------------------------
-    device_native = True
-
-    #: Whether float32 tiles are computed in float32 (rbf: the argument of RBF._block32) rather
-    #: than rounded from float64 ones (as the host's blocks).
-    _float32_tiles = False
+        return ones_rows(X, _float_of(X))
 
     def _exponent_scale(self) -> float:
-        """s of the tile's GEMM ``-s |x - y|^2`` (the profile's argument)."""
+        """s of the exponent ``-s |x - y|^2`` the profile takes."""
         return self.gamma
 
-    def prepare_tile(self, Y, dtype):
-        """Y centered at its mean and the right factor ``B = [2 s (y - c); -s; -s |y - c|^2]``
-        ((d + 2) x m) of the tiles' one GEMM; float32 for float32 rbf tiles when the columns'
-        spread ``gamma |y - c|^2`` is at most :data:`FLOAT32_MAX_SPREAD` (as the host's
-        :meth:`RBF._prepare32`), float64 otherwise."""
-        dtype = _tile_dtype(dtype) or "float64"
-        xp = placement_of(Y).xp
-        Y64 = _f64(Y)
-        center = xp.mean(Y64, axis=0)
-        Yc = Y64 - center
-        y_sq = xp.sum(Yc * Yc, axis=1)
-        spread = _check_finite_rows(y_sq) * self.gamma
-        low = dtype == "float32" and self._float32_tiles and spread <= FLOAT32_MAX_SPREAD
-        B = self._right_factor(Yc, y_sq, "float32" if low else "float64")
-        return _TileContext(Y, dtype, center=center, B=B, low=low, B64=None)
-
-    def _right_factor(self, Yc, y_sq, dtype):
-        xp = placement_of(Yc).xp
+    def _factor(self, Yc, y_sq, dtype: str):
+        """The right factor ``[2 s (y - c); -s |y - c|^2; 1]`` ((d + 2) x m) in ``dtype``."""
         s = self._exponent_scale()
-        ones = xp.ones((1, Yc.shape[0]), dtype=xp.float64, device=placement_of(Yc).device)
-        B = xp.concat([(2.0 * s) * _transpose(Yc), -s * ones, (-s * y_sq)[None, :]], axis=0)
-        return xp.astype(B, getattr(xp, dtype))
+        return transpose(with_columns((2.0 * s) * Yc, -s * y_sq, 1.0, dtype=dtype), copy=True)
 
-    def tile(self, X, ctx):
-        """The tile's exponent ``-s |x - y|^2`` from ONE GEMM, ``[x - c, |x - c|^2, 1] @ B``
-        (both sides centered at the columns' mean c: the float32 accuracy argument of
-        :meth:`RBF._block32`), clamped at 0 in place (rounding can make it positive), then the
-        profile (rbf: ``exp`` in place).  Per tile: a GEMM of width d + 2 and one or two
-        elementwise passes over the tile (see :mod:`fastkpca.execution.tiles`)."""
-        xp = ctx.xp
-        Xc = _f64(X) - ctx.center
-        x_sq = xp.sum(Xc * Xc, axis=1)
-        top = _check_finite_rows(x_sq)
-        B = ctx.B
-        if ctx.low and not top * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
-            # Rows far enough to overflow a float32 GEMM: float64, rounded (as the host).
-            if ctx.B64 is None:
-                Yc = _f64(ctx.Y) - ctx.center
-                ctx.B64 = self._right_factor(Yc, xp.sum(Yc * Yc, axis=1), "float64")
-            B = ctx.B64
-        ones = xp.ones((X.shape[0], 1), dtype=xp.float64, device=ctx.placement.device)
-        A = xp.concat([Xc, x_sq[:, None], ones], axis=1)
-        if B.dtype != A.dtype:
-            A = xp.astype(A, B.dtype)
-        E = tiles.clamp_max_(A @ B, 0.0)
-        return _cast(self._profile_tile(E), ctx.dtype)
-
-    def _profile_tile(self, E):
-        """The kernel of the clamped exponent ``E = -s |x - y|^2`` (overwriting E)."""
-        return tiles.exp_(E)
-
-    def diag_xp(self, X):
-        placement = placement_of(X)
-        return placement.xp.ones(
-            X.shape[0], dtype=placement.dtype(_float_like(X)), device=placement.device
+    def _prepare(self, Y, dtype="float64"):
+        dtype = float_name(dtype)
+        Y64 = as_float64(Y)
+        center = row_center(Y64)
+        Yc, centered = shift_rows(Y64, center)
+        y_sq = row_sq_norms(Yc)
+        spread = max_finite(y_sq) * self.gamma
+        low = (
+            dtype == "float32"
+            and self._float32_blocks
+            and centered
+            and spread <= FLOAT32_MAX_SPREAD
         )
+        B = self._factor(Yc, y_sq, "float32" if low else "float64")
+        return _Context(dtype, Y=Y64, B=B, center=center if centered else None, low=low)
 
+    def _block(self, X, Y, ctx, out=None):
+        Xs, centered = shift_rows(as_float64(X), ctx.center)
+        x_sq = row_sq_norms(Xs)
+        top = max_finite(x_sq)
+        if ctx.center is not None and not centered:  # sparse rows: the uncentered factor
+            B = ctx.cached(
+                "uncentered", lambda: self._factor(ctx.Y, row_sq_norms(ctx.Y), "float64")
+            )
+        elif ctx.low and not top * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
+            # Rows far enough to overflow a float32 GEMM: float64, rounded.
+            B = ctx.cached("float64", lambda: self._factor_float64(ctx))
+        else:
+            B = ctx.B
+        s = self._exponent_scale()
+        low = float_name(B.dtype) == "float32"
+        E = matmul(with_columns(Xs, 1.0, -s * x_sq, dtype=float_name(B.dtype)), B, out=out)
+        if not low:
+            # No clamp of a float32 GEMM's exponent: a rounding-positive one is within the
+            # bound of FLOAT32_BLOCK_ATOL, and the clamp would cost 5 % of a Nystrom pass.
+            E = clip_(E, high=0.0)
+        return store(self._profile(E), out, ctx.dtype)
 
-#: ``max(|x - c|^2, gamma |x - c|^2)`` above which :meth:`RBF._block32` takes the float64 path:
-#: below it the rows' float32 coordinates are finite and, with the columns within
-#: FLOAT32_MAX_SPREAD, every term of the float32 GEMM stays far below float32's 3.4e38.
-_MAX_SQ_NORM32 = 1e30
+    def _factor_float64(self, ctx):
+        Yc = ctx.Y - ctx.center
+        return self._factor(Yc, row_sq_norms(Yc), "float64")
+
+    def _profile(self, E):
+        """The kernel of the clamped exponent ``E = -s |x - y|^2`` (overwriting E)."""
+        return exp_(E)
 
 
 class RBF(_Radial):
     """Gaussian kernel ``exp(-gamma ||x - y||^2)``; gamma = 1 / (2 sigma^2)."""
 
     name = "rbf"
-    _float32_tiles = True
-
-    def _profile(self, D2):
-        D2 *= -self.gamma
-        return np.exp(D2, out=D2)
-
-    def _prepare32(self, Y):
-        """Y centered at its mean, as the float32 right factor of :meth:`_block32`'s GEMM.
-
-        ``B = [2 gamma (Y - centre)^T; -gamma |y - centre|^2; 1]`` ((d + 2) x m), or None (then
-        float64 blocks, rounded) for sparse Y or columns wider than :data:`FLOAT32_MAX_SPREAD`.
-        """
-        prepared = self._prepare(Y)
-        if sp.issparse(Y):
-            return None, None, prepared
-        Yd = np.asarray(Y, dtype=np.float64)
-        center = Yd.mean(axis=0)
-        Yc = Yd - center
-        y_sq = np.einsum("ij,ij->i", Yc, Yc) * self.gamma
-        if not np.max(y_sq, initial=0.0) <= FLOAT32_MAX_SPREAD:  # (nan: also float64)
-            return None, None, prepared
-        d = Yd.shape[1]
-        B = np.empty((d + 2, Yd.shape[0]), dtype=np.float32)
-        B[:d] = (2.0 * self.gamma) * Yc.T
-        B[d] = -y_sq
-        B[d + 1] = 1.0
-        return center, B, prepared
-
-    def _block32(self, Xc, Y, ctx, out):
-        """The block in float32 into ``out``: ``-gamma |x - y|^2`` from one GEMM, then ``exp``.
-
-        Distances are shift-invariant, so both sides are centered at the mean of Y (in float64,
-        then rounded), and ``[x - c, 1, -gamma |x - c|^2] @ B`` (B from :meth:`_prepare32`) is
-        ``-gamma (|x - c|^2 + |y - c|^2 - 2 (x - c).(y - c))`` with the norms computed in float64
-        and only the GEMM's accumulation in float32: its rounding is about ``eps32`` times the
-        sum of the terms' magnitudes, ``gamma (|x - c| + |y - c|)^2 <= 2 gamma |x - y|^2 + 8 gamma
-        |y - c|^2``, and scaled by the value ``exp(-gamma |x - y|^2)`` the first part stays
-        below ``2 / e`` whatever x: the error of K is bounded by the columns' spread alone
-        (:data:`FLOAT32_MAX_SPREAD`).  float32 GEMM and ``exp`` are about twice as fast as
-        float64, and the chunk stays in cache through both (:meth:`Kernel.fold_rows`).
-        """
-        center, B, prepared = ctx
-        if center is None or sp.issparse(Xc):
-            return Kernel._block32(self, Xc, Y, prepared, out)
-        Xs = np.asarray(Xc, dtype=np.float64) - center
-        d = Xs.shape[1]
-        x_sq = np.einsum("ij,ij->i", Xs, Xs)
-        if not np.max(x_sq, initial=0.0) * max(1.0, self.gamma) <= _MAX_SQ_NORM32:
-            # Rows far enough to overflow the float32 GEMM (or not finite): the float64 block,
-            # which raises the ValueError of overflowing rows.
-            return Kernel._block32(self, Xc, Y, prepared, out)
-        A = np.empty((Xs.shape[0], d + 2), dtype=np.float32)
-        A[:, :d] = Xs
-        A[:, d] = 1.0
-        np.multiply(x_sq, -self.gamma, out=A[:, d + 1], casting="same_kind")
-        np.matmul(A, B, out=out)
-        # No clamp of the exponent at 0 (the float64 path's ``max(D, 0)``): a rounding-positive
-        # exponent is within the bound above, so K exceeds 1 by at most FLOAT32_BLOCK_ATOL, and
-        # the clamp would cost 5 % of a Nystrom fit's pass.
-        np.exp(out, out=out)
+    _float32_blocks = True
 
     def sample_frequencies(self, n_features, dim, rng):
         # Spectral density of exp(-gamma r^2) is N(0, 2 gamma I) (Rahimi & Recht 2007).
@@ -755,10 +431,13 @@ class RBF(_Radial):
 class Laplacian(Kernel):
     """Laplacian kernel ``exp(-gamma ||x - y||_1)``.
 
-    The L1 distance, as ``sklearn.metrics.pairwise.laplacian_kernel``.
+    The L1 distance, as ``sklearn.metrics.pairwise.laplacian_kernel``: float64 distances
+    (:func:`fastkpca.execution.elementwise.l1_distances`), scaled and exponentiated in place;
+    float32 blocks are rounded from them.
     """
 
     parallel_safe = True
+    namespace_math = True
     name = "laplacian"
     shift_invariant = True
     nonnegative = True
@@ -770,37 +449,20 @@ class Laplacian(Kernel):
     def get_params(self, deep=True):
         return {"gamma": self.gamma}
 
-    def _block(self, Xc, Y, ctx):
-        D = manhattan(Xc, Y)
-        D *= -self.gamma
-        return np.exp(D, out=D)
-
     def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        return np.ones(X.shape[0], dtype=result_dtype(X))
+        return ones_rows(X, _float_of(X))
 
-    device_native = True
+    def _prepare(self, Y, dtype="float64"):
+        Y64 = as_float64(Y)
+        max_finite(row_l1_norms(Y64))
+        return _Context(float_name(dtype), Y=Y64)
 
-    def prepare_tile(self, Y, dtype):
-        Y64 = _f64(Y)
-        _check_finite_rows(placement_of(Y).xp.sum(placement_of(Y).xp.abs(Y64), axis=1))
-        return _TileContext(Y, _tile_dtype(dtype) or "float64", Y64=Y64)
-
-    def tile(self, X, ctx):
-        """``exp(-gamma |x - y|_1)``: the L1 distances (torch's ``cdist(p=1)``), scaled and
-        exponentiated in place; float64, rounded for float32 tiles (as the host)."""
-        X64 = _f64(X)
-        _check_finite_rows(ctx.xp.sum(ctx.xp.abs(X64), axis=1))
-        D = tiles.l1_distances(X64, ctx.Y64)
+    def _block(self, X, Y, ctx, out=None):
+        X64 = as_float64(X)
+        max_finite(row_l1_norms(X64))
+        D = l1_distances(X64, ctx.Y)
         D *= -self.gamma
-        return _cast(tiles.exp_(D), ctx.dtype)
-
-    def diag_xp(self, X):
-        placement = placement_of(X)
-        return placement.xp.ones(
-            X.shape[0], dtype=placement.dtype(_float_like(X)), device=placement.device
-        )
+        return store(exp_(D), out, ctx.dtype)
 
     def sample_frequencies(self, n_features, dim, rng):
         # exp(-gamma |t|) is the characteristic function of Cauchy(0, gamma); the L1 kernel is a
@@ -812,7 +474,9 @@ class Matern(_Radial):
     """Matern kernel with smoothness ``nu`` and length scale ``l = 1 / sqrt(2 gamma)``.
 
     ``k(r) = 2^(1-nu) / Gamma(nu) * (sqrt(2 nu) r / l)^nu * K_nu(sqrt(2 nu) r / l)``, in closed
-    form for nu = 0.5, 1.5, 2.5 and through ``scipy.special.kv`` otherwise; nu = inf is RBF.
+    form for nu = 0.5, 1.5, 2.5 and through scipy's ``kv`` otherwise
+    (:func:`fastkpca.execution.elementwise.bessel_kv`, host only: a general nu has no namespace
+    math, and its blocks of device rows are computed on host copies); nu = inf is RBF.
     """
 
     name = "matern"
@@ -826,47 +490,37 @@ class Matern(_Radial):
         return {"gamma": self.gamma, "nu": self.nu}
 
     @property
-    def length_scale(self):
-        return 1.0 / np.sqrt(2.0 * self.gamma)
+    def length_scale(self) -> float:
+        return 1.0 / math.sqrt(2.0 * self.gamma)
 
     @property  # type: ignore[override]
-    def device_native(self) -> bool:  # type: ignore[override]
-        """Closed forms (nu = 0.5, 1.5, 2.5, inf) run on the device; a general nu needs
-        ``scipy.special.kv``, so its tiles are host blocks, moved."""
+    def namespace_math(self) -> bool:  # type: ignore[override]
+        """Closed forms (nu = 0.5, 1.5, 2.5, inf) are namespace math; a general nu needs
+        scipy's ``kv``."""
         return bool(np.isinf(self.nu) or self.nu in (0.5, 1.5, 2.5))
 
     def _exponent_scale(self) -> float:
         return self.gamma if np.isinf(self.nu) else 1.0  # the GEMM gives -|x - y|^2
 
-    def _profile_tile(self, E):
-        if np.isinf(self.nu):
-            return tiles.exp_(E)
-        xp = placement_of(E).xp
-        r = xp.sqrt(-E) / self.length_scale
-        if self.nu == 0.5:
-            return xp.exp(-r)
-        t = (np.sqrt(3.0) if self.nu == 1.5 else np.sqrt(5.0)) * r
-        poly = 1.0 + t if self.nu == 1.5 else 1.0 + t + t * t / 3.0
-        return poly * xp.exp(-t)
-
-    def _profile(self, D2):
+    def _profile(self, E):
         nu = self.nu
         if np.isinf(nu):
-            D2 *= -self.gamma
-            return np.exp(D2, out=D2)
-        r = np.sqrt(D2, out=D2) / self.length_scale
+            return exp_(E)
+        xp = namespace_of(E)
+        r = xp.sqrt(-E) / self.length_scale
         if nu == 0.5:
-            return np.exp(-r)
+            r *= -1.0
+            return exp_(r)
         if nu == 1.5:
-            t = np.sqrt(3.0) * r
-            return (1.0 + t) * np.exp(-t)
+            t = math.sqrt(3.0) * r
+            return (1.0 + t) * exp_(-t)
         if nu == 2.5:
-            t = np.sqrt(5.0) * r
-            return (1.0 + t + t * t / 3.0) * np.exp(-t)
-        t = np.sqrt(2.0 * nu) * r
-        t[t == 0.0] += np.finfo(float).eps  # K_nu diverges at 0; the limit of the product is 1
-        K = (2.0 ** (1.0 - nu) / special.gamma(nu)) * t**nu * special.kv(nu, t)
-        return K
+            t = math.sqrt(5.0) * r
+            return (1.0 + t + t * t / 3.0) * exp_(-t)
+        t = math.sqrt(2.0 * nu) * r
+        # K_nu diverges at 0; the limit of the product is 1
+        t = xp.where(t == 0.0, float(np.finfo(np.float64).eps), t)
+        return (2.0 ** (1.0 - nu) / math.gamma(nu)) * t**nu * bessel_kv(nu, t)
 
     def sample_frequencies(self, n_features, dim, rng):
         # The Matern spectral density is a multivariate Student-t with 2 nu degrees of freedom
@@ -878,10 +532,40 @@ class Matern(_Radial):
         return z * np.sqrt(2.0 * self.nu / u) / self.length_scale
 
 
-class Polynomial(_DotTiles, Kernel):
-    """Polynomial kernel ``(gamma <x, y> + coef0)^degree``."""
+class _Dot(Kernel):
+    """Kernels of the inner product ``<x, y>``: one float64 GEMM, then the kernel's map in place
+    (float32 blocks rounded from it).  Rows whose squared norm overflows float64 are refused
+    (ValueError): their inner products could overflow too."""
 
     parallel_safe = True
+    namespace_math = True
+
+    def _rows(self, X64):
+        """The rows the inner products are taken of (cosine: unit rows)."""
+        max_finite(row_sq_norms(X64))
+        return X64
+
+    def _prepare(self, Y, dtype="float64"):
+        return _Context(float_name(dtype), Yt=transpose(self._rows(as_float64(Y))))
+
+    def _block(self, X, Y, ctx, out=None):
+        K = matmul(self._rows(as_float64(X)), ctx.Yt, out=out)
+        return store(self._map(K), out, ctx.dtype)
+
+    def diag(self, X):
+        return astype_name(self._map_diag(row_sq_norms(as_float64(X))), _float_of(X))
+
+    def _map(self, K):
+        """The kernel of the inner products K (overwriting K)."""
+        return K
+
+    def _map_diag(self, sq):
+        return sq
+
+
+class Polynomial(_Dot):
+    """Polynomial kernel ``(gamma <x, y> + coef0)^degree``."""
+
     name = "polynomial"
 
     def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0):
@@ -894,116 +578,51 @@ class Polynomial(_DotTiles, Kernel):
     def get_params(self, deep=True):
         return {"degree": self.degree, "gamma": self.gamma, "coef0": self.coef0}
 
-    def _block(self, Xc, Y, ctx):
-        K = _dot(_as_float64(Xc), _as_float64(Y))
+    def _map(self, K):
         K *= self.gamma
         K += self.coef0
-        with np.errstate(over="ignore", invalid="ignore"):  # checked: _check_finite_block
-            return K**self.degree
-
-    def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        return ((self.gamma * _row_sq_norms(X) + self.coef0) ** self.degree).astype(result_dtype(X))
-
-    def _map_dot(self, K, x_sq, ctx):
-        K *= self.gamma
-        K += self.coef0
-        return _check_finite_tile(K**self.degree)
+        with np.errstate(over="ignore", invalid="ignore"):  # checked: check_finite
+            K **= self.degree
+        return check_finite(K)
 
     def _map_diag(self, sq):
         return (self.gamma * sq + self.coef0) ** self.degree
 
 
-class Linear(_DotTiles, Kernel):
+class Linear(_Dot):
     """Linear kernel ``<x, y>``."""
 
-    parallel_safe = True
     name = "linear"
 
-    def _block(self, Xc, Y, ctx):
-        return _dot(_as_float64(Xc), _as_float64(Y))
 
-    def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        return _row_sq_norms(X).astype(result_dtype(X))
-
-    def _map_dot(self, K, x_sq, ctx):
-        return K
-
-    def _map_diag(self, sq):
-        return sq
-
-
-class Cosine(_DotTiles, Kernel):
+class Cosine(_Dot):
     """Cosine similarity ``<x, y> / (||x|| ||y||)`` (zero rows give 0, as scikit-learn)."""
 
-    parallel_safe = True
     name = "cosine"
 
-    @staticmethod
-    def _unit_rows(X):
-        """The rows scaled to unit norm, float64 (zero rows stay zero): each row first divided
-        by its largest entry, so that no square underflows (a row of 8e-162 squares to a
-        subnormal 6.4e-323, 1 % off).  Rows whose squared norm overflows are refused, as by
-        every kernel of inner products (ValueError)."""
-        X = _as_float64(X)
-        _check_finite_rows(_row_sq_norms(X))
-        if sp.issparse(X):
-            X = X.tocsr(copy=True)
-            top = np.asarray(abs(X).max(axis=1).todense(), dtype=np.float64).ravel()
-            top[top == 0.0] = 1.0
-            X.data /= np.repeat(top, np.diff(X.indptr))
-            norms = np.sqrt(_row_sq_norms(X))
-            norms[norms == 0.0] = 1.0
-            X.data /= np.repeat(norms, np.diff(X.indptr))
-            return X
-        top = np.max(np.abs(X), axis=1, initial=0.0, keepdims=True)
-        top[top == 0.0] = 1.0
-        X = X / top
-        norms = np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
-        norms[norms == 0.0] = 1.0
-        X /= norms
-        return X
-
-    def _prepare(self, Y):
-        return self._unit_rows(Y)
-
-    def _block(self, Xc, Y, unit_y):
-        return _dot(self._unit_rows(Xc), unit_y)
+    def _rows(self, X64):
+        """The rows scaled to unit norm (zero rows stay zero): each row first divided by its
+        largest entry, so that no square underflows (a row of 8e-162 squares to a subnormal
+        6.4e-323, 1 % off).  Rows whose squared norm overflows are refused, as by every kernel
+        of inner products (ValueError)."""
+        max_finite(row_sq_norms(X64))
+        xp = namespace_of(X64)
+        top = row_max_abs(X64)
+        X = divide_rows(X64, xp.where(top == 0.0, 1.0, top))
+        norms = xp.sqrt(row_sq_norms(X))
+        return divide_rows(X, xp.where(norms == 0.0, 1.0, norms))
 
     def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        nonzero = abs(X).max(axis=1) if sp.issparse(X) else np.abs(X).max(axis=1, initial=0.0)
-        nonzero = nonzero.toarray().ravel() if sp.issparse(nonzero) else np.asarray(nonzero)
-        return (nonzero > 0).astype(result_dtype(X))
-
-    @staticmethod
-    def _inv_norms_xp(sq):
-        xp = placement_of(sq).xp
-        norms = xp.sqrt(sq)
-        return 1.0 / xp.where(norms == 0.0, xp.ones_like(norms), norms)
-
-    def _map_dot(self, K, x_sq, ctx):
-        K *= self._inv_norms_xp(x_sq)[:, None]
-        K *= self._inv_norms_xp(ctx.sq)[None, :]
-        return K
-
-    def _map_diag(self, sq):
-        xp = placement_of(sq).xp
-        return xp.astype(sq > 0, xp.float64)
+        return astype_name(row_max_abs(X) > 0, _float_of(X))
 
 
-class Sigmoid(_DotTiles, Kernel):
+class Sigmoid(_Dot):
     """Sigmoid (hyperbolic tangent) kernel ``tanh(gamma <x, y> + coef0)``.
 
     As ``sklearn.metrics.pairwise.sigmoid_kernel``.  It is not positive semi-definite for every
     gamma and coef0, so its centered Gram can have negative eigenvalues.
     """
 
-    parallel_safe = True
     name = "sigmoid"
 
     def __init__(self, gamma: float = 1.0, coef0: float = 1.0):
@@ -1015,24 +634,13 @@ class Sigmoid(_DotTiles, Kernel):
     def get_params(self, deep=True):
         return {"gamma": self.gamma, "coef0": self.coef0}
 
-    def _block(self, Xc, Y, ctx):
-        K = _dot(_as_float64(Xc), _as_float64(Y))
+    def _map(self, K):
         K *= self.gamma
         K += self.coef0
-        return np.tanh(K, out=K)
-
-    def diag(self, X):
-        if not is_host_array(X):
-            return self.diag_xp(X)
-        return np.tanh(self.gamma * _row_sq_norms(X) + self.coef0).astype(result_dtype(X))
-
-    def _map_dot(self, K, x_sq, ctx):
-        K *= self.gamma
-        K += self.coef0
-        return placement_of(K).xp.tanh(K)
+        return tanh_(K)
 
     def _map_diag(self, sq):
-        return placement_of(sq).xp.tanh(self.gamma * sq + self.coef0)
+        return namespace_of(sq).tanh(self.gamma * sq + self.coef0)
 
 
 KERNELS: dict[str, type[Kernel]] = {

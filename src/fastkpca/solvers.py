@@ -25,7 +25,7 @@ All methods return eigenvalues in descending order and eigenvectors post-process
 :func:`postprocess_eigen` (tiny negatives clipped, deterministic signs).
 
 On a device (a PyTorch tensor or CuPy array, or an operator with a ``placement`` on one, such as
-:class:`fastkpca.execution.tiles.CenteredGramOperator`) the same methods run in the arrays'
+:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`) the same methods run in the arrays'
 namespace (:func:`_eigh_topk_xp`): ``dense`` is the library's full ``eigh``, ``randomized`` and
 ``orthogonal`` are the algorithms below written once in ``xp``, and ``lanczos`` (ARPACK, host only)
 is block Krylov.  ``auto`` there follows :data:`DEVICE_AUTO_DENSE`.  Start blocks are drawn from

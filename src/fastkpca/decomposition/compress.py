@@ -32,7 +32,7 @@ Devices
 -------
 An expansion whose arrays live on a device (PyTorch, CuPy) is evaluated there by
 :func:`expansion_on_device`: row tiles sized from the device's free memory, each tile's kernel
-rows (:func:`fastkpca.execution.tiles.kernel_tile`) projected at once.  The models of this
+rows (:func:`fastkpca.execution.kernel_ops.kernel_block`) projected at once.  The models of this
 package use it for their device transforms (SparsifiedKPCA, ReducedSetKPCA, CompressedKPCA), with
 the centering folded into the coefficients (:func:`centered_expansion`).
 """
@@ -47,9 +47,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._centering import normalize_weights
 from .._utils import as_generator, check_float, check_int, require_memory_parts
-from ..execution import one_blas_thread
+from ..execution import kernel_ops, one_blas_thread
 from ..execution.arrays import HOST, Placement, placement_of, to_host
-from ..execution.tiles import kernel_tile, tile_rows
+from ..execution.budget import tile_rows
+from ..execution.kernel_ops import kernel_block, prepare_columns
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
 from ._base import BaseKPCA
 
@@ -146,16 +147,9 @@ def inverse_sqrt_or_zero(values):
 
 
 def kernel_diag(kernel, X):
-    """``k(x_i, x_i)`` for the rows of X, on X's placement: :meth:`Kernel.diag` on the host,
-    the kernel's device version (``diag_xp``) on a device; a kernel without one is evaluated on
-    a host copy of X and the result moved."""
-    placement = placement_of(X)
-    if placement.host:
-        return kernel.diag(X)
-    diag_xp = getattr(kernel, "diag_xp", None)
-    if diag_xp is not None:
-        return diag_xp(X)
-    return placement.asarray(np.asarray(kernel.diag(to_host(X))))
+    """``k(x_i, x_i)`` for the rows of X, on X's placement
+    (:func:`fastkpca.execution.kernel_ops.kernel_diag`)."""
+    return kernel_ops.kernel_diag(kernel, X)
 
 
 def transform_on_device(expansion: KernelExpansion, X):
@@ -208,8 +202,8 @@ def expansion_on_device(X, points, coef, offset, kernel, dtype, projection=None)
 
     The device half of the expansion models' transforms (the host paths fold kernel rows in
     threaded chunks): row tiles of X sized from the device's free memory
-    (:func:`fastkpca.execution.tiles.tile_rows`), each tile's kernel rows against the points
-    (:func:`fastkpca.execution.tiles.kernel_tile`, in ``dtype``) projected at once.  ``P`` is
+    (:func:`fastkpca.execution.budget.tile_rows`), each tile's kernel rows against the points
+    (:func:`fastkpca.execution.kernel_ops.kernel_block`, in ``dtype``) projected at once.  ``P`` is
     ``projection`` (the random +-1 projection, applied in float64 as on the host) or none.
     """
     placement = placement_of(X)
@@ -224,12 +218,12 @@ def expansion_on_device(X, points, coef, offset, kernel, dtype, projection=None)
     n = int(X.shape[0])
     out = xp.empty((n, int(coef.shape[1])), dtype=xdtype, device=placement.device)
     step = tile_rows(placement, int(points.shape[0]), np.dtype(dtype).itemsize)
-    ctx = kernel.prepare_tile(points, name) if getattr(kernel, "device_native", False) else None
+    columns = prepare_columns(kernel, points, name)
     for start in range(0, n, step):
         Xb = X[start : start + step]
         if projection is not None:
             Xb = _as_dtype(xp, Xb, xp.float64) @ projection
-        K = kernel_tile(kernel, _as_dtype(xp, Xb, xdtype), points, ctx, dtype=name)
+        K = kernel_block(kernel, _as_dtype(xp, Xb, xdtype), columns=columns)
         out[start : start + step, ...] = K @ coef + offset
     return out
 

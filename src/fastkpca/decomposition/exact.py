@@ -19,6 +19,7 @@ from .._centering import (
 )
 from ..execution import (
     available_memory_bytes,
+    budget,
     format_bytes,
     map_tasks,
     n_workers,
@@ -28,8 +29,10 @@ from ..execution import (
     using_n_jobs,
 )
 from ..execution.arrays import Placement, is_host_array, output_like, placement_of
+from ..execution.budget import tile_rows
+from ..execution.elementwise import fill_diagonal_
+from ..execution.kernel_ops import CenteredGramOperator, kernel_blocks
 from ..execution.memory import MEMORY_FRACTION
-from ..execution.tiles import CenteredGramOperator, fill_diagonal_, kernel_tiles, tile_rows
 from ..kernels import chunk_rows, result_dtype
 from ..solvers import SOLVERS, auto_method, auto_method_device, eigh_topk
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, check_solver_stopping
@@ -211,8 +214,8 @@ def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
     K = np.empty((n, n), dtype=result_dtype(X))
     X = X.astype(np.float64, copy=False)  # kernels evaluate in float64: convert once, not per block
     workers = max(1, min(n_threads or n_workers(), -(-n // 64)))
-    budget = min(kernels.WORKING_MEMORY_MB / workers, GRAM_BLOCK_MB)
-    step = block_rows or chunk_rows(n, working_memory_mb=budget)
+    memory = min(budget.WORKING_MEMORY_MB / workers, GRAM_BLOCK_MB)
+    step = block_rows or chunk_rows(n, working_memory_mb=memory)
     tile = 256  # mirror tiles: the transposed reads stay in cache
 
     factors = _rbf_factors(X, kernel) if K.dtype == np.float64 else None
@@ -778,7 +781,7 @@ def centered_projection(X, points, kernel, stats, coef, dtype, weights=None):
     with one_blas_thread():
         if isinstance(kernel, PrecomputedKernel):  # the rows given are the kernel rows
             step = chunk_rows(
-                points.shape[0], working_memory_mb=min(kernels.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
+                points.shape[0], working_memory_mb=min(budget.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
             )
             for start in range(0, X.shape[0], step):
                 project(None, start, start + step, kernel(X[start : start + step], points))
@@ -856,7 +859,7 @@ def device_gram(X, kernel):
     dtype = "float32" if result_dtype(X) == np.float32 else "float64"
     K = xp.empty((n, n), dtype=placement.dtype(dtype), device=placement.device)
     rows = tile_rows(placement, n, 8)
-    for start, stop, T in kernel_tiles(kernel, X, X, dtype="float64", rows=rows):
+    for start, stop, T in kernel_blocks(kernel, X, X, dtype="float64", rows=rows):
         K[start:stop, ...] = T if dtype == "float64" else xp.astype(T, K.dtype)
     if kernel._exact_diag_one:
         K = fill_diagonal_(K, 1.0)
@@ -941,7 +944,7 @@ def device_matrix_free_kpca(
     rows=None,
 ):
     """:func:`matrix_free_kpca` on a device: block Krylov on ``H K H`` with K recomputed tile by
-    tile in every pass (:class:`fastkpca.execution.tiles.CenteredGramOperator`), tiles sized
+    tile in every pass (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`), tiles sized
     from the device's free memory; memory O(n (k + b)) vectors plus one tile, no n x n array.
 
     ``tile_dtype="float32"`` computes the tiles (rbf: its GEMM; the other kernels: rounded) and

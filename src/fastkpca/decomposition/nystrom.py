@@ -30,9 +30,9 @@ from sklearn.utils.validation import check_is_fitted
 from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks
 from .._utils import check_int, require_memory_parts
-from ..execution import one_blas_thread
+from ..execution import budget, one_blas_thread
 from ..execution.arrays import HOST, placement_of, to_host
-from ..execution.tiles import kernel_matmat
+from ..execution.kernel_ops import kernel_diag, kernel_matmat
 from ..kernels import warn_if_degenerate
 from ..source import check_block
 from ..source.device import DeviceSource
@@ -510,7 +510,7 @@ class NystromKPCA(BaseKPCA):
                 T,
                 W.mean(axis=0) if placement.host else placement.xp.mean(W, axis=0),
                 dtype,
-                min(SKETCH_BLOCK_MB, kernels.WORKING_MEMORY_MB),
+                min(SKETCH_BLOCK_MB, budget.WORKING_MEMORY_MB),
                 desc="kernel rows",
             )
         n = moments.count if solver == "exact" or self.covariance == "landmarks" else moments.n
@@ -726,7 +726,7 @@ class NystromKPCA(BaseKPCA):
         all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
         ``(N k - mean) . u = k . (N^T u) - mean . u``, with ``projection_ = N^T components_^T``
         computed once at fit.  Device rows: float64 kernel tiles times ``projection_`` on
-        their device (:func:`fastkpca.execution.tiles.kernel_matmat`), in X's dtype."""
+        their device (:func:`fastkpca.execution.kernel_ops.kernel_matmat`), in X's dtype."""
         placement = placement_of(X)
         if not placement.host:
             return self._transform_device_rows(X)
@@ -787,14 +787,11 @@ def _diag_sum(blocks, kernel) -> float:
 
 
 def _block_diag_sum(kernel, block) -> float:
-    """``sum_i k(x_i, x_i)`` over a block (device rows: on their device where the kernel has
-    :meth:`diag_xp`, else on a host copy)."""
-    if placement_of(block).host:
-        return float(np.sum(kernel.diag(block), dtype=np.float64))
-    if hasattr(kernel, "diag_xp"):
-        xp = placement_of(block).xp
-        return float(xp.sum(xp.astype(kernel.diag_xp(block), xp.float64)))
-    return float(np.sum(kernel.diag(to_host(block)), dtype=np.float64))
+    """``sum_i k(x_i, x_i)`` over a block, on the block's placement
+    (:func:`fastkpca.execution.kernel_ops.kernel_diag`)."""
+    diag = kernel_diag(kernel, block)
+    xp = placement_of(diag).xp
+    return float(xp.sum(xp.astype(diag, xp.float64)))
 
 
 def _as_float64(a):

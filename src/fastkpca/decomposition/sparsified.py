@@ -17,8 +17,8 @@ K^ (``fastkpca._centering.centered_operator``) with Lanczos (the default) or ort
 (the paper's exposition); each product costs O(nnz) instead of O(n^2).
 
 Rows on a device (PyTorch tensors, CuPy arrays, or ``device=``): the kept entries are read off
-dense kernel tiles computed on the device (:func:`fastkpca.execution.tiles.kernel_tile`), and only
-the kept values come to the host.  The sampling decisions, the scipy.sparse matrix and its
+dense kernel tiles computed on the device (:func:`fastkpca.execution.kernel_ops.kernel_block`),
+and only the kept values come to the host.  The sampling decisions, the scipy.sparse matrix and its
 eigensolver (ARPACK or orthogonal iteration) stay on the host: a sparse eigensolver on the device
 is a project of its own, and the matrix holds ``sample_prob n^2 / 2`` entries, not the rows.  The
 same ``random_state`` therefore gives the same model on every device, up to the rounding of the
@@ -38,7 +38,8 @@ from .._centering import CenteringStats, centered_operator
 from .._utils import as_generator, check_float, require_memory_parts
 from ..execution import progress_bar
 from ..execution.arrays import placement_of, to_host
-from ..execution.tiles import kernel_tile, tile_rows
+from ..execution.budget import tile_rows
+from ..execution.kernel_ops import kernel_block
 from ..kernels import _Radial, chunk_rows
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA, _is_fraction, check_solver_stopping
@@ -255,7 +256,7 @@ def _kernel_at_kept_on_device(X, kernel, indptr, indices, data):
             # through the flat index of the tile.
             rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
             flat = rows * (n - start) + (indices[lo:hi] - start)
-            K = kernel_tile(kernel, X[start:stop], X[start:], dtype=dtype.name)
+            K = kernel_block(kernel, X[start:stop], X[start:], dtype=dtype.name)
             kept = xp.take(xp.reshape(K, (-1,)), placement.asarray(flat), axis=0)
             data[lo:hi] = to_host(kept)
 

@@ -6,8 +6,8 @@ step may take), never what it computes: results depend on the data and ``random_
 machine).  Falkon keeps its block-size options together in the same way (``falkon.options``).
 
 The host runs threads over cache-sized chunks (:mod:`fastkpca.execution.threads`); a device runs
-large tiles sized from its free memory (:mod:`fastkpca.execution.tiles`).  The modules that use a
-number import it from here.
+large tiles sized from its free memory (:mod:`fastkpca.execution.kernel_ops`).  The modules
+that use a number import it from here.
 """
 
 from __future__ import annotations
@@ -17,8 +17,75 @@ from __future__ import annotations
 # --- host threads and chunks ------------------------------------------------------------------
 
 # --- device tiles -----------------------------------------------------------------------------
+#: A tile and its temporaries may take this fraction of the device's free memory.
+DEVICE_MEMORY_FRACTION = 0.25
+
+#: Tile rows on a device without a free-memory query (CPU tensors, ``array_api_strict``): about
+#: 64 MiB per tile.
+DEFAULT_TILE_BYTES = 64 * 2**20
+
+#: Bounds on a tile's rows: below, the GEMMs are too thin to fill a GPU; above, nothing is gained.
+MIN_TILE_ROWS, MAX_TILE_ROWS = 256, 1 << 17
+
+
+def tile_rows(placement, n_cols: int, itemsize: int, n_temporaries: int = 2) -> int:
+    """Rows of an ``(rows, n_cols)`` device tile (with ``n_temporaries`` arrays of its size) that
+    fit :data:`DEVICE_MEMORY_FRACTION` of the free memory of ``placement``'s device
+    (:data:`DEFAULT_TILE_BYTES` per array where the device cannot say), within
+    [:data:`MIN_TILE_ROWS`, :data:`MAX_TILE_ROWS`]."""
+    free = placement.free_memory_bytes()
+    budget = DEFAULT_TILE_BYTES * n_temporaries if free is None else DEVICE_MEMORY_FRACTION * free
+    rows = int(budget // (max(1, n_cols) * itemsize * max(1, n_temporaries)))
+    return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows))
+
 
 # --- kernels and centering --------------------------------------------------------------------
+#: Memory budget (in MiB) for one Gram row block and its float64 temporaries (the blocks of
+#: :meth:`fastkpca.kernels.Kernel.blocks`, the row blocks of the centering of a stored Gram).
+WORKING_MEMORY_MB = 256
+
+#: Bytes of one row chunk of the threaded kernel rows on the host (:meth:`Kernel.fold_rows
+#: <fastkpca.kernels.Kernel.fold_rows>`, ``blocks``, ``__call__``): about 1 MiB, so that a chunk
+#: stays in cache from its GEMM through ``exp`` to the caller's products.
+KERNEL_CHUNK_BYTES = 2**20
+
+#: The fewest rows per chunk (thinner GEMMs lose efficiency; c > 8192 columns then exceed 1 MiB).
+KERNEL_CHUNK_MIN_ROWS = 32
+
+#: Bytes of one row strip of the upper block triangle in the host's matrix-free Gram products
+#: (:func:`fastkpca.execution.kernel_ops.symmetric_kernel_matmat`), per thread: large enough that
+#: the strip's GEMMs (its kernel values and the two products with the block of vectors) run
+#: near peak, small beside the n x b blocks.
+KERNEL_STRIP_BYTES = 32 * 2**20
+
+#: The fewest rows of such a strip (and of a host tile of the blocked products).
+KERNEL_STRIP_MIN_ROWS = 64
+
+
+def chunk_rows(
+    n_cols: int,
+    *,
+    itemsize: int = 8,
+    n_temporaries: int = 3,
+    working_memory_mb: float | None = None,
+) -> int:
+    """Number of rows of an ``(rows, n_cols)`` block that fits the working-memory budget
+    (``working_memory_mb``, default :data:`WORKING_MEMORY_MB`, read when called)."""
+    budget = (working_memory_mb or WORKING_MEMORY_MB) * 2**20
+    per_row = max(1, n_cols) * itemsize * n_temporaries
+    return int(max(1, budget // per_row))
+
+
+def kernel_chunk_rows(n_cols: int, itemsize: int) -> int:
+    """Rows per chunk of the threaded kernel rows: :data:`KERNEL_CHUNK_BYTES` of ``n_cols``
+    values (256 rows of 1000 float32 values), at least :data:`KERNEL_CHUNK_MIN_ROWS`."""
+    return max(KERNEL_CHUNK_MIN_ROWS, KERNEL_CHUNK_BYTES // (max(1, n_cols) * itemsize))
+
+
+def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
+    """Rows per strip of the host's matrix-free Gram products (:data:`KERNEL_STRIP_BYTES`)."""
+    return max(KERNEL_STRIP_MIN_ROWS, KERNEL_STRIP_BYTES // (max(1, n_cols) * itemsize))
+
 
 # --- eigensolvers ------------------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine
 
 On a device (PyTorch tensors, CuPy arrays; :mod:`fastkpca.execution.arrays`)
     The same statistics hold arrays of the rows' namespace and device: the pass over the data
-    folds large kernel tiles (:func:`fastkpca.execution.tiles.fold_kernel_rows`, the radial
+    folds large kernel tiles (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`, the radial
     kernels' exponent from one GEMM) into float64 accumulators on the device, with no host
     synchronisation per tile (counts are Python integers).  ``"exact"`` adds each float64
     tile's centered scatter by Chan et al.'s update, as the host does per block;
@@ -101,7 +101,7 @@ from scipy.linalg import lapack
 
 from ..execution import one_blas_thread
 from ..execution.arrays import HOST, Placement, placement_of, to_host
-from ..execution.tiles import fold_kernel_rows, kernel_tile
+from ..execution.kernel_ops import fold_kernel_rows, kernel_block
 from ..solvers import eigh_topk, flip_signs
 from .covariance_sketch import (
     ScatterSketch,
@@ -212,7 +212,7 @@ def landmark_gram(kernel, landmarks):
         return kernel(np.asarray(landmarks, dtype=np.float64))
     xp = placement.xp
     L64 = xp.astype(landmarks, xp.float64)
-    W = kernel_tile(kernel, L64, L64, dtype="float64")
+    W = kernel_block(kernel, L64, L64, dtype="float64")
     if getattr(kernel, "_exact_diag_one", False):
         index = xp.arange(W.shape[0], device=placement.device)
         W[index, index] = 1.0

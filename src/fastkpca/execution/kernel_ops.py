@@ -1,0 +1,477 @@
+"""Blocked kernel products, with one signature on every placement.
+
+Falkon's ``mmv_ops`` is the model: the same operations on the host and on a device, the kernel
+supplied by :mod:`fastkpca.kernels`, block sizes chosen here (:mod:`fastkpca.execution.budget`):
+
+:func:`gram`
+    ``k(X, Y)`` in one array (Y defaults to X: exact ones on the diagonal where the kernel has
+    them).
+:func:`kernel_blocks`
+    ``(start, stop, K[start:stop])`` row blocks of ``k(X, Y)``.
+:func:`fold_kernel_rows`
+    ``step(state, start, stop, K)`` over the row blocks, one state per share of the rows.
+:func:`kernel_matmat`, :func:`symmetric_kernel_matmat`
+    ``k(X, Y) @ V`` block by block; the symmetric one from the upper block triangle only.
+:class:`CenteredGramOperator`
+    ``(H K H) V`` for the matrix-free exact solvers, K recomputed in every product.
+:func:`kernel_diag`
+    ``k(x_i, x_i)``.
+
+What differs by placement is only how the rows are cut and who runs the pieces:
+
+* on the host (numpy, scipy.sparse), small chunks of about 1 MiB
+  (:func:`~fastkpca.execution.budget.kernel_chunk_rows`) on all cores with BLAS held to one
+  thread (:func:`~fastkpca.execution.map_row_chunks`): numpy's ``exp`` runs on one core, so
+  threads over chunks make every step parallel, and a chunk stays in cache from its GEMM through
+  ``exp`` to the caller's products.  The chunk grid is a function of the row and column counts
+  alone, so every block is computed alike whatever the thread count;
+* on a device (PyTorch, CuPy, any array-API namespace), large tiles sized from the device's free
+  memory (:func:`~fastkpca.execution.budget.tile_rows`), one stream of work.
+
+Every block is the kernel's own math (:meth:`Kernel._prepare <fastkpca.kernels.Kernel>` once
+for the columns, then :meth:`Kernel._block` per row block), written once over the array
+namespace: for the radial kernels the exponent comes from ONE augmented GEMM, ``[x - c, 1,
+-s |x - c|^2] . [2 s (y - c); -s |y - c|^2; 1]`` with c the columns' mean, then an in-place clamp
+at 0 and ``exp`` (:mod:`fastkpca.execution.elementwise`).  A kernel without namespace math
+(:attr:`Kernel.namespace_math` false: a user's kernel, a Matern of general nu) is evaluated on
+host copies of the rows, in float64, and its blocks moved to the rows' device: correct, but
+slow on a device.
+
+What a device tile costs on this plain path: for an ``r x m`` rbf tile of d-dimensional rows,
+one GEMM of ``2 r m (d + 2)`` flops and two elementwise passes over the tile (the clamp and the
+exp, in place); a product ``K @ V`` with b vectors adds a GEMM of ``2 r m b`` flops.  A fused
+kernel (exponent, clamp and exp in the GEMM's epilogue) would save the passes and the tile's
+round trips through device memory; fastkpca keeps the plain path (library calls only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
+
+from . import budget
+from .arrays import Placement, placement_of, to_host
+from .elementwise import check_finite, fill_diagonal_, float_name, store
+from .threads import map_row_chunks, map_tasks, worker_index
+
+__all__ = [
+    "Columns",
+    "prepare_columns",
+    "kernel_block",
+    "gram",
+    "kernel_blocks",
+    "fold_kernel_rows",
+    "kernel_matmat",
+    "symmetric_kernel_matmat",
+    "CenteredGramOperator",
+    "kernel_diag",
+    "result_dtype",
+]
+
+
+def result_dtype(X, Y=None) -> str:
+    """``"float32"`` if every input is float32 (numpy's or a device library's), else
+    ``"float64"``: the dtype of a Gram matrix of X (and Y)."""
+    names = [float_name(getattr(X, "dtype", np.float64))]
+    if Y is not None:
+        names.append(float_name(getattr(Y, "dtype", np.float64)))
+    return "float32" if all(name == "float32" for name in names) else "float64"
+
+
+def _on_one_placement(X, Y):
+    """X and Y on one placement, and that placement: host rows (a model's, say) meeting device
+    rows are moved to the device (made dense first when sparse)."""
+    px, py = placement_of(X), placement_of(Y)
+    if px.host and not py.host:
+        return py.asarray(X.toarray() if sp.issparse(X) else np.asarray(X)), Y, py
+    if py.host and not px.host:
+        return X, px.asarray(Y.toarray() if sp.issparse(Y) else np.asarray(Y)), px
+    return X, Y, px
+
+
+class Columns:
+    """The columns' rows Y of a kernel's blocks and what every block needs of them, computed
+    once (:meth:`Kernel._prepare`), in the block dtype ``dtype``.
+
+    ``native``: the kernel computes on Y's namespace; else (no namespace math) the context is
+    that of a host copy of Y, and blocks of device rows are host blocks, moved.
+    """
+
+    def __init__(self, kernel, Y, dtype: str, placement: Placement):
+        self.kernel = kernel
+        self.Y = Y
+        self.dtype = dtype
+        self.placement = placement
+        self.native = bool(getattr(kernel, "namespace_math", False))
+        if self.native:
+            self.context = kernel._prepare(Y, dtype)
+        else:
+            self.Y = to_host(Y)
+            self.context = kernel._prepare(self.Y)
+        self.n = int(Y.shape[0])
+
+    def columns(self, start: int, stop: int | None = None) -> Columns:
+        """These columns restricted to ``Y[start:stop]`` (views; the symmetric products)."""
+        view = object.__new__(Columns)
+        view.__dict__.update(self.__dict__)
+        view.Y = self.Y[start:stop, :]
+        view.n = int(view.Y.shape[0])
+        if self.native and self.context is not None:
+            view.context = self.context.columns(start, stop)
+        elif not self.native:
+            view.context = self.kernel._prepare(view.Y)
+        return view
+
+
+def prepare_columns(kernel, Y, dtype=None) -> Columns:
+    """What the blocks ``k(., Y)`` need of Y (:class:`Columns`), in the block dtype ``dtype``
+    (``"float32"`` or ``"float64"``, numpy's or a library's dtype; default float64)."""
+    return Columns(kernel, Y, float_name(dtype or "float64"), placement_of(Y))
+
+
+def kernel_block(kernel, X, Y=None, *, columns: Columns | None = None, dtype=None, out=None):
+    """``k(X, Y)`` for rows X and Y of one placement, in ``dtype`` (default float64), written
+    into ``out`` when given (a host array of the block's shape).  ``columns``
+    (:func:`prepare_columns` of Y) is computed once for many blocks of the same columns.
+
+    A kernel without namespace math gets host copies of the rows, in float64, its block
+    checked finite and moved to X's placement.
+    """
+    if columns is None:
+        columns = prepare_columns(kernel, Y, dtype)
+    if columns.native:
+        return kernel._block(X, columns.Y, columns.context, out)
+    K = check_finite(np.asarray(kernel._block(to_host(X), columns.Y, columns.context), float))
+    if out is not None:
+        return store(K, out)
+    return placement_of(X).asarray(K, dtype=np.dtype(columns.dtype))
+
+
+# --- the host: threads over cache-sized chunks ----------------------------------------------------
+def _host_fill(kernel, X, columns: Columns, out, chunk: int | None) -> None:
+    """Fill ``out`` with ``k(X, Y)``: chunks of ``chunk`` rows on all cores, or (a kernel that is
+    not :attr:`~fastkpca.kernels.Kernel.parallel_safe`) the whole block in the calling thread."""
+    if not getattr(kernel, "parallel_safe", False):
+        kernel_block(kernel, X, columns=columns, out=out)
+        return
+    rows = chunk or budget.kernel_chunk_rows(columns.n, out.itemsize)
+
+    def fill(start, stop):
+        kernel_block(kernel, X[start:stop, :], columns=columns, out=out[start:stop, :])
+
+    map_row_chunks(X.shape[0], fill, chunk_rows=rows)
+
+
+def _budget_blocks(n_rows: int, n_cols: int, working_memory_mb=None) -> Iterator[tuple[int, int]]:
+    step = budget.chunk_rows(n_cols, working_memory_mb=working_memory_mb)
+    for start in range(0, n_rows, step):
+        yield start, min(n_rows, start + step)
+
+
+def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None) -> list:
+    """:func:`fold_kernel_rows` on the host (see there)."""
+    dtype = np.dtype(columns.dtype)
+    n, m = X.shape[0], columns.n
+    if not getattr(kernel, "parallel_safe", False):
+        state = init()
+        for start, stop in _budget_blocks(n, m):
+            K = kernel_block(
+                kernel, X[start:stop, :], columns=columns, out=np.empty((stop - start, m), dtype)
+            )
+            step(state, start, stop, K)
+            del K  # free this block before the next one is computed
+        return [state]
+    rows = rows or budget.kernel_chunk_rows(m, dtype.itemsize)
+    states: dict[int, Any] = {}
+    buffers: dict[int, np.ndarray] = {}
+
+    def chunk(start, stop):
+        worker = worker_index()  # worker i runs the i-th contiguous share of the rows
+        if worker not in states:
+            states[worker] = init()
+            buffers[worker] = np.empty((rows, m), dtype=dtype)
+        K = kernel_block(
+            kernel, X[start:stop, :], columns=columns, out=buffers[worker][: stop - start, :]
+        )
+        step(states[worker], start, stop, K)
+
+    map_row_chunks(n, chunk, chunk_rows=rows)
+    return [states[i] for i in sorted(states)] or [init()]
+
+
+# --- the blocked products -------------------------------------------------------------------------
+def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
+    """The Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X) on X's placement.
+
+    Float64 blocks, stored in the inputs' dtype (:func:`result_dtype`: float32 stays float32);
+    ``out`` may be an array of shape ``(len(X), len(Y))`` to write into.  With Y None the
+    diagonal is exactly 1 for kernels with a unit diagonal.  Host: chunks of
+    :func:`~fastkpca.execution.budget.kernel_chunk_rows` rows (``rows``) on all cores (a kernel
+    that is not parallel-safe: blocks of ``working_memory_mb`` in the calling thread); device:
+    tiles of ``rows`` rows (default from the free memory).  Every block is checked finite
+    (ValueError: the kernel's arithmetic overflowed).
+    """
+    symmetric = Y is None
+    X, Y, placement = _on_one_placement(X, X if Y is None else Y)
+    shape = (int(X.shape[0]), int(Y.shape[0]))
+    dtype = result_dtype(X, Y)
+    if out is None:
+        out = placement.xp.empty(shape, dtype=getattr(placement.xp, dtype), device=placement.device)
+    elif tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
+    columns = prepare_columns(kernel, Y, "float64")
+
+    def fill(start, stop):
+        rows_out = out[start:stop, :]
+        check_finite(kernel_block(kernel, X[start:stop, :], columns=columns, out=rows_out))
+
+    if placement.host and getattr(kernel, "parallel_safe", False):
+        map_row_chunks(shape[0], fill, chunk_rows=rows or budget.kernel_chunk_rows(shape[1], 8))
+    elif placement.host:
+        for start, stop in _budget_blocks(shape[0], shape[1], working_memory_mb):
+            fill(start, stop)
+    else:
+        for start, stop, K in _device_blocks(kernel, X, columns, placement, rows):
+            out[start:stop, ...] = store(check_finite(K), None, dtype)
+    if symmetric and getattr(kernel, "_exact_diag_one", False):
+        out = fill_diagonal_(out, 1.0)
+    return out
+
+
+def _device_blocks(kernel, X, columns: Columns, placement: Placement, rows=None) -> Iterator:
+    itemsize = 4 if columns.dtype == "float32" else 8
+    rows = rows or budget.tile_rows(placement, columns.n, itemsize)
+    for start in range(0, X.shape[0], rows):
+        stop = min(X.shape[0], start + rows)
+        yield start, stop, kernel_block(kernel, X[start:stop, :], columns=columns)
+
+
+def kernel_blocks(
+    kernel, X, Y=None, *, dtype=None, rows=None, working_memory_mb=None
+) -> Iterator[tuple[int, int, Any]]:
+    """Yield ``(start, stop, K[start:stop])`` row blocks of ``k(X, Y)`` on X's placement, in
+    ``dtype`` (float64 by default; ``float32``: the rbf kernel computes its blocks in float32,
+    the others round float64 ones).
+
+    Host: blocks of the ``working_memory_mb`` budget, each filled in chunks of ``rows`` rows
+    (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`) on all cores.  Device: tiles
+    of ``rows`` rows (default from the free memory).
+    """
+    X, Y, placement = _on_one_placement(X, X if Y is None else Y)
+    columns = prepare_columns(kernel, Y, dtype)
+    if not placement.host:
+        yield from _device_blocks(kernel, X, columns, placement, rows)
+        return
+    block_dtype = np.dtype(columns.dtype)
+    for start, stop in _budget_blocks(X.shape[0], columns.n, working_memory_mb):
+        out = np.empty((stop - start, columns.n), dtype=block_dtype)
+        _host_fill(kernel, X[start:stop, :], columns, out, rows)
+        yield start, stop, out
+
+
+def fold_kernel_rows(
+    kernel, X, Y, step: Callable, init: Callable, *, dtype=None, rows=None
+) -> list:
+    """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)`` (``dtype``, as
+    :func:`kernel_blocks`); returns the states, in row order.
+
+    Host: the rows are cut into chunks of ``rows`` rows (default
+    :func:`~fastkpca.execution.budget.kernel_chunk_rows`, about 1 MiB), and the chunks into one
+    contiguous share per worker thread, each run with BLAS held to one thread
+    (:func:`~fastkpca.execution.map_row_chunks`).  A thread computes its chunks into one buffer
+    of its own and hands each to ``step`` with the state ``init()`` made for its share, while the
+    chunk is in cache; ``K`` is overwritten by the next chunk after ``step`` returns (``step``
+    may modify it, may write to shared arrays only at its own rows, and must not start threaded
+    work of its own).  One state per share: merged in order they give the same result run after
+    run (the shares depend on the row count and the thread count, the chunks on the row count
+    alone).  A kernel that is not parallel-safe runs in the calling thread, in blocks of the
+    memory budget, one state.
+
+    Device: one state over tiles of ``rows`` rows (default from the free memory).
+    """
+    X, Y, placement = _on_one_placement(X, Y)
+    columns = prepare_columns(kernel, Y, dtype)
+    if placement.host:
+        return _host_fold(kernel, X, columns, step, init, rows)
+    state = init()
+    for start, stop, K in _device_blocks(kernel, X, columns, placement, rows):
+        step(state, start, stop, K)
+    return [state]
+
+
+def _matching(V, name: str):
+    """V in the block dtype ``name``."""
+    if float_name(V.dtype) == name and str(V.dtype).rsplit(".", 1)[-1] == name:
+        return V
+    xp = placement_of(V).xp
+    return xp.astype(V, getattr(xp, name))
+
+
+def kernel_matmat(kernel, X, Y, V, *, dtype=None, rows=None):
+    """``k(X, Y) @ V`` block by block, in V's dtype (the blocks, and their products with V, in
+    ``dtype``: default float64): :func:`fold_kernel_rows` with each block's product written to
+    its rows."""
+    X, Y, placement = _on_one_placement(X, Y)
+    V = placement.asarray(V)
+    name = float_name(dtype or "float64")
+    xp = placement.xp
+    out = xp.empty((X.shape[0], V.shape[1]), dtype=V.dtype, device=placement.device)
+    Vb = _matching(V, name)
+
+    def product(state, start, stop, K):
+        out[start:stop, ...] = _matching(K @ Vb, float_name(V.dtype))
+
+    fold_kernel_rows(kernel, X, Y, product, _no_state, dtype=name, rows=rows)
+    return out
+
+
+def _no_state():
+    return None
+
+
+def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None):
+    """``k(X, X) @ V`` from the upper block triangle of the Gram only.
+
+    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the columns' context
+    sliced, :meth:`Columns.columns`) and applied twice: ``K[s:e, s:] @ V[s:]`` to its own rows
+    and, off its diagonal block, ``K[s:e, e:]^T @ V[s:e]`` to the rows below.  That halves the
+    kernel evaluations (the GEMMs and elementwise passes) of :func:`kernel_matmat` for the same
+    products with V; the diagonal is exactly 1 where the kernel says so.  The strips and their
+    products are in ``dtype`` (default float64), the sums in V's dtype.
+
+    Host: strips of ``rows`` rows (default :func:`~fastkpca.execution.budget.kernel_strip_rows`)
+    shared out to the threads round robin (strip i to thread ``i mod w``), each thread with BLAS
+    on one thread, one strip buffer and one n x b accumulator of its own; the accumulators are
+    added in thread order.  Device: tiles of ``rows`` rows (default from the free memory), one
+    accumulator.
+    """
+    placement = placement_of(X)
+    xp = placement.xp
+    n = int(X.shape[0])
+    name = float_name(dtype or "float64")
+    itemsize = 4 if name == "float32" else 8
+    V = placement.asarray(V)
+    Vb = _matching(V, name)
+    columns = prepare_columns(kernel, X, name)
+    exact_one = getattr(kernel, "_exact_diag_one", False)
+
+    def strip(start, stop, out, acc):
+        K = kernel_block(kernel, X[start:stop, :], columns=columns.columns(start), out=out)
+        if exact_one:
+            K = fill_diagonal_(K, 1.0)  # the leading square is the diagonal block
+        acc[start:stop, ...] += K @ Vb[start:, :]
+        if stop < n:
+            acc[stop:, ...] += xp.permute_dims(K[:, stop - start :], (1, 0)) @ Vb[start:stop, :]
+
+    if not placement.host:
+        acc = xp.zeros((n, V.shape[1]), dtype=Vb.dtype, device=placement.device)
+        step = rows or budget.tile_rows(placement, n, itemsize)
+        for start in range(0, n, step):
+            strip(start, min(n, start + step), None, acc)
+        return _matching(acc, float_name(V.dtype))
+    step = rows or budget.kernel_strip_rows(n, itemsize)
+    accumulators: dict[int, Any] = {}
+    buffers: dict[int, np.ndarray] = {}
+
+    def task(start):
+        worker = worker_index()
+        if worker not in accumulators:
+            accumulators[worker] = np.zeros((n, V.shape[1]), dtype=Vb.dtype)
+            buffers[worker] = np.empty(min(n, step) * n, dtype=np.dtype(name))
+        stop = min(n, start + step)
+        out = buffers[worker][: (stop - start) * (n - start)].reshape(stop - start, n - start)
+        strip(start, stop, out, accumulators[worker])
+
+    starts = list(range(0, n, step))
+    if getattr(kernel, "parallel_safe", False):
+        map_tasks(task, starts)
+    else:
+        for start in starts:
+            task(start)
+    total = None
+    for worker in sorted(accumulators):
+        total = accumulators[worker] if total is None else total + accumulators[worker]
+    if total is None:
+        total = np.zeros((n, V.shape[1]), dtype=Vb.dtype)
+    return _matching(total, float_name(V.dtype))
+
+
+class CenteredGramOperator(LinearOperator):
+    """``V -> (H K H) V`` for the n x n Gram ``K = k(X, X)``, never stored, on X's placement.
+
+    ``H K H V = K Vc - 1 (mean_rows(K Vc))`` with ``Vc = V - 1 mean(V)`` (H V centers the columns
+    of V; H of the product centers its columns again), Schoelkopf, Smola & Mueller (1998): one
+    pass over the Gram's upper block triangle per product (:func:`symmetric_kernel_matmat`),
+    each strip recomputed.  The strips are in ``tile_dtype`` (default float64; float32 strips
+    run the GEMMs at float32 speed, with a rounding of ~1e-7 relative in each product).  The
+    first product also gives the Gram's row means (one more column, ``1 / n``, in its block),
+    kept in :attr:`row_means` (float64) for out-of-sample centering; :attr:`n_passes` counts the
+    passes.  Memory: X, one strip and its temporaries per thread, and O(n b) for the products:
+    nothing n x n.
+
+    A ``scipy.sparse.linalg.LinearOperator`` for the host's solvers, whose ``dtype`` is the
+    strips' (the solvers' tolerances follow it); its :meth:`matmat` takes and returns float64
+    arrays of X's namespace (device arrays stay on the device).
+    """
+
+    def __init__(self, X, kernel, *, dtype=None, rows=None):
+        self.X = X
+        self.kernel = kernel
+        self.placement = placement_of(X)
+        n = int(X.shape[0])
+        self.tile_dtype = float_name(dtype or getattr(X, "dtype", np.float64))
+        # The operator's dtype is its strips' precision: the solvers' tolerances follow it.
+        super().__init__(np.dtype(self.tile_dtype), (n, n))
+        self.n = n
+        self.rows = rows
+        self.n_passes = 0
+        self.row_means = None
+
+    def matmat(self, V):
+        xp = self.placement.xp
+        V = self.placement.asarray(V)
+        one_d = V.ndim == 1
+        if one_d:
+            V = xp.reshape(V, (-1, 1))
+        V = _matching(V, "float64")
+        Vc = V - xp.mean(V, axis=0, keepdims=True)
+        first = self.row_means is None
+        if first:
+            ones = xp.full((self.n, 1), 1.0 / self.n, dtype=V.dtype, device=self.placement.device)
+            Vc = xp.concat([Vc, ones], axis=1)
+        KV = symmetric_kernel_matmat(self.kernel, self.X, Vc, dtype=self.tile_dtype, rows=self.rows)
+        self.n_passes += 1
+        if first:
+            self.row_means = KV[:, -1]
+            KV = KV[:, :-1]
+        out = KV - xp.mean(KV, axis=0, keepdims=True)
+        return out[:, 0] if one_d else out
+
+    def _matmat(self, V):
+        return self.matmat(V)
+
+    def _matvec(self, v):
+        return self.matmat(v)
+
+    def _adjoint(self):
+        return self  # H K H is symmetric
+
+    def diag_sum(self) -> float:
+        """``sum_i k(x_i, x_i)`` (the trace of the uncentered Gram)."""
+        d = kernel_diag(self.kernel, self.X)
+        xp = placement_of(d).xp
+        return float(xp.sum(xp.astype(d, xp.float64)))
+
+
+def kernel_diag(kernel, X):
+    """``k(x_i, x_i)`` on X's placement: :meth:`Kernel.diag` (written over the namespace for
+    fastkpca's kernels); a kernel without namespace math gets a host copy of X and its diagonal
+    is moved."""
+    placement = placement_of(X)
+    if placement.host or getattr(kernel, "namespace_math", False):
+        return kernel.diag(X)
+    return placement.asarray(np.asarray(kernel.diag(to_host(X))))
