@@ -27,6 +27,15 @@ def rel_err(A, B):
     return float(np.max(np.abs(A - B)) / np.max(np.abs(A)))
 
 
+def spectrum_matrix(vals, seed=0):
+    """The symmetric matrix ``Q diag(vals) Q^T`` with a random orthogonal Q, and Q."""
+    import scipy.linalg as la
+
+    n = len(vals)
+    Q, _ = la.qr(np.random.default_rng(seed).standard_normal((n, n)))
+    return (Q * vals) @ Q.T, Q
+
+
 def _cuda_available() -> bool:
     try:
         import torch

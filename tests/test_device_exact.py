@@ -33,13 +33,11 @@ from fastkpca.decomposition.exact import (  # noqa: E402
     device_matrix_free_kpca,
     exact_kpca,
 )
+from fastkpca.execution.arrays import Placement  # noqa: E402
 from fastkpca.execution.kernel_ops import CenteredGramOperator  # noqa: E402
+from fastkpca.execution.linalg import DENSE_RULE  # noqa: E402
 from fastkpca.kernels import RBF, make_kernel  # noqa: E402
-from fastkpca.solvers import (  # noqa: E402
-    DEVICE_AUTO_DENSE,
-    auto_method_device,
-    eigh_topk,
-)
+from fastkpca.solvers import auto_method, eigh_topk  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -119,10 +117,13 @@ def test_nonfinite_device_matrix_is_a_value_error():
 
 
 def test_device_auto_rule_is_one_table():
-    assert auto_method_device(DEVICE_AUTO_DENSE["max_n"], 1, dense=True) == "dense"
-    assert auto_method_device(20000, 10, dense=True) == "randomized"
-    assert auto_method_device(20000, 5000, dense=True) == "dense"
-    assert auto_method_device(500, 3, dense=False) == "randomized"
+    import array_api_compat.torch as xp
+
+    gpu = Placement(xp=xp, device=torch.device("cuda"), host=False, name="torch:cuda")
+    assert auto_method(DENSE_RULE["device"]["max_n"], 1, dense=True, placement=gpu) == "dense"
+    assert auto_method(20000, 10, dense=True, placement=gpu) == "randomized"
+    assert auto_method(20000, 5000, dense=True, placement=gpu) == "dense"
+    assert auto_method(500, 3, dense=False, placement=gpu) == "randomized"
 
 
 # --- centering ------------------------------------------------------------------------------------

@@ -35,11 +35,11 @@ from fastkpca.features import (  # noqa: E402
     fwht_xp,
 )
 from fastkpca.kernels import RBF, Matern, Polynomial  # noqa: E402
+from fastkpca.solvers import eigh_topk  # noqa: E402
 from fastkpca.statistics.covariance_sketch import ScatterSketch, test_matrix  # noqa: E402
 from fastkpca.statistics.feature_countsketch import feature_countsketch  # noqa: E402
 from fastkpca.statistics.feature_moments import (  # noqa: E402
     FeatureMoments,
-    _device_eigh_topk,
     feature_moments,
     feature_scatter_sketch,
     rf_kpca_exact,
@@ -171,18 +171,19 @@ def test_feature_moments_merge_moves_to_the_receiver(data):
 
 
 def test_device_eigh_on_the_device_equals_the_host_solver(data):
-    """The CUDA path (``xp.linalg.eigh`` of the covariance, post-processed on the host) on CPU
-    tensors: the host solver's eigenpairs."""
+    """The GPU path (the namespace's full ``eigh`` of the covariance,
+    :func:`fastkpca.execution.linalg.dense_topk`) on ``array_api_strict``: the host solver's
+    eigenpairs."""
+    xps = pytest.importorskip("array_api_strict")
     X = data[0]
     fmap = _map("orf")
     host, dev = _moments_pair(X, fmap)
     vals, comps = rf_kpca_exact(host, 5, rng=0)
     scale, eps = dev.rounding_scale()
-    d_vals, d_comps = _device_eigh_topk(
-        dev.covariance(), 5, scale, eps, dev.placement, on_device=True
-    )
-    np.testing.assert_allclose(d_vals.numpy(), vals, rtol=FEATURE_RTOL)
-    assert rel_err(comps.T, d_comps.numpy().T) < 1e-3  # vectors: eigengap-amplified rounding
+    cov = xps.asarray(to_host(dev.covariance()))
+    d_vals, d_vecs = eigh_topk(cov, 5, method="dense", scale=scale, eps=eps)
+    np.testing.assert_allclose(np.asarray(d_vals), vals, rtol=FEATURE_RTOL)
+    assert rel_err(comps.T, np.asarray(d_vecs)) < 1e-3  # vectors: eigengap-amplified rounding
 
 
 def test_scatter_sketch_on_tensors_equals_numpy(data):

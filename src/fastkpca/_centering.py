@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
+from .execution import linalg
 from .execution.arrays import placement_of
 from .execution.budget import chunk_rows
 from .execution.elementwise import as_float64, namespace_of
@@ -141,13 +142,10 @@ def centered_operator(A, weights=None) -> LinearOperator:
     ``A`` may be a dense array, a scipy sparse matrix or a LinearOperator; each product costs one
     product with A plus O(n) work, so sparsified Grams stay sparse.  Products are in float64.
     """
-    from .solvers import _matmat  # solvers imports nothing from here; lazily all the same
-
     n = A.shape[0]
     w = normalize_weights(weights, n)
     if w is None:
         w = np.full(n, 1.0 / n)
-    low_precision = getattr(A, "dtype", np.float64) == np.float32
 
     def matmat(V):
         V = np.asarray(V, dtype=np.float64)
@@ -156,8 +154,8 @@ def centered_operator(A, weights=None) -> LinearOperator:
             V = V[:, None]
         Vc = V - np.outer(w, V.sum(axis=0))  # (I - w 1^T) V
         # A float32 Gram is multiplied in float32 (no float64 copy of A), a dense one in row
-        # blocks (solvers._matmat); the result is float64.
-        AV = _matmat(A, Vc, low_precision)
+        # blocks (execution.linalg.matmat); the result is float64.
+        AV = linalg.matmat(A, Vc)
         AV -= np.outer(np.ones(n), w @ AV)  # (I - 1 w^T) AV
         return AV[:, 0] if one_d else AV
 

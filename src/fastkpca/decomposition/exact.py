@@ -34,7 +34,7 @@ from ..execution.elementwise import fill_diagonal_
 from ..execution.kernel_ops import CenteredGramOperator, kernel_blocks
 from ..execution.memory import MEMORY_FRACTION
 from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, auto_method, auto_method_device, eigh_topk
+from ..solvers import SOLVERS, auto_method, eigh_topk
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, check_solver_stopping
 
 __all__ = [
@@ -527,7 +527,7 @@ class ExactKPCA(BaseKPCA):
         On a device (tensors, or ``device="cuda"``) the Gram is stored on it when it fits its
         free memory, and ``auto`` takes the device's full ``eigh`` for n <= 2000 (or
         n_components >= n / 5) and block Krylov above
-        (:data:`fastkpca.solvers.DEVICE_AUTO_DENSE`); a Gram that does not fit is recomputed
+        (:data:`fastkpca.execution.linalg.DENSE_RULE`); a Gram that does not fit is recomputed
         in every pass (``matrix_free``, over the upper block triangle of tiles sized from the
         free memory: n = 10^6 needs O(n (k + 40)) vectors, no n x n array).  ``lanczos``
         (ARPACK, host-only) is block Krylov there.
@@ -881,7 +881,7 @@ def device_exact_kpca(
 
     ``auto`` stores the Gram on the device when it fits its free memory
     (:func:`device_gram_fits`) and solves it with the device's ``auto``
-    (:func:`fastkpca.solvers.auto_method_device`: the dense ``eigh`` for small n, block Krylov
+    (:func:`fastkpca.solvers.auto_method`: the dense ``eigh`` for small n, block Krylov
     for k small next to n); otherwise, and for ``eigen_solver="matrix_free"``, it stores no Gram
     (:func:`device_matrix_free_kpca`).  An explicit stored-Gram solver that does not fit is a
     ValueError naming the memory.  ``every_pair``: a fraction of the variance, all n pairs.
@@ -896,7 +896,9 @@ def device_exact_kpca(
             X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter, tile_dtype=tile_dtype
         )
     method = (
-        auto_method_device(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
+        auto_method(n, n_components, dense=True, placement=placement)
+        if eigen_solver == "auto"
+        else eigen_solver
     )
     if every_pair:
         method = "dense"

@@ -61,11 +61,6 @@ NEGATIVE_EIGENVALUE = {
     np.dtype(np.float32): {"ratio": 5e-3, "value": 1e-6},
 }
 
-#: scikit-learn's ``eigen_solver="auto"`` takes ARPACK for n > 200 and n_components < 10, dense
-#: otherwise; here its ARPACK choice, and its dense choice above this n (when n_components < n / 5),
-#: go to block Krylov, which makes several times fewer passes over the Gram.
-AUTO_DENSE_MAX_N = 1000
-
 
 class _PairwiseKernel(Kernel):
     """A kernel evaluated by ``sklearn.metrics.pairwise.pairwise_kernels``.
@@ -221,7 +216,7 @@ class KernelPCA(BaseKPCA):
         ``"dense"``: LAPACK ``syevr`` on the top n_components; ``"arpack"`` (or ``"lanczos"``):
         ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.  On a
         device: ``"dense"`` is the library's full ``eigh``, ``"arpack"`` (host-only) is block
-        Krylov, and ``"auto"`` follows :data:`fastkpca.solvers.DEVICE_AUTO_DENSE` (the dense
+        Krylov, and ``"auto"`` follows :data:`fastkpca.execution.linalg.DENSE_RULE` (the dense
         ``eigh`` for n <= 2000 or n_components >= n / 5, block Krylov above: 0.12 s against
         6.8 s for the dense eigh at n = 20000, k = 10 on an H100).
     tol : float, default=0
@@ -396,7 +391,7 @@ class KernelPCA(BaseKPCA):
             if placement.host:
                 K = symmetric_gram(X, self.kernel_)
             else:
-                solver = self._solver_device(n, k)
+                solver = self._solver_device(n, k, placement)
                 if not device_gram_fits(n, np.dtype(dtype).itemsize, solver, placement):
                     raise ValueError(
                         f"KernelPCA's {n} x {n} Gram matrix with eigen_solver="
@@ -412,10 +407,11 @@ class KernelPCA(BaseKPCA):
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
         if placement.host:
-            # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
-            vals, vecs = self._eigh(K, k, rng, overwrite=not precomputed, scale=scale)
-        else:
-            vals, vecs = self._eigh_device(K, k, solver, rng, scale=scale, dtype=dtype)
+            solver = self._solver(n, k)
+        # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
+        vals, vecs = self._eigh(
+            K, k, solver, rng, overwrite=not precomputed, scale=scale, dtype=np.dtype(dtype)
+        )
         del K
         if self.remove_zero_eig or self.n_components is None:
             keep = vals > 0
@@ -429,36 +425,16 @@ class KernelPCA(BaseKPCA):
         if self.fit_inverse_transform:
             self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
 
-    def _solver_device(self, n, k):
-        """The device's solver: ``auto`` from :func:`fastkpca.solvers.auto_method_device` (the
-        dense ``eigh`` for small n or k >= n / 5, block Krylov otherwise); ``arpack`` is block
-        Krylov (ARPACK is host-only)."""
+    def _solver_device(self, n, k, placement):
+        """The device's solver: ``auto`` from :func:`fastkpca.solvers.auto_method` (the dense
+        ``eigh`` for small n or k >= n / 5, block Krylov otherwise); ``arpack`` is block Krylov
+        (ARPACK is host-only)."""
         solver = EIGEN_SOLVERS[self.eigen_solver]
         if solver == "auto":
-            return solvers.auto_method_device(n, k, dense=True)
+            return solvers.auto_method(n, k, dense=True, placement=placement)
         if solver == "lanczos" or (solver == "randomized" and k >= n - 1):
             return "dense" if k >= n - 1 else "randomized"
         return solver
-
-    def _eigh_device(self, K, k, solver, rng, *, scale, dtype):
-        """:meth:`_eigh` on a device: the device's dense ``eigh`` or block Krylov, scikit-learn's
-        PSD check (on the k eigenvalues, read back), fastkpca's post-processing."""
-        placement = placement_of(K)
-        xp = placement.xp
-        tols = solvers.TOLERANCES.get(np.dtype(dtype), solvers.TOLERANCES[np.dtype(np.float64)])
-        if solver == "dense":
-            vals, vecs = solvers._xp_dense(K, k, xp)
-            n_iter = 1
-        else:
-            max_iter = self.max_iter or 500
-            if self.iterated_power != "auto":
-                max_iter = min(max_iter, self.iterated_power + 2)
-            vals, vecs, n_iter = solvers._xp_randomized(
-                K, k, rng, self.tol or tols["iterative"], max_iter, 10, placement
-            )
-        _check_psd(np.asarray(to_host(vals)), dtype)
-        self.n_iter_ = n_iter
-        return solvers.postprocess_eigen_xp(vals, vecs, scale=scale, eps=np.finfo(dtype).eps)
 
     def _check_params(self):
         _check_int("n_components", self.n_components, low=1, allow_none=True)
@@ -508,49 +484,40 @@ class KernelPCA(BaseKPCA):
             return _PairwiseKernel(self.kernel, params)
 
     def _solver(self, n, k):
+        """scikit-learn's ``eigen_solver="auto"`` takes ARPACK for n > 200 and n_components < 10,
+        dense otherwise; here its ARPACK choice, and its dense choice where fastkpca's rule
+        (:func:`fastkpca.solvers.auto_method`) prefers Krylov, go to block Krylov, which makes
+        several times fewer passes over the Gram."""
         solver = EIGEN_SOLVERS[self.eigen_solver]
         if solver != "auto":
             return solver
         sklearn_dense = n <= 200 or k >= 10
-        if sklearn_dense and (n <= AUTO_DENSE_MAX_N or k >= n // 5):
+        if sklearn_dense and solvers.auto_method(n, k, dense=True) == "dense":
             return "dense"
         return "randomized"
 
-    def _eigh(self, K, k, rng, *, overwrite, scale):
+    def _eigh(self, K, k, solver, rng, *, overwrite, scale, dtype):
         """Top-k eigenpairs of the centered Gram K: fastkpca's solvers, scikit-learn's checks.
 
-        The solvers are called before :func:`fastkpca.solvers.eigh_topk`'s post-processing,
-        which would clip negative eigenvalues to zero: a significantly negative one must raise
-        (a kernel that is not PSD), as in scikit-learn.  Eigenvalues at the rounding level of
-        the uncentered Gram (``scale``, its trace; :func:`fastkpca.solvers.postprocess_eigen`)
-        are 0 then, where scikit-learn's ``_check_psd_eigenvalues`` zeroes those below 1e-12 of
-        the largest: the largest of a zero centered Gram (identical rows) is itself rounding.
+        The solver's pairs (:func:`fastkpca.solvers.solve_topk`) are checked before
+        :func:`fastkpca.solvers.postprocess_eigen`, which would clip negative eigenvalues to
+        zero: a significantly negative one must raise (a kernel that is not PSD), as in
+        scikit-learn.  Eigenvalues at the rounding level of the uncentered Gram (``scale``, its
+        trace) are 0 then, where scikit-learn's ``_check_psd_eigenvalues`` zeroes those below
+        1e-12 of the largest: the largest of a zero centered Gram (identical rows) is itself
+        rounding.  ``tol=0`` is ARPACK's machine precision, and the per-dtype default
+        (``fastkpca.solvers.TOLERANCES``) of block Krylov.
         """
-        n = K.shape[0]
-        dtype = np.dtype(K.dtype)
-        tols = solvers.TOLERANCES.get(dtype, solvers.TOLERANCES[np.dtype(np.float64)])
-        solver = self._solver(n, k)
-        if solver == "lanczos" and k >= n:
-            solver = "dense"  # ARPACK needs k < n; scipy's eigsh falls back to eigh the same way
-        if solver == "dense":
-            vals, vecs = solvers._dense(K, k, overwrite)
-            n_iter = 1
-        elif solver == "lanczos":
-            vals, vecs, n_iter = solvers._lanczos(K, k, rng, self.tol, self.max_iter)
-        else:
+        tol, max_iter = self.tol, self.max_iter
+        if solver == "randomized":
+            tol = self.tol or None
             max_iter = self.max_iter or 500
             if self.iterated_power != "auto":
                 max_iter = min(max_iter, self.iterated_power + 2)
-            vals, vecs, n_iter = solvers._randomized(
-                K,
-                k,
-                rng,
-                self.tol or tols["iterative"],
-                max_iter,
-                10,
-                dtype == np.float32,
-            )
-        _check_psd(vals, dtype)
+        vals, vecs, n_iter = solvers.solve_topk(
+            K, k, method=solver, rng=rng, tol=tol, max_iter=max_iter, overwrite=overwrite
+        )
+        _check_psd(to_host(vals), dtype)
         self.n_iter_ = n_iter
         return solvers.postprocess_eigen(vals, vecs, scale=scale, eps=np.finfo(dtype).eps)
 

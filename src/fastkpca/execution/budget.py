@@ -89,6 +89,25 @@ def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
 
 # --- eigensolvers ------------------------------------------------------------------------------
 
+#: Rows per GEMM call of a product of a dense host matrix with a block of vectors
+#: (:func:`fastkpca.execution.linalg.matmat`): OpenBLAS runs a tall 20000 x 20000 by 20 product a
+#: third slower in one call than in 512-row pieces (30-35% for 10 to 30 columns, float32 and
+#: float64, on two cores).
+MATMAT_BLOCK_ROWS = 512
+
+#: Largest Krylov basis of the ``randomized`` (block Krylov) solver, in blocks, before a thick
+#: restart (:func:`fastkpca.execution.linalg.krylov_basis_columns`).
+KRYLOV_MAX_BLOCKS = 6
+
+#: Memory (MiB) that the Krylov basis V and its image A V may take together where the memory has
+#: no free-memory query (the host); on a device, this fraction of its free memory.
+KRYLOV_MEMORY_MB = 512
+KRYLOV_FREE_FRACTION = 0.25
+
+#: Rows and columns of the tiles in which an overwritten symmetric matrix is restored from its
+#: other triangle before LAPACK's fallback solve (the reads stay in cache).
+RESTORE_TILE = 256
+
 # --- feature maps and sketches ----------------------------------------------------------------
 
 # --- statistics ---------------------------------------------------------------------------------

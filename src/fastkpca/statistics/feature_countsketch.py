@@ -53,6 +53,7 @@ import numpy as np
 from scipy.linalg import blas
 
 from ..execution.arrays import is_host_array, placement_of, to_host
+from ..execution.linalg import prefer_dense
 from ..features import FeatureMap, feature_blocks
 from ..solvers import eigh_topk, flip_signs, postprocess_eigen
 
@@ -78,7 +79,8 @@ def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, r
     t, m = SZc.shape
     small = min(t, m)
     q = min(q, small)
-    method = "dense" if small <= 200 or 5 * q >= small else "lanczos"
+    dense = prefer_dense(small, q, explicit=True, iterative="lanczos")
+    method = "dense" if dense else "lanczos"
     if m <= t:
         return eigh_topk(SZc.T @ SZc, q, method=method, rng=rng, overwrite=True, scale=scale)
     # t < m: left singular vectors from the t x t Gram, then V = (S Zc)^T U / sigma.

@@ -25,8 +25,9 @@ import numpy as np
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
 from ..execution.arrays import HOST, is_host_array, placement_of, to_host
+from ..execution.linalg import prefer_dense
 from ..features import _CHUNK_ROWS, FeatureMap, feature_blocks, reduce_feature_chunks
-from ..solvers import eigh_topk, postprocess_eigen
+from ..solvers import eigh_topk
 from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, with_sum_column
 
 __all__ = [
@@ -297,13 +298,14 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
     components : (k, m) float64, orthonormal rows (the principal axes in feature space)
     """
     C = moments.covariance()
-    if not moments.placement.host:
-        scale, eps = moments.rounding_scale()
-        return _device_eigh_topk(C, n_components, scale, eps, moments.placement, rng=rng)
     m = C.shape[0]
-    # ARPACK needs O(k) products with the m x m matrix, a dense solve O(m^3): measured 0.5 s
-    # against 12 s for m = 1000, k = 10 on the shared 2-core machine.  Dense for small m or k.
-    method = "dense" if m <= 200 or 5 * n_components >= m else "lanczos"
+    # ARPACK needs O(k) products with the m x m matrix, a dense solve O(m^3): dense for small m
+    # or large k (the ``host_arpack`` row of fastkpca.execution.linalg.DENSE_RULE; on a GPU, its
+    # full eigh up to the ``device`` row, block Krylov above).
+    explicit_dense = prefer_dense(
+        m, n_components, explicit=True, placement=moments.placement, iterative="lanczos"
+    )
+    method = "dense" if explicit_dense else "lanczos"
     scale, eps = moments.rounding_scale()
     # One BLAS thread: k + a few dozen m x m products or a dense m x m eigh, where idle
     # threads' spin-waits cost more than they save (1.7 s against ~0.1 s measured, m = 1000,
@@ -313,43 +315,6 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
             C, n_components, method=method, rng=rng, overwrite=True, scale=scale, eps=eps
         )
     return vals, vecs.T
-
-
-def _device_eigh_topk(C, k: int, scale: float, eps: float, placement, *, rng=None, on_device=None):
-    """:func:`rf_kpca_exact`'s eigenpairs of a device covariance: ``xp.linalg.eigh`` of the
-    m x m matrix on the device, then the top k pairs post-processed on the host
-    (:func:`~fastkpca.solvers.postprocess_eigen`: order, rounding threshold, column signs, the
-    same as every host solver's; O(m k) numbers moved) and moved back.  A non-finite
-    covariance (features beyond float32's range, see :mod:`fastkpca.features`) is refused.
-
-    ``on_device`` (default: not for PyTorch CPU tensors): CPU tensors live in host memory,
-    where the host's LAPACK solve (:func:`~fastkpca.solvers.eigh_topk` on the array, as for
-    numpy rows) was measured 10-50x faster than ``torch.linalg.eigh`` (m = 100-1000, shared
-    2-core machine)."""
-    if on_device is None:
-        on_device = not placement.in_host_memory
-    m = C.shape[0]
-    if on_device:
-        vals, vecs = placement.xp.linalg.eigh(C)
-        vals_h, vecs_h = to_host(vals[m - k :]), to_host(vecs[:, m - k :])
-    else:
-        C_h = np.array(to_host(C), dtype=np.float64)
-        if not np.isfinite(C_h).all():
-            vals_h = vecs_h = np.full(1, np.nan)
-        else:
-            method = "dense" if m <= 200 or 5 * k >= m else "lanczos"
-            with one_blas_thread():
-                vals_h, vecs_h = eigh_topk(
-                    C_h, k, method=method, rng=rng, overwrite=True, scale=scale, eps=eps
-                )
-    if not (np.isfinite(vals_h).all() and np.isfinite(vecs_h).all()):
-        raise ValueError(
-            "the random-feature covariance is not finite: the phases w . x overflow float32 "
-            "(scale the data or lower gamma)"
-        )
-    if on_device:
-        vals_h, vecs_h = postprocess_eigen(vals_h, vecs_h, scale=scale, eps=eps)
-    return placement.asarray(vals_h, np.float64), placement.asarray(vecs_h.T, np.float64)
 
 
 def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.ndarray):
