@@ -3,7 +3,7 @@
 One entry point, :func:`eigh_topk`, serves a dense Gram, a float32 Gram, a sparsified (CSR)
 Gram, an implicitly centered Gram and any ``scipy.sparse.linalg.LinearOperator``, and the same
 on a device (a PyTorch tensor or CuPy array, an ``array_api_strict`` array, or an operator with a
-``placement`` there, such as :class:`fastkpca.execution.tiles.CenteredGramOperator`):
+``placement`` there, such as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
 
 ``dense``
     The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`:

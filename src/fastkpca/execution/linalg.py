@@ -173,7 +173,7 @@ def matmat(A, V):
     :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS` (one GEMM per block: OpenBLAS runs a tall
     product faster in pieces than in one call, see ``benchmarks/``); a sparse A and a
     ``LinearOperator`` use their own product.  An operator on a device (a ``placement``
-    attribute, :class:`fastkpca.execution.tiles.CenteredGramOperator`) is applied by its
+    attribute, :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`) is applied by its
     ``matmat``.  The finite check is O(n b), next to the product's O(n^2 b) or O(nnz b).
     """
     placement = operator_placement(A)
