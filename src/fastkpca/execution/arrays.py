@@ -46,7 +46,7 @@ def is_host_array(X) -> bool:
     matrices, pandas frames, lists; False for PyTorch tensors and CuPy arrays (and other
     array-API arrays that are not numpy's)."""
     module = type(X).__module__
-    return not (module.startswith("torch") or module.startswith("cupy") or module.startswith("jax"))
+    return not module.startswith(("torch", "cupy", "jax", "array_api_strict"))
 
 
 @dataclass(frozen=True)
