@@ -19,20 +19,15 @@ torch = pytest.importorskip("torch")
 
 from conftest import rel_err  # noqa: E402
 
-import fastkpca.features as features_module  # noqa: E402
+import fastkpca.execution.feature_ops as elementwise  # noqa: E402
 from fastkpca import RandomFeatureKPCA  # noqa: E402
 from fastkpca.datasets import make_random_noisy  # noqa: E402
-from fastkpca.execution.arrays import placement_of, to_host  # noqa: E402
+from fastkpca.execution.arrays import to_host  # noqa: E402
 from fastkpca.features import (  # noqa: E402
-    FastfoodFeatures,
-    OrthogonalRandomFeatures,
-    RandomFourierFeatures,
-    TensorSketchFeatures,
     draw_feature_map,
     feature_blocks,
     feature_projection,
     fwht,
-    fwht_xp,
 )
 from fastkpca.kernels import RBF, Matern, Polynomial  # noqa: E402
 from fastkpca.solvers import eigh_topk  # noqa: E402
@@ -43,6 +38,12 @@ from fastkpca.statistics.feature_moments import (  # noqa: E402
     feature_moments,
     feature_scatter_sketch,
     rf_kpca_exact,
+)
+from fastkpca.transformers import (  # noqa: E402
+    FastfoodFeatures,
+    OrthogonalRandomFeatures,
+    RandomFourierFeatures,
+    TensorSketchFeatures,
 )
 
 FEATURE_RTOL = 1e-5
@@ -94,7 +95,7 @@ def test_fourier_phases_of_offset_rows_stay_accurate(kind, data):
 def test_feature_blocks_on_tensors_use_device_chunks(data, monkeypatch):
     X = data[0]
     fmap = _map("orf")
-    monkeypatch.setattr(features_module, "device_feature_rows", lambda placement, m: 150)
+    monkeypatch.setattr(elementwise, "row_chunk_rows", lambda X, width, itemsize=4: 150)
     blocks = list(feature_blocks([(0, torch.from_numpy(X))], fmap))
     assert [start for start, _ in blocks] == [0, 150, 300]
     assert all(Z.dtype == torch.float32 for _, Z in blocks)
@@ -103,10 +104,10 @@ def test_feature_blocks_on_tensors_use_device_chunks(data, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_fwht_xp_equals_fwht(dtype):
+def test_fwht_of_tensors_equals_fwht(dtype):
     A = np.random.default_rng(0).standard_normal((7, 64)).astype(dtype)
     expected = fwht(A.copy())
-    got = fwht_xp(torch.from_numpy(A), placement_of(torch.from_numpy(A)))
+    got = fwht(torch.from_numpy(A))
     # sums of 64 +-1-weighted entries: float32 rounding ~ 64 eps32 of the largest entry
     assert _rel(expected, got.numpy()) < (1e-5 if dtype == np.float32 else 1e-13)
 

@@ -39,14 +39,14 @@ from fastkpca.execution import (
     using_n_jobs,
     worker_index,
 )
-from fastkpca.features import (
+from fastkpca.metrics import estimate_error
+from fastkpca.statistics.feature_sketch import SPLIT_ROWS, FeatureSketch
+from fastkpca.transformers import (
     FastfoodFeatures,
     OrthogonalRandomFeatures,
     RandomFourierFeatures,
     TensorSketchFeatures,
 )
-from fastkpca.metrics import estimate_error
-from fastkpca.statistics.feature_sketch import SPLIT_ROWS, FeatureSketch
 
 RTOL64 = 1e-8
 RTOL32 = 1e-5  # the float32 projections of random-feature models (module notes)
@@ -117,16 +117,16 @@ def test_every_estimator_takes_n_jobs_verbose_and_device_last_and_refuses_bad_on
 def test_n_jobs_holds_for_the_whole_call(data, monkeypatch):
     # Every threaded step of a call sees the estimator's count, nested estimators with
     # n_jobs=None inherit it, and it ends with the call.
-    import fastkpca.features as features
+    import fastkpca.execution.feature_ops as elementwise
 
     seen = []
-    original = features.map_row_chunks
+    original = elementwise.map_row_chunks
 
     def spy(n, fn, **kw):
         seen.append(n_workers())
         return original(n, fn, **kw)
 
-    monkeypatch.setattr(features, "map_row_chunks", spy)
+    monkeypatch.setattr(elementwise, "map_row_chunks", spy)
     X, X_new = data
     model = RandomFeatureKPCA(2, n_features=32, random_state=0, n_jobs=3).fit(X)
     model.transform(X_new)
@@ -384,15 +384,17 @@ def test_streaming_rows_reach_the_same_sketches_whatever_the_blocks_and_threads(
 def test_cli_jobs_option(data, tmp_path, capsys, monkeypatch):
     # --jobs N runs the command's estimators with N threads (and a loaded model's own n_jobs
     # gives way to it); 0 is refused in one line.
-    import fastkpca.features as features
+    import fastkpca.execution.feature_ops as elementwise
     from fastkpca.cli import main
 
     X, X_new = data
     np.save(tmp_path / "x.npy", X[:600])
     seen = []
-    original = features.map_row_chunks
+    original = elementwise.map_row_chunks
     monkeypatch.setattr(
-        features, "map_row_chunks", lambda *a, **k: seen.append(n_workers()) or original(*a, **k)
+        elementwise,
+        "map_row_chunks",
+        lambda *a, **k: seen.append(n_workers()) or original(*a, **k),
     )
     model = str(tmp_path / "m.npz")
     args = ["fit", str(tmp_path / "x.npy"), "--method", "rf", "-k", "2", "-o", model]

@@ -30,13 +30,13 @@ from fastkpca import (
 )
 from fastkpca.decomposition import SAVEABLE
 from fastkpca.decomposition._base import MUTATING_METHODS, BaseKPCA
-from fastkpca.features import (
+from fastkpca.kernels import Kernel
+from fastkpca.transformers import (
     FastfoodFeatures,
     OrthogonalRandomFeatures,
     RandomFourierFeatures,
     TensorSketchFeatures,
 )
-from fastkpca.kernels import Kernel
 
 N, D = 300, 5
 RNG = np.random.default_rng(0)

@@ -7,19 +7,21 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fastkpca._state import STATE_CLASSES, state_class_name
 from fastkpca.execution import n_workers
+from fastkpca.execution.feature_ops import hadamard
 from fastkpca.features import (
     FEATURES,
-    FastfoodFeatures,
-    OrthogonalRandomFeatures,
-    RandomFourierFeatures,
-    TensorSketchFeatures,
-    _hadamard,
     draw_feature_map,
     fwht,
     init_feature_map,
     resolve_n_features,
 )
 from fastkpca.kernels import RBF, Laplacian, Linear, Matern, Polynomial
+from fastkpca.transformers import (
+    FastfoodFeatures,
+    OrthogonalRandomFeatures,
+    RandomFourierFeatures,
+    TensorSketchFeatures,
+)
 
 D_IN = 10
 
@@ -111,7 +113,7 @@ def test_orf_no_worse_than_rff(kernel, X):
 def test_fwht_equals_hadamard(D, dtype, rtol):
     rng = np.random.default_rng(D)
     A = rng.standard_normal((7, D)).astype(dtype)
-    expected = A.astype(np.float64) @ _hadamard(D)
+    expected = A.astype(np.float64) @ hadamard(D)
     out = fwht(A.copy())
     assert out.dtype == dtype
     # Entries of A @ H are sums of D terms of size ~1: error ~ eps * sqrt(D) * log D.

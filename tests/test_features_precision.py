@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-import fastkpca.features as features_module
+import fastkpca._feature_map as feature_map_module
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition import ExactKPCA, RandomFeatureKPCA
 from fastkpca.features import draw_feature_map, feature_blocks
@@ -87,7 +87,7 @@ def test_feature_blocks_dtype():
 # KPCA accuracy: float32 against float64 features, several seeds
 # ------------------------------------------------------------------------------------------------
 def _fit_errors(monkeypatch, dtype, X, X_eval, gamma, seeds, solver):
-    monkeypatch.setattr(features_module, "FOURIER_DTYPE", dtype)
+    monkeypatch.setattr(feature_map_module, "FOURIER_DTYPE", dtype)
     errors, eigenvalues = [], []
     for seed in seeds:
         model = RandomFeatureKPCA(

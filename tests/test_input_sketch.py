@@ -251,7 +251,7 @@ def test_torch_rows_match_numpy_rows():
 def test_random_fourier_features_transformer_takes_input_sketch(tmp_path):
     """The transformer draws the same sketched map as the estimator's fit would, saves and loads
     it; maps other than rff refuse the parameter."""
-    from fastkpca.features import OrthogonalRandomFeatures, RandomFourierFeatures
+    from fastkpca.transformers import OrthogonalRandomFeatures, RandomFourierFeatures
 
     X = _bag_of_words(100, 2000, 20)
     transformer = RandomFourierFeatures(200, input_sketch=32, gamma=1.0, random_state=0).fit(X)

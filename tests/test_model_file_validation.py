@@ -47,7 +47,7 @@ def _models():
     """label -> (fitted model, rows to transform): every saveable class, in the configurations
     whose fitted state differs (sparse training rows, the pre-image map, each feature map,
     each Nystrom solver path, size by tolerance, compressed expansions)."""
-    from fastkpca import features
+    from fastkpca import transformers
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 4))
@@ -102,10 +102,10 @@ def _models():
             X,
         ),
         "compressed_plain": (d.compress_expansion(exact), X),
-        "rff": (features.RandomFourierFeatures(16, gamma=0.3, random_state=0).fit(X), X),
-        "orf": (features.OrthogonalRandomFeatures(16, gamma=0.3, random_state=0).fit(X), X),
-        "fastfood": (features.FastfoodFeatures(16, gamma=0.3, random_state=0).fit(X), X),
-        "tensorsketch": (features.TensorSketchFeatures(16, random_state=0).fit(X), X),
+        "rff": (transformers.RandomFourierFeatures(16, gamma=0.3, random_state=0).fit(X), X),
+        "orf": (transformers.OrthogonalRandomFeatures(16, gamma=0.3, random_state=0).fit(X), X),
+        "fastfood": (transformers.FastfoodFeatures(16, gamma=0.3, random_state=0).fit(X), X),
+        "tensorsketch": (transformers.TensorSketchFeatures(16, random_state=0).fit(X), X),
     }
     models["auto"] = (d.AutoKPCA(2, gamma=0.3, random_state=0).fit(X), X)
     models["exact_named"] = (d.ExactKPCA(2, gamma=0.3).fit(X), X)

@@ -17,10 +17,10 @@ from fastkpca.persistence import FORMAT_VERSION, load, model_info, save_model
 # CompressedKPCA has no fit (it is built by compress_expansion); tests/test_compress.py
 # round-trips it.
 ESTIMATORS = sorted(name for name in _LAZY if name[0].isupper() and name != "CompressedKPCA") + [
-    "features.RandomFourierFeatures",
-    "features.OrthogonalRandomFeatures",
-    "features.FastfoodFeatures",
-    "features.TensorSketchFeatures",
+    "transformers.RandomFourierFeatures",
+    "transformers.OrthogonalRandomFeatures",
+    "transformers.FastfoodFeatures",
+    "transformers.TensorSketchFeatures",
 ]
 
 

@@ -52,10 +52,10 @@ def test_stream_shrink_equals_general_shrink(rng):
     C = np.vstack([fd.rows(), N])
     row_sq = np.einsum("ij,ij->i", C[:ell], C[:ell])
     args = (fd._loss, fd.squared_norm + np.sum(N * N), fd.total_shrinkage)
-    gram, out = np.empty((ell + b, ell + b)), np.empty((ell, m))
-    B, delta, H, B_sq = _stream_shrink(C, ell, row_sq, *args, gram, out)
+    gram = np.empty((ell + b, ell + b))
+    B, delta, H, B_sq = _stream_shrink(C, ell, row_sq, *args, gram)
     B_ref, delta_ref, H_ref = _shrink(C, ell, [(0, ell + b, *args)])
-    assert B is out and delta > 0
+    assert B.shape == (ell, m) and delta > 0
     scale = np.sum(C * C)
     # the squared row norms it returns (lambda_i - delta) are those of its rows
     np.testing.assert_allclose(B_sq, np.einsum("ij,ij->i", B, B), rtol=0, atol=TOL * scale)

@@ -3,8 +3,11 @@
 Estimators (scikit-learn compatible): :class:`AutoKPCA` (chooses among the others),
 :class:`ExactKPCA`, :class:`NystromKPCA`,
 :class:`RandomFeatureKPCA`, :class:`StreamingKPCA`, :class:`ReducedSetKPCA`,
-:class:`SparsifiedKPCA`.  Building blocks: :mod:`fastkpca.kernels`, :mod:`fastkpca.features`,
-:mod:`fastkpca.sketch`, :mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
+:class:`SparsifiedKPCA`.  Random feature maps as scikit-learn transformers
+(:mod:`fastkpca.transformers`): :class:`RandomFourierFeatures`, :class:`OrthogonalRandomFeatures`,
+:class:`FastfoodFeatures`, :class:`TensorSketchFeatures`.  Building blocks:
+:mod:`fastkpca.kernels`, :mod:`fastkpca.features`, :mod:`fastkpca.sketch`,
+:mod:`fastkpca.solvers`, :mod:`fastkpca.metrics`.
 
 ``fastkpca.show_versions()`` prints the versions of Python, fastkpca, its dependencies and the
 BLAS in use, for bug reports.
@@ -33,6 +36,10 @@ _LAZY = {
     "SparsifiedKPCA": "fastkpca.decomposition",
     "compress_expansion": "fastkpca.decomposition",
     "CompressedKPCA": "fastkpca.decomposition",
+    "RandomFourierFeatures": "fastkpca.transformers",
+    "OrthogonalRandomFeatures": "fastkpca.transformers",
+    "FastfoodFeatures": "fastkpca.transformers",
+    "TensorSketchFeatures": "fastkpca.transformers",
     "load": "fastkpca.persistence",
     "make_kernel": "fastkpca.kernels",
     "show_versions": "fastkpca._show_versions",
@@ -51,6 +58,7 @@ _SUBMODULES = (
     "solvers",
     "source",
     "statistics",
+    "transformers",
 )
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -52,11 +52,10 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from ._feature_map import FourierMap, float_type
 from ._state import register_state_class
 from ._utils import require_memory_parts
-from .execution import map_row_chunks, require_memory
-from .execution.arrays import is_host_array
-from .features import FOURIER_DTYPE, FeatureMap, FourierFeatureMap, _float_dtype
+from .execution.feature_ops import sparse_product
 from .kernels import RBF, Kernel, Matern
 
 __all__ = [
@@ -104,8 +103,11 @@ class InputCountSketch:
     """The CountSketch ``x -> S x`` from R^d to R^t: bucket ``hashes[j]`` and sign ``signs[j]``
     of each input coordinate j (Clarkson & Woodruff 2013; the S of Kapralov et al. 2016).
 
-    :meth:`apply` computes ``X S^T`` for CSR or dense rows as one sparse product with the d x t
-    matrix of one non-zero a row: O(nnz(X)) for CSR input (O(n d) dense), never densifying X.
+    :meth:`apply` computes ``X S^T`` as one product with the d x t matrix of one non-zero a row
+    (:func:`~fastkpca.execution.feature_ops.sparse_product`): O(nnz(X)) for CSR input, O(n d)
+    for dense host rows, never densifying X; dense device rows are sketched by a GEMM with a
+    dense copy of S^T there (O(n d t): the input-sparsity gain is a host path, for
+    scipy.sparse rows).
     """
 
     def __init__(self, hashes: np.ndarray, signs: np.ndarray, n_buckets: int):
@@ -113,6 +115,7 @@ class InputCountSketch:
         self.signs = np.asarray(signs, dtype=np.float64)
         self.n_buckets = int(n_buckets)
         self._matrices: dict[str, sp.csr_matrix] = {}
+        self._dense: dict = {}
 
     @property
     def n_input_features(self) -> int:
@@ -129,29 +132,34 @@ class InputCountSketch:
             )
         return self._matrices[key]
 
-    def apply(self, X) -> np.ndarray:
-        """``X S^T``, dense (n, t), float32 for float32 X, float64 otherwise."""
-        dtype = _float_dtype(X)
-        St = self.matrix(dtype)
-        if sp.issparse(X):
-            Y = X.tocsr().astype(dtype, copy=False) @ St
-            return np.asarray(Y.toarray(), dtype=dtype)
-        X = np.asarray(X, dtype=dtype)
-        # (S X^T)^T: a sparse-times-dense product, O(n d), no densified S.
-        return np.ascontiguousarray((St.T @ X.T).T, dtype=dtype)
+    def apply(self, X):
+        """``X S^T``, dense (n, t), float32 for float32 X, float64 otherwise, in X's namespace."""
+        d, t = self.n_input_features, self.n_buckets
+        return sparse_product(
+            X,
+            self.matrix(float_type(X)),
+            self._dense,
+            what=f"input_sketch={t}: the dense {d} x {t} CountSketch of the inputs on the device",
+            hint="use input_sketch=None on a device, or sketch host rows",
+        )
+
+    def __getstate__(self) -> dict:
+        state = dict(vars(self))
+        state["_dense"] = {}  # device copies
+        return state
 
 
 @register_state_class
-class SketchedFourierFeatureMap(FeatureMap):
+class SketchedFourierFeatureMap(FourierMap):
     """Random Fourier features of CountSketched inputs: ``z(x) = [cos(Sx G), sin(Sx G)] / sqrt(D)``.
 
     Musco & Woodruff (2017), section 3.2.2, with Kapralov et al.'s (2016) fake Gaussian
     ``W = S^T G``: the features cost O(nnz(x)) for ``S x`` plus O(t D) for the product with the
     t x D frequencies G, instead of O(nnz(x) D).  Given S they are exactly the ``rff`` features
     of the kernel ``k(Sx, Sy)`` (module notes: its deviation from ``k(x, y)`` and the default
-    t).  ``kind`` is ``"rff"``: the frequencies are i.i.d. draws of the kernel's density (in
-    R^t).  Accepts CSR input; dense device rows (PyTorch) are sketched there by a dense d x t
-    GEMM (O(n d t): the input-sparsity gain is a host path, for scipy.sparse rows).
+    t), computed from ``S x`` by the float32 arithmetic every Fourier map shares
+    (:class:`fastkpca._feature_map.FourierMap`).  ``kind`` is ``"rff"``: the frequencies are
+    i.i.d. draws of the kernel's density (in R^t).  Accepts CSR input.
 
     Parameters
     ----------
@@ -166,80 +174,22 @@ class SketchedFourierFeatureMap(FeatureMap):
 
     def __init__(self, sketch: InputCountSketch, frequencies: np.ndarray):
         self.sketch = sketch
-        # The features of S x are those of an rff map of width t: its float32 phases, offset
-        # handling and cos / sin (fastkpca.features, module notes) are reused as they are.
-        self._fourier = FourierFeatureMap(frequencies, kind="rff")
+        self.frequencies = np.ascontiguousarray(frequencies, dtype=np.float64)
         self.n_input_features = sketch.n_input_features
         self.n_buckets = sketch.n_buckets
-        self.n_frequencies = self._fourier.frequencies.shape[1]
+        self.n_frequencies = self.frequencies.shape[1]
         self.n_output_features = 2 * self.n_frequencies
-        self.frequency_norm = self._fourier.frequency_norm
-
-    @property
-    def frequencies(self) -> np.ndarray:
-        """G, the (t, D) frequencies in the sketched space."""
-        return self._fourier.frequencies
-
-    def feature_dtype(self, input_dtype) -> type:
-        return FOURIER_DTYPE
-
-    def _rows(self, X):
-        """X as CSR or as a float32 / float64 array, width checked."""
-        if sp.issparse(X):
-            X = X.tocsr()
-        else:
-            X = np.asarray(X)
-            if X.dtype != np.float32:
-                X = np.asarray(X, dtype=np.float64)
-        self._check_width(X)
-        return X
-
-    def row_writer(self, X):
-        """:meth:`FeatureMap.row_writer`: ``S x`` of each chunk, then its float32 features."""
-        X = self._rows(X)
-
-        def write(start, stop, out):
-            Y = self.sketch.apply(X[start:stop])
-            self._fourier._chunk_writer(Y)(0, stop - start, out)
-
-        return write
-
-    def __call__(self, X, *, out=None, dtype=None) -> np.ndarray:
-        """Features of the rows of X, computed in float32, returned in ``dtype`` (default: X's
-        float dtype)."""
-        if not is_host_array(X):
-            from . import features  # the device path of the Fourier maps
-
-            return features._device_call(self, X, dtype)
-        dtype = np.dtype(_float_dtype(X) if dtype is None else dtype).type
-        X = self._rows(X)
-        if out is None:
-            out = np.empty((X.shape[0], self.n_output_features), dtype=dtype)
-        write = self.row_writer(X)
-        map_row_chunks(X.shape[0], lambda start, stop: write(start, stop, out[start:stop]))
-        return out
-
-    def _device_params(self, placement) -> dict:
-        """S^T as a dense (d, t) matrix on the device, float32 and float64 (dense device rows
-        cost O(n d t) to sketch there, as one GEMM; refused where it cannot fit)."""
-        d, t = self.n_input_features, self.n_buckets
-        require_memory(
-            12.0 * d * t,
-            f"input_sketch={t}: the dense {d} x {t} CountSketch of the inputs on the device",
-            hint="use input_sketch=None on a device, or sketch host rows",
+        #: The largest norm of a column of G (a bound on the phases of the sketched rows).
+        self.frequency_norm = float(
+            np.sqrt(np.max(np.einsum("ij,ij->j", self.frequencies, self.frequencies), initial=0))
         )
-        St = self.sketch.matrix(np.float64).toarray()
-        return {
-            "St64": placement.asarray(St, np.float64),
-            "St32": placement.asarray(St, np.float32),
-        }
 
-    def _device_chunk(self, X, placement):
-        """The features of a chunk of dense device rows: ``X S^T`` as a GEMM, then those of
-        the rff map of width t on the device."""
-        params = self._device(placement)
-        St = params["St32"] if X.dtype == placement.xp.float32 else params["St64"]
-        return self._fourier._device_chunk(X @ St, placement)
+    def _project(self, A, dtype):
+        return A @ self._placed(A, "G", lambda: self.frequencies, dtype)
+
+    def _chunk(self, rows, out=None):
+        """``S x`` of the chunk (:meth:`InputCountSketch.apply`), then its float32 features."""
+        return self._fourier_chunk(self.sketch.apply(rows), out)
 
     def __repr__(self):
         return (

@@ -14,10 +14,17 @@ __all__ = [
     "check_float",
     "require_memory_parts",
     "DEFAULT_BLOCK_ROWS",
+    "DEFAULT_TOL",
+    "check_tol",
+    "check_auto_size",
 ]
 
 #: Rows per block when a method walks over an in-memory array.
 DEFAULT_BLOCK_ROWS = 8192
+
+#: ``n_landmarks="auto"`` / ``n_features="auto"`` without ``tol``: grow to a relative rank-k
+#: error of at most 1.05 (estimated), 5 % above exact KPCA's optimum.
+DEFAULT_TOL = 0.05
 
 
 def as_generator(random_state, *, name: str = "random_state") -> np.random.Generator:
@@ -88,3 +95,35 @@ def require_memory_parts(parts, *, hint: str = "") -> None:
         require_memory(nbytes, what, hint=hint)
     if len(parts) > 1:
         require_memory(sum(p[0] for p in parts), " and ".join(p[1] for p in parts), hint=hint)
+
+
+def check_tol(tol, auto: bool) -> float | None:
+    """``tol`` validated: a finite number > 0, or None (``DEFAULT_TOL`` when ``auto``)."""
+    if tol is None:
+        return DEFAULT_TOL if auto else None
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(float(tol)):
+        raise ValueError(f"tol must be a positive number or None, got {tol!r}")
+    if tol <= 0:
+        raise ValueError(f"tol must be > 0 (the allowed relative excess error), got {tol!r}")
+    return float(tol)
+
+
+def check_auto_size(name: str, value, tol) -> bool:
+    """Whether the size parameter ``name`` is chosen by tolerance.
+
+    ``"auto"``, or None together with a ``tol``, means yes; an integer with a ``tol`` is a
+    contradiction and raises ValueError.
+    """
+    check_tol(tol, auto=False)
+    if isinstance(value, str):
+        if value != "auto":
+            raise ValueError(f"{name} must be a positive integer, None or 'auto', got {value!r}")
+        return True
+    if tol is None:
+        return False
+    if value is not None:
+        raise ValueError(
+            f"tol={tol!r} chooses {name} by tolerance; pass {name}='auto' (or None) with it, "
+            f"not {name}={value!r}"
+        )
+    return True

@@ -30,7 +30,8 @@ import scipy.sparse as sp
 from ._state import register_state_class
 from ._utils import as_generator, check_int
 from .execution import map_tasks, one_blas_thread
-from .execution.arrays import HOST, is_host_array, placement_of, to_host
+from .execution.arrays import HOST, placement_of, to_host
+from .execution.feature_ops import row_sums_of_squares, sum_of_squares
 from .source.memory import check_block
 
 __all__ = [
@@ -42,9 +43,22 @@ __all__ = [
 ]
 
 
+def _eigh(H: np.ndarray):
+    """Eigenvalues, descending, and eigenvectors of a small symmetric host matrix (its lower
+    triangle read).
+
+    numpy's LAPACK, not scipy's wrappers: those hold the GIL, and sketches shrink in parallel
+    threads (computing only the top eigenvectors through dsytrd / dstevd / dormqr took 15-20 %
+    less time on one thread, but ran two threads one at a time).  The shape of
+    ``fastkpca.execution.linalg.eigh``, which is to take its place.
+    """
+    lam, U = np.linalg.eigh(H)
+    return lam[::-1], U[:, ::-1]
+
+
 def _fd_eigh(C: np.ndarray, gram: np.ndarray | None = None):
-    """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of C, and the
-    squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None).
+    """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of a host C, and
+    the squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None).
 
     ``gram``: ``C C^T`` already computed (only its lower triangle is read), for a wide C.
     """
@@ -52,13 +66,12 @@ def _fd_eigh(C: np.ndarray, gram: np.ndarray | None = None):
     wide = r <= m
     if gram is None:
         gram = C @ C.T if wide else C.T @ C
-    lam, U = np.linalg.eigh(gram)  # reads the lower triangle only
-    lam, U = lam[::-1], U[:, ::-1]  # descending
+    lam, U = _eigh(gram)
     np.maximum(lam, 0.0, out=lam)
     return wide, lam, U, (np.diagonal(gram) if wide else None)
 
 
-def buffer_gram(C: np.ndarray, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarray:
+def buffer_gram(C, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarray:
     """Lower triangle of ``C C^T`` when the first rows of C are orthogonal (a shrunk sketch).
 
     After a shrink the sketch rows are ``B = diag(sigma') V^T`` with orthonormal V (Ghashami
@@ -67,9 +80,11 @@ def buffer_gram(C: np.ndarray, n_orthogonal: int, row_sq: np.ndarray, out=None) 
     multiply-adds for a buffer of ell sketch rows and b new ones).  ``B B^T``'s off-diagonal
     entries are round-off (``eps ||B||^2``, the accuracy of the shrink that made B), taken as 0.
 
+    The products run where C lives (the O(b r m) part); G, small, is on the host.
+
     Parameters
     ----------
-    C : ndarray (r, m), float64
+    C : array (r, m), float64, of any namespace
     n_orthogonal : int
         The first n_orthogonal rows of C are orthogonal, with squared norms ``row_sq``.
     row_sq : ndarray (n_orthogonal,)
@@ -82,14 +97,15 @@ def buffer_gram(C: np.ndarray, n_orthogonal: int, row_sq: np.ndarray, out=None) 
         strict upper triangle of the ``(n_orthogonal, r - n_orthogonal)`` block is unspecified
         (``numpy.linalg.eigh`` reads the lower one).
     """
+    xp = placement_of(C).xp
     r = C.shape[0]
     G = np.empty((r, r)) if out is None else out
     k = n_orthogonal
     G[:k, :k] = 0.0
     G.flat[: k * (r + 1) : r + 1] = row_sq
-    N = C[k:]
-    G[k:, :k] = N @ C[:k].T
-    G[k:, k:] = N @ N.T  # one symmetric rank-update (numpy calls syrk for a @ a.T)
+    N = C[k:, :]
+    G[k:, :k] = to_host(N @ xp.permute_dims(C[:k, :], (1, 0)))
+    G[k:, k:] = to_host(N @ xp.permute_dims(N, (1, 0)))  # syrk: numpy's a @ a.T
     return G
 
 
@@ -114,12 +130,12 @@ def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
 
     Parameters
     ----------
-    C : ndarray (r, m), float64
+    C : array (r, m), float64 (numpy, or a device array: see :func:`_shrink`)
     ell : int, 1 <= ell
 
     Returns
     -------
-    B : ndarray (ell, m), float64
+    B : array (ell, m), float64, C's namespace and device
     delta : float
     """
     B, delta, _ = _shrink(C, ell)
@@ -140,7 +156,7 @@ def _directions(rows: np.ndarray):
     return norms, norms > _DIRECTION_TOL * top if top > 0 else np.zeros(norms.shape, bool)
 
 
-def _shrink(C: np.ndarray, ell: int, history=(), gram=None, out=None):
+def _shrink(C, ell: int, history=(), gram=None):
     """:func:`fd_shrink` that also carries the estimated per-direction loss forward.
 
     ``history`` lists one ``(start, stop, H, energy, shrinkage)`` per merged part: rows
@@ -154,14 +170,19 @@ def _shrink(C: np.ndarray, ell: int, history=(), gram=None, out=None):
     ``delta`` on each, the exact loss of this shrink in every kept direction (their squared
     singular values are all >= delta).  Zero rows of B get zero rows and columns.
 
-    ``gram``: C C^T when already known (:func:`buffer_gram`; a wide C only).  ``out``: an
-    (ell, m) array, not overlapping C, that B is written to (and returned).
+    ``gram``: C C^T when already known (:func:`buffer_gram`; a wide C only).
+
+    It runs on the host: a device buffer is copied there and B moved back to it.  That is the
+    first shrink of a sketch, a merge, a tall buffer or a sketch row too short to define a
+    direction: O(r m) numbers, rare next to the streamed shrinks (:func:`_stream_shrink`).
     """
+    placement = placement_of(C)
+    C = to_host(C)
     r, m = C.shape
     wide, lam, U, row_sq = _fd_eigh(C, gram)
     delta = float(lam[ell]) if lam.size > ell else 0.0
     kept = min(ell, lam.size)
-    B = np.zeros((ell, m)) if out is None else out
+    B = np.zeros((ell, m))
     live = lam[:kept] > delta
     if wide:
         # B = diag(sqrt(1 - delta / s_i^2)) U^T C: the scale folded into the small factor, so
@@ -171,8 +192,6 @@ def _shrink(C: np.ndarray, ell: int, history=(), gram=None, out=None):
         np.matmul((U[:, :kept] * scale).T, C, out=B[:kept])
     else:
         B[:kept] = np.sqrt(lam[:kept] - delta)[:, None] * U[:, :kept].T
-    if kept < ell and out is not None:
-        B[kept:] = 0.0
     # Few numpy calls: this runs once per ell rows, on ell x ell matrices, so call overhead,
     # not arithmetic, is its cost.
     H_kept = np.zeros((kept, kept))
@@ -219,74 +238,43 @@ def _shrink(C: np.ndarray, ell: int, history=(), gram=None, out=None):
         H_kept[~live] = 0.0
         H_kept[:, ~live] = 0.0
     if kept == ell:
-        return B, delta, H_kept
+        return placement.asarray(B, np.float64), delta, H_kept
     H_new = np.zeros((ell, ell))
     H_new[:kept, :kept] = H_kept
-    return B, delta, H_new
+    return placement.asarray(B, np.float64), delta, H_new
 
 
-def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram, out):
+def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram=None):
     """:func:`_shrink` of a sketch's own full buffer, lean: the shrink of every ``batch`` rows.
 
-    C (r x m, ell < r <= m) is the buffer, its first ell rows the sketch rows of the last
-    shrink (orthogonal, squared norms ``row_sq``, all long enough to define a direction), with
-    tracked loss ``loss``; ``energy`` and ``shrinkage`` are the sketch's ``squared_norm`` and
-    ``total_shrinkage``.  The same arithmetic as ``_shrink(C, ell, [(0, r, loss, energy,
-    shrinkage)])`` with the Gram from :func:`buffer_gram` (written to ``gram``, r x r) and B
-    written to ``out`` (ell x m, not overlapping C), in about half of its numpy calls: this runs
-    once per ``batch`` rows, where the general function's Python overhead (~0.1 ms per shrink)
-    was not far below the cost of the Gram.  Returns ``(B, delta, H_new, row_sq_new)``, the
-    last the squared norms of B's rows, ``lambda_i - delta`` (equal in exact arithmetic: row i
-    is ``sqrt(1 - delta / lambda_i) u_i^T C`` and ``u_i^T C C^T u_i = lambda_i``), which
-    spares a pass over B.
+    C (r x m, ell < r <= m, numpy or a device array) is the buffer, its first ell rows the
+    sketch rows of the last shrink (orthogonal, squared norms ``row_sq``, all long enough to
+    define a direction), with tracked loss ``loss``; ``energy`` and ``shrinkage`` are the
+    sketch's ``squared_norm`` and ``total_shrinkage``.  The same arithmetic as ``_shrink(C,
+    ell, [(0, r, loss, energy, shrinkage)])`` with the Gram from :func:`buffer_gram` (written to
+    ``gram``, an r x r host array, when given), in about half of its numpy calls: this runs once
+    per ``batch`` rows, where the general function's Python overhead (~0.1 ms per shrink) was
+    not far below the cost of the Gram.  The products with C run where C lives, the small
+    eigendecomposition and the loss tracking on the host.  Returns ``(B, delta, H_new,
+    row_sq_new)``, B in C's namespace, the last the squared norms of B's rows,
+    ``lambda_i - delta`` (equal in exact arithmetic: row i is ``sqrt(1 - delta / lambda_i)
+    u_i^T C`` and ``u_i^T C C^T u_i = lambda_i``), which spares a pass over B.
     """
-    buffer_gram(C, ell, row_sq, out=gram)
+    gram = buffer_gram(C, ell, row_sq, out=gram)
     m = C.shape[1]
     W, delta, H, new_sq = _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m)
-    np.matmul(W, C, out=out)
-    return out, delta, H, new_sq
-
-
-def _buffer_gram_xp(C, n_orthogonal: int, row_sq: np.ndarray, placement, energy=None):
-    """:func:`buffer_gram` of a device buffer, returned on the host: the new rows' products
-    ``N [B; N]^T`` on the device (the O(r b m) part), the sketch rows' diagonal from the host
-    ``row_sq``; one transfer of the (r - n_orthogonal) x r block, with the device scalar
-    ``energy`` (returned as a float, or None)."""
-    r, k = C.shape[0], n_orthogonal
-    xp = placement.xp
-    N = C[k:]
-    block = N @ xp.permute_dims(C, (1, 0))  # (r - k, r): [N B^T, N N^T]
-    flat = xp.reshape(block, (-1,))
-    if energy is not None:
-        flat = xp.concat([flat, xp.reshape(energy, (1,))])
-    values = to_host(flat)
-    G = np.zeros((r, r))
-    G.flat[: k * (r + 1) : r + 1] = row_sq
-    G[k:, :] = values[: (r - k) * r].reshape(r - k, r)
-    return G, (None if energy is None else float(values[-1]))
-
-
-def _shrink_xp(C, ell: int, history=(), placement=HOST):
-    """:func:`_shrink` of a device buffer: on the host from a host copy of C (the first shrink
-    of a sketch, a merge, a tall buffer or a row too short to define a direction: O(r m)
-    numbers, rare next to the streamed shrinks), B moved back."""
-    B, delta, H = _shrink(to_host(C), ell, history)
-    return placement.asarray(B, np.float64), delta, H
+    return placement_of(C).asarray(W, np.float64) @ C, delta, H, new_sq
 
 
 def _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m):
     """The small half of :func:`_stream_shrink`, from the buffer's Gram (r x r, its lower
     triangle read): ``(W, delta, H_new, row_sq_new)`` with ``B = W C`` the shrunk rows (W is
     ell x r)."""
-    r = gram.shape[0]
-    # numpy's eigh, not scipy's LAPACK wrappers: those hold the GIL, and two sketches shrink in
-    # parallel threads (computing only the top eigenvectors through dsytrd / dstevd / dormqr
-    # took 15-20 % less time on one thread, but ran the two threads one at a time).
-    lam, U = np.linalg.eigh(gram)  # ascending; reads the lower triangle only
+    lam, U = _eigh(gram)
     np.maximum(lam, 0.0, out=lam)
-    delta = float(lam[r - ell - 1])  # the (ell+1)-th largest
-    top = lam[: r - ell - 1 : -1]  # the ell largest, descending
-    U_top = U[:, : r - ell - 1 : -1]
+    delta = float(lam[ell])  # the (ell+1)-th largest
+    top = lam[:ell]  # the ell largest, descending
+    U_top = U[:, :ell]
     live = top > delta
     all_live = bool(live.all())
     if all_live:
@@ -309,9 +297,7 @@ def _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m):
 
 
 def _copy(a):
-    """An independent copy of a host or device array."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
+    """An independent copy of an array of any namespace."""
     return placement_of(a).xp.asarray(a, copy=True)
 
 
@@ -415,9 +401,8 @@ class FrequentDirections:
         self._loss: Any = None  # (ell, ell) float64 once the width is known
         self._n_kept = 0
         # Shrink workspace: squared norms of the kept rows (None: not known, computed at the
-        # next shrink), the rows a shrink computes (then copied to the buffer), its Gram.
+        # next shrink) and the buffer's Gram (host arrays).
         self._row_sq: Any = None
-        self._shrunk_rows: Any = None
         self._gram: Any = None
         #: Where the buffer lives (:mod:`fastkpca.execution.arrays`): the host, or the device
         #: of the first device rows added (see :meth:`_extend`).
@@ -471,11 +456,8 @@ class FrequentDirections:
     def _allocate(self, m: int) -> None:
         self.n_columns = m
         placement = self._placement
-        if placement.host:
-            self._buffer = np.zeros((self._capacity, m))
-        else:
-            xp = placement.xp
-            self._buffer = xp.zeros((self._capacity, m), dtype=xp.float64, device=placement.device)
+        xp = placement.xp
+        self._buffer = xp.zeros((self._capacity, m), dtype=xp.float64, device=placement.device)
         self._filled = 0
         self._loss = np.zeros((self._ell, self._ell))
         self._n_kept = 0
@@ -505,57 +487,31 @@ class FrequentDirections:
         made the rows themselves (finite, ``n_columns`` wide) and set the thread limit once
         for several sketches (:func:`one_blas_thread` is process-wide, so it must not be entered
         from two threads at once).  A non-finite row is still refused: it makes the exact
-        squared norm, summed anyway, non-finite.
+        squared norm, summed anyway, non-finite (at the next shrink, or when it is read).
 
-        Device rows (PyTorch, CuPy) move the buffer to their device (:meth:`_moved_to`); the
-        rows are copied in and the streamed shrinks' products run there, while the small
-        eigendecomposition and the loss tracking of each shrink run on the host from the
-        buffer's Gram (one transfer of at most (ell + batch)^2 numbers each way): the same
-        shrink points and the same arithmetic, so the same sketch as the host's up to
-        rounding."""
-        if not is_host_array(rows):
-            placement = placement_of(rows)
-            if placement != self._placement:
-                self._moved_to(placement)
-        elif not self._placement.host:
-            rows = self._placement.asarray(rows.toarray() if sp.issparse(rows) else rows)
+        The buffer lives with the rows (:mod:`fastkpca.execution.arrays`): a sketch that holds
+        no rows yet moves to the placement of the rows it is given (:meth:`_moved_to`), later
+        rows are moved to it.  On a device the rows are copied in and the streamed shrinks'
+        products run there, while the small eigendecomposition and the loss tracking of each
+        shrink run on the host from the buffer's Gram (one transfer of at most (ell + batch)^2
+        numbers each way): the same shrink points and the same arithmetic, so the same sketch
+        as the host's up to rounding.  The rows' energy is summed where they are and read with
+        the next shrink."""
+        placement = placement_of(rows)
+        if placement != self._placement and not (self.n_rows_seen or self._filled):
+            self._moved_to(placement)
         if self._buffer is None:
             self._allocate(rows.shape[1])
-        if not self._placement.host:
-            self._extend_xp(rows)
-            return
+        home = self._placement
         cap = self._buffer.shape[0]
         n, pos = rows.shape[0], 0
         while pos < n:
             take = min(cap - self._filled, n - pos)
-            part = rows[pos : pos + take]
-            block = self._buffer[self._filled : self._filled + take]
-            block[...] = part.toarray() if sp.issparse(part) else part
+            part = rows[pos : pos + take, ...]
+            block = self._buffer[self._filled : self._filled + take, :]
+            block[...] = home.asarray(part.toarray() if sp.issparse(part) else part)
             # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
-            flat = block.reshape(-1)  # contiguous rows: a view
-            energy = float(np.dot(flat, flat))
-            if not math.isfinite(energy):
-                raise ValueError("rows: Input contains NaN or infinity.")
-            self.squared_norm += energy
-            self._filled += take
-            pos += take
-            if self._filled == cap:
-                self._compress()
-        self.n_rows_seen += n
-
-    def _extend_xp(self, rows) -> None:
-        """:meth:`_extend` into a device buffer."""
-        xp = self._placement.xp
-        cap = self._buffer.shape[0]
-        n, pos = rows.shape[0], 0
-        while pos < n:
-            take = min(cap - self._filled, n - pos)
-            block = self._buffer[self._filled : self._filled + take]
-            block[...] = rows[pos : pos + take]
-            # ||A||_F^2 in float64 as on the host, kept on the device until the next shrink
-            energy = xp.sum(block * block)
-            pending = self._energy_pending
-            self._energy_pending = energy if pending is None else pending + energy
+            self._add_pending_energy(sum_of_squares(block))
             self._filled += take
             pos += take
             if self._filled == cap:
@@ -567,81 +523,48 @@ class FrequentDirections:
         in place; returns self."""
         if placement == self._placement:
             return self
+        self._settle_energy()
         self._placement = placement
         if self._buffer is not None:
             self._buffer = placement.asarray(to_host(self._buffer), np.float64)
-        self._shrunk_rows = self._gram = None
         return self
+
+    def _on(self, placement) -> FrequentDirections:
+        """This sketch with its buffer on ``placement``: itself, or a moved copy."""
+        if placement == self._placement:
+            return self
+        return self.copy()._moved_to(placement)
 
     def _compress(self) -> None:
         """Shrink the full buffer to ell rows.
 
         After the first shrink the buffer's first ell rows are the sketch (orthogonal rows), so
         its Gram is built by :func:`buffer_gram` (the new rows' part only), and the lean
-        :func:`_stream_shrink` runs in preallocated arrays.  Same arithmetic as
-        :func:`fd_shrink` otherwise.  (The rest of the buffer is not zeroed: only its first
-        ``_filled`` rows are ever read.)
+        :func:`_stream_shrink` runs, its products where the buffer is, its small steps on the
+        host.  Same arithmetic as :func:`fd_shrink` otherwise.  (The rest of the buffer is not
+        zeroed: only its first ``_filled`` rows are ever read.)
         """
-        ell, C = self._ell, self._buffer[: self._filled]
+        ell, C = self._ell, self._buffer[: self._filled, :]
         r, m = C.shape
-        if not self._placement.host:
-            self._compress_xp(C, ell)
-            return
+        self._settle_energy()  # before the shrink: a non-finite row is refused
         if not self._n_kept or r > m:
             self._set_shrunk(*_shrink(C, ell, self._history()))
             return
         if self._row_sq is None:
-            self._row_sq = np.einsum("ij,ij->i", C[:ell], C[:ell])
+            self._row_sq = to_host(row_sums_of_squares(C[:ell, :]))
         row_sq = self._row_sq
-        if self._shrunk_rows is None:
-            self._shrunk_rows = np.empty((ell, m))
+        if self._gram is None:
             self._gram = np.empty((self._buffer.shape[0],) * 2)
-        out, gram = self._shrunk_rows, self._gram[:r, :r]
+        gram = self._gram[:r, :r]
         if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
             B, delta, H, new_sq = _stream_shrink(
-                C,
-                ell,
-                row_sq,
-                self._loss,
-                self.squared_norm,
-                self.total_shrinkage,
-                gram,
-                out,
+                C, ell, row_sq, self._loss, self.squared_norm, self.total_shrinkage, gram
             )
         else:  # a sketch row too short to define a direction: the general loss update
             gram = buffer_gram(C, ell, row_sq, out=gram)
-            B, delta, H = _shrink(C, ell, self._history(), gram=gram, out=out)
-            new_sq = np.einsum("ij,ij->i", B, B)
-        self._buffer[:ell] = B
-        self._filled = ell
-        self.total_shrinkage += delta
-        self._loss = H
-        self._row_sq = new_sq
-
-    def _compress_xp(self, C, ell: int) -> None:
-        """:meth:`_compress` of a device buffer (see :meth:`_extend`)."""
-        placement = self._placement
-        r, m = C.shape
-        if not self._n_kept or r > m:
-            self._settle_energy()  # before the shrink: a non-finite row is refused
-            self._set_shrunk(*_shrink_xp(C, ell, self._history(), placement))
-            return
-        if self._row_sq is None:
-            top = C[:ell]
-            self._row_sq = to_host(placement.xp.sum(top * top, axis=1))
-        row_sq = self._row_sq
-        if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
-            gram, energy = _buffer_gram_xp(C, ell, row_sq, placement, self._energy_pending)
-            if energy is not None:
-                self._flush_energy(energy)
-            W, delta, H, new_sq = _stream_shrink_factors(
-                gram, ell, row_sq, self._loss, self.squared_norm, self.total_shrinkage, m
-            )
-            B = placement.asarray(W, np.float64) @ C
-        else:  # a sketch row too short to define a direction: the general loss update
-            B, delta, H = _shrink_xp(C, ell, self._history(), placement)
-            new_sq = to_host(placement.xp.sum(B * B, axis=1))
-        self._buffer[:ell] = B
+            B, delta, H = _shrink(C, ell, self._history(), gram=gram)
+            new_sq = to_host(row_sums_of_squares(B))
+        self._buffer[:ell, :] = B
         self._filled = ell
         self.total_shrinkage += delta
         self._loss = H
@@ -649,8 +572,8 @@ class FrequentDirections:
 
     def _set_shrunk(self, B: np.ndarray, delta: float, H: np.ndarray) -> None:
         ell = self._ell
-        self._buffer[:ell] = B
-        self._buffer[ell:] = 0.0
+        self._buffer[:ell, :] = B
+        self._buffer[ell:, :] = 0.0
         self._filled = ell
         self.total_shrinkage += delta
         self._loss = H
@@ -674,10 +597,8 @@ class FrequentDirections:
         """
         if self._buffer is None:
             return 0.0
-        R = self._buffer[: self._filled]
-        if not self._placement.host:
-            return max(self.squared_norm - float(self._placement.xp.sum(R * R)), 0.0)
-        return max(self.squared_norm - float(np.einsum("ij,ij->", R, R)), 0.0)
+        kept = float(to_host(sum_of_squares(self._buffer[: self._filled, :])))
+        return max(self.squared_norm - kept, 0.0)
 
     def loss_model(self) -> tuple[np.ndarray, np.ndarray, float]:
         """Estimate of the loss ``E = A^T A - R^T R`` of the buffer R (:meth:`rows`).
@@ -712,7 +633,7 @@ class FrequentDirections:
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
         m, r = self.n_columns, self._n_kept
-        rows = to_host(self._buffer[:r])  # small (ell x m): the loss model is read on the host
+        rows = to_host(self._buffer[:r, :])  # small (ell x m): the loss model is read on the host
         norms, ok = _directions(rows)
         V = rows[ok] / norms[ok, None]
         H = self._loss[:r, :r][np.ix_(ok, ok)]
@@ -731,13 +652,9 @@ class FrequentDirections:
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
         ell = self._ell
-        if not self._placement.host:
-            if self._filled <= ell:
-                return _copy(self._buffer[:ell])
-            return _shrink_xp(self._buffer[: self._filled], ell, (), self._placement)[0]
         if self._filled <= ell:
-            return self._buffer[:ell].copy()
-        return fd_shrink(self._buffer[: self._filled], ell)[0]
+            return _copy(self._buffer[:ell, :])
+        return fd_shrink(self._buffer[: self._filled, :], ell)[0]
 
     def rows(self) -> np.ndarray:
         """The buffered rows as they are (up to ell + batch, no final shrink), float64 copy.
@@ -747,7 +664,7 @@ class FrequentDirections:
         """
         if self._buffer is None:
             raise ValueError("the sketch has seen no rows and n_columns is unknown")
-        return _copy(self._buffer[: self._filled])
+        return _copy(self._buffer[: self._filled, :])
 
     def merge(self, other: FrequentDirections) -> FrequentDirections:
         """A new sketch of the concatenated streams (neither input is modified).
@@ -780,27 +697,26 @@ class FrequentDirections:
                 f"cannot merge sketches with different numbers of columns "
                 f"({self.n_columns} and {other.n_columns})"
             )
-        if not (self._placement.host and other._placement.host):
-            # Device sketches merge on the host (O(ell m) numbers: the buffers) and the result
-            # moves to this sketch's placement (the other's, when this one is empty).
-            home = self._placement if self._buffer is not None else other._placement
-            return self._on_host().merge(other._on_host())._moved_to(home)
-        out = FrequentDirections(
-            self.sketch_size, self.n_columns or other.n_columns, self.batch_size
-        )
-        parts = [p for p in (self, other) if p._buffer is not None and p._filled]
+        # The merged sketch lives where this one does (where the other does, when this one is
+        # empty); the other's buffer is moved there (O(ell m) numbers).
+        home = self._placement if self._buffer is not None else other._placement
+        out = FrequentDirections(self.sketch_size, None, self.batch_size)._moved_to(home)
+        m = self.n_columns or other.n_columns
+        if m is not None:
+            out._allocate(m)
+        parts = [p._on(home) for p in (self, other) if p._buffer is not None and p._filled]
         tracked = [p for p in parts if p._n_kept]
         if not tracked:
             # Neither has shrunk: their buffers are exact rows, fed as a stream.
             for part in parts:
-                out.update(part._buffer[: part._filled])
+                out._extend(part._buffer[: part._filled, :])
         elif len(tracked) == 1 and sum(p._filled for p in parts) < out._buffer.shape[0]:
             # Room for both buffers: the shrunk one first (its rows carry the loss estimate),
             # then the other's exact rows.
             first = tracked[0]
             pos = 0
             for part in [first] + [p for p in parts if p is not first]:
-                out._buffer[pos : pos + part._filled] = part._buffer[: part._filled]
+                out._buffer[pos : pos + part._filled, :] = part._buffer[: part._filled, :]
                 pos += part._filled
             out._filled = pos
             out._loss = first._loss.copy()
@@ -808,13 +724,14 @@ class FrequentDirections:
         else:
             # One shrink of both buffers: each part's loss estimate is carried onto the
             # merged directions and the two are added (the true losses add up).
-            rows = np.vstack([p._buffer[: p._filled] for p in parts])
+            rows = home.xp.concat([p._buffer[: p._filled, :] for p in parts], axis=0)
             history, pos = [], 0
             for part in parts:
                 history += part._history(pos)
                 pos += part._filled
             out._set_shrunk(*_shrink(rows, out._ell, history))
         out.n_rows_seen = self.n_rows_seen + other.n_rows_seen
+        out._energy_pending = None  # the rows fed in above: counted in the parts' energies
         out.squared_norm = self.squared_norm + other.squared_norm
         out.total_shrinkage += self.total_shrinkage + other.total_shrinkage
         return out
@@ -828,7 +745,7 @@ class FrequentDirections:
             value = getattr(self, name)
             if value is not None:
                 setattr(out, name, _copy(value))
-        out._shrunk_rows = out._gram = None  # the shrink's workspace, reallocated when needed
+        out._gram = None  # the shrink's workspace, reallocated when needed
         return out
 
     def __getstate__(self) -> dict:
@@ -841,16 +758,10 @@ class FrequentDirections:
         self.__dict__.update(state)
         self._placement = placement_of(self._buffer)
 
-    def _on_host(self) -> FrequentDirections:
-        """This sketch with its buffer on the host (itself when it is there)."""
-        if self._placement.host:
-            return self
-        return self.copy()._moved_to(HOST)
-
     # --- persistence --------------------------------------------------------------------------
     def to_state(self) -> dict:
         """Plain values (ints, floats, one array) that :meth:`from_state` turns back into self."""
-        buffer = None if self._buffer is None else to_host(_copy(self._buffer[: self._filled]))
+        buffer = None if self._buffer is None else to_host(_copy(self._buffer[: self._filled, :]))
         return {
             "sketch_size": self.sketch_size,
             "n_columns": self.n_columns,

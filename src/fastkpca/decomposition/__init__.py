@@ -68,10 +68,10 @@ _METHOD_CHOOSERS = {"auto"}
 #: Estimator classes outside this package that model files may store (the random-feature
 #: transformers): class name -> defining module.
 _SAVEABLE_ELSEWHERE = {
-    "RandomFourierFeatures": "fastkpca.features",
-    "OrthogonalRandomFeatures": "fastkpca.features",
-    "FastfoodFeatures": "fastkpca.features",
-    "TensorSketchFeatures": "fastkpca.features",
+    "RandomFourierFeatures": "fastkpca.transformers",
+    "OrthogonalRandomFeatures": "fastkpca.transformers",
+    "FastfoodFeatures": "fastkpca.transformers",
+    "TensorSketchFeatures": "fastkpca.transformers",
 }
 
 #: The whitelist of model files: class name -> the module that defines it.  A model file may

@@ -36,7 +36,7 @@ The fit is one pipeline for arrays, streams of blocks and dask arrays: the sourc
 Neither ever holds the n x m feature matrix.
 
 On a device (PyTorch tensors, CuPy arrays, or ``device=``) the pass runs there: float32
-features of large row chunks (:func:`fastkpca.features.device_features`) and float64
+features of large row chunks (:func:`fastkpca.execution.feature_ops.map_rows`) and float64
 statistics in the arrays' namespace, with no host synchronisation inside the pass.  The small
 solves read host copies where that is the simpler and not the slower way: the randomized
 solver's test matrix (from one block of features) and its m x q reconstruction, and the

@@ -23,10 +23,10 @@ import itertools
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
+from ..execution import CHUNK_ROWS, SHARE_ROWS, one_blas_thread, sum_over_shares
 from ..execution.arrays import HOST, is_host_array, placement_of, to_host
 from ..execution.linalg import prefer_dense
-from ..features import _CHUNK_ROWS, FeatureMap, feature_blocks, reduce_feature_chunks
+from ..features import FeatureMap, feature_blocks, reduce_feature_chunks
 from ..solvers import eigh_topk
 from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, with_sum_column
 
@@ -403,7 +403,7 @@ class _SketchTotals:
     def __init__(self, m: int, width: int, dtype):
         self.n = 0
         self.YT = np.zeros((width, m))
-        self.P = np.empty((_CHUNK_ROWS, width), dtype)
+        self.P = np.empty((CHUNK_ROWS, width), dtype)
 
 
 def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, *, scale=None):

@@ -42,9 +42,11 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from ..execution import map_tasks, one_blas_thread
+from ..execution import CHUNK_ROWS, map_tasks, one_blas_thread
 from ..execution.arrays import is_host_array, placement_of, to_host
-from ..features import _CHUNK_ROWS, FeatureMap, column_sums, device_feature_rows
+from ..execution.budget import LOCKSTEP_CHUNK_BYTES, SKETCHES_MEMORY_MB
+from ..execution.feature_ops import row_chunk_rows
+from ..features import FeatureMap, column_sums
 from ..sketch import FrequentDirections, default_batch_size, extend_in_lockstep
 from ..solvers import postprocess_eigen
 
@@ -63,21 +65,15 @@ __all__ = [
 #: when read): a constant of the method, so that the model never depends on the machine, large
 #: enough that a pass keeps many threads busy (each thread updates sketches of its own).
 MAX_SKETCHES = 32
-#: ... unless that many sketches would take more memory than this (MiB): then as many as fit,
-#: at least :data:`MIN_SKETCHES` (:func:`sketch_count`, a function of ``sketch_size`` and the
-#: number of features only).
-SKETCHES_MEMORY_MB = 256
+#: ... unless that many sketches would take more memory than
+#: :data:`~fastkpca.execution.budget.SKETCHES_MEMORY_MB`: then as many as fit, at least this
+#: many (:func:`sketch_count`, a function of ``sketch_size`` and the number of features only).
 MIN_SKETCHES = 2
 #: Rows are dealt to the sketches in runs of this many consecutive rows, by row index (run j
 #: to sketch j mod the number of sketches): the assignment depends only on the row order, never
 #: on the blocking or on the threads.  A few shrink batches long, so a run costs one update
 #: call per sketch, and short enough that a block of 8192 rows is split between 8 sketches.
 SPLIT_ROWS = 1024
-
-
-#: Device feature chunks are raised to a whole cycle (a run for every sketch, so that the
-#: sketches go in lockstep) where the cycle's float32 features take at most this many bytes.
-LOCKSTEP_CHUNK_BYTES = 256 * 2**20
 
 
 def sketch_bytes(sketch_size: int, m: int) -> int:
@@ -208,7 +204,7 @@ class FeatureSketch:
 
     def _update_rows_xp(self, X, fmap: FeatureMap) -> FeatureSketch:
         """:meth:`update_rows` for device rows: the features of large chunks of the block
-        (:func:`~fastkpca.features.device_feature_rows`) computed on the device, then each
+        (:func:`~fastkpca.execution.feature_ops.row_chunk_rows`) computed on the device, then each
         sketch, in turn, takes its runs of them (the same rows as on the host, in the same
         order: :meth:`_deal`), its buffer on that device
         (:meth:`~fastkpca.sketch.FrequentDirections._extend`); the float64 feature sum is
@@ -220,7 +216,7 @@ class FeatureSketch:
         fmap._check_width(X)
         if is_host_array(self.feature_sum) or placement_of(self.feature_sum) != placement:
             self.feature_sum = placement.asarray(to_host(self.feature_sum), np.float64)
-        step = device_feature_rows(placement, fmap.n_output_features)
+        step = row_chunk_rows(X, fmap.n_output_features)
         # Chunks of whole runs, so that each run's rows come from one feature chunk, and of
         # whole cycles (a run for every sketch) where they fit, for the lockstep below.
         cycle = SPLIT_ROWS * len(self.parts)
@@ -231,7 +227,7 @@ class FeatureSketch:
         done = 0
         while done < n_rows:
             stop = min(n_rows, done + step)
-            Z = fmap._device_chunk(X[done:stop], placement)
+            Z = fmap._chunk(X[done:stop])
             # The shrinks' small host eigendecompositions with one BLAS thread (as on the host:
             # idle BLAS threads' spin-waits cost more than these small problems).
             with one_blas_thread():
@@ -371,7 +367,7 @@ def _extend_features(sketch: FrequentDirections, write, spans: list, m: int, dty
     """Compute the features of the rows ``lo:hi`` of each span chunk by chunk (``write``, a
     :meth:`FeatureMap.row_writer`) into one chunk buffer and add them to the sketch; returns
     their float64 column sum.  Runs in the sketch's thread."""
-    chunk = _CHUNK_ROWS
+    chunk = CHUNK_ROWS
     Z = np.empty((chunk, m), dtype)
     total = np.zeros(m)
     for lo, hi in spans:

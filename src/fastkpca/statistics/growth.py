@@ -30,12 +30,12 @@ which makes the plain estimate a conservative stopping rule: no margin is added 
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 
+from .._utils import DEFAULT_TOL, check_auto_size, check_tol
 from ..execution.arrays import is_host_array, placement_of, to_host
 from ..features import FeatureMap, FourierFeatureMap
 
@@ -51,44 +51,8 @@ __all__ = [
     "GrowingFourierMoments",
 ]
 
-#: ``n_landmarks="auto"`` / ``n_features="auto"`` without ``tol``: grow to a relative rank-k
-#: error of at most 1.05 (estimated), 5 % above exact KPCA's optimum.
-DEFAULT_TOL = 0.05
-
 #: Training rows the error is estimated on (an exact p x p computation: ~1 s at p = 2000).
 PROBE_ROWS = 2000
-
-
-def check_tol(tol, auto: bool) -> float | None:
-    """``tol`` validated: a finite number > 0, or None (``DEFAULT_TOL`` when ``auto``)."""
-    if tol is None:
-        return DEFAULT_TOL if auto else None
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(float(tol)):
-        raise ValueError(f"tol must be a positive number or None, got {tol!r}")
-    if tol <= 0:
-        raise ValueError(f"tol must be > 0 (the allowed relative excess error), got {tol!r}")
-    return float(tol)
-
-
-def check_auto_size(name: str, value, tol) -> bool:
-    """Whether the size parameter ``name`` is chosen by tolerance.
-
-    ``"auto"``, or None together with a ``tol``, means yes; an integer with a ``tol`` is a
-    contradiction and raises ValueError.
-    """
-    check_tol(tol, auto=False)
-    if isinstance(value, str):
-        if value != "auto":
-            raise ValueError(f"{name} must be a positive integer, None or 'auto', got {value!r}")
-        return True
-    if tol is None:
-        return False
-    if value is not None:
-        raise ValueError(
-            f"tol={tol!r} chooses {name} by tolerance; pass {name}='auto' (or None) with it, "
-            f"not {name}={value!r}"
-        )
-    return True
 
 
 def adopt_fitted(target, fitted):
@@ -349,16 +313,15 @@ def _cross_moments(blocks, old, new, shift_old, shift_new) -> _CrossMoments:
 
 class _StackedMap(FeatureMap):
     """The raw features of several Fourier maps side by side (only what ``feature_blocks``
-    needs: ``n_output_features``, ``accepts_sparse`` and a call)."""
+    needs: the widths, ``accepts_sparse`` and the features of a chunk)."""
 
     accepts_sparse = True
 
     def __init__(self, maps):
         self.maps = maps
+        self.n_input_features = maps[0].n_input_features
         self.n_output_features = sum(f.n_output_features for f in maps)
 
-    def __call__(self, X):
-        return np.hstack([f(X) for f in self.maps])
-
-    def _device_chunk(self, X, placement):
-        return placement.xp.concat([f._device_chunk(X, placement) for f in self.maps], axis=1)
+    def _chunk(self, rows, out=None):
+        parts = [f._chunk(rows) for f in self.maps]
+        return self._result(placement_of(rows).xp.concat(parts, axis=1), out)

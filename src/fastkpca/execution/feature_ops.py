@@ -1,0 +1,357 @@
+"""Row chunks and element-wise steps of the random feature maps and sketches, on every backend.
+
+The feature maps (:mod:`fastkpca.features`, :mod:`fastkpca._input_sketch`) and Frequent
+Directions (:mod:`fastkpca.sketch`) are written once over the rows' array namespace.  What
+differs between the host and a device is here, each with one signature:
+
+- where the row chunks run (:func:`map_rows`, :func:`for_row_chunks`): on the host, chunks of
+  :data:`~fastkpca.execution.CHUNK_ROWS` rows (in the L2 cache) on the worker threads with BLAS
+  held to one thread (:func:`~fastkpca.execution.map_row_chunks`), written into the output or
+  a per-thread buffer (:class:`ChunkBuffers`); on a device, chunks sized from its free memory
+  (:func:`row_chunk_rows`), one after another, each a new array;
+- ``[cos, sin]`` of float32 phases (:func:`cos_sin`): numpy's float32 ufuncs written in place
+  with ``out=`` (numpy's float64 ``cos`` has no SIMD path), with the offset phases added by a
+  rotation; a device's whole-array ``cos`` / ``sin``;
+- the Walsh-Hadamard transform (:func:`fwht`): two GEMMs into preallocated arrays on the host,
+  batched products on a device;
+- the FFTs of TensorSketch (:func:`rfft`, :func:`irfft`): scipy's on the host (4x numpy's in
+  float32), the namespace's elsewhere;
+- products with a sparse matrix of few non-zeros (:func:`sparse_product`): scipy's O(nnz)
+  product on the host, one GEMM with a dense copy on a device;
+- sums of squares (:func:`sum_of_squares`, :func:`row_sums_of_squares`): numpy's ``dot`` /
+  ``einsum`` without a temporary on the host.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.fft
+import scipy.sparse as sp
+
+from .arrays import placement_of
+from .budget import FEATURE_DEVICE_TEMPORARIES, tile_rows
+from .memory import require_memory
+from .threads import map_row_chunks
+
+__all__ = [
+    "ChunkBuffers",
+    "block_rows",
+    "cos_sin",
+    "for_row_chunks",
+    "fwht",
+    "hadamard",
+    "irfft",
+    "map_rows",
+    "rfft",
+    "row_chunk_rows",
+    "row_sums_of_squares",
+    "sparse_product",
+    "sum_of_squares",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# row chunks
+# ------------------------------------------------------------------------------------------------
+def row_chunk_rows(X, width: int, itemsize: int = 4) -> int:
+    """Rows of a device chunk of ``width`` output columns for the rows X: the chunk and
+    :data:`~fastkpca.execution.budget.FEATURE_DEVICE_TEMPORARIES` arrays of its size within the
+    device's free-memory budget (:func:`~fastkpca.execution.tiles.tile_rows`), at most 131072
+    rows.  (The host's chunks are :data:`~fastkpca.execution.CHUNK_ROWS` rows.)"""
+    return tile_rows(placement_of(X), width, itemsize, n_temporaries=FEATURE_DEVICE_TEMPORARIES)
+
+
+def block_rows(X, host_rows: int, width: int, itemsize: int) -> int:
+    """Rows per block of work on X: ``host_rows`` (the caller's size for the host's threads and
+    memory) for host rows, a chunk sized from the device's free memory
+    (:func:`row_chunk_rows`) for device rows."""
+    if placement_of(X).host:
+        return host_rows
+    return row_chunk_rows(X, width, itemsize)
+
+
+def for_row_chunks(X, width: int, fn: Callable[[int, int], Any]) -> None:
+    """Call ``fn(start, stop)`` over the row chunks of X (results of ``width`` columns).
+
+    Host rows: :func:`~fastkpca.execution.map_row_chunks`, chunks of
+    :data:`~fastkpca.execution.CHUNK_ROWS` rows on the worker threads, BLAS held to one thread.
+    Device rows: chunks of :func:`row_chunk_rows` rows, in order, in this thread.
+    """
+    n = X.shape[0]
+    if placement_of(X).host:
+        map_row_chunks(n, fn)
+        return
+    step = row_chunk_rows(X, width)
+    for start in range(0, n, step):
+        fn(start, min(n, start + step))
+
+
+def map_rows(X, width: int, dtype, chunk: Callable, *, out=None):
+    """``[chunk(X[a:b], out[a:b]) ...]`` over the row chunks of X: an ``(n, width)`` array of
+    ``dtype`` (a numpy float type).
+
+    ``chunk(rows, out)`` returns the results of ``rows``; given ``out`` (an array of the
+    chunk's shape, possibly of another float dtype), it writes them there and returns it.  On
+    the host the chunks run on the worker threads (:func:`for_row_chunks`) and write straight
+    into the result (``out`` when given); on a device each returns a new array and the chunks
+    are concatenated (and written into ``out`` when given).
+    """
+    placement = placement_of(X)
+    n = X.shape[0]
+    if placement.host:
+        if out is None:
+            out = np.empty((n, width), dtype=dtype)
+        map_row_chunks(n, lambda start, stop: chunk(X[start:stop], out[start:stop]))
+        return out
+    xp = placement.xp
+    target = placement.dtype(dtype)
+    step = row_chunk_rows(X, width)
+    parts = [chunk(X[start : min(n, start + step), ...], None) for start in range(0, n, step)]
+    if not parts:
+        Z = xp.zeros((0, width), dtype=target, device=placement.device)
+    else:
+        Z = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
+    Z = Z if Z.dtype == target else xp.astype(Z, target)
+    if out is not None:
+        out[...] = Z
+        return out
+    return Z
+
+
+class ChunkBuffers:
+    """Work arrays for one pass over the row chunks of X (:func:`for_row_chunks`, :func:`map_rows`).
+
+    On the host each worker thread gets its own ``(CHUNK_ROWS, width)`` array per name, reused
+    from chunk to chunk (in cache, allocated once per pass); on a device :meth:`get` gives None
+    (a chunk's result is a new array there, sized for the chunk).
+    """
+
+    def __init__(self, X):
+        self._reuse = placement_of(X).host
+        self._local = threading.local()
+
+    def get(self, name: str, n_rows: int, width: int, dtype):
+        """Rows ``[:n_rows]`` of this thread's ``(>= n_rows, width)`` array ``name`` of ``dtype``,
+        or None on a device."""
+        if not self._reuse:
+            return None
+        arrays = self._local.__dict__
+        buffer = arrays.get(name)
+        if (
+            buffer is None
+            or buffer.shape[0] < n_rows
+            or buffer.shape[1] != width
+            or buffer.dtype != np.dtype(dtype)
+        ):
+            buffer = arrays[name] = np.empty((n_rows, width), dtype=dtype)
+        return buffer[:n_rows]
+
+
+# ------------------------------------------------------------------------------------------------
+# element-wise steps
+# ------------------------------------------------------------------------------------------------
+def cos_sin(P, offset, scale: float, out=None):
+    """``[cos(P + offset), sin(P + offset)] * scale`` of float phases P (n, D), which it may
+    overwrite, and float64 offset phases (D,) or None; written into ``out`` ((n, 2 D), possibly
+    of another float dtype) and returned when given, a new array of P's dtype otherwise.
+
+    The offset phases are reduced modulo 2 pi in float64 first (they may be large; P's phases
+    are small).  On the host the computation is in P's precision with numpy's ufuncs in place,
+    the offset added by the rotation ``cos(t + phi) = cos t cos phi - sin t sin phi`` (and
+    ``sin(t + phi) = sin t cos phi + cos t sin phi``) with ``cos phi``, ``sin phi`` computed in
+    float64; on a device the reduced offset is added to P and ``cos`` / ``sin`` taken once.
+    """
+    placement = placement_of(P)
+    if not placement.host:
+        return _cos_sin_xp(P, offset, scale, out, placement)
+    n, D = P.shape
+    scale = P.dtype.type(scale)  # the scale rounded to P's precision, as the products use it
+    if out is None:
+        out = np.empty((n, 2 * D), dtype=P.dtype)
+    buf = out if out.dtype == P.dtype else np.empty(out.shape, dtype=P.dtype)
+    if offset is None:
+        np.sin(P, out=buf[:, D:])
+        np.cos(P, out=buf[:, :D])
+        buf *= scale
+    else:
+        phi = np.remainder(offset, 2 * np.pi)
+        cphi = (np.cos(phi) * float(scale)).astype(P.dtype)
+        sphi = (np.sin(phi) * float(scale)).astype(P.dtype)
+        cos_t = np.cos(P)
+        sin_t = np.sin(P, out=P)
+        np.multiply(cos_t, cphi, out=buf[:, :D])
+        buf[:, :D] -= sin_t * sphi
+        np.multiply(sin_t, cphi, out=buf[:, D:])
+        cos_t *= sphi
+        buf[:, D:] += cos_t
+    if buf is not out:
+        out[...] = buf
+    return out
+
+
+def _cos_sin_xp(P, offset, scale, out, placement):
+    """:func:`cos_sin` on a device: whole-array operations (torch: written into one array)."""
+    xp = placement.xp
+    if offset is not None:
+        P = P + xp.astype(offset % (2 * np.pi), P.dtype)
+    if placement.is_torch and not P.requires_grad:
+        import torch
+
+        n, D = P.shape
+        Z = torch.empty((n, 2 * D), dtype=P.dtype, device=P.device)
+        torch.cos(P, out=Z[:, :D])
+        torch.sin(P, out=Z[:, D:])
+        Z.mul_(scale)
+    else:
+        Z = xp.concat([xp.cos(P), xp.sin(P)], axis=1) * scale
+    if out is not None:
+        out[...] = Z
+        return out
+    return Z
+
+
+def sum_of_squares(A):
+    """``sum A_ij^2`` of a float64 array: a float on the host (one ``dot`` of the contiguous
+    values), a 0-d array of A's namespace on a device (read when the caller moves it)."""
+    placement = placement_of(A)
+    if placement.host:
+        flat = A.reshape(-1)
+        return float(np.dot(flat, flat))
+    return placement.xp.sum(A * A)
+
+
+def row_sums_of_squares(A, dtype=None):
+    """``sum_j A_ij^2`` for every row of A, in ``dtype`` (default A's), an array of A's
+    namespace; on the host by ``einsum`` (no temporary of A's size)."""
+    placement = placement_of(A)
+    if placement.host:
+        return np.einsum("ij,ij->i", A, A, dtype=dtype)
+    xp = placement.xp
+    if dtype is not None:
+        A = xp.astype(A, placement.dtype(dtype))
+    return xp.sum(A * A, axis=1)
+
+
+# ------------------------------------------------------------------------------------------------
+# the Walsh-Hadamard transform
+# ------------------------------------------------------------------------------------------------
+def hadamard(n: int) -> np.ndarray:
+    """The unnormalised n x n Sylvester-Hadamard matrix (n a power of 2), entries +-1."""
+    H = np.ones((1, 1))
+    while H.shape[0] < n:
+        H = np.block([[H, H], [H, -H]])
+    return H
+
+
+_HADAMARD_CACHE: dict = {}
+
+
+def _hadamard_on(n: int, like):
+    """:func:`hadamard` in the dtype and on the placement of ``like``, built once."""
+    placement = placement_of(like)
+    key = (n, like.dtype, placement.name)
+    if key not in _HADAMARD_CACHE:
+        dtype = np.float32 if like.dtype == placement.xp.float32 else np.float64
+        _HADAMARD_CACHE[key] = placement.asarray(hadamard(n).astype(dtype), dtype)
+    return _HADAMARD_CACHE[key]
+
+
+def _kron_split(D: int) -> tuple[int, int]:
+    """``D = a * b`` with a, b powers of 2 as equal as possible (b >= a)."""
+    lg = D.bit_length() - 1
+    b = 1 << ((lg + 1) // 2)
+    return D // b, b
+
+
+def fwht(A, *, work=None):
+    """Unnormalised fast Walsh-Hadamard transform of every row of A, ``A @ H_D``.
+
+    A is a ``(n, D)`` float array, D a power of 2.  Sylvester's construction gives
+    ``H_D = H_a (x) H_b`` with ``a b = D``, so with each row viewed as an a x b matrix R the
+    transform is ``H_a R H_b``: two GEMMs with small Hadamard matrices (``a, b ~ sqrt(D)``, 32 for
+    D = 1024).  That is ``2 (a + b)`` flops per entry instead of the butterflies' ``log2 D``
+    additions, but run as BLAS kernels it is faster in numpy than ``log2 D`` strided butterfly
+    passes (each a Python-level operation over the whole array), and far cheaper than the
+    ``2 D`` flops of a dense ``A @ H_D``.
+
+    On the host A (C-contiguous) is overwritten with the result, which is returned; ``work`` is
+    an optional ``(n * D,)`` scratch array of A's dtype.  On a device a new array is returned
+    (two batched products).
+    """
+    n, D = A.shape
+    if D & (D - 1):
+        raise ValueError(f"fwht needs a power-of-2 width, got {D}")
+    a, b = _kron_split(D)
+    placement = placement_of(A)
+    if not placement.host:
+        xp = placement.xp
+        R = xp.reshape(A, (n, a, b)) @ _hadamard_on(b, A)
+        if a > 1:
+            R = _hadamard_on(a, A) @ R
+        return xp.reshape(R, (n, D))
+    if not A.flags.c_contiguous:
+        raise ValueError("fwht needs a C-contiguous array")
+    if work is None or work.size < n * D:
+        work = np.empty(n * D, dtype=A.dtype)
+    T = work[: n * D].reshape(n * a, b)
+    np.matmul(A.reshape(n * a, b), _hadamard_on(b, A), out=T)  # R H_b
+    if a == 1:
+        A.reshape(n, b)[...] = T
+        return A
+    # (n, a, b) -> (a, n, b) so that H_a multiplies one (a, n b) matrix in a single GEMM.
+    At = A.reshape(a, n, b)
+    np.copyto(At, T.reshape(n, a, b).transpose(1, 0, 2))
+    np.matmul(_hadamard_on(a, A), At.reshape(a, n * b), out=T.reshape(a, n * b))
+    np.copyto(A.reshape(n, a, b), T.reshape(a, n, b).transpose(1, 0, 2))
+    return A
+
+
+# ------------------------------------------------------------------------------------------------
+# FFTs and sparse products
+# ------------------------------------------------------------------------------------------------
+def rfft(A):
+    """The real FFT of every row of A, in A's precision (complex64 for float32)."""
+    placement = placement_of(A)
+    if placement.host:
+        return scipy.fft.rfft(A, axis=1)
+    return placement.xp.fft.rfft(A, axis=1)
+
+
+def irfft(F, n: int):
+    """The inverse of :func:`rfft`: rows of n real values."""
+    placement = placement_of(F)
+    if placement.host:
+        return scipy.fft.irfft(F, n=n, axis=1)
+    return placement.xp.fft.irfft(F, n=n, axis=1)
+
+
+def sparse_product(X, S: sp.csr_matrix, cache: dict, *, what: str = "", hint: str = ""):
+    """``X @ S``, dense, for rows X (dense of any namespace, or CSR) and a host CSR matrix S
+    with few non-zeros a row, in S's dtype.
+
+    On the host scipy's sparse product, O(nnz(X) + n S.shape[1]) whatever X's density: as
+    ``(S^T X^T)^T`` for dense X (a sparse-times-dense product, no densified S).  On a device
+    a dense copy of S, moved once and kept in ``cache`` (one per placement and dtype), and one
+    GEMM; the copy is refused up front where it cannot fit (``what`` names it, ``hint`` says
+    what to do instead).
+    """
+    if sp.issparse(X):
+        return np.asarray((X.tocsr().astype(S.dtype, copy=False) @ S).toarray(), dtype=S.dtype)
+    placement = placement_of(X)
+    if placement.host:
+        return np.ascontiguousarray((S.T @ X.T).T, dtype=S.dtype)
+    key = (placement.name, S.dtype.str, id(S))
+    dense = cache.get(key)
+    if dense is None:
+        d, t = S.shape
+        require_memory(
+            1.5 * S.dtype.itemsize * d * t,
+            what or f"a dense {d} x {t} copy of a sparse matrix on the device",
+            hint=hint,
+        )
+        dense = cache[key] = placement.asarray(S.toarray(), S.dtype)
+    return X @ dense
