@@ -1,7 +1,6 @@
 """The fastkpca command: end to end in subprocesses, the rest in-process through ``main``."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +9,8 @@ import numpy as np
 import pytest
 
 from fastkpca import cli
-from fastkpca.cli import main
+from fastkpca.cli import _common, main
+from fastkpca.cli.transform import _NpyWriter
 from fastkpca.decomposition import available_methods, estimator_class
 
 
@@ -368,7 +368,7 @@ def test_bench_runs_scripts(bench_dir, capfd):
 
 
 def test_bench_without_checkout(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_find_benchmarks", lambda directory=None: None)
+    monkeypatch.setattr(cli.bench, "_find_benchmarks", lambda directory=None: None)
     for argv in (["bench"], ["bench", "--list"]):
         assert main(argv) == 1
         assert (
@@ -424,7 +424,7 @@ def test_demo_reports_failures(tmp_path, capsys, monkeypatch):
 
 
 def test_module_entry_point_exists():
-    assert os.path.exists(Path(cli.__file__).with_name("__main__.py"))
+    assert (Path(cli.__file__).parents[1] / "__main__.py").is_file()
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch):
@@ -437,17 +437,17 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
 
     args = argparse.Namespace(quiet=False)
     monkeypatch.setattr(sys, "stderr", Terminal())
-    bar = cli._bar(args, total=10, desc="reading")
+    bar = _common._bar(args, total=10, desc="reading")
     bar.update(10)
     bar.close()
     assert "reading:" in sys.stderr.getvalue() and "rows" in sys.stderr.getvalue()
-    assert isinstance(cli._bar(argparse.Namespace(quiet=True)), cli._NoBar)
+    assert isinstance(_common._bar(argparse.Namespace(quiet=True)), _common._NoBar)
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert isinstance(cli._bar(args), cli._NoBar)
+    assert isinstance(_common._bar(args), _common._NoBar)
 
 
 def test_npy_writer_streams_unknown_length(tmp_path):
-    writer = cli._NpyWriter(tmp_path / "o.npy")
+    writer = _NpyWriter(tmp_path / "o.npy")
     blocks = [np.arange(6.0).reshape(3, 2), np.ones((1000, 2)), np.zeros((2, 2))]
     for b in blocks:
         writer.write(b)

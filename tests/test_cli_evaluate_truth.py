@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from fastkpca import cli
+from fastkpca.cli import evaluate as cli
 from fastkpca.cli import main
 
 

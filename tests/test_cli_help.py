@@ -10,6 +10,7 @@ import pytest
 from fastkpca import cli
 from fastkpca._landmarks import LANDMARK_METHODS
 from fastkpca._model_schema import check_params
+from fastkpca.cli import _common, _parser
 from fastkpca.decomposition import (
     METHODS,
     available_methods,
@@ -86,13 +87,13 @@ def test_every_choice_is_one_the_parser_has(parser):
             assert set(action.option_strings) & (own | listed), (command, action.option_strings)
 
 
-@pytest.mark.parametrize("flag,param", [(f, p) for f, p, _, _ in cli._METHOD_OPTIONS])
+@pytest.mark.parametrize("flag,param", [(f, p) for f, p, _, _ in _parser._METHOD_OPTIONS])
 def test_method_options_name_their_methods_and_accept_what_they_list(parser, flag, param):
     action = _find(parser, "fit", flag)
     users = {m: cls for m, cls in available_methods().items() if param in cls._get_param_names()}
     assert users, flag
     assert f"[{', '.join(users)}]" in action.help, flag  # the methods that take it
-    choices = cli._parameter_choices()
+    choices = _parser._parameter_choices()
     for method, cls in users.items():
         for value in choices.get((cls.__name__, param), ()):
             # what the help lists, the estimator accepts (tensorsketch: for the polynomial kernel)
@@ -135,14 +136,14 @@ def test_help_runs(command, capsys):
 
 def test_fit_help_names_the_default_model_file(parser):
     sub = _subparsers(parser)["fit"]
-    assert cli.DEFAULT_MODEL in sub.description
-    assert cli.DEFAULT_MODEL in _find(parser, "fit", "--output").help
+    assert _common.DEFAULT_MODEL in sub.description
+    assert _common.DEFAULT_MODEL in _find(parser, "fit", "--output").help
 
 
 def test_bench_quick_time_is_measured(parser):
     # the help states the time measured for `fastkpca bench --quick` (no placeholder)
     text = _find(parser, "bench", "--quick").help
-    assert cli.BENCH_QUICK_TIME in text and "N minutes" not in text
+    assert _common.BENCH_QUICK_TIME in text and "N minutes" not in text
 
 
 def test_size_options_take_auto(parser, capsys):

@@ -175,7 +175,7 @@ _DRIVER = textwrap.dedent(
         persistence.atomic_output = slow_output
     else:
         # transform: the first block of projections is written, the writer still open
-        write = cli._NpyWriter.write
+        write = cli.transform._NpyWriter.write
 
         def slow_write(self, block):
             write(self, block)
@@ -183,7 +183,7 @@ _DRIVER = textwrap.dedent(
             print("writing", self.path, flush=True)
             time.sleep(120)
 
-        cli._NpyWriter.write = slow_write
+        cli.transform._NpyWriter.write = slow_write
     sys.exit(cli.main(sys.argv[2:]))
     """
 )

@@ -293,7 +293,7 @@ def test_bench_quick_passes_the_flag_and_skips_scripts_without_it(tmp_path, capf
 
 
 def test_every_benchmark_script_has_a_quick_mode():
-    from fastkpca.cli import _benchmark_scripts, _has_quick_mode
+    from fastkpca.cli.bench import _benchmark_scripts, _has_quick_mode
 
     scripts = _benchmark_scripts(REPO / "benchmarks")
     assert "bench_scale" in scripts
