@@ -159,6 +159,7 @@ _DRIVER = textwrap.dedent(
     """
     import contextlib, sys, time
     import fastkpca.cli as cli
+    import fastkpca.cli.transform
     import fastkpca.persistence as persistence
 
     if sys.argv[1] == "model":

@@ -161,7 +161,7 @@ def test_cli_fit_streams_the_file(data, tmp_path, capsys, method, options, model
 
 _PEAK_SCRIPT = textwrap.dedent("""
     import sys
-    import fastkpca.cli, fastkpca.io, fastkpca.decomposition.streaming  # imports are not the fit
+    import fastkpca.cli.fit, fastkpca.decomposition.streaming  # imports: not the fit
 
     def status(key):
         with open("/proc/self/status") as f:

@@ -39,14 +39,15 @@ columns, refusing missing ones) and read a LIBSVM DATA with the same numbering.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import sys
 
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..decomposition import METHODS
-from . import bench, demo, evaluate, fit, info, transform
 from ._common import (
+    _check_inputs_exist,
     _jobs_context,
     _one_line,
     _signals_end_like_errors,
@@ -57,15 +58,10 @@ from ._parser import build_parser
 
 __all__ = ["main", "build_parser", "METHODS"]
 
-#: The module running each command (its ``run(args)``).
-COMMANDS = {
-    "fit": fit,
-    "transform": transform,
-    "evaluate": evaluate,
-    "info": info,
-    "bench": bench,
-    "demo": demo,
-}
+#: The commands, each run by ``run(args)`` of the module of that name in this package, imported
+#: only when the command runs: the parser, ``--help`` and argument errors need none of them, nor
+#: scikit-learn or SciPy.
+COMMANDS = ("fit", "transform", "evaluate", "info", "bench", "demo")
 
 
 def main(argv=None) -> int:
@@ -88,7 +84,9 @@ def main(argv=None) -> int:
             contextlib.nullcontext() if args.debug else _warnings_as_lines(),
             _jobs_context(args),
         ):
-            return int(COMMANDS[args.command].run(args) or 0)
+            _check_inputs_exist(args)
+            command = importlib.import_module(f"{__name__}.{args.command}")
+            return int(command.run(args) or 0)
     except _Terminated as exc:
         print(f"fastkpca: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
         return 128 + exc.signum

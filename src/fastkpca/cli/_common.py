@@ -163,6 +163,24 @@ class _NoBar:
         return False
 
 
+#: The input files of each command (argument name -> what it is), checked before the command's
+#: module is imported, so that a mistyped name is answered at once.
+_INPUTS = {
+    "fit": {"data": "data"},
+    "transform": {"model": "model", "data": "data"},
+    "evaluate": {"model": "model", "data": "data"},
+    "info": {"model": "model"},
+}
+
+
+def _check_inputs_exist(args) -> None:
+    """Refuse a command whose input file does not exist (the readers' own message)."""
+    for name, what in _INPUTS.get(args.command, {}).items():
+        path = getattr(args, name, None)
+        if path is not None and not os.path.exists(path):
+            raise FileNotFoundError(f"{what} file not found: {path}")
+
+
 def _same_file(a, b) -> bool:
     """Whether two paths name one file (the same path, a link to it, or the same inode)."""
     try:

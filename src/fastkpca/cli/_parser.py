@@ -1,28 +1,21 @@
-"""The parser of the ``fastkpca`` command: its commands, options, help and defaults."""
+"""The parser of the ``fastkpca`` command: its commands, options, help and defaults.
+
+Building it imports neither scikit-learn nor SciPy nor any estimator (``fastkpca --help`` and
+argument errors answer at once): what the help says about the estimators (which methods take an
+option, its choices, its defaults; the kernels; the file formats) is written out in the tables
+below, and ``tests/test_cli_help.py`` derives the same tables from the estimators and their
+modules' constants, so they cannot drift from what the code accepts.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from .. import __version__
-from .._landmarks import LANDMARK_METHODS
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..decomposition import (
-    METHODS,
-    available_methods,
-    exact,
-    nystrom,
-    random_features,
-    reduced_set,
-    sparsified,
-    streaming,
-)
-from ..decomposition.exact import ExactKPCA
+from ..decomposition import METHODS
 from ..execution import check_n_jobs
 from ..execution.arrays import check_device
-from ..features import DEFAULT_N_FEATURES, FEATURES
-from ..kernels import KERNELS
-from ..source.files import _FORMAT_ALIASES, DEFAULT_MAX_LINE_LENGTH, FORMATS
 from ._common import (
     BENCH_QUICK_TIME,
     DEFAULT_BENCH_OUT,
@@ -33,9 +26,7 @@ from ._common import (
     _positive_int,
 )
 
-#: The method options of ``fit``: (flag, estimator parameter, value parser, help).  Which methods
-#: take each one, its choices and its default are read from the estimators when the parser is
-#: built (:func:`_method_option_help`), so the help says what the code accepts.
+#: The method options of ``fit``: (flag, estimator parameter, value parser, what it is).
 _METHOD_OPTIONS = [
     ("--eigen-solver", "eigen_solver", str, "eigensolver"),
     (
@@ -75,74 +66,88 @@ _METHOD_OPTIONS = [
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
 ]
 
+#: Each method option's help and choices (None: any value), as the estimators define them: the
+#: methods that take it, the values each accepts and each one's default (derived and checked in
+#: ``tests/test_cli_help.py``, which prints this table anew when an estimator changes).
+METHOD_OPTION_HELP: dict[str, tuple[str, tuple | None]] = {
+    "eigen_solver": (
+        "eigensolver [exact, reduced-set, sparsified]; choices: auto (exact, "
+        "reduced-set), dense (exact, reduced-set), lanczos, randomized (exact, "
+        "reduced-set), orthogonal, matrix_free (exact); default: auto (exact, "
+        "reduced-set); lanczos (sparsified)",
+        ("auto", "dense", "lanczos", "randomized", "orthogonal", "matrix_free"),
+    ),
+    "n_features": (
+        "number of random features m, or 'auto' (grown until --tol is met) "
+        "[random-features, streaming]; default: 1000",
+        None,
+    ),
+    "features": (
+        "random feature map ('auto': by kernel) [random-features, streaming]; choices: "
+        "auto, rff, orf, fastfood, tensorsketch; default: auto",
+        ("auto", "rff", "orf", "fastfood", "tensorsketch"),
+    ),
+    "solver": (
+        "how the principal axes are computed [nystrom, random-features]; choices: auto, "
+        "exact, randomized, countsketch (random-features); default: auto",
+        ("auto", "exact", "randomized", "countsketch"),
+    ),
+    "sketch_size": (
+        "sketch size: Frequent Directions rows ell (streaming), columns q of the "
+        "randomized solver's test matrix (nystrom) [nystrom, streaming]; default: 4 k "
+        "+ 20 (nystrom); max(50, 2 k) (streaming)",
+        None,
+    ),
+    "n_landmarks": (
+        "number of landmarks c, or 'auto' (grown until --tol is met) [nystrom]; "
+        "default: min(1000, rows)",
+        None,
+    ),
+    "landmarks": (
+        "landmark choice, or a data file of landmark rows [nystrom]; choices: uniform, "
+        "kmeans, rls, rpcholesky; default: uniform",
+        None,
+    ),
+    "density": (
+        "reduced-set density estimate [reduced-set]; choices: shadow, kmeans, paring, "
+        "herding, uniform; default: shadow",
+        ("shadow", "kmeans", "paring", "herding", "uniform"),
+    ),
+    "n_centers": (
+        "number of centers (densities other than shadow) [reduced-set]; default: min(500, rows)",
+        None,
+    ),
+    "ell": ("shadow density parameter ell (eps = sigma / ell) [reduced-set]; default: 4.0", None),
+    "sample_prob": ("probability of keeping each Gram entry [sparsified]; default: 0.1", None),
+    "quantize": (
+        "1-bit quantization of the kept entries: true or false [sparsified]; default: false",
+        None,
+    ),
+    "tol": (
+        "exact, sparsified: iterative eigensolver tolerance; nystrom, random-features, "
+        "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL "
+        "[exact, nystrom, random-features, streaming, sparsified]; default: the solver's own "
+        "(by dtype) (exact, sparsified); none (the size given) (nystrom, random-features, "
+        "streaming)",
+        None,
+    ),
+    "max_iter": (
+        "iterative eigensolver iteration limit [exact, sparsified]; default: the solver's own",
+        None,
+    ),
+}
 
-def _parameter_choices() -> dict:
-    """(estimator class name, parameter) -> the values the estimator accepts, from its module's
-    own constants (what the method options' help and choices are built from)."""
+#: The kernels (``fastkpca.kernels.KERNELS``) and the estimators' kernel defaults.
+KERNEL_NAMES = ("rbf", "laplacian", "matern", "polynomial", "linear", "cosine", "sigmoid")
+KERNEL_DEFAULTS = {"kernel": "rbf", "degree": 3, "coef0": 1.0, "nu": 1.5}
 
-    return {
-        ("ExactKPCA", "eigen_solver"): exact.EXACT_SOLVERS,
-        ("ReducedSetKPCA", "eigen_solver"): reduced_set.SOLVERS,
-        ("SparsifiedKPCA", "eigen_solver"): sparsified.EIGEN_SOLVERS,
-        ("RandomFeatureKPCA", "features"): ("auto", *FEATURES),
-        ("StreamingKPCA", "features"): ("auto", *FEATURES),
-        ("RandomFeatureKPCA", "solver"): random_features.SOLVERS,
-        ("NystromKPCA", "solver"): nystrom.SOLVERS,
-        ("NystromKPCA", "landmarks"): LANDMARK_METHODS,
-        ("ReducedSetKPCA", "density"): reduced_set.DENSITIES,
-    }
+#: ``--format`` names (``fastkpca.source.files.FORMATS`` and their aliases) and the longest line
+#: a text file may have by default.
+DATA_FORMATS = ("npy", "text", "parquet", "libsvm", "csv", "tsv", "svmlight", "pq")
+DEFAULT_MAX_LINE_LENGTH = 8388608
 
-
-def _none_defaults() -> dict:
-    """(estimator class name, parameter) -> what a default of None means, for the help."""
-
-    solver_default = "the solver's own (by dtype)"
-    no_growth = "none (the size given)"
-    return {
-        ("RandomFeatureKPCA", "n_features"): str(DEFAULT_N_FEATURES),
-        ("StreamingKPCA", "n_features"): str(DEFAULT_N_FEATURES),
-        ("NystromKPCA", "n_landmarks"): f"min({nystrom.DEFAULT_N_LANDMARKS}, rows)",
-        ("StreamingKPCA", "sketch_size"): f"max({streaming.DEFAULT_SKETCH_SIZE}, 2 k)",
-        ("NystromKPCA", "sketch_size"): f"{nystrom.SKETCH_FACTOR} k + {nystrom.SKETCH_EXTRA}",
-        ("ReducedSetKPCA", "n_centers"): f"min({reduced_set.DEFAULT_N_CENTERS}, rows)",
-        ("ExactKPCA", "tol"): solver_default,
-        ("SparsifiedKPCA", "tol"): solver_default,
-        ("NystromKPCA", "tol"): no_growth,
-        ("RandomFeatureKPCA", "tol"): no_growth,
-        ("StreamingKPCA", "tol"): no_growth,
-        ("ExactKPCA", "max_iter"): "the solver's own",
-        ("SparsifiedKPCA", "max_iter"): "the solver's own",
-    }
-
-
-def _method_option_help(param: str, text: str, methods: dict) -> tuple[str, tuple | None]:
-    """The help of a method option and its choices (None: any value), from the estimators:
-    the methods that take ``param``, the values each accepts and each one's default."""
-    choices, none_defaults = _parameter_choices(), _none_defaults()
-    users = {m: cls for m, cls in methods.items() if param in cls._get_param_names()}
-    allowed: dict = {}
-    defaults: dict = {}
-    for method, cls in users.items():
-        for value in choices.get((cls.__name__, param), ()):
-            allowed.setdefault(value, []).append(method)
-        default = cls().get_params()[param]
-        shown = none_defaults.get((cls.__name__, param), "none") if default is None else default
-        defaults.setdefault(str(shown).lower() if isinstance(shown, bool) else shown, []).append(
-            method
-        )
-    parts = [f"{text} [{', '.join(users)}]"]
-    if allowed:
-        listed = [
-            v if len(ms) == len(users) else f"{v} ({', '.join(ms)})" for v, ms in allowed.items()
-        ]
-        parts.append("choices: " + ", ".join(map(str, listed)))
-    if len(defaults) == 1:
-        parts.append(f"default: {next(iter(defaults))}")
-    else:
-        parts.append(
-            "default: " + "; ".join(f"{v} ({', '.join(ms)})" for v, ms in defaults.items())
-        )
-    return "; ".join(parts), (tuple(allowed) if allowed and param != "landmarks" else None)
+#: The methods the demo runs (``fastkpca.decomposition.available_methods()``).
+DEMO_METHODS = ("exact", "nystrom", "random-features", "streaming", "reduced-set", "sparsified")
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -182,7 +187,7 @@ def _add_data_options(p):
     )
     g.add_argument(
         "--format",
-        choices=[*FORMATS, *_FORMAT_ALIASES],
+        choices=list(DATA_FORMATS),
         help="file format (default: from the name and content)",
     )
     g.add_argument(
@@ -335,10 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="number of components (default: min(10, what the method allows))",
     )
-    kernel_defaults = ExactKPCA().get_params()  # every estimator takes the same kernel spec
+    kernel_defaults = KERNEL_DEFAULTS  # every estimator takes the same kernel spec
     p.add_argument(
         "--kernel",
-        choices=list(KERNELS),
+        choices=list(KERNEL_NAMES),
         default=None,
         help=f"kernel (default: {kernel_defaults['kernel']})",
     )
@@ -373,10 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
         "each applies to the methods named in its help; choices and defaults "
         "are the estimators' own",
     )
-    methods = available_methods()
     parsers: dict = {"size": _parse_size, "bool": _parse_bool}
     for flag, name, conv, text in _METHOD_OPTIONS:
-        text, choices = _method_option_help(name, text, methods)
+        text, choices = METHOD_OPTION_HELP[name]
         g.add_argument(
             flag, dest=name, type=parsers.get(conv, conv), choices=choices, default=None, help=text
         )
@@ -580,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--methods",
         default=None,
-        help=f"comma-separated methods among {', '.join(methods)} (default: every one)",
+        help=f"comma-separated methods among {', '.join(DEMO_METHODS)} (default: every one)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the subsample and of every method")
     _add_jobs_option(p)
