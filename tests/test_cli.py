@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fastkpca import cli
-from fastkpca.cli import _common, main
+from fastkpca.cli import main
 from fastkpca.cli.transform import _NpyWriter
 from fastkpca.decomposition import available_methods, estimator_class
 
@@ -425,25 +425,6 @@ def test_demo_reports_failures(tmp_path, capsys, monkeypatch):
 
 def test_module_entry_point_exists():
     assert (Path(cli.__file__).parents[1] / "__main__.py").is_file()
-
-
-def test_progress_bar_only_on_a_terminal(monkeypatch):
-    import argparse
-    import io
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    args = argparse.Namespace(quiet=False)
-    monkeypatch.setattr(sys, "stderr", Terminal())
-    bar = _common._bar(args, total=10, desc="reading")
-    bar.update(10)
-    bar.close()
-    assert "reading:" in sys.stderr.getvalue() and "rows" in sys.stderr.getvalue()
-    assert isinstance(_common._bar(argparse.Namespace(quiet=True)), _common._NoBar)
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert isinstance(_common._bar(args), _common._NoBar)
 
 
 def test_npy_writer_streams_unknown_length(tmp_path):

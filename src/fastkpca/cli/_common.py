@@ -132,35 +132,9 @@ def _parse_size(text: str):
 
 
 def _progress_enabled(args) -> bool:
-    return not getattr(args, "quiet", False) and sys.stderr.isatty()
-
-
-def _bar(args, total=None, desc=""):
-    """A tqdm bar on stderr when it is a terminal, else a do-nothing stand-in."""
-    if _progress_enabled(args):
-        try:
-            from tqdm import tqdm
-
-            return tqdm(
-                total=total, desc=desc, unit="rows", unit_scale=True, file=sys.stderr, leave=False
-            )
-        except ImportError:
-            pass
-    return _NoBar()
-
-
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    """Whether the command shows its progress on stderr (a bar on a terminal, else a line every
+    few seconds): unless ``--quiet``."""
+    return not getattr(args, "quiet", False)
 
 
 #: The input files of each command (argument name -> what it is), checked before the command's

@@ -3,15 +3,16 @@ model's, streamed in row blocks or read whole, subsampled."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..execution import require_memory
+from ..execution.progress import Progress
 from ..source.files import detect_format, open_data
-from ._common import CLIError, _bar, _parse_column
+from ._common import CLIError, _parse_column, _progress_enabled
 
 
 def _reader_options(args) -> dict:
@@ -114,13 +115,30 @@ class _BlockStream:
         estimators' size-dependent choices, e.g. ``solver="auto"``, match an in-memory fit)."""
         return self.reader.n_samples
 
+    def progress(self) -> Progress:
+        """The progress of a pass: rows of a known total, else bytes of the file (a text file's
+        rows are known only at its end)."""
+        reader, enabled = self.reader, _progress_enabled(self.args)
+        if reader.n_samples is None and getattr(reader, "bytes_read", None) is not None:
+            return Progress(self.desc, total=reader.size_bytes, unit="B", enabled=enabled)
+        return Progress(self.desc, total=reader.n_samples, enabled=enabled)
+
     def __iter__(self):
         n = 0
-        with _bar(self.args, self.reader.n_samples, self.desc) as bar:
+        with self.progress() as progress:
+            by_bytes = progress.unit == "B"
+            done = 0
             for block in self.reader:
                 n += block.shape[0]
-                bar.update(block.shape[0])
+                if by_bytes:
+                    position = self.reader.bytes_read or done
+                    progress.update(position - done, rows=n)
+                    done = position
+                else:
+                    progress.update(block.shape[0])
                 yield _densify(block, self.dense)
+            if by_bytes and progress.total and done < progress.total:
+                progress.update(progress.total - done, rows=n)
         self.n_rows = n
 
 
@@ -219,13 +237,18 @@ def _open_for_model(args, model, meta):
     return reader
 
 
-def _transform_quietly(model, X):
-    """``model.transform(X)`` without scikit-learn's warning that X has no feature names: the
-    command line has matched the columns by name (or said that it could not)."""
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="X does not have valid feature names")
-        return model.transform(X)
+@contextlib.contextmanager
+def _on_arrays(model):
+    """Within the block, ``model`` is called with arrays as it was fitted: without the column
+    names that ``fit`` records from DATA's header (``feature_names_in_``), since the command
+    line has matched DATA's columns to them already (or said that it could not) and hands the
+    model plain arrays; so scikit-learn has no reason to warn that the rows have no names."""
+    names = model.__dict__.pop("feature_names_in_", None)
+    try:
+        yield model
+    finally:
+        if names is not None:
+            model.feature_names_in_ = names
 
 
 def _use_jobs(args, model) -> None:
@@ -247,7 +270,7 @@ def _subsample(reader, args, m, rng):
     # file is small as CSR and large dense
     _require_dense(keep.size, reader.n_features, reader.dtype, f"a sample of {keep.size} rows")
     parts, start = [], 0
-    for block in _BlockStream(reader, args, dense=False, desc="sampling"):
+    for block in _BlockStream(reader, args, dense=False, desc=f"sampling {reader.path}"):
         stop = start + block.shape[0]
         lo, hi = np.searchsorted(keep, [start, stop])
         if hi > lo:

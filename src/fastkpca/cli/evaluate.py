@@ -11,7 +11,7 @@ from ..decomposition.exact import ExactKPCA
 from ..metrics import estimate_error
 from ..persistence import load_with_info
 from ._common import CLIError
-from ._data import _open_for_model, _subsample, _transform_quietly, _use_jobs
+from ._data import _on_arrays, _open_for_model, _subsample, _use_jobs
 
 
 def evaluate_model(model, X, *, random_state=0) -> dict:
@@ -25,7 +25,8 @@ def evaluate_model(model, X, *, random_state=0) -> dict:
     """
 
     kernel = model.kernel_
-    T = np.asarray(_transform_quietly(model, X), dtype=np.float64)
+    with _on_arrays(model):
+        T = np.asarray(model.transform(X), dtype=np.float64)
     k = T.shape[1]
     ref = ExactKPCA(n_components=k, kernel=kernel, random_state=random_state)
     R = np.asarray(ref.fit_transform(X), dtype=np.float64)
@@ -179,7 +180,8 @@ def _estimate(model, X, args) -> dict:
     """``fastkpca.metrics.estimate_error`` of the model on X (no exact KPCA of X)."""
 
     n_probe = max(int(args.n_probe), 1)
-    return estimate_error(model, X, n_probe=min(n_probe, X.shape[0]), random_state=args.seed)
+    with _on_arrays(model):
+        return estimate_error(model, X, n_probe=min(n_probe, X.shape[0]), random_state=args.seed)
 
 
 def _estimate_lines(est: dict) -> str:

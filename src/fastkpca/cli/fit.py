@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..decomposition import estimator_class
+from ..execution.progress import heartbeat
 from ..persistence import is_model_file, save_model
 from ..source.files import read_data
 from ._common import (
@@ -123,15 +124,19 @@ def run(args):
     reader = _open(args, args.data)
     dense = not getattr(cls, "_accepts_sparse", False)
     t0 = time.perf_counter()
+    shown = _progress_enabled(args)
     if _is_one_pass(cls, params) and not args.in_memory:
-        stream = _BlockStream(reader, args, dense=dense, desc=f"fitting {cls.__name__}")
-        model.fit(stream)
+        stream = _BlockStream(
+            reader, args, dense=dense, desc=f"fitting {cls.__name__} on {args.data}"
+        )
+        # each pass over the file counts its rows; the steps between passes have a heartbeat
+        with heartbeat(f"fitting {cls.__name__}", enabled=shown):
+            model.fit(stream)
         n_rows, how = stream.n_rows or reader.n_samples, "streamed"
     else:
-        X = _read_all(reader, args, dense=dense)
-        if _progress_enabled(args):
-            print(f"fitting {cls.__name__} on {X.shape[0]} x {X.shape[1]} ...", file=sys.stderr)
-        model.fit(X)
+        X = _read_all(reader, args, dense=dense, desc=f"reading {args.data}")
+        with heartbeat(f"fitting {cls.__name__} on {X.shape[0]} x {X.shape[1]}", enabled=shown):
+            model.fit(X)
         n_rows, how = X.shape[0], "in memory"
     seconds = time.perf_counter() - t0
 

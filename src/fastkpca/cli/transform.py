@@ -12,7 +12,7 @@ from numpy.lib.format import dtype_to_descr
 
 from ..persistence import atomic_output, load_with_info
 from ._common import CLIError, _check_output, _claim_output
-from ._data import _BlockStream, _open_for_model, _transform_quietly, _use_jobs
+from ._data import _BlockStream, _on_arrays, _open_for_model, _use_jobs
 
 
 class _NpyWriter:
@@ -126,8 +126,10 @@ def run(args):
     with atomic_output(args.output) as tmp:
         writer = _writer(args.output, tmp)
         try:
-            for block in _BlockStream(reader, args, dense=dense, desc="transforming"):
-                writer.write(_transform_quietly(model, block))
+            stream = _BlockStream(reader, args, dense=dense, desc=f"transforming {args.data}")
+            with _on_arrays(model):
+                for block in stream:
+                    writer.write(model.transform(block))
         finally:
             writer.close()
         # again, before the rename: a file may have appeared under that name meanwhile

@@ -79,6 +79,9 @@ DEFAULT_MAX_LINE_LENGTH = MAX_LINE_FIELDS * MAX_FIELD_WIDTH
 #: The largest LIBSVM feature index read (the parser keeps indices as 32-bit integers).
 MAX_LIBSVM_INDEX = 2**31 - 1
 
+#: Text files of at most this many columns are read by pyarrow's CSV reader when it is installed.
+FAST_CSV_MAX_COLUMNS = 4096
+
 
 def _open_binary(path: Path):
     """Open a file for reading bytes, transparently gunzipping (detected by magic number)."""
@@ -146,6 +149,19 @@ def _bounded_lines(f, path: Path, max_line_length: int):
                 "--max-line-length on the command line)"
             )
         yield lineno, line
+
+
+def _raw_file(f):
+    """The binary file under a text file (under the gzip stream for a gzipped one)."""
+    inner = getattr(f, "buffer", f)
+    return getattr(inner, "fileobj", None) or inner
+
+
+def _position(raw) -> int | None:
+    try:
+        return int(raw.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 #: What reading a damaged text or gzip file raises (gzip.BadGzipFile is an OSError).
@@ -288,6 +304,10 @@ class DataReader:
         if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"dtype must be float64, float32 or 'auto', got {dtype!r}")
         self.check_finite = bool(check_finite)
+        #: Bytes of the file read so far in the current pass (text readers; None elsewhere),
+        #: against ``size_bytes``: the progress of a pass whose row count is unknown.
+        self.bytes_read: int | None = None
+        self.size_bytes = self.path.stat().st_size
         self.column_names: list[str] | None = None
         self._n_columns = 0
         self._n_samples: int | None = None
@@ -604,6 +624,7 @@ class TextReader(DataReader):
             else:
                 delim = next((d for d in (",", ";") if d in first), None)
         self.delimiter = delim
+        self.bytes_read = 0  # the progress of a pass is followed in bytes
         # the first line is split into fields only where its names are needed: a data line of
         # 10**5 numbers would cost some 60 bytes per field as Python strings
         self._n_columns = first.count(delim) + 1 if delim is not None else len(first.split())
@@ -623,10 +644,12 @@ class TextReader(DataReader):
             if not any(True for _ in itertools.islice(self._lines(), 1)):
                 raise ValueError(f"{self.path}: no data rows (only a header)")
 
-    def _lines(self, *, skip_header=True) -> Iterator[tuple[int, str]]:
-        """(line number, text) of the data lines: blank, comment and header lines skipped."""
+    def _lines(self, *, skip_header=True, track=False) -> Iterator[tuple[int, str]]:
+        """(line number, text) of the data lines: blank, comment and header lines skipped;
+        ``track``: :attr:`bytes_read` follows the file's position."""
         with _open_text(self.path) as f:
             header_pending = self.has_header and skip_header
+            raw = _raw_file(f) if track else None
             for lineno, line in _bounded_lines(f, self.path, self.max_line_length):
                 stripped = line.strip()
                 if not stripped or stripped.startswith("#"):
@@ -634,7 +657,11 @@ class TextReader(DataReader):
                 if header_pending:
                     header_pending = False
                     continue
+                if raw is not None and lineno % 1024 == 0:
+                    self.bytes_read = _position(raw)
                 yield lineno, stripped
+            if raw is not None:
+                self.bytes_read = self.size_bytes
 
     def _numbered_header(self, first: str) -> bool:
         """Whether an all-numeric first line is a header of column numbers, not data.
@@ -664,8 +691,24 @@ class TextReader(DataReader):
         return has_body and (n >= 8 or has_real)
 
     def _blocks(self):
-        lines_iter = self._lines()
+        self.bytes_read = 0
         row0 = 0
+        if self._fast_csv_applies():
+            # pyarrow's streaming CSV reader where it reads the file as this reader would; at
+            # the first block it cannot (a bad cell, a comment line, a ragged row, a line too
+            # long...) the rest of the file is read here, from that block on, which then
+            # either reads it or names the line, row and column of the problem
+            for X, y in self._fast_csv_blocks():
+                yield X, y
+                row0 += X.shape[0]
+        yield from self._text_blocks(row0)
+
+    def _text_blocks(self, row0=0):
+        """Blocks of the data lines from data row ``row0`` on (numpy.loadtxt)."""
+        lines_iter = self._lines(track=True)
+        if row0:
+            for _ in itertools.islice(lines_iter, row0):
+                pass
         while True:
             chunk = list(itertools.islice(lines_iter, self.block_rows))
             if not chunk:
@@ -676,6 +719,113 @@ class TextReader(DataReader):
             self._finite_check(X, row0, linenos)
             yield X, y
             row0 += len(chunk)
+
+    def _fast_csv_applies(self) -> bool:
+        """Whether pyarrow's CSV reader reads this file as :meth:`_text_blocks` would: pyarrow
+        installed, a one-character delimiter, at most :data:`FAST_CSV_MAX_COLUMNS` columns
+        (pyarrow keeps each column apart: a very wide line costs many times its length), the
+        default line limit (pyarrow's block size: a longer line stops it), and the header, if
+        any, on the first line."""
+        if self.delimiter is None or len(self.delimiter) != 1:
+            return False
+        if self._n_columns > FAST_CSV_MAX_COLUMNS:
+            return False
+        if self.max_line_length != DEFAULT_MAX_LINE_LENGTH:
+            return False
+        try:
+            import pyarrow.csv  # noqa: F401
+        except ImportError:
+            return False
+        with _open_text(self.path) as f:
+            try:
+                first = f.readline(self.max_line_length + 1)
+            except _READ_ERRORS:
+                return False
+        stripped = first.strip()
+        return bool(stripped) and not stripped.startswith("#")
+
+    def _fast_csv_blocks(self) -> Iterator[tuple[Any, Any]]:
+        """Blocks read by ``pyarrow.csv.open_csv`` until one it cannot read as
+        :meth:`_text_blocks` would (then it stops, and that block is read again there)."""
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        names = [f"c{j}" for j in range(self._n_columns)]
+        features = [names[j] for j in self._feature_idx]
+        label = None if self._label_idx is None else names[self._label_idx]
+        types = dict.fromkeys(features, pa.float64())
+        if label is not None:
+            types[label] = pa.string()
+        with open(self.path, "rb") as probe:
+            gz = probe.read(2) == _GZIP_MAGIC
+        # a plain file through pyarrow's own file (no Python in the reading loop); a gzipped one
+        # through Python's gzip, whose compressed position gives the progress
+        with gzip.open(self.path, "rb") if gz else pa.OSFile(str(self.path)) as f:
+            raw = f.fileobj if gz else f
+            try:
+                reader = pacsv.open_csv(
+                    f,
+                    read_options=pacsv.ReadOptions(
+                        skip_rows=1 if self.has_header else 0,
+                        column_names=names,
+                        block_size=DEFAULT_MAX_LINE_LENGTH,
+                    ),
+                    parse_options=pacsv.ParseOptions(
+                        delimiter=self.delimiter, quote_char='"', ignore_empty_lines=True
+                    ),
+                    convert_options=pacsv.ConvertOptions(
+                        column_types=types,
+                        include_columns=features + ([label] if label is not None else []),
+                        null_values=[],
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                    ),
+                )
+            except (pa.ArrowException, *_READ_ERRORS):
+                return
+            pending: list = []
+            n_pending = 0
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowException, *_READ_ERRORS):
+                    return
+                pending.append(batch)
+                n_pending += batch.num_rows
+                self.bytes_read = _position(raw)
+                while n_pending >= self.block_rows:
+                    table = pa.Table.from_batches(pending)
+                    X, y = self._arrow_block(table.slice(0, self.block_rows), features, label)
+                    if X is None:
+                        return
+                    rest = table.slice(self.block_rows)
+                    pending, n_pending = rest.to_batches(), rest.num_rows
+                    yield X, y
+            if n_pending:
+                X, y = self._arrow_block(pa.Table.from_batches(pending), features, label)
+                if X is None:
+                    return
+                yield X, y
+        self.bytes_read = self.size_bytes
+
+    def _arrow_block(self, table, features, label):
+        """One block of a pyarrow table as (X, y); (None, None) where a value is not finite
+        (:meth:`_text_blocks` then names its line)."""
+        X = np.empty((table.num_rows, len(features)), dtype=self.dtype)
+        for k, name in enumerate(features):
+            X[:, k] = table.column(name).to_numpy()
+        if self.check_finite and not np.isfinite(X).all():
+            return None, None
+        y = None
+        if label is not None:
+            text = np.asarray(table.column(label).to_numpy(zero_copy_only=False), dtype=str)
+            try:
+                y = text.astype(np.float64)
+            except ValueError:  # text labels (class names) stay strings
+                y = np.char.strip(text, "\"'")
+        return X, y
 
     def _count_rows(self):
         return sum(1 for _ in self._lines())
