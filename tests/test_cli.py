@@ -226,6 +226,8 @@ def test_param_and_float32(data, tmp_path, capsys):
         [
             "fit",
             str(npy),
+            "-m",
+            "exact",
             "-k",
             "2",
             "--param",
@@ -257,7 +259,8 @@ def test_param_and_float32(data, tmp_path, capsys):
 
 def test_info(data, tmp_path, capsys):
     X, _, _, npy = data
-    assert main(["fit", str(npy), "-k", "2", "--gamma", "0.5", "-o", str(tmp_path / "m.npz")]) == 0
+    argv = ["fit", str(npy), "-m", "exact", "-k", "2", "--gamma", "0.5"]
+    assert main([*argv, "-o", str(tmp_path / "m.npz")]) == 0
     capsys.readouterr()
     assert main(["info", str(tmp_path / "m.npz")]) == 0
     out = capsys.readouterr().out
@@ -316,7 +319,7 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
         assert err.startswith("fastkpca: error: ") and err.count("\n") == 1
         return err
 
-    assert "--sketch-size does not apply to --method exact" in error_of(
+    assert "--sketch-size does not apply to --method auto (AutoKPCA)" in error_of(
         ["fit", str(npy), "--sketch-size", "5"]
     )
     assert "has no parameter 'bogus'" in error_of(["fit", str(npy), "--param", "bogus=1"])
@@ -326,7 +329,7 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
     assert "write .npy, .csv or .tsv" in error_of(
         ["transform", model, str(npy), "-o", str(tmp_path / "t.parquet")]
     )
-    assert "n_components=500 is larger" in error_of(["fit", str(npy), "-k", "500"])
+    assert "n_components=500 is larger" in error_of(["fit", str(npy), "-m", "exact", "-k", "500"])
     assert "not a fastkpca model file" in error_of(["info", str(npy)])
     # a method whose module has not landed yet: one line, not a traceback
     import fastkpca.decomposition as dec
@@ -567,3 +570,87 @@ def test_evaluate_and_fit_report_the_error_estimate(tmp_path, capsys):
     assert main(["evaluate", str(model), str(path), "--no-exact", "--n-probe", "600", "-q"]) == 0
     out = capsys.readouterr().out
     assert "relative rank-k error" in out and "against exact KPCA" not in out
+
+
+# --- the default method, and what cannot fit refused before the data are read -------------------
+
+
+def test_the_default_method_is_auto(tmp_path, capsys):
+    X = np.random.default_rng(0).standard_normal((400, 3))
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-o", str(tmp_path / "m.npz")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fitted AutoKPCA (2 components") and "chosen" in out
+    parser = cli.build_parser()
+    assert parser.parse_args(["fit", "x.npy"]).method == "auto"
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """A machine with 64 MiB available."""
+    from fastkpca.cli import fit as fit_command
+    from fastkpca.decomposition import exact
+    from fastkpca.execution import memory
+
+    for module in (exact, memory, fit_command):
+        monkeypatch.setattr(module, "available_memory_bytes", lambda: 64 * 2**20)
+
+
+def _unreadable(monkeypatch, reader_class):
+    def refuse(self):
+        raise AssertionError("the file was read")
+
+    monkeypatch.setattr(reader_class, "_blocks", refuse)
+
+
+def test_exact_that_cannot_fit_is_refused_before_reading_a_npy(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import NpyReader
+
+    np.save(tmp_path / "x.npy", np.zeros((6000, 2)))  # a 275 MiB Gram
+    _unreadable(monkeypatch, NpyReader)
+    argv = ["fit", str(tmp_path / "x.npy"), "-m", "exact", "--eigen-solver", "dense"]
+    assert main([*argv, "-o", str(tmp_path / "m.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "ExactKPCA's 6000 x 6000 Gram matrix" in err
+    assert f"refused before reading {tmp_path / 'x.npy'}: 6,000 rows" in err
+    assert "the file was read" not in err and not (tmp_path / "m.npz").exists()
+
+
+def test_exact_that_cannot_fit_is_refused_before_reading_a_csv(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import TextReader
+
+    path = tmp_path / "x.csv"
+    rows = np.random.default_rng(0).standard_normal((40000, 2))
+    np.savetxt(path, rows, delimiter=",", fmt="%.6f")
+    _unreadable(monkeypatch, TextReader)
+    argv = ["fit", str(path), "-m", "exact", "--eigen-solver", "dense", "-o", "m.npz"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Gram matrix" in err and f"refused before reading {path}: about " in err
+    assert "estimated from its size" in err and "the file was read" not in err
+
+
+def test_rows_that_cannot_fit_in_memory_are_refused_before_reading(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import NpyReader
+
+    np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", shape=(200_000, 60))  # 92 MiB
+    _unreadable(monkeypatch, NpyReader)
+    assert main(["fit", str(tmp_path / "x.npy"), "-m", "reduced-set", "-o", "m.npz"]) == 1
+    err = capsys.readouterr().err
+    assert "rows as dense rows (200000 x 60 float64) needs" in err and "refused before" in err
+
+
+def test_auto_streams_rows_that_would_not_fit_in_memory(tmp_path, capsys, monkeypatch):
+    from fastkpca.cli import fit as fit_command
+
+    X = np.random.default_rng(0).standard_normal((3000, 3))
+    np.save(tmp_path / "x.npy", X)
+    monkeypatch.setattr(fit_command, "available_memory_bytes", lambda: 100_000)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-o", str(tmp_path / "m.npz")]) == 0
+    assert "(streamed)" in capsys.readouterr().out

@@ -46,7 +46,7 @@ def train(tmp_path):
     return path
 
 
-FIT = ["-k", "2", "--gamma", "0.5"]
+FIT = ["-m", "exact", "-k", "2", "--gamma", "0.5"]
 
 
 # --- fit ----------------------------------------------------------------------------------------
@@ -85,7 +85,9 @@ def test_fit_replaces_a_fastkpca_model_and_says_so(train, tmp_path, capsys):
     assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
     assert capsys.readouterr().err == ""  # a new file: nothing to say
     first = fingerprint(model)
-    assert main(["fit", str(train), "-k", "1", "--gamma", "0.5", "-o", str(model)]) == 0
+    assert (
+        main(["fit", str(train), "-m", "exact", "-k", "1", "--gamma", "0.5", "-o", str(model)]) == 0
+    )
     err = capsys.readouterr().err
     assert err.strip() == f"fastkpca: replacing the fastkpca model {model}"
     assert fingerprint(model) != first and is_model_file(model)
@@ -222,7 +224,7 @@ def test_terminated_fit_leaves_no_temporary_file(train, tmp_path, signum):
     model = tmp_path / "m.npz"
     assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
     before = fingerprint(model)
-    argv = ["fit", train, "-k", "1", "--gamma", "0.5", "-o", model]
+    argv = ["fit", train, "-m", "exact", "-k", "1", "--gamma", "0.5", "-o", model]
     rc, err, partial = _terminate_mid_write(tmp_path, "model", argv, signum)
     assert rc == 128 + signum, err
     assert f"terminated by {signal.Signals(signum).name}" in err

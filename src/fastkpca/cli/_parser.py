@@ -328,9 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         "-m",
-        default="exact",
+        default="auto",
         choices=list(METHODS),
-        help="approximation method (default: exact)",
+        help="approximation method (default: auto, AutoKPCA: the method and its size chosen "
+        "from the data, --tol and the --memory / --time budgets)",
     )
     p.add_argument(
         "--components",

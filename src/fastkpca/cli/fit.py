@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..decomposition import estimator_class
+from ..decomposition.exact import MATRIX_FREE_AUTO_MAX_N, check_exact_fits
+from ..execution import available_memory_bytes
 from ..execution.progress import heartbeat
 from ..persistence import is_model_file, save_model
 from ..source.files import read_data
@@ -21,7 +23,15 @@ from ._common import (
     _parse_value,
     _progress_enabled,
 )
-from ._data import _BlockStream, _densify, _dtype_option, _open, _read_all, _subsample
+from ._data import (
+    _BlockStream,
+    _densify,
+    _dtype_option,
+    _open,
+    _read_all,
+    _require_dense,
+    _subsample,
+)
 from ._parser import _METHOD_OPTIONS
 from .evaluate import _describe_estimate, _estimate, _estimate_lines
 
@@ -84,6 +94,54 @@ def _is_one_pass(cls, params) -> bool:
     return cls.__name__ in ONE_PASS
 
 
+#: A row count estimated from a text file's size may be this many times too large: what is
+#: refused on an estimate would not fit with this many times fewer rows either.
+ESTIMATE_MARGIN = 2
+
+#: AutoKPCA reads DATA into memory when its rows take at most this fraction of the memory
+#: available; larger files are handed to it as a stream of row blocks, read again as needed.
+AUTO_IN_MEMORY_FRACTION = 0.25
+
+
+def _check_before_reading(cls, params, reader, path, *, in_memory: bool) -> bool:
+    """Refuse, before reading DATA, a fit that cannot fit in memory where the row count is
+    known up front (a ``.npy`` header, a Parquet file's metadata) or can be estimated (a text
+    file's size over the length of its first lines): the rows of a method that reads them into
+    memory, exact KPCA's n x n Gram.  For AutoKPCA, which chooses a method that fits, whether
+    the rows are to be streamed rather than read into memory."""
+    n = reader.rows_estimate()
+    if n is None:
+        return False
+    estimated = reader.n_samples is None
+    d, dtype = reader.n_features, reader.dtype
+    if cls.__name__ == "AutoKPCA":
+        return n * d * dtype.itemsize > AUTO_IN_MEMORY_FRACTION * available_memory_bytes()
+    n_sure = max(1, n // ESTIMATE_MARGIN) if estimated else n
+    rows = f"{n:,} rows"
+    if estimated:
+        rows = f"about {rows}, estimated from its size (the check counts {n_sure:,} of them)"
+    try:
+        if in_memory:
+            _require_dense(n_sure, d, dtype, f"{path}'s rows")
+        solver = params.get("eigen_solver", "auto")
+        if cls.__name__ == "ExactKPCA" and solver != "matrix_free":
+            if solver != "auto" or n_sure > MATRIX_FREE_AUTO_MAX_N:
+                check_exact_fits(_Shape((n_sure, d), dtype))
+    except ValueError as exc:
+        raise CLIError(
+            f"{exc} (refused before reading {path}: {rows}; --method auto, the default, "
+            "chooses a method and size that fit)"
+        ) from None
+    return False
+
+
+class _Shape:
+    """What the memory checks read of rows not yet read: their shape and dtype."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
 def _data_info(reader, args) -> dict:
     """What the model file records about its training file: feature column names, label."""
     names = reader.feature_names
@@ -125,7 +183,11 @@ def run(args):
     dense = not getattr(cls, "_accepts_sparse", False)
     t0 = time.perf_counter()
     shown = _progress_enabled(args)
-    if _is_one_pass(cls, params) and not args.in_memory:
+    one_pass = _is_one_pass(cls, params) and not args.in_memory
+    stream_auto = _check_before_reading(cls, params, reader, args.data, in_memory=not one_pass)
+    if stream_auto and not args.in_memory:
+        one_pass = True
+    if one_pass:
         stream = _BlockStream(
             reader, args, dense=dense, desc=f"fitting {cls.__name__} on {args.data}"
         )

@@ -383,6 +383,12 @@ class DataReader:
         y = None if ys[0] is None else (ys[0] if len(ys) == 1 else np.concatenate(ys))
         return X, y
 
+    def rows_estimate(self) -> int | None:
+        """The number of data rows without reading the file: exact where the file says it (npy,
+        Parquet), else an estimate (delimited text: the file's size over the mean length of its
+        first lines), else None (a gzipped or LIBSVM file)."""
+        return self._n_samples
+
     def count_rows(self) -> int:
         """The number of data rows (a pass over the file unless already known)."""
         if self._n_samples is None:
@@ -829,6 +835,25 @@ class TextReader(DataReader):
 
     def _count_rows(self):
         return sum(1 for _ in self._lines())
+
+    def rows_estimate(self) -> int | None:
+        if self._n_samples is not None:
+            return self._n_samples
+        with open(self.path, "rb") as f:
+            head = f.read(2**20)
+        if head[:2] == _GZIP_MAGIC:
+            return None
+        lines = head.splitlines()
+        if len(head) == self.size_bytes:  # the whole file: count its data lines
+            return sum(1 for _ in self._lines())
+        lines = lines[:-1]  # the last may be cut
+        data = [line for line in lines if line.strip() and not line.lstrip().startswith(b"#")]
+        if self.has_header and data:
+            data = data[1:]
+        if not data:
+            return None
+        mean = sum(len(line) + 1 for line in data) / len(data)
+        return max(1, round(self.size_bytes / mean))
 
     def _parse(self, texts, linenos, row0):
         n = self._n_columns
