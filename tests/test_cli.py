@@ -326,8 +326,8 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
     assert "use --label-column" in error_of(
         ["transform", model, str(csv), "-o", str(tmp_path / "t.npy")]
     )
-    assert "write .npy, .csv or .tsv" in error_of(
-        ["transform", model, str(npy), "-o", str(tmp_path / "t.parquet")]
+    assert "write .npy, .csv, .tsv (optionally .csv.gz / .tsv.gz) or .parquet" in error_of(
+        ["transform", model, str(npy), "-o", str(tmp_path / "t.xlsx")]
     )
     assert "n_components=500 is larger" in error_of(["fit", str(npy), "-m", "exact", "-k", "500"])
     assert "not a fastkpca model file" in error_of(["info", str(npy)])
@@ -654,3 +654,48 @@ def test_auto_streams_rows_that_would_not_fit_in_memory(tmp_path, capsys, monkey
     monkeypatch.setattr(fit_command, "available_memory_bytes", lambda: 100_000)
     assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-o", str(tmp_path / "m.npz")]) == 0
     assert "(streamed)" in capsys.readouterr().out
+
+
+# --- what the command writes, it reads; what it says of a model ---------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_transform_writes_the_models_output_names(tmp_path, capsys, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    from fastkpca import load
+    from fastkpca.source.files import open_data
+
+    X = np.random.default_rng(0).standard_normal((300, 3))
+    np.save(tmp_path / "x.npy", X)
+    model = tmp_path / "m.npz"
+    argv = ["fit", str(tmp_path / "x.npy"), "-m", "nystrom", "-k", "2", "-o", str(model)]
+    assert main(argv) == 0
+    out = tmp_path / f"t{suffix}"
+    assert main(["transform", str(model), str(tmp_path / "x.npy"), "-o", str(out)]) == 0
+    fitted = load(model)
+    reader = open_data(out)
+    assert reader.column_names == ["nystromkpca0", "nystromkpca1"]
+    assert list(fitted.get_feature_names_out()) == reader.column_names
+    T, _ = reader.read()
+    np.testing.assert_allclose(T, fitted.transform(X), rtol=1e-12, atol=1e-12)
+
+
+def test_info_on_an_auto_model_says_what_it_chose(tmp_path, capsys):
+    from fastkpca import load
+
+    X = np.random.default_rng(0).standard_normal((2000, 3))
+    np.save(tmp_path / "x.npy", X)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-q", "-o", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(model)]) == 0
+    out = capsys.readouterr().out
+    fitted = load(model)
+    inner = fitted.estimator_
+    assert f"chosen method:   {fitted.method_} ({type(inner).__name__}" in out
+    assert "eigenvalues:     " + " ".join(f"{v:.6g}" for v in inner.eigenvalues_) in out
+    assert "n_components_:   2" in out
+    assert main(["info", str(model), "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["chosen"]
+    assert chosen["method"] == fitted.method_ and len(chosen["eigenvalues"]) == 2

@@ -133,7 +133,7 @@ def test_transform_refuses_an_existing_output_without_force(train, tmp_path, cap
     assert fingerprint(out) == before
     assert main(["transform", str(model), str(train), "-o", str(out), "--force"]) == 0
     assert capsys.readouterr().err.strip() == f"fastkpca: replacing {out} (--force)"
-    assert out.read_text().startswith("pc1,pc2\n")
+    assert out.read_text().startswith("exactkpca0,exactkpca1\n")  # get_feature_names_out()
 
 
 def test_demo_replaces_its_own_plot_only(tmp_path, capsys):

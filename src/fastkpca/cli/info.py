@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from ..persistence import model_info
+import numpy as np
+
+from ..persistence import load, model_info
 
 
 def _render(node):
@@ -27,11 +29,53 @@ def _render(node):
     return repr(node)
 
 
-def run(args):
+def _chosen(path) -> dict | None:
+    """What an AutoKPCA model chose (None for another model): the method, the estimator, its
+    size and the error estimated when it was chosen, with the chosen estimator's component
+    count and eigenvalues (the model file nests them in that estimator)."""
+    model = load(path)
+    inner = getattr(model, "estimator_", None)
+    if inner is None or not hasattr(model, "method_"):
+        return None
+    entry = next(
+        (e for e in getattr(model, "report_", []) or [] if e.get("status") == "chosen"), {}
+    )
+    eigenvalues = getattr(inner, "eigenvalues_", None)
+    return {
+        "method": model.method_,
+        "estimator": type(inner).__name__,
+        "size_name": entry.get("size_name"),
+        "size": entry.get("size"),
+        "error": entry.get("error"),
+        "error_stderr": entry.get("error_stderr"),
+        "n_components": getattr(inner, "n_components_", None),
+        "eigenvalues": None if eigenvalues is None else np.asarray(eigenvalues).tolist(),
+    }
 
+
+def _chosen_lines(chosen: dict) -> list[str]:
+    size = f", {chosen['size_name']}={chosen['size']}" if chosen.get("size_name") else ""
+    error = ""
+    if chosen.get("error") is not None:
+        stderr = chosen.get("error_stderr")
+        spread = f" +- {stderr:.2g}" if stderr is not None else ""
+        error = f"; estimated relative rank-k error {chosen['error']:.4f}{spread}"
+    lines = [f"chosen method:   {chosen['method']} ({chosen['estimator']}{size}{error})"]
+    if chosen.get("n_components") is not None:
+        lines.append(f"n_components_:   {chosen['n_components']}")
+    if chosen.get("eigenvalues") is not None:
+        lines.append("eigenvalues:     " + " ".join(f"{v:.6g}" for v in chosen["eigenvalues"]))
+    return lines
+
+
+def run(args):
     meta = model_info(args.model)
+    chosen = _chosen(args.model) if meta.get("estimator") == "AutoKPCA" else None
     if args.json:
-        print(json.dumps({k: v for k, v in meta.items() if k not in ("fitted",)}, indent=2))
+        out = {k: v for k, v in meta.items() if k not in ("fitted",)}
+        if chosen is not None:
+            out["chosen"] = chosen
+        print(json.dumps(out, indent=2))
         return 0
     kernel = meta.get("kernel") or {}
     kernel_text = ", ".join(f"{k}={v}" for k, v in kernel.items() if k != "kernel")
@@ -53,6 +97,8 @@ def run(args):
     eig = meta.get("eigenvalues")
     if eig is not None:
         print("eigenvalues:     " + " ".join(f"{v:.6g}" for v in eig))
+    if chosen is not None:
+        print("\n".join(_chosen_lines(chosen)))
     print(
         "parameters:      "
         + ", ".join(f"{k}={_render(v)}" for k, v in sorted(meta["params"].items()))

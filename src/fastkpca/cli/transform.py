@@ -63,25 +63,26 @@ class _NpyWriter:
 
 
 class _TextWriter:
-    """Writes a .csv / .tsv (optionally .gz) file with a header ``pc1, pc2, ...``.
+    """Writes a .csv / .tsv (optionally .gz) file whose header is the model's output names
+    (``get_feature_names_out``: ``nystromkpca0, nystromkpca1, ...``).
 
     ``path`` decides the format; the rows go to ``file`` (default ``path``).
     """
 
-    def __init__(self, path, file=None):
-
+    def __init__(self, path, names, file=None):
         self.path = Path(path)
+        self.names = names
         suffixes = [s.lower() for s in self.path.suffixes]
         gz = bool(suffixes) and suffixes[-1] == ".gz"
         base = suffixes[-2] if gz and len(suffixes) > 1 else (suffixes[-1] if suffixes else "")
         self.delimiter = "\t" if base == ".tsv" else ","
         target = Path(file) if file is not None else self.path
-        self.f = gzip.open(target, "wt") if gz else open(target, "w")
+        self.f = gzip.open(target, "wt") if gz else open(target, "w")  # noqa: SIM115
         self.started = False
 
     def write(self, block):
         if not self.started:
-            self.f.write(self.delimiter.join(f"pc{j + 1}" for j in range(block.shape[1])) + "\n")
+            self.f.write(self.delimiter.join(_names(self.names, block.shape[1])) + "\n")
             self.started = True
         # shortest repr that round-trips: 17 significant digits for float64, 9 for float32
         fmt = "%.9g" if block.dtype == np.float32 else "%.17g"
@@ -91,24 +92,83 @@ class _TextWriter:
         self.f.close()
 
 
+class _ParquetWriter:
+    """Writes a Parquet file, one row group per block, its columns named as the model's output
+    (``get_feature_names_out``), so that ``fastkpca`` reads back what it writes."""
+
+    def __init__(self, path, names, file=None):
+        self.pa, self.pq = _import_pyarrow()
+        self.target = Path(file) if file is not None else Path(path)
+        self.names = names
+        self.writer = None
+
+    def write(self, block):
+        pa = self.pa
+        names = _names(self.names, block.shape[1])
+        table = pa.table({name: block[:, j] for j, name in enumerate(names)})
+        if self.writer is None:
+            self.writer = self.pq.ParquetWriter(str(self.target), table.schema)
+        self.writer.write_table(table)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _import_pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CLIError(
+            "writing Parquet needs pyarrow; install it with pip install 'fastkpca[parquet]'"
+        ) from None
+    return pa, pq
+
+
+def _names(names, width: int) -> list[str]:
+    """The output column names: the model's, or ``pc1, pc2, ...`` for a model without them."""
+    if names is not None and len(names) == width:
+        return [str(n) for n in names]
+    return [f"pc{j + 1}" for j in range(width)]
+
+
+def _output_names(model) -> list[str] | None:
+    try:
+        return list(model.get_feature_names_out())
+    except Exception:  # a model without output names (or not fitted with them)
+        return None
+
+
 def _output_kind(path) -> str:
-    """``"npy"`` or ``"text"``: the writer for an output name (refused before any work)."""
+    """``"npy"``, ``"text"`` or ``"parquet"``: the writer for an output name (refused before any
+    work, with a missing pyarrow for Parquet)."""
     suffixes = [s.lower() for s in Path(path).suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
     suffix = suffixes[-1] if suffixes else ""
-    if suffix == ".npy" and not str(path).lower().endswith(".gz"):
+    gz = str(path).lower().endswith(".gz")
+    if suffix == ".npy" and not gz:
         return "npy"
     if suffix in (".csv", ".tsv"):
         return "text"
-    raise CLIError(f"output {path}: write .npy, .csv or .tsv (optionally .csv.gz / .tsv.gz)")
+    if suffix in (".parquet", ".pq") and not gz:
+        _import_pyarrow()
+        return "parquet"
+    raise CLIError(
+        f"output {path}: write .npy, .csv, .tsv (optionally .csv.gz / .tsv.gz) or .parquet"
+    )
 
 
-def _writer(path, file=None):
+def _writer(path, model, file=None):
     """The writer for output ``path``, writing to ``file`` (a temporary name) when given."""
-    if _output_kind(path) == "npy":
+    kind = _output_kind(path)
+    if kind == "npy":
         return _NpyWriter(path if file is None else file)
-    return _TextWriter(path, file)
+    names = _output_names(model)
+    if kind == "parquet":
+        return _ParquetWriter(path, names, file)
+    return _TextWriter(path, names, file)
 
 
 def run(args):
@@ -124,7 +184,7 @@ def run(args):
     # the rows go to a temporary file renamed over OUT at the end: a failure (bad row,
     # interruption, full disk) leaves an existing OUT as it was
     with atomic_output(args.output) as tmp:
-        writer = _writer(args.output, tmp)
+        writer = _writer(args.output, model, tmp)
         try:
             stream = _BlockStream(reader, args, dense=dense, desc=f"transforming {args.data}")
             with _on_arrays(model):
