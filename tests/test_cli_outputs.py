@@ -241,3 +241,50 @@ def test_terminated_transform_leaves_no_temporary_file(train, tmp_path):
     assert rc == 143, err
     assert not partial.exists() and temporary_files(tmp_path) == []
     assert not out.exists()
+
+
+def test_an_output_into_a_missing_folder_names_that_folder(tmp_path, capsys):
+    """``-o link.npz``, a link to a file in a folder that does not exist (a dangling link), or a
+    name in a missing folder: refused before the fit, naming the folder (not "."), and nothing
+    is created."""
+    train = tmp_path / "x.npy"
+    np.save(train, np.random.default_rng(0).standard_normal((50, 2)))
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "missing" / "dir" / "m.npz")
+    for out, folder in ((link, tmp_path / "missing" / "dir"), (tmp_path / "no" / "m.npz", None)):
+        assert main(["fit", str(train), *FIT, "-o", str(out)]) == 1
+        line = one_line_error(capsys)
+        folder = folder or out.parent
+        assert f"folder {folder} does not exist" in line and "folder not found: ." not in line
+    assert main(["fit", str(train), *FIT, "-o", str(link)]) == 1
+    assert "is a link to" in one_line_error(capsys)
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "no").exists()
+    # a dangling link into an existing folder is free: its target is written, the link kept
+    target = tmp_path / "real.npz"
+    link2 = tmp_path / "link2.npz"
+    link2.symlink_to(target)
+    assert main(["fit", str(train), *FIT, "-o", str(link2)]) == 0
+    assert target.is_file() and link2.is_symlink()
+
+
+def test_the_library_names_the_missing_folder_of_a_link(tmp_path):
+    from fastkpca.persistence import atomic_output
+
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "missing" / "m.npz")
+    with pytest.raises(FileNotFoundError, match=f"folder not found: {tmp_path / 'missing'}"):
+        with atomic_output(link):
+            pass
+
+
+def test_transform_to_parquet_keeps_the_rule(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    train = tmp_path / "x.npy"
+    np.save(train, np.random.default_rng(0).standard_normal((50, 2)))
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
+    out = tmp_path / "t.parquet"
+    out.write_bytes(b"someone's table")
+    assert main(["transform", str(model), str(train), "-o", str(out)]) == 1
+    assert "--force" in one_line_error(capsys) and out.read_bytes() == b"someone's table"
+    assert main(["transform", str(model), str(train), "-o", str(out), "--force"]) == 0

@@ -176,7 +176,8 @@ def _check_output(output, **inputs):
 def _claim_output(path, *, force: bool, kind: str | None = None, ours=None) -> str | None:
     """Check that the command may write ``path``; the stderr line to print if it replaces a file.
 
-    A name that does not exist yet is free (a dangling link too: its target is created).  An
+    A name that does not exist yet is free (a dangling link too: its target is created) when
+    the folder it goes into exists; a missing folder is named (the link's, for a link).  An
     existing regular file is replaced only when ``ours(path)`` recognises it as what the
     command writes (``kind``: "fastkpca model" for ``fit``), or with ``--force``; anything else
     (a folder, a device such as /dev/null, a pipe) is never replaced.  Called before the work,
@@ -184,6 +185,10 @@ def _claim_output(path, *, force: bool, kind: str | None = None, ours=None) -> s
     """
     target = Path(path)
     if not target.exists():
+        folder = Path(os.path.realpath(path)).parent
+        if not folder.is_dir():
+            link = f" ({path} is a link to {os.readlink(path)})" if target.is_symlink() else ""
+            raise CLIError(f"output {path}: folder {folder} does not exist{link}")
         return None
     if target.is_dir():
         raise CLIError(f"output {path} is a folder; give a file name (-o FILE)")
