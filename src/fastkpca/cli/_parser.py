@@ -263,7 +263,7 @@ def _add_jobs_option(p):
     )
 
 
-def _device(text: str) -> str:
+def _compute_on(text: str) -> str:
     """``--device NAME``: a PyTorch device (``cuda``, ``cuda:1``, ``cpu``) or ``numpy``."""
 
     try:
@@ -273,10 +273,10 @@ def _device(text: str) -> str:
     return text
 
 
-def _add_device_option(p):
+def _add_compute_on_option(p):
     p.add_argument(
         "--device",
-        type=_device,
+        type=_compute_on,
         default=None,
         metavar="NAME",
         help="compute on this PyTorch device, the rows sent there block by block (e.g. cuda, "
@@ -440,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_data_options(p)
     _add_jobs_option(p)
-    _add_device_option(p)
+    _add_compute_on_option(p)
 
     p = sub.add_parser(
         "transform",
@@ -462,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_data_options(p)
     _add_jobs_option(p)
-    _add_device_option(p)
+    _add_compute_on_option(p)
 
     p = sub.add_parser(
         "evaluate",
@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_data_options(p)
     _add_jobs_option(p)
-    _add_device_option(p)
+    _add_compute_on_option(p)
 
     p = sub.add_parser(
         "info",
@@ -589,5 +589,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the subsample and of every method")
     _add_jobs_option(p)
-    _add_device_option(p)
+    _add_compute_on_option(p)
     return parser
