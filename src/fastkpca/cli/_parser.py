@@ -285,6 +285,13 @@ def _add_compute_on_option(p):
     )
 
 
+def _add_run_options(p):
+    """The options of every command that reads DATA: the file, the threads, the device."""
+    _add_data_options(p)
+    _add_jobs_option(p)
+    _add_compute_on_option(p)
+
+
 def _add_force_option(p, what):
     p.add_argument(
         "--force",
@@ -438,9 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="P",
         help="probe rows of the estimate (default: 2000)",
     )
-    _add_data_options(p)
-    _add_jobs_option(p)
-    _add_compute_on_option(p)
+    _add_run_options(p)
 
     p = sub.add_parser(
         "transform",
@@ -456,13 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         required=True,
         metavar="OUT",
-        help="output file: .npy, .csv or .tsv (optionally .gz); an existing file is replaced "
-        "only with --force",
+        help="output file: .npy, .csv or .tsv (optionally .gz), or .parquet, its columns named "
+        "as the model's outputs; an existing file is replaced only with --force",
     )
     p.add_argument("--force", action="store_true", help="replace an existing output file")
-    _add_data_options(p)
-    _add_jobs_option(p)
-    _add_compute_on_option(p)
+    _add_run_options(p)
 
     p = sub.add_parser(
         "evaluate",
@@ -502,9 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-samples may be large)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    _add_data_options(p)
-    _add_jobs_option(p)
-    _add_compute_on_option(p)
+    _add_run_options(p)
 
     p = sub.add_parser(
         "info",

@@ -37,7 +37,7 @@ def _chosen(path) -> dict | None:
     inner = getattr(model, "estimator_", None)
     if inner is None or not hasattr(model, "method_"):
         return None
-    entry = next(
+    entry: dict = next(
         (e for e in getattr(model, "report_", []) or [] if e.get("status") == "chosen"), {}
     )
     eigenvalues = getattr(inner, "eigenvalues_", None)

@@ -157,6 +157,13 @@ def _raw_file(f):
     return getattr(inner, "fileobj", None) or inner
 
 
+def _rows_bytes(rows: int, mean: float | None, position: int | None) -> int | None:
+    """Bytes of a text file read for ``rows`` rows of ``mean`` bytes, at most ``position``."""
+    if mean is None or position is None:
+        return position
+    return min(position, round(rows * mean))
+
+
 def _position(raw) -> int | None:
     try:
         return int(raw.tell())
@@ -775,6 +782,9 @@ class TextReader(DataReader):
                         skip_rows=1 if self.has_header else 0,
                         column_names=names,
                         block_size=DEFAULT_MAX_LINE_LENGTH,
+                        # no read-ahead: memory stays bounded by a block, and the file's position
+                        # is what has been read (the progress of a pass)
+                        use_threads=False,
                     ),
                     parse_options=pacsv.ParseOptions(
                         delimiter=self.delimiter, quote_char='"', ignore_empty_lines=True
@@ -789,8 +799,13 @@ class TextReader(DataReader):
                 )
             except (pa.ArrowException, *_READ_ERRORS):
                 return
+            # pyarrow reads ahead of the rows it has handed over: the bytes read so far are
+            # counted from those rows, at the mean length of the file's first lines (at most
+            # the file's position)
+            head = self._head_bytes() if not gz else None
+            mean = self._mean_line_bytes(head) if head else None
             pending: list = []
-            n_pending = 0
+            n_pending = rows = 0
             while True:
                 try:
                     batch = reader.read_next_batch()
@@ -800,7 +815,6 @@ class TextReader(DataReader):
                     return
                 pending.append(batch)
                 n_pending += batch.num_rows
-                self.bytes_read = _position(raw)
                 while n_pending >= self.block_rows:
                     table = pa.Table.from_batches(pending)
                     X, y = self._arrow_block(table.slice(0, self.block_rows), features, label)
@@ -808,6 +822,8 @@ class TextReader(DataReader):
                         return
                     rest = table.slice(self.block_rows)
                     pending, n_pending = rest.to_batches(), rest.num_rows
+                    rows += X.shape[0]
+                    self.bytes_read = _rows_bytes(rows, mean, _position(raw))
                     yield X, y
             if n_pending:
                 X, y = self._arrow_block(pa.Table.from_batches(pending), features, label)
@@ -839,21 +855,29 @@ class TextReader(DataReader):
     def rows_estimate(self) -> int | None:
         if self._n_samples is not None:
             return self._n_samples
-        with open(self.path, "rb") as f:
-            head = f.read(2**20)
-        if head[:2] == _GZIP_MAGIC:
+        head = self._head_bytes()
+        if head is None:
             return None
-        lines = head.splitlines()
         if len(head) == self.size_bytes:  # the whole file: count its data lines
             return sum(1 for _ in self._lines())
-        lines = lines[:-1]  # the last may be cut
+        mean = self._mean_line_bytes(head)
+        return None if mean is None else max(1, round(self.size_bytes / mean))
+
+    def _head_bytes(self, size: int = 2**20) -> bytes | None:
+        """The first ``size`` bytes of a plain (not gzipped) file."""
+        with open(self.path, "rb") as f:
+            head = f.read(size)
+        return None if head[:2] == _GZIP_MAGIC else head
+
+    def _mean_line_bytes(self, head: bytes) -> float | None:
+        """The mean length in bytes, newline included, of the data lines that start the file."""
+        lines = head.splitlines()
+        if len(head) < self.size_bytes:
+            lines = lines[:-1]  # the last may be cut
         data = [line for line in lines if line.strip() and not line.lstrip().startswith(b"#")]
         if self.has_header and data:
             data = data[1:]
-        if not data:
-            return None
-        mean = sum(len(line) + 1 for line in data) / len(data)
-        return max(1, round(self.size_bytes / mean))
+        return sum(len(line) + 1 for line in data) / len(data) if data else None
 
     def _parse(self, texts, linenos, row0):
         n = self._n_columns
