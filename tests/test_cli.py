@@ -699,3 +699,22 @@ def test_info_on_an_auto_model_says_what_it_chose(tmp_path, capsys):
     assert main(["info", str(model), "--json"]) == 0
     chosen = json.loads(capsys.readouterr().out)["chosen"]
     assert chosen["method"] == fitted.method_ and len(chosen["eigenvalues"]) == 2
+
+
+@pytest.mark.parametrize("estimate", [None, 7, 2500, 10**6])
+def test_a_text_file_is_read_into_one_array_whatever_its_estimate(tmp_path, estimate):
+    """Rows of unknown count fill one array allocated for the estimate and resized in place
+    (grown when the estimate falls short, cut to the rows at the end)."""
+    from argparse import Namespace
+
+    from fastkpca.cli._data import _read_all
+    from fastkpca.source.files import open_data
+
+    X = np.random.default_rng(0).standard_normal((3000, 4))
+    path = tmp_path / "x.csv"
+    np.savetxt(path, X, delimiter=",", fmt="%.17g")
+    reader = open_data(path, block_rows=256)
+    reader.rows_estimate = lambda: estimate
+    out = _read_all(reader, Namespace(quiet=True), dense=True)
+    assert out.shape == (3000, 4) and out.flags.owndata
+    np.testing.assert_array_equal(out, X)

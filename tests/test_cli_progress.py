@@ -39,6 +39,15 @@ def test_lines_in_a_log_have_rate_elapsed_and_time_left(every_update):
     assert lines[-1].startswith("reading x.csv: done, 20 rows, 500 B of 1000 B (50%) in ")
 
 
+def test_a_pass_ended_by_an_error_says_it_stopped():
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        with Progress("reading", total=10, enabled=True, file=out, interval=0.0) as p:
+            p.update(4)
+            raise KeyboardInterrupt
+    assert out.getvalue().splitlines()[-1].startswith("reading: stopped after 4 of 10 rows")
+
+
 def test_lines_without_a_total():
     out = io.StringIO()
     with Progress("fitting", enabled=True, file=out, interval=0.0) as p:
@@ -90,6 +99,18 @@ def test_heartbeat_says_the_time_elapsed_when_nothing_else_is_written():
     lines = out.getvalue().splitlines()
     assert lines and all(line.startswith("fitting AutoKPCA: ") for line in lines)
     assert lines[0].endswith("s elapsed")
+
+
+def test_only_the_innermost_heartbeat_speaks():
+    out = io.StringIO()
+    with heartbeat("outer", enabled=True, file=out, interval=0.2):
+        with heartbeat("inner", enabled=True, file=out, interval=0.2):
+            time.sleep(1.3)
+        time.sleep(1.3)
+    lines = out.getvalue().splitlines()
+    inner = [i for i, line in enumerate(lines) if line.startswith("inner: ")]
+    outer = [i for i, line in enumerate(lines) if line.startswith("outer: ")]
+    assert inner and outer and max(inner) < min(outer)
 
 
 def test_library_progress_follows_verbose(every_update, monkeypatch):
@@ -155,7 +176,7 @@ def test_a_fit_in_memory_has_a_heartbeat(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cls, "fit", slow_fit)
     assert main(["fit", str(path), "-m", "exact", "-o", str(tmp_path / "e.npz")]) == 0
     err = capsys.readouterr().err
-    assert "fitting ExactKPCA on 3000 x 4: " in err and " s elapsed" in err
+    assert f"fitting ExactKPCA on {path}: " in err and " s elapsed" in err
 
 
 def test_short_passes_write_nothing_to_a_log(tmp_path, capsys):

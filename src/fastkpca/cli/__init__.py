@@ -46,6 +46,7 @@ import sys
 
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..decomposition import METHODS
+from ..execution.progress import heartbeat
 from ._common import (
     _check_inputs_exist,
     _jobs_context,
@@ -62,6 +63,15 @@ __all__ = ["main", "build_parser", "METHODS"]
 #: only when the command runs: the parser, ``--help`` and argument errors need none of them, nor
 #: scikit-learn or SciPy.
 COMMANDS = ("fit", "transform", "evaluate", "info", "bench", "demo")
+
+
+def _heartbeat(args):
+    """A commands that reads DATA says, in a log, that it is still at work every few seconds
+    when nothing else was said (its imports and the steps without progress of their own)."""
+    data = getattr(args, "data", None)
+    if data is None:
+        return contextlib.nullcontext()
+    return heartbeat(f"fastkpca {args.command} {data}", enabled=not args.quiet)
 
 
 def main(argv=None) -> int:
@@ -85,8 +95,9 @@ def main(argv=None) -> int:
             _jobs_context(args),
         ):
             _check_inputs_exist(args)
-            command = importlib.import_module(f"{__name__}.{args.command}")
-            return int(command.run(args) or 0)
+            with _heartbeat(args):
+                command = importlib.import_module(f"{__name__}.{args.command}")
+                return int(command.run(args) or 0)
     except _Terminated as exc:
         print(f"fastkpca: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
         return 128 + exc.signum

@@ -156,12 +156,35 @@ def _read_all(reader, args, *, dense, desc="reading"):
             X[start : start + block.shape[0]] = block
             start += block.shape[0]
         return X
+    if reader.format != "libsvm":
+        # unknown length (text): one array grown in place as the rows come, from the estimated
+        # row count, rather than the blocks and then a copy of them all (twice the memory)
+        return _fill_growing(stream, reader)
     blocks = list(stream)
     if not blocks:
         raise CLIError(f"{reader.path}: no data rows")
     if sp.issparse(blocks[0]):
         return sp.vstack(blocks, format="csr")
     return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
+def _fill_growing(stream, reader) -> np.ndarray:
+    """The dense rows of ``stream`` in one array, allocated for the reader's estimated row count
+    (plus 5 %) and resized in place (``ndarray.resize``: realloc, no second copy) when the
+    estimate falls short and at the end."""
+    estimate = reader.rows_estimate() or reader.block_rows
+    X = np.empty((max(1, int(estimate * 1.05)), reader.n_features), dtype=reader.dtype)
+    start = 0
+    for block in stream:
+        stop = start + block.shape[0]
+        if stop > X.shape[0]:
+            X.resize((max(stop, int(X.shape[0] * 1.5)), X.shape[1]), refcheck=False)
+        X[start:stop] = block
+        start = stop
+    if start == 0:
+        raise CLIError(f"{reader.path}: no data rows")
+    X.resize((start, X.shape[1]), refcheck=False)
+    return X
 
 
 def _check_width(model, reader):

@@ -196,8 +196,8 @@ def run(args):
             model.fit(stream)
         n_rows, how = stream.n_rows or reader.n_samples, "streamed"
     else:
-        X = _read_all(reader, args, dense=dense, desc=f"reading {args.data}")
-        with heartbeat(f"fitting {cls.__name__} on {X.shape[0]} x {X.shape[1]}", enabled=shown):
+        with heartbeat(f"fitting {cls.__name__} on {args.data}", enabled=shown):
+            X = _read_all(reader, args, dense=dense, desc=f"reading {args.data}")
             model.fit(X)
         n_rows, how = X.shape[0], "in memory"
     seconds = time.perf_counter() - t0

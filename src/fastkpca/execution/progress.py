@@ -53,6 +53,9 @@ _VERBOSE: ContextVar[int] = ContextVar("fastkpca_verbose", default=0)
 # When the last progress line (or bar update) was written: heartbeats stay quiet after it.
 _last_output = [0.0]
 
+# The heartbeats running, outermost first: only the innermost writes (it says the most).
+_heartbeats: list = []
+
 
 def check_verbose(verbose, name: str = "verbose") -> int:
     """``verbose`` as scikit-learn takes it: an int >= 0 or a bool; ValueError naming it
@@ -238,7 +241,7 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix_str(s, refresh=refresh)
 
-    def _line(self, now: float, done: bool = False) -> None:
+    def _line(self, now: float, done: bool = False, stopped: bool = False) -> None:
         elapsed = now - self.started
         rate = self.n / elapsed if elapsed > 0 else 0.0
         if self.total:
@@ -255,7 +258,8 @@ class Progress:
             unit_rate = f"{_amount(rate, self.unit)}/s"
             speed = unit_rate if speed is None else f"{speed}, {unit_rate}"
         if done:
-            line = f"{self.desc}: done, {text} in {_duration(elapsed)} ({speed})"
+            end = "stopped after" if stopped else "done,"
+            line = f"{self.desc}: {end} {text} in {_duration(elapsed)} ({speed})"
         else:
             line = f"{self.desc}: {text}, {speed}, {_duration(elapsed)} elapsed"
             if self.total and 0 < self.n < self.total and rate > 0:
@@ -264,7 +268,8 @@ class Progress:
         if not _write_line(self._stream, line):
             self._stream = None
 
-    def close(self) -> None:
+    def close(self, *, stopped: bool = False) -> None:
+        """End the pass: the last line says it was done, or ``stopped`` before its end."""
         if self._closed:
             return
         self._closed = True
@@ -276,13 +281,15 @@ class Progress:
         elif self._stream is not None:
             now = time.monotonic()
             if self._lines or now - self.started >= self.interval:
-                self._line(now, done=True)  # a pass shorter than a line's interval: no line
+                self._line(
+                    now, done=True, stopped=stopped
+                )  # a pass shorter than a line's interval: no line
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(stopped=exc_type is not None)
 
 
 @contextmanager
@@ -291,7 +298,7 @@ def heartbeat(
 ) -> Iterator[None]:
     """While the block runs, a line ``"{desc}: N s elapsed"`` every ``interval`` seconds in
     which no other progress line was written (a thread; only where the output is not a
-    terminal, as :class:`Progress`'s lines)."""
+    terminal, as :class:`Progress`'s lines).  Of nested heartbeats only the innermost writes."""
     stream = _stream(file)
     if not (verbosity() > 0 if enabled is None else enabled) or stream is None:
         yield
@@ -306,10 +313,16 @@ def heartbeat(
     def beat():
         while not stop.wait(min(1.0, interval)):
             now = time.monotonic()
-            if now - max(_last_output[0], started) >= interval:
+            if _heartbeats[-1:] != [token]:
+                continue  # an inner heartbeat speaks
+            if now - _last_output[0] >= interval:
                 if not _write_line(stream, f"{desc}: {_duration(now - started)} elapsed"):
                     return
 
+    token = object()
+    if not _heartbeats:  # silence is counted from the outermost heartbeat's start
+        _last_output[0] = max(_last_output[0], started)
+    _heartbeats.append(token)
     thread = threading.Thread(target=beat, name="fastkpca-heartbeat", daemon=True)
     thread.start()
     try:
@@ -317,6 +330,7 @@ def heartbeat(
     finally:
         stop.set()
         thread.join()
+        _heartbeats.remove(token)
 
 
 def progress_bar(total=None, desc: str | None = None, unit: str = "rows") -> Any:
