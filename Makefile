@@ -1,5 +1,9 @@
-# make demo: set up .venv (from pyproject.toml) and run the demo on the embedded data set.
-# make test: set up .venv and run the default test suite (slow tests deselected).
+# make demo: set up .venv with what the demo needs (the core dependencies of pyproject.toml: no
+#   torch, dask, pyarrow, matplotlib) and run the demo on the embedded data set (the plot needs
+#   matplotlib: `pip install -e '.[plot]'`, or `make test` first, which installs it).
+# make test: set up .venv with the test extra and run the default test suite (slow tests
+#   deselected).  Each set-up has its own stamp, so `make demo` then `make test` (or the other
+#   way round) in one .venv installs what each needs.
 # make test-other-cpu: the default suite again as on another CPU (.ci/other-cpu: numpy's widest
 #   SIMD paths off, an older OpenBLAS core type), so a CPU-dependent test fails in CI.
 # make lint: ruff check, ruff format --check and mypy on the package (CI runs it before the tests).
@@ -8,19 +12,27 @@
 #   checkout and run `fastkpca demo` there (no display); the source tree must be left unchanged.
 PYTHON ?= python3
 VENV := .venv
-STAMP := $(VENV)/.installed-stamp
+STAMP := $(VENV)/.test-stamp
+CORE_STAMP := $(VENV)/.core-stamp
 DOCS_STAMP := $(VENV)/.docs-stamp
 DOCS_OUT := build/docs/html
 
 .PHONY: demo test test-other-cpu test-all bench lint docs clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+# the package and its core dependencies only
+$(CORE_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+# the package with the test extra (which includes the core dependencies)
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP) $(CORE_STAMP)
+
+demo: $(CORE_STAMP)
 	$(VENV)/bin/fastkpca demo
 
 test: $(STAMP)

@@ -1,7 +1,6 @@
 """The fastkpca command: end to end in subprocesses, the rest in-process through ``main``."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 
 from fastkpca import cli
 from fastkpca.cli import main
+from fastkpca.cli.transform import _NpyWriter
 from fastkpca.decomposition import available_methods, estimator_class
 
 
@@ -226,6 +226,8 @@ def test_param_and_float32(data, tmp_path, capsys):
         [
             "fit",
             str(npy),
+            "-m",
+            "exact",
             "-k",
             "2",
             "--param",
@@ -257,7 +259,8 @@ def test_param_and_float32(data, tmp_path, capsys):
 
 def test_info(data, tmp_path, capsys):
     X, _, _, npy = data
-    assert main(["fit", str(npy), "-k", "2", "--gamma", "0.5", "-o", str(tmp_path / "m.npz")]) == 0
+    argv = ["fit", str(npy), "-m", "exact", "-k", "2", "--gamma", "0.5"]
+    assert main([*argv, "-o", str(tmp_path / "m.npz")]) == 0
     capsys.readouterr()
     assert main(["info", str(tmp_path / "m.npz")]) == 0
     out = capsys.readouterr().out
@@ -316,17 +319,17 @@ def test_user_errors(data, tmp_path, capsys, monkeypatch):
         assert err.startswith("fastkpca: error: ") and err.count("\n") == 1
         return err
 
-    assert "--sketch-size does not apply to --method exact" in error_of(
+    assert "--sketch-size does not apply to --method auto (AutoKPCA)" in error_of(
         ["fit", str(npy), "--sketch-size", "5"]
     )
     assert "has no parameter 'bogus'" in error_of(["fit", str(npy), "--param", "bogus=1"])
     assert "use --label-column" in error_of(
         ["transform", model, str(csv), "-o", str(tmp_path / "t.npy")]
     )
-    assert "write .npy, .csv or .tsv" in error_of(
-        ["transform", model, str(npy), "-o", str(tmp_path / "t.parquet")]
+    assert "write .npy, .csv, .tsv (optionally .csv.gz / .tsv.gz) or .parquet" in error_of(
+        ["transform", model, str(npy), "-o", str(tmp_path / "t.xlsx")]
     )
-    assert "n_components=500 is larger" in error_of(["fit", str(npy), "-k", "500"])
+    assert "n_components=500 is larger" in error_of(["fit", str(npy), "-m", "exact", "-k", "500"])
     assert "not a fastkpca model file" in error_of(["info", str(npy)])
     # a method whose module has not landed yet: one line, not a traceback
     import fastkpca.decomposition as dec
@@ -368,7 +371,7 @@ def test_bench_runs_scripts(bench_dir, capfd):
 
 
 def test_bench_without_checkout(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_find_benchmarks", lambda directory=None: None)
+    monkeypatch.setattr(cli.bench, "_find_benchmarks", lambda directory=None: None)
     for argv in (["bench"], ["bench", "--list"]):
         assert main(argv) == 1
         assert (
@@ -424,30 +427,11 @@ def test_demo_reports_failures(tmp_path, capsys, monkeypatch):
 
 
 def test_module_entry_point_exists():
-    assert os.path.exists(Path(cli.__file__).with_name("__main__.py"))
-
-
-def test_progress_bar_only_on_a_terminal(monkeypatch):
-    import argparse
-    import io
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    args = argparse.Namespace(quiet=False)
-    monkeypatch.setattr(sys, "stderr", Terminal())
-    bar = cli._bar(args, total=10, desc="reading")
-    bar.update(10)
-    bar.close()
-    assert "reading:" in sys.stderr.getvalue() and "rows" in sys.stderr.getvalue()
-    assert isinstance(cli._bar(argparse.Namespace(quiet=True)), cli._NoBar)
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert isinstance(cli._bar(args), cli._NoBar)
+    assert (Path(cli.__file__).parents[1] / "__main__.py").is_file()
 
 
 def test_npy_writer_streams_unknown_length(tmp_path):
-    writer = cli._NpyWriter(tmp_path / "o.npy")
+    writer = _NpyWriter(tmp_path / "o.npy")
     blocks = [np.arange(6.0).reshape(3, 2), np.ones((1000, 2)), np.zeros((2, 2))]
     for b in blocks:
         writer.write(b)
@@ -586,3 +570,151 @@ def test_evaluate_and_fit_report_the_error_estimate(tmp_path, capsys):
     assert main(["evaluate", str(model), str(path), "--no-exact", "--n-probe", "600", "-q"]) == 0
     out = capsys.readouterr().out
     assert "relative rank-k error" in out and "against exact KPCA" not in out
+
+
+# --- the default method, and what cannot fit refused before the data are read -------------------
+
+
+def test_the_default_method_is_auto(tmp_path, capsys):
+    X = np.random.default_rng(0).standard_normal((400, 3))
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-o", str(tmp_path / "m.npz")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fitted AutoKPCA (2 components") and "chosen" in out
+    parser = cli.build_parser()
+    assert parser.parse_args(["fit", "x.npy"]).method == "auto"
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """A machine with 64 MiB available."""
+    from fastkpca.cli import fit as fit_command
+    from fastkpca.decomposition import exact
+    from fastkpca.execution import memory
+
+    for module in (exact, memory, fit_command):
+        monkeypatch.setattr(module, "available_memory_bytes", lambda: 64 * 2**20)
+
+
+def _unreadable(monkeypatch, reader_class):
+    def refuse(self):
+        raise AssertionError("the file was read")
+
+    monkeypatch.setattr(reader_class, "_blocks", refuse)
+
+
+def test_exact_that_cannot_fit_is_refused_before_reading_a_npy(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import NpyReader
+
+    np.save(tmp_path / "x.npy", np.zeros((6000, 2)))  # a 275 MiB Gram
+    _unreadable(monkeypatch, NpyReader)
+    argv = ["fit", str(tmp_path / "x.npy"), "-m", "exact", "--eigen-solver", "dense"]
+    assert main([*argv, "-o", str(tmp_path / "m.npz")]) == 1
+    err = capsys.readouterr().err
+    assert "ExactKPCA's 6000 x 6000 Gram matrix" in err
+    assert f"refused before reading {tmp_path / 'x.npy'}: 6,000 rows" in err
+    assert "the file was read" not in err and not (tmp_path / "m.npz").exists()
+
+
+def test_exact_that_cannot_fit_is_refused_before_reading_a_csv(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import TextReader
+
+    path = tmp_path / "x.csv"
+    rows = np.random.default_rng(0).standard_normal((40000, 2))
+    np.savetxt(path, rows, delimiter=",", fmt="%.6f")
+    _unreadable(monkeypatch, TextReader)
+    argv = ["fit", str(path), "-m", "exact", "--eigen-solver", "dense", "-o", "m.npz"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Gram matrix" in err and f"refused before reading {path}: about " in err
+    assert "estimated from its size" in err and "the file was read" not in err
+
+
+def test_rows_that_cannot_fit_in_memory_are_refused_before_reading(
+    tmp_path, capsys, monkeypatch, little_memory
+):
+    from fastkpca.source.files import NpyReader
+
+    np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", shape=(200_000, 60))  # 92 MiB
+    _unreadable(monkeypatch, NpyReader)
+    assert main(["fit", str(tmp_path / "x.npy"), "-m", "reduced-set", "-o", "m.npz"]) == 1
+    err = capsys.readouterr().err
+    assert "rows as dense rows (200000 x 60 float64) needs" in err and "refused before" in err
+
+
+def test_auto_streams_rows_that_would_not_fit_in_memory(tmp_path, capsys, monkeypatch):
+    from fastkpca.cli import fit as fit_command
+
+    X = np.random.default_rng(0).standard_normal((3000, 3))
+    np.save(tmp_path / "x.npy", X)
+    monkeypatch.setattr(fit_command, "available_memory_bytes", lambda: 100_000)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-o", str(tmp_path / "m.npz")]) == 0
+    assert "(streamed)" in capsys.readouterr().out
+
+
+# --- what the command writes, it reads; what it says of a model ---------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_transform_writes_the_models_output_names(tmp_path, capsys, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    from fastkpca import load
+    from fastkpca.source.files import open_data
+
+    X = np.random.default_rng(0).standard_normal((300, 3))
+    np.save(tmp_path / "x.npy", X)
+    model = tmp_path / "m.npz"
+    argv = ["fit", str(tmp_path / "x.npy"), "-m", "nystrom", "-k", "2", "-o", str(model)]
+    assert main(argv) == 0
+    out = tmp_path / f"t{suffix}"
+    assert main(["transform", str(model), str(tmp_path / "x.npy"), "-o", str(out)]) == 0
+    fitted = load(model)
+    reader = open_data(out)
+    assert reader.column_names == ["nystromkpca0", "nystromkpca1"]
+    assert list(fitted.get_feature_names_out()) == reader.column_names
+    T, _ = reader.read()
+    np.testing.assert_allclose(T, fitted.transform(X), rtol=1e-12, atol=1e-12)
+
+
+def test_info_on_an_auto_model_says_what_it_chose(tmp_path, capsys):
+    from fastkpca import load
+
+    X = np.random.default_rng(0).standard_normal((2000, 3))
+    np.save(tmp_path / "x.npy", X)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "-q", "-o", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(model)]) == 0
+    out = capsys.readouterr().out
+    fitted = load(model)
+    inner = fitted.estimator_
+    assert f"chosen method:   {fitted.method_} ({type(inner).__name__}" in out
+    assert "eigenvalues:     " + " ".join(f"{v:.6g}" for v in inner.eigenvalues_) in out
+    assert "n_components_:   2" in out
+    assert main(["info", str(model), "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["chosen"]
+    assert chosen["method"] == fitted.method_ and len(chosen["eigenvalues"]) == 2
+
+
+@pytest.mark.parametrize("estimate", [None, 7, 2500, 10**6])
+def test_a_text_file_is_read_into_one_array_whatever_its_estimate(tmp_path, estimate):
+    """Rows of unknown count fill one array allocated for the estimate and resized in place
+    (grown when the estimate falls short, cut to the rows at the end)."""
+    from argparse import Namespace
+
+    from fastkpca.cli._data import _read_all
+    from fastkpca.source.files import open_data
+
+    X = np.random.default_rng(0).standard_normal((3000, 4))
+    path = tmp_path / "x.csv"
+    np.savetxt(path, X, delimiter=",", fmt="%.17g")
+    reader = open_data(path, block_rows=256)
+    reader.rows_estimate = lambda: estimate
+    out = _read_all(reader, Namespace(quiet=True), dense=True)
+    assert out.shape == (3000, 4) and out.flags.owndata
+    np.testing.assert_array_equal(out, X)

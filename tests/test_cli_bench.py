@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fastkpca import cli
-from fastkpca.cli import main
+from fastkpca.cli import _common, bench, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,9 +44,9 @@ def bench_dir(tmp_path, monkeypatch):
 
 def test_default_folder_is_in_the_current_directory(bench_dir, capfd):
     assert main(["bench", "writer", "--dir", str(bench_dir), "--quick"]) == 0
-    out = Path.cwd() / cli.DEFAULT_BENCH_OUT
+    out = Path.cwd() / _common.DEFAULT_BENCH_OUT
     assert json.loads((out / "writer_quick.json").read_text())["args"] == ["--quick"]
-    record = json.loads((out / cli.BENCH_MANIFEST).read_text())
+    record = json.loads((out / bench.BENCH_MANIFEST).read_text())
     assert record["files"] == {"writer_quick.json": "writer"}
     assert f"results in {out}" in capfd.readouterr().out
     # nothing in the benchmarks' own folder
@@ -62,7 +62,9 @@ def test_rerun_replaces_its_own_files(bench_dir, tmp_path):
     out = tmp_path / "results"
     assert main(["bench", "writer", "--dir", str(bench_dir), "--out", str(out)]) == 0
     assert main(["bench", "writer", "--dir", str(bench_dir), "--out", str(out)]) == 0
-    assert json.loads((out / cli.BENCH_MANIFEST).read_text())["files"] == {"writer.json": "writer"}
+    assert json.loads((out / bench.BENCH_MANIFEST).read_text())["files"] == {
+        "writer.json": "writer"
+    }
 
 
 def test_a_script_that_writes_nothing_creates_nothing(bench_dir, tmp_path):
@@ -75,7 +77,9 @@ def test_files_of_a_failed_script_are_recorded(bench_dir, tmp_path, capfd):
     out = tmp_path / "results"
     assert main(["bench", "broken", "--dir", str(bench_dir), "--out", str(out)]) == 1
     assert "benchmark(s) failed: broken" in capfd.readouterr().err
-    assert json.loads((out / cli.BENCH_MANIFEST).read_text())["files"] == {"writer.json": "broken"}
+    assert json.loads((out / bench.BENCH_MANIFEST).read_text())["files"] == {
+        "writer.json": "broken"
+    }
 
 
 def test_foreign_files_are_refused_without_force(bench_dir, tmp_path, capfd):
@@ -95,9 +99,9 @@ def test_foreign_files_are_refused_without_force(bench_dir, tmp_path, capfd):
 def test_a_damaged_record_owns_nothing(bench_dir, tmp_path, capfd):
     out = tmp_path / "results"
     assert main(["bench", "writer", "--dir", str(bench_dir), "--out", str(out)]) == 0
-    (out / cli.BENCH_MANIFEST).write_text("not json")
+    (out / bench.BENCH_MANIFEST).write_text("not json")
     assert main(["bench", "writer", "--dir", str(bench_dir), "--out", str(out)]) == 1
-    assert cli.BENCH_MANIFEST in capfd.readouterr().err
+    assert bench.BENCH_MANIFEST in capfd.readouterr().err
 
 
 def test_out_must_be_a_folder_outside_the_package(bench_dir, tmp_path, capfd):
@@ -122,7 +126,7 @@ def _harness():
 
 def test_harness_reads_the_folder_bench_passes(monkeypatch, tmp_path):
     harness = _harness()
-    assert harness.RESULTS_ENV == cli.BENCH_RESULTS_ENV
+    assert harness.RESULTS_ENV == bench.BENCH_RESULTS_ENV
     monkeypatch.delenv(harness.RESULTS_ENV, raising=False)
     assert Path(harness.results_dir()) == REPO / "benchmarks" / "results"
     monkeypatch.setenv(harness.RESULTS_ENV, str(tmp_path))
@@ -142,5 +146,5 @@ def test_every_script_writes_through_the_harness():
 
 
 def test_results_folder_is_ignored_by_git():
-    assert f"/{cli.DEFAULT_BENCH_OUT}/" in (REPO / ".gitignore").read_text().split()
-    assert os.sep not in cli.DEFAULT_BENCH_OUT
+    assert f"/{_common.DEFAULT_BENCH_OUT}/" in (REPO / ".gitignore").read_text().split()
+    assert os.sep not in _common.DEFAULT_BENCH_OUT

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from fastkpca import cli
+from fastkpca.cli import evaluate as cli
 from fastkpca.cli import main
 
 
@@ -89,9 +89,37 @@ def test_text_output_says_how(files, capsys):
 
 def test_library_warnings_are_one_line(files, tmp_path, capsys):
     _, data = files
-    argv = ["fit", data, "-k", "2", "--gamma", "1e4", "-q", "-o", str(tmp_path / "e.npz")]
+    argv = ["fit", data, "-m", "exact", "-k", "2", "--gamma", "1e4", "-q"]
+    argv += ["-o", str(tmp_path / "e.npz")]
     assert main(argv) == 0
     err = capsys.readouterr().err.strip().splitlines()
     warnings = [line for line in err if "numerically the identity" in line]
     assert len(warnings) == 1 and warnings[0].startswith("fastkpca: warning: the rbf kernel")
     assert not any("Warning:" in line or ".py:" in line for line in err)
+
+
+def test_documented_workflows_on_a_named_csv_do_not_warn(tmp_path, capfd):
+    """``fit --estimate-error`` and ``evaluate`` on a CSV with a header: the model records the
+    column names, and the command line hands it arrays as it was fitted on (no warning that X
+    has no valid feature names, which scikit-learn gave before)."""
+    import subprocess
+    import sys
+
+    X = np.random.default_rng(0).standard_normal((600, 3))
+    path = tmp_path / "data.csv"
+    np.savetxt(path, X, delimiter=",", header="a,b,c", comments="", fmt="%.10g")
+    model = tmp_path / "m.npz"
+    runs = [
+        ["fit", str(path), "-m", "nystrom", "-k", "2", "--estimate-error", "-o", str(model)],
+        ["evaluate", str(model), str(path), "--max-samples", "300"],
+    ]
+    for argv in runs:
+        r = subprocess.run(
+            [sys.executable, "-W", "always", "-m", "fastkpca", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "feature names" not in r.stderr, r.stderr
+        assert ".py:" not in r.stderr and "Warning:" not in r.stderr, r.stderr

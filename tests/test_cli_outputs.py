@@ -46,7 +46,7 @@ def train(tmp_path):
     return path
 
 
-FIT = ["-k", "2", "--gamma", "0.5"]
+FIT = ["-m", "exact", "-k", "2", "--gamma", "0.5"]
 
 
 # --- fit ----------------------------------------------------------------------------------------
@@ -85,7 +85,9 @@ def test_fit_replaces_a_fastkpca_model_and_says_so(train, tmp_path, capsys):
     assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
     assert capsys.readouterr().err == ""  # a new file: nothing to say
     first = fingerprint(model)
-    assert main(["fit", str(train), "-k", "1", "--gamma", "0.5", "-o", str(model)]) == 0
+    assert (
+        main(["fit", str(train), "-m", "exact", "-k", "1", "--gamma", "0.5", "-o", str(model)]) == 0
+    )
     err = capsys.readouterr().err
     assert err.strip() == f"fastkpca: replacing the fastkpca model {model}"
     assert fingerprint(model) != first and is_model_file(model)
@@ -131,7 +133,7 @@ def test_transform_refuses_an_existing_output_without_force(train, tmp_path, cap
     assert fingerprint(out) == before
     assert main(["transform", str(model), str(train), "-o", str(out), "--force"]) == 0
     assert capsys.readouterr().err.strip() == f"fastkpca: replacing {out} (--force)"
-    assert out.read_text().startswith("pc1,pc2\n")
+    assert out.read_text().startswith("exactkpca0,exactkpca1\n")  # get_feature_names_out()
 
 
 def test_demo_replaces_its_own_plot_only(tmp_path, capsys):
@@ -159,6 +161,7 @@ _DRIVER = textwrap.dedent(
     """
     import contextlib, sys, time
     import fastkpca.cli as cli
+    import fastkpca.cli.transform
     import fastkpca.persistence as persistence
 
     if sys.argv[1] == "model":
@@ -175,7 +178,7 @@ _DRIVER = textwrap.dedent(
         persistence.atomic_output = slow_output
     else:
         # transform: the first block of projections is written, the writer still open
-        write = cli._NpyWriter.write
+        write = cli.transform._NpyWriter.write
 
         def slow_write(self, block):
             write(self, block)
@@ -183,7 +186,7 @@ _DRIVER = textwrap.dedent(
             print("writing", self.path, flush=True)
             time.sleep(120)
 
-        cli._NpyWriter.write = slow_write
+        cli.transform._NpyWriter.write = slow_write
     sys.exit(cli.main(sys.argv[2:]))
     """
 )
@@ -221,7 +224,7 @@ def test_terminated_fit_leaves_no_temporary_file(train, tmp_path, signum):
     model = tmp_path / "m.npz"
     assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
     before = fingerprint(model)
-    argv = ["fit", train, "-k", "1", "--gamma", "0.5", "-o", model]
+    argv = ["fit", train, "-m", "exact", "-k", "1", "--gamma", "0.5", "-o", model]
     rc, err, partial = _terminate_mid_write(tmp_path, "model", argv, signum)
     assert rc == 128 + signum, err
     assert f"terminated by {signal.Signals(signum).name}" in err
@@ -238,3 +241,50 @@ def test_terminated_transform_leaves_no_temporary_file(train, tmp_path):
     assert rc == 143, err
     assert not partial.exists() and temporary_files(tmp_path) == []
     assert not out.exists()
+
+
+def test_an_output_into_a_missing_folder_names_that_folder(tmp_path, capsys):
+    """``-o link.npz``, a link to a file in a folder that does not exist (a dangling link), or a
+    name in a missing folder: refused before the fit, naming the folder (not "."), and nothing
+    is created."""
+    train = tmp_path / "x.npy"
+    np.save(train, np.random.default_rng(0).standard_normal((50, 2)))
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "missing" / "dir" / "m.npz")
+    for out, folder in ((link, tmp_path / "missing" / "dir"), (tmp_path / "no" / "m.npz", None)):
+        assert main(["fit", str(train), *FIT, "-o", str(out)]) == 1
+        line = one_line_error(capsys)
+        folder = folder or out.parent
+        assert f"folder {folder} does not exist" in line and "folder not found: ." not in line
+    assert main(["fit", str(train), *FIT, "-o", str(link)]) == 1
+    assert "is a link to" in one_line_error(capsys)
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "no").exists()
+    # a dangling link into an existing folder is free: its target is written, the link kept
+    target = tmp_path / "real.npz"
+    link2 = tmp_path / "link2.npz"
+    link2.symlink_to(target)
+    assert main(["fit", str(train), *FIT, "-o", str(link2)]) == 0
+    assert target.is_file() and link2.is_symlink()
+
+
+def test_the_library_names_the_missing_folder_of_a_link(tmp_path):
+    from fastkpca.persistence import atomic_output
+
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "missing" / "m.npz")
+    with pytest.raises(FileNotFoundError, match=f"folder not found: {tmp_path / 'missing'}"):
+        with atomic_output(link):
+            pass
+
+
+def test_transform_to_parquet_keeps_the_rule(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    train = tmp_path / "x.npy"
+    np.save(train, np.random.default_rng(0).standard_normal((50, 2)))
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(train), *FIT, "-o", str(model)]) == 0
+    out = tmp_path / "t.parquet"
+    out.write_bytes(b"someone's table")
+    assert main(["transform", str(model), str(train), "-o", str(out)]) == 1
+    assert "--force" in one_line_error(capsys) and out.read_bytes() == b"someone's table"
+    assert main(["transform", str(model), str(train), "-o", str(out), "--force"]) == 0

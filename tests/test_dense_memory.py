@@ -96,7 +96,7 @@ def test_evaluation_sample_selects_rows_before_densifying(tmp_path):
     LIBSVM file is cut to those rows while sparse, never densified whole."""
     from argparse import Namespace
 
-    from fastkpca.cli import _subsample
+    from fastkpca.cli._data import _subsample
     from fastkpca.source.files import open_data
 
     rng = np.random.default_rng(0)

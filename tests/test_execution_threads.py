@@ -441,26 +441,33 @@ class _Bar:
     ],
 )
 def test_verbose_shows_a_bar_over_the_rows_of_the_pass(make, data, monkeypatch):
-    # verbose > 0: a tqdm.auto bar counts every row of the pass, with the total known up front
-    # and tqdm's own rule for outputs that are not a terminal (disable=None); verbose=0: none.
+    # verbose > 0: on a terminal, a tqdm.auto bar counts every row of the pass, with the total
+    # known up front, and stays when done (elsewhere lines: tests/test_cli_progress.py);
+    # verbose=0: none.
     import tqdm.auto
+
+    from fastkpca.execution import progress
 
     X, _ = data
     monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
     _Bar.made = []
     make(0).fit(X)
     assert _Bar.made == []
     make(1).fit(X)
     assert len(_Bar.made) == 1
     bar = _Bar.made[0]
-    assert bar.total == bar.n == X.shape[0] and bar.kwargs["disable"] is None
+    assert bar.total == bar.n == X.shape[0] and bar.kwargs["leave"] is True
 
 
 def test_verbose_matrix_free_and_blocks(data, monkeypatch):
     import tqdm.auto
 
+    from fastkpca.execution import progress
+
     X, _ = data
     monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
+    monkeypatch.setattr(progress, "_is_terminal", lambda stream: True)
     _Bar.made = []
     model = ExactKPCA(2, eigen_solver="matrix_free", random_state=0, verbose=1).fit(X[:500])
     assert len(_Bar.made) == model.n_iter_ and all(b.n == b.total for b in _Bar.made)

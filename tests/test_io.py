@@ -406,3 +406,62 @@ def test_public_facade_reexports_the_readers_and_model_files():
         fastkpca.persistence.__all__
     )
     assert fastkpca.load is fastkpca.persistence.load
+
+
+# --- pyarrow's CSV reader, where installed, reads as the text reader does -----------------------
+
+
+def _both_ways(path, **kwargs):
+    """(blocks read with pyarrow where it applies, blocks read by the text reader alone)."""
+    from fastkpca.source.files import TextReader
+
+    fast = open_data(path, **kwargs)
+    slow = open_data(path, **kwargs)
+    slow._fast_csv_applies = lambda: False
+    assert isinstance(fast, TextReader)
+    return fast, slow
+
+
+@pytest.mark.parametrize("case", ["plain", "gzip", "label", "float32", "comment", "bad", "nan"])
+def test_fast_csv_reads_what_the_text_reader_reads(tmp_path, case):
+    pytest.importorskip("pyarrow")
+    import gzip
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2500, 3))
+    lines = ["a,b,c,y"] + [
+        f"{r[0]:.17g},{r[1]:.17g},{r[2]:.17g},{'cat' if i % 2 else 'dog'}" for i, r in enumerate(X)
+    ]
+    if case == "comment":
+        lines.insert(1700, "# a comment line")
+    if case == "bad":
+        lines[2001] = "1.0,x,2.0,dog"
+    if case == "nan":
+        lines[2001] = "1.0,nan,2.0,dog"
+    path = tmp_path / ("d.csv.gz" if case == "gzip" else "d.csv")
+    text = "\n".join(lines) + "\n"
+    if case == "gzip":
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    kwargs = {"block_rows": 1000, "label_column": "y"}
+    if case == "float32":
+        kwargs["dtype"] = np.float32
+    fast, slow = _both_ways(path, **kwargs)
+    assert fast._fast_csv_applies()
+    if case in ("bad", "nan"):
+        messages = []
+        for reader in (fast, slow):
+            with pytest.raises(ValueError) as err:
+                reader.read()
+            messages.append(str(err.value))
+        assert messages[0] == messages[1] and "line 2002" in messages[0]
+        return
+    (Xf, yf), (Xs, ys) = fast.read(), slow.read()
+    assert Xf.dtype == Xs.dtype and Xf.shape == Xs.shape == (2500, 3)
+    np.testing.assert_array_equal(Xf, Xs)
+    np.testing.assert_array_equal(yf, ys)
+    assert fast.n_samples == slow.n_samples == 2500
+    assert [b.shape[0] for b in fast] == [1000, 1000, 500]
+    assert fast.bytes_read == fast.size_bytes

@@ -161,7 +161,7 @@ def test_cli_fit_streams_the_file(data, tmp_path, capsys, method, options, model
 
 _PEAK_SCRIPT = textwrap.dedent("""
     import sys
-    import fastkpca.cli, fastkpca.io, fastkpca.decomposition.streaming  # imports are not the fit
+    import fastkpca.cli.fit, fastkpca.decomposition.streaming  # imports: not the fit
 
     def status(key):
         with open("/proc/self/status") as f:
@@ -293,7 +293,7 @@ def test_bench_quick_passes_the_flag_and_skips_scripts_without_it(tmp_path, capf
 
 
 def test_every_benchmark_script_has_a_quick_mode():
-    from fastkpca.cli import _benchmark_scripts, _has_quick_mode
+    from fastkpca.cli.bench import _benchmark_scripts, _has_quick_mode
 
     scripts = _benchmark_scripts(REPO / "benchmarks")
     assert "bench_scale" in scripts

@@ -92,7 +92,7 @@ def test_transform_output_keeps_mode_and_replaces_atomically(files, tmp_path, ca
     out.write_text("old")
     os.chmod(out, 0o640)
     assert main(["transform", str(model), str(csv), "-o", str(out), "--force"]) == 0
-    assert out.read_text().startswith("pc1,pc2\n")
+    assert out.read_text().startswith("autokpca0,autokpca1\n")  # get_feature_names_out()
     assert (out.stat().st_mode & 0o777) == 0o640
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

@@ -19,8 +19,14 @@ from __future__ import annotations
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
+
+from . import metrics
+from .datasets import load_demo
+from .decomposition import available_methods, estimator_class
+from .persistence import atomic_output
 
 __all__ = ["run_demo", "DEMO_SIGMA", "DEMO_PLOT_SOFTWARE", "method_settings"]
 
@@ -96,10 +102,6 @@ def run_demo(
     list of dict, one per method: method, estimator, fit_s, transform_s, peak_mib,
     rank_k_error, embedding_error, error (the message, for a method that failed).
     """
-    from . import metrics
-    from .datasets import load_demo
-    from .decomposition import available_methods, estimator_class
-
     out = file or sys.stdout
     X, y = load_demo()
     rng = np.random.default_rng(random_state)
@@ -222,10 +224,6 @@ def _plot(embeddings, reference, y, output, n_components):
         f"Kernel PCA of pendigits (RBF, sigma = {DEMO_SIGMA:g}), first 2 of "
         f"{n_components} components"
     )
-    from pathlib import Path
-
-    from .persistence import atomic_output
-
     # written to a temporary file renamed at the end, so a failed or interrupted save leaves
     # an existing file as it was; the format follows the name, as savefig's own rule
     fmt = Path(output).suffix.lstrip(".").lower() or "png"

@@ -608,7 +608,7 @@ def atomic_output(path) -> Iterator[Path]:
     """
     target = Path(os.path.realpath(path))
     if not target.parent.is_dir():
-        raise FileNotFoundError(f"folder not found: {Path(path).parent}")
+        raise FileNotFoundError(f"folder not found: {target.parent}")
     tmp = None
     try:
         while tmp is None:

@@ -79,6 +79,9 @@ DEFAULT_MAX_LINE_LENGTH = MAX_LINE_FIELDS * MAX_FIELD_WIDTH
 #: The largest LIBSVM feature index read (the parser keeps indices as 32-bit integers).
 MAX_LIBSVM_INDEX = 2**31 - 1
 
+#: Text files of at most this many columns are read by pyarrow's CSV reader when it is installed.
+FAST_CSV_MAX_COLUMNS = 4096
+
 
 def _open_binary(path: Path):
     """Open a file for reading bytes, transparently gunzipping (detected by magic number)."""
@@ -146,6 +149,26 @@ def _bounded_lines(f, path: Path, max_line_length: int):
                 "--max-line-length on the command line)"
             )
         yield lineno, line
+
+
+def _raw_file(f):
+    """The binary file under a text file (under the gzip stream for a gzipped one)."""
+    inner = getattr(f, "buffer", f)
+    return getattr(inner, "fileobj", None) or inner
+
+
+def _rows_bytes(rows: int, mean: float | None, position: int | None) -> int | None:
+    """Bytes of a text file read for ``rows`` rows of ``mean`` bytes, at most ``position``."""
+    if mean is None or position is None:
+        return position
+    return min(position, round(rows * mean))
+
+
+def _position(raw) -> int | None:
+    try:
+        return int(raw.tell())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 #: What reading a damaged text or gzip file raises (gzip.BadGzipFile is an OSError).
@@ -288,6 +311,10 @@ class DataReader:
         if self.dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"dtype must be float64, float32 or 'auto', got {dtype!r}")
         self.check_finite = bool(check_finite)
+        #: Bytes of the file read so far in the current pass (text readers; None elsewhere),
+        #: against ``size_bytes``: the progress of a pass whose row count is unknown.
+        self.bytes_read: int | None = None
+        self.size_bytes = self.path.stat().st_size
         self.column_names: list[str] | None = None
         self._n_columns = 0
         self._n_samples: int | None = None
@@ -362,6 +389,12 @@ class DataReader:
             X = Xs[0] if len(Xs) == 1 else np.concatenate(Xs, axis=0)
         y = None if ys[0] is None else (ys[0] if len(ys) == 1 else np.concatenate(ys))
         return X, y
+
+    def rows_estimate(self) -> int | None:
+        """The number of data rows without reading the file: exact where the file says it (npy,
+        Parquet), else an estimate (delimited text: the file's size over the mean length of its
+        first lines), else None (a gzipped or LIBSVM file)."""
+        return self._n_samples
 
     def count_rows(self) -> int:
         """The number of data rows (a pass over the file unless already known)."""
@@ -604,6 +637,7 @@ class TextReader(DataReader):
             else:
                 delim = next((d for d in (",", ";") if d in first), None)
         self.delimiter = delim
+        self.bytes_read = 0  # the progress of a pass is followed in bytes
         # the first line is split into fields only where its names are needed: a data line of
         # 10**5 numbers would cost some 60 bytes per field as Python strings
         self._n_columns = first.count(delim) + 1 if delim is not None else len(first.split())
@@ -623,10 +657,12 @@ class TextReader(DataReader):
             if not any(True for _ in itertools.islice(self._lines(), 1)):
                 raise ValueError(f"{self.path}: no data rows (only a header)")
 
-    def _lines(self, *, skip_header=True) -> Iterator[tuple[int, str]]:
-        """(line number, text) of the data lines: blank, comment and header lines skipped."""
+    def _lines(self, *, skip_header=True, track=False) -> Iterator[tuple[int, str]]:
+        """(line number, text) of the data lines: blank, comment and header lines skipped;
+        ``track``: :attr:`bytes_read` follows the file's position."""
         with _open_text(self.path) as f:
             header_pending = self.has_header and skip_header
+            raw = _raw_file(f) if track else None
             for lineno, line in _bounded_lines(f, self.path, self.max_line_length):
                 stripped = line.strip()
                 if not stripped or stripped.startswith("#"):
@@ -634,7 +670,11 @@ class TextReader(DataReader):
                 if header_pending:
                     header_pending = False
                     continue
+                if raw is not None and lineno % 1024 == 0:
+                    self.bytes_read = _position(raw)
                 yield lineno, stripped
+            if raw is not None:
+                self.bytes_read = self.size_bytes
 
     def _numbered_header(self, first: str) -> bool:
         """Whether an all-numeric first line is a header of column numbers, not data.
@@ -664,8 +704,24 @@ class TextReader(DataReader):
         return has_body and (n >= 8 or has_real)
 
     def _blocks(self):
-        lines_iter = self._lines()
+        self.bytes_read = 0
         row0 = 0
+        if self._fast_csv_applies():
+            # pyarrow's streaming CSV reader where it reads the file as this reader would; at
+            # the first block it cannot (a bad cell, a comment line, a ragged row, a line too
+            # long...) the rest of the file is read here, from that block on, which then
+            # either reads it or names the line, row and column of the problem
+            for X, y in self._fast_csv_blocks():
+                yield X, y
+                row0 += X.shape[0]
+        yield from self._text_blocks(row0)
+
+    def _text_blocks(self, row0=0):
+        """Blocks of the data lines from data row ``row0`` on (numpy.loadtxt)."""
+        lines_iter = self._lines(track=True)
+        if row0:
+            for _ in itertools.islice(lines_iter, row0):
+                pass
         while True:
             chunk = list(itertools.islice(lines_iter, self.block_rows))
             if not chunk:
@@ -677,8 +733,151 @@ class TextReader(DataReader):
             yield X, y
             row0 += len(chunk)
 
+    def _fast_csv_applies(self) -> bool:
+        """Whether pyarrow's CSV reader reads this file as :meth:`_text_blocks` would: pyarrow
+        installed, a one-character delimiter, at most :data:`FAST_CSV_MAX_COLUMNS` columns
+        (pyarrow keeps each column apart: a very wide line costs many times its length), the
+        default line limit (pyarrow's block size: a longer line stops it), and the header, if
+        any, on the first line."""
+        if self.delimiter is None or len(self.delimiter) != 1:
+            return False
+        if self._n_columns > FAST_CSV_MAX_COLUMNS:
+            return False
+        if self.max_line_length != DEFAULT_MAX_LINE_LENGTH:
+            return False
+        try:
+            import pyarrow.csv  # noqa: F401
+        except ImportError:
+            return False
+        with _open_text(self.path) as f:
+            try:
+                first = f.readline(self.max_line_length + 1)
+            except _READ_ERRORS:
+                return False
+        stripped = first.strip()
+        return bool(stripped) and not stripped.startswith("#")
+
+    def _fast_csv_blocks(self) -> Iterator[tuple[Any, Any]]:
+        """Blocks read by ``pyarrow.csv.open_csv`` until one it cannot read as
+        :meth:`_text_blocks` would (then it stops, and that block is read again there)."""
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        names = [f"c{j}" for j in range(self._n_columns)]
+        features = [names[j] for j in self._feature_idx]
+        label = None if self._label_idx is None else names[self._label_idx]
+        types = dict.fromkeys(features, pa.float64())
+        if label is not None:
+            types[label] = pa.string()
+        with open(self.path, "rb") as probe:
+            gz = probe.read(2) == _GZIP_MAGIC
+        # a plain file through pyarrow's own file (no Python in the reading loop); a gzipped one
+        # through Python's gzip, whose compressed position gives the progress
+        with gzip.open(self.path, "rb") if gz else pa.OSFile(str(self.path)) as f:
+            raw = f.fileobj if gz else f
+            try:
+                reader = pacsv.open_csv(
+                    f,
+                    read_options=pacsv.ReadOptions(
+                        skip_rows=1 if self.has_header else 0,
+                        column_names=names,
+                        block_size=DEFAULT_MAX_LINE_LENGTH,
+                        # no read-ahead: memory stays bounded by a block, and the file's position
+                        # is what has been read (the progress of a pass)
+                        use_threads=False,
+                    ),
+                    parse_options=pacsv.ParseOptions(
+                        delimiter=self.delimiter, quote_char='"', ignore_empty_lines=True
+                    ),
+                    convert_options=pacsv.ConvertOptions(
+                        column_types=types,
+                        include_columns=features + ([label] if label is not None else []),
+                        null_values=[],
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                    ),
+                )
+            except (pa.ArrowException, *_READ_ERRORS):
+                return
+            # pyarrow reads ahead of the rows it has handed over: the bytes read so far are
+            # counted from those rows, at the mean length of the file's first lines (at most
+            # the file's position)
+            head = self._head_bytes() if not gz else None
+            mean = self._mean_line_bytes(head) if head else None
+            pending: list = []
+            n_pending = rows = 0
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowException, *_READ_ERRORS):
+                    return
+                pending.append(batch)
+                n_pending += batch.num_rows
+                while n_pending >= self.block_rows:
+                    table = pa.Table.from_batches(pending)
+                    X, y = self._arrow_block(table.slice(0, self.block_rows), features, label)
+                    if X is None:
+                        return
+                    rest = table.slice(self.block_rows)
+                    pending, n_pending = rest.to_batches(), rest.num_rows
+                    rows += X.shape[0]
+                    self.bytes_read = _rows_bytes(rows, mean, _position(raw))
+                    yield X, y
+            if n_pending:
+                X, y = self._arrow_block(pa.Table.from_batches(pending), features, label)
+                if X is None:
+                    return
+                yield X, y
+        self.bytes_read = self.size_bytes
+
+    def _arrow_block(self, table, features, label):
+        """One block of a pyarrow table as (X, y); (None, None) where a value is not finite
+        (:meth:`_text_blocks` then names its line)."""
+        X = np.empty((table.num_rows, len(features)), dtype=self.dtype)
+        for k, name in enumerate(features):
+            X[:, k] = table.column(name).to_numpy()
+        if self.check_finite and not np.isfinite(X).all():
+            return None, None
+        y = None
+        if label is not None:
+            text = np.asarray(table.column(label).to_numpy(zero_copy_only=False), dtype=str)
+            try:
+                y = text.astype(np.float64)
+            except ValueError:  # text labels (class names) stay strings
+                y = np.char.strip(text, "\"'")
+        return X, y
+
     def _count_rows(self):
         return sum(1 for _ in self._lines())
+
+    def rows_estimate(self) -> int | None:
+        if self._n_samples is not None:
+            return self._n_samples
+        head = self._head_bytes()
+        if head is None:
+            return None
+        if len(head) == self.size_bytes:  # the whole file: count its data lines
+            return sum(1 for _ in self._lines())
+        mean = self._mean_line_bytes(head)
+        return None if mean is None else max(1, round(self.size_bytes / mean))
+
+    def _head_bytes(self, size: int = 2**20) -> bytes | None:
+        """The first ``size`` bytes of a plain (not gzipped) file."""
+        with open(self.path, "rb") as f:
+            head = f.read(size)
+        return None if head[:2] == _GZIP_MAGIC else head
+
+    def _mean_line_bytes(self, head: bytes) -> float | None:
+        """The mean length in bytes, newline included, of the data lines that start the file."""
+        lines = head.splitlines()
+        if len(head) < self.size_bytes:
+            lines = lines[:-1]  # the last may be cut
+        data = [line for line in lines if line.strip() and not line.lstrip().startswith(b"#")]
+        if self.has_header and data:
+            data = data[1:]
+        return sum(len(line) + 1 for line in data) / len(data) if data else None
 
     def _parse(self, texts, linenos, row0):
         n = self._n_columns

@@ -1,0 +1,120 @@
+"""The ``fastkpca`` command (also ``python -m fastkpca``).
+
+::
+
+    fastkpca fit DATA --method nystrom --components 5 --kernel rbf --gamma 0.01 -o model.npz
+    fastkpca transform model.npz DATA -o projections.npy
+    fastkpca evaluate model.npz DATA
+    fastkpca info model.npz
+    fastkpca bench [--quick] [--out DIR] [NAME ...]
+    fastkpca demo [--output fastkpca-demo.png]
+
+DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
+by :mod:`fastkpca.source.files`.  The block-wise methods (streaming, random-features, nystrom with
+uniform landmarks or a landmark file) are fitted on the file's row blocks without loading it, so
+memory is bounded by the block size and the model, not the file; where a method needs a second
+pass (nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
+Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
+Errors are reported on one line (``fastkpca: error: ...``, exit status 1), and so is each warning
+of the library (``fastkpca: warning: ...``, e.g. a degenerate kernel); ``--debug`` shows the
+traceback and Python's warnings instead.  Progress bars (tqdm) appear only when stderr is a
+terminal.  The help of every option is built from the estimators themselves (the methods that
+take it, their choices and defaults), so it cannot drift from what the code accepts.
+
+Files are safe from the command's mistakes.  No command overwrites a file it did not write:
+``fit`` replaces an existing output only when it is a fastkpca model (recognised by its
+metadata, :func:`fastkpca.persistence.is_model_file`), ``demo`` only its own plot, ``bench``
+only the files it recorded writing in its ``--out`` folder, ``transform`` no existing file;
+``--force`` replaces any regular file, and a replacement is said on stderr
+(``fastkpca: replacing the fastkpca model model.npz``).  ``-o`` naming an input file (the same
+path, a link or the same inode) is refused even with ``--force``.  Models, projections and
+plots are written to a temporary file renamed at the end, so a failure leaves an existing
+output as it was; SIGTERM and SIGHUP end the command like an error (exit status 128 + the
+signal's number), so the temporary file is removed then too.  A model file records its
+training file's column names, label column and, for a LIBSVM file, its feature numbering;
+``transform`` and ``evaluate`` select DATA's columns by those names (reordering swapped
+columns, refusing missing ones) and read a LIBSVM DATA with the same numbering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import sys
+
+from .._utils import DEFAULT_BLOCK_ROWS
+from ..decomposition import METHODS
+from ..execution.progress import heartbeat
+from ._common import (
+    _check_inputs_exist,
+    _jobs_context,
+    _one_line,
+    _signals_end_like_errors,
+    _Terminated,
+    _warnings_as_lines,
+)
+from ._parser import build_parser
+
+__all__ = ["main", "build_parser", "METHODS"]
+
+#: The commands, each run by ``run(args)`` of the module of that name in this package, imported
+#: only when the command runs: the parser, ``--help`` and argument errors need none of them, nor
+#: scikit-learn or SciPy.
+COMMANDS = ("fit", "transform", "evaluate", "info", "bench", "demo")
+
+
+def _heartbeat(args):
+    """A commands that reads DATA says, in a log, that it is still at work every few seconds
+    when nothing else was said (its imports and the steps without progress of their own)."""
+    data = getattr(args, "data", None)
+    if data is None:
+        return contextlib.nullcontext()
+    return heartbeat(f"fastkpca {args.command} {data}", enabled=not args.quiet)
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``fastkpca`` command; returns the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = []
+    if "--" in argv:  # `fastkpca bench NAME -- ARGS`: ARGS go to the benchmark scripts
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
+    args = parser.parse_args(argv)
+    if script_args and args.command != "bench":
+        parser.error("arguments after -- are passed to benchmark scripts: only for bench")
+    args.script_args = script_args
+    if getattr(args, "block_rows", 0) is None:
+        args.block_rows = DEFAULT_BLOCK_ROWS
+    try:
+        with (
+            _signals_end_like_errors(),
+            contextlib.nullcontext() if args.debug else _warnings_as_lines(),
+            _jobs_context(args),
+        ):
+            _check_inputs_exist(args)
+            with _heartbeat(args):
+                command = importlib.import_module(f"{__name__}.{args.command}")
+                return int(command.run(args) or 0)
+    except _Terminated as exc:
+        print(f"fastkpca: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print("fastkpca: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader of our output went away (e.g. `fastkpca info m.npz | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"fastkpca: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
