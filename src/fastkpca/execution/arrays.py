@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._state import state_class_name
 
@@ -116,6 +115,12 @@ def _compat():
 def _torch_namespace():
     _compat()
     return importlib.import_module("array_api_compat.torch")
+
+
+def _is_sparse(X) -> bool:
+    """A scipy.sparse matrix or array, told by its type's module (so that reading where data
+    live does not import scipy: the command line's parser checks ``--device`` with it)."""
+    return type(X).__module__.startswith("scipy.sparse")
 
 
 def is_dask_array(X) -> bool:
@@ -225,7 +230,7 @@ class Placement:
         any namespace) as an array of this namespace on this device, detached from any autograd
         graph.  ``dtype`` (numpy's or the namespace's) casts; without it, host floats keep their
         precision and other values their dtype."""
-        if sp.issparse(a):
+        if _is_sparse(a):
             a = a.toarray()
         if self.host:
             return np.asarray(to_host(a), dtype=dtype)
@@ -370,7 +375,7 @@ def data_placement(X) -> Placement | None:
     origin = getattr(X, "origin", None)
     if isinstance(origin, Placement):
         return origin
-    if isinstance(X, np.ndarray) or sp.issparse(X) or is_dask_array(X):
+    if isinstance(X, np.ndarray) or _is_sparse(X) or is_dask_array(X):
         return HOST
     if type(X).__module__.startswith("pandas."):
         return HOST
