@@ -101,7 +101,8 @@ def main(argv=None) -> int:
                         best[which][name] = (seconds, peak)
     names = [n for n in best["after"] if n in best["before"]]
     table = {}
-    print(f"\n{'entry':<28}{'before s':>10}{'after s':>10}{'ratio':>8}{'MB before':>11}{'after':>8}")
+    header = ("entry", "before s", "after s", "ratio", "MB before", "after")
+    print("\n{:<28}{:>10}{:>10}{:>8}{:>11}{:>8}".format(*header))
     for name in names:
         (b, bm), (a, am) = best["before"][name], best["after"][name]
         table[name] = {
