@@ -88,6 +88,7 @@ from ..execution.arrays import (
 )
 from ..execution.progress import check_verbose
 from ..kernels import Kernel, make_kernel, warn_if_degenerate
+from ..persistence import save_model
 from ..source import INPUT_PLACEMENT, ArraySource, RowSource, as_source, check_block
 
 __all__ = [
@@ -627,8 +628,6 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     # --- persistence ----------------------------------------------------------------------
     def save(self, path):
         """Save the fitted model to ``path`` (arrays + JSON metadata; loads without pickle)."""
-        from ..persistence import save_model
-
         save_model(self, path)
 
     # --- scikit-learn tags ----------------------------------------------------------------
