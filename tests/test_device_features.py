@@ -7,7 +7,7 @@ with phases of a few radians after the shift, ~1e-6 of the features' size 1 / sq
 relative leaves a 10x margin.  float64 statistics of the same features agree to 1e-10 (only the
 order of the float64 sums differs); of float32 features to the float32 product rounding,
 ``eps32 sqrt(rows)`` ~ 1e-6 relative (1e-5 asserted).  Models: as
-``tests/test_device_estimators.py``, 2e-4 for anything that computes float32 features.
+``tests/test_estimators_namespaces.py``, 2e-4 for anything that computes float32 features.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the buffer's Gram computed on the device).  Of the same float64 rows the sketche
 to the order of float64 sums, amplified by the shrinks' eigendecompositions (relative gaps of
 the test spectra ~1e-2): 1e-9 relative asserted.  Of float32 features computed on each
 placement (float32 rounding ~1e-7 of the features) the models agree to 2e-4, as in
-``tests/test_device_estimators.py``.
+``tests/test_estimators_namespaces.py``.
 """
 
 from __future__ import annotations

@@ -109,10 +109,14 @@ class ArraySource(RowSource):
             accept_sparse="csr" if accept_sparse else False,
             ensure_min_samples=1,
         )
-        if estimator is not None:
-            X = validate_data(estimator, X, reset=reset, **kw)
-        else:
-            X = check_array(X, input_name=name, **kw)
+        # scikit-learn's finiteness check first sums the entries: rows near float64's largest
+        # value overflow that sum (a RuntimeWarning of no meaning here), then are checked one by
+        # one
+        with np.errstate(over="ignore", invalid="ignore"):
+            if estimator is not None:
+                X = validate_data(estimator, X, reset=reset, **kw)
+            else:
+                X = check_array(X, input_name=name, **kw)
         self.array = X
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
