@@ -83,7 +83,6 @@ STRICT_PENDING = {
     "AutoKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
     "ExactKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
     "KernelPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
-    "NystromKPCA": "statistics/kernel_moments.py: fancy-index assignment",
     "RandomFeatureKPCA": "features.py: row slices without a trailing ellipsis",
     "StreamingKPCA": "features.py: row slices without a trailing ellipsis",
     "ReducedSetKPCA": "kernels.py / execution/tiles.py: row slices without a trailing ellipsis",

@@ -518,7 +518,7 @@ _NYSTROM = {
     "eigenvalues_": Array(("n_components_",)),
     "kernel_": KernelValue(),
     "landmark_weights_": Array(("n_landmarks_",)),
-    "landmarks_": Array(("n_landmarks_", "n_features_in_")),
+    "landmarks_": Array(("n_landmarks_", "n_features_in_"), sparse=True),
     "mean_": Array(("rank",)),
     "n_components_": Int(low=1),
     "n_landmarks_": Int(low=1),

@@ -468,7 +468,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return np.asarray(to_host(self.eigenvalues_), dtype=np.float64) / self.total_variance_
 
     def _keep_fraction(self, fraction: float) -> None:
-        """Keep the smallest k whose cumulative ratio reaches ``fraction``."""
+        """Keep the smallest k whose cumulative ratio reaches ``fraction``; when none does, the
+        components with a non-zero eigenvalue (at least one), never those the model cannot
+        give."""
         if not hasattr(self, "total_variance_"):
             raise ValueError(
                 f"n_components={fraction} (a fraction of the variance) needs the total variance, "
@@ -479,7 +481,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if reached.size:
             k = int(reached[0]) + 1
         else:
-            k = ratio.size
+            k = max(int(np.count_nonzero(self.explained_variance_ratio_ > 0)), 1)
             warnings.warn(
                 f"the {k} components this model can give explain {ratio[-1]:.3g} of the "
                 f"(estimated) variance, less than n_components={fraction}; keeping all {k}",

@@ -133,4 +133,11 @@ LOCKSTEP_CHUNK_BYTES = 256 * 2**20
 
 # --- estimators -------------------------------------------------------------------------------
 
+#: Sparse rows chosen as Nystrom landmarks stay a CSR matrix when they have more features than
+#: this: a LIBSVM file whose largest feature index is 10^6 has dense rows of 8 MB each.  Narrower
+#: ones are made dense, so that the kernel rows are sparse x dense products: with 1000 landmarks
+#: those took 0.27x (123 features), 0.65x (1024) and 0.8x (4096) the time of sparse x sparse
+#: ones, and 3x at 16384 (``benchmarks/bench_sparse_landmarks.py``).
+SPARSE_LANDMARKS_MIN_FEATURES = 4096
+
 # --- data sources -----------------------------------------------------------------------------

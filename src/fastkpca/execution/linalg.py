@@ -5,15 +5,16 @@ the post-processing) once over the array namespace; what differs by backend is h
 
 * **the host** (numpy arrays, scipy.sparse matrices, ``LinearOperator`` objects): scipy's LAPACK
   (``syevr`` for an index range of eigenpairs, the pivoted QR that reveals the rank of a Krylov
-  block), ARPACK, and products with a dense matrix in row blocks of
-  :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`;
+  block, the pivoted Cholesky factor of a whitening, triangular solves), ARPACK, and products
+  with a dense matrix in row blocks of :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`;
 * **arrays in host memory of another library** (PyTorch CPU tensors): the host's ``syevr`` for
-  the dense top-k solve, read through the tensor's memory without a copy (it computes only the k
-  pairs asked for, where ``torch.linalg.eigh`` computes all n); the library's own small ``eigh``
-  and QR, which run faster than scipy's on the same memory at the sizes of a Krylov basis;
+  the dense top-k solve and the pivoted Cholesky whitening, read through the tensor's memory
+  without a copy (it computes only the k pairs asked for, where ``torch.linalg.eigh`` computes
+  all n; no array library has a pivoted Cholesky); the library's own small ``eigh`` and QR,
+  which run faster than scipy's on the same memory at the sizes of a Krylov basis;
 * **other namespaces** (CUDA tensors, CuPy, ``array_api_strict``): the standard's
   ``xp.linalg.eigh`` and ``xp.linalg.qr``; the rank of a block from the singular values of its
-  small R, the pivoted QR having no array-API counterpart.
+  small R, the pivoted QR having no array-API counterpart; a whitening from ``eigh`` on a GPU.
 
 Start blocks are drawn from the host's numpy ``Generator`` and moved, so every namespace starts
 from the same vectors.  Products are float64 (a float32 matrix is multiplied in float32) and
@@ -28,6 +29,7 @@ import warnings
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
+from scipy.linalg import lapack
 from scipy.sparse.linalg import (
     ArpackError,
     ArpackNoConvergence,
@@ -53,6 +55,7 @@ __all__ = [
     "is_explicit",
     "krylov_basis_columns",
     "lanczos",
+    "lower_solver",
     "matmat",
     "operator_placement",
     "orth_against",
@@ -61,6 +64,7 @@ __all__ = [
     "small_steps",
     "start_block",
     "warn_not_converged",
+    "whitening",
 ]
 
 
@@ -288,6 +292,83 @@ def krylov_basis_columns(n: int, b: int, k: int, placement: Placement) -> int:
         allowed = int(free * budget.KRYLOV_FREE_FRACTION)
     fits = int(allowed // (16 * n))
     return min(n, max(min(budget.KRYLOV_MAX_BLOCKS * b, fits), k + 2 * b))
+
+
+# --- whitening and triangular solves -------------------------------------------------------------
+def whitening(A, tol: float):
+    """A whitening N of a symmetric PSD matrix A (c x c) and the factor ``Z = N A``:
+    ``N A N^T = I_r`` over the r directions kept above ``tol`` (an absolute threshold on the
+    pivots or eigenvalues), and ``A N^T N A = A`` up to what falls below it.
+
+    In host memory (numpy, PyTorch CPU tensors, ``array_api_strict``): the pivoted Cholesky
+    factorisation ``P^T A P = R^T R`` (LAPACK ``dpstrf``, ``c^3 / 3`` flops, a twentieth of a
+    full ``eigh``; its triangular inverse by ``dtrtri``), stopped at the first pivot at most
+    ``tol``: ``N = R_11^{-T} P_r^T`` (r x c, zero in the columns that are not pivots) and
+    ``Z = R P^T``.  On a GPU, where no array library has a pivoted Cholesky and the host round
+    trip costs more than the device's ``eigh``, ``A = U diag(w) U^T`` there:
+    ``N = diag(w_r)^{-1/2} U_r^T`` and ``Z = diag(w_r)^{1/2} U_r^T`` over the r eigenvalues
+    above ``tol``.  At full rank both give ``N^T N = A^{-1}``: the two N are equal up to a
+    rotation of their rows wherever no direction falls between the two rules' thresholds.
+
+    Returns
+    -------
+    N : (r, c) float64, r >= 1
+    Z : (r, c) float64
+    """
+    placement = operator_placement(A)
+    if not placement.in_host_memory:
+        return _eigh_whitening(A, tol, placement)
+    N, Z = _cholesky_whitening(np.asarray(to_host(A), dtype=np.float64), tol)
+    return placement.asarray(N), placement.asarray(Z)
+
+
+def _cholesky_whitening(A: np.ndarray, tol: float):
+    c = A.shape[0]
+    with one_blas_thread():  # small dense LAPACK: idle BLAS threads' spin-waits cost more
+        R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)
+        rank = max(int(rank), 1)
+        R = np.triu(R[:rank])
+        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
+    order = piv - 1
+    N = np.zeros((rank, c))
+    N[:, order[:rank]] = np.triu(R_inv).T
+    Z = np.empty((rank, c))
+    Z[:, order] = R
+    return N, Z
+
+
+def _eigh_whitening(A, tol: float, placement: Placement):
+    xp = placement.xp
+    w, U = xp.linalg.eigh(A)  # ascending
+    rank = max(int(xp.sum(xp.astype(w > tol, xp.int64))), 1)
+    w, U = w[-rank:], U[:, -rank:]
+    root = xp.sqrt(xp.clip(w, tol, None))
+    return (U / root).T, (U * root).T
+
+
+def lower_solver(L, placement: Placement):
+    """``G -> G L^{-T}`` for a small lower-triangular host array L (l x l) and tall arrays G
+    (m x l) of ``placement``: the columns ``G L^{-T}`` of a Cholesky factor extended by the
+    block whose factor is L (Chen, Epperly, Tropp & Webber 2024, eq. 2.2).
+
+    On the host each call is a LAPACK triangular solve; elsewhere a product with ``L^{-T}``,
+    formed once on the host and moved (l is small: a GEMM beats a triangular solve there, and
+    the array API has none).
+    """
+    L = np.asarray(L, dtype=np.float64)
+    if placement.host:
+
+        def solve(G):
+            return la.solve_triangular(L, G.T, lower=True, check_finite=False).T
+
+        return solve
+    inverse_T = la.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False).T
+    inverse_T = placement.asarray(np.ascontiguousarray(inverse_T))
+
+    def product(G):
+        return G @ inverse_T
+
+    return product
 
 
 # --- the dense top-k solve ----------------------------------------------------------------------

@@ -367,9 +367,10 @@ class ReservoirSampler:
         """Stream positions of the sampled rows, ascending."""
         return np.sort(self._index)
 
-    def sample(self) -> np.ndarray:
-        """The sampled rows as a dense array, in stream order."""
+    def sample(self, *, dense: bool = True):
+        """The sampled rows in stream order: a dense array, or with ``dense=False`` as they were
+        offered (sparse rows stay a CSR matrix)."""
         if self._rows is None:
             raise ValueError("the reservoir is empty: no rows were offered")
         order = np.argsort(self._index)
-        return _dense_rows(self._rows[order])
+        return _dense_rows(self._rows[order]) if dense else self._rows[order]

@@ -39,6 +39,7 @@ import scipy.linalg as la
 from .._utils import as_generator
 from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
 from ..execution.arrays import placement_of, to_host
+from ..execution.elementwise import matmul
 from ..solvers import flip_signs, postprocess_eigen
 
 __all__ = [
@@ -237,8 +238,7 @@ def add_sketch_chunk(totals: np.ndarray, buffer: np.ndarray, R: np.ndarray, T_su
     :func:`~fastkpca.statistics.kernel_moments.kernel_sketch`) add their chunks here.
     """
     q = T_sum.shape[1] - 1
-    A = buffer[: R.shape[0]]
-    np.matmul(R, T_sum, out=A)
+    A = matmul(R, T_sum, out=buffer[: R.shape[0], ...])  # into the buffer where numpy allows
     A[:, q] = 1.0
     totals += A.T @ R
 
