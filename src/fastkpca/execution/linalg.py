@@ -235,11 +235,15 @@ def qr(A):
 
 
 def eigh(H):
-    """Eigenpairs of a small symmetric matrix (its symmetric part), eigenvalues descending."""
-    placement = operator_placement(H)
-    xp = placement.xp
+    """Eigenpairs of a small symmetric matrix (its symmetric part), eigenvalues descending.
+
+    The namespace's ``linalg.eigh`` on every placement; on the host that is numpy's LAPACK
+    (``syevd``), not scipy's wrappers, which hold the GIL: Frequent Directions shrinks its
+    sketches in parallel threads, each an eigendecomposition of this size, and numpy's was also
+    the faster one on one thread (60 x 60: 0.44 ms against 0.59 ms for scipy's ``syevr``)."""
+    xp = operator_placement(H).xp
     H = (H + H.T) / 2
-    vals, vecs = la.eigh(H) if placement.host else xp.linalg.eigh(H)
+    vals, vecs = xp.linalg.eigh(H)
     return xp.flip(vals, axis=0), xp.flip(vecs, axis=1)
 
 
