@@ -226,7 +226,7 @@ class FeatureSketch:
         buffers = ChunkBuffers(X)
         for done in range(0, n_rows, step):
             stop = min(n_rows, done + step)
-            start = done + self._extend_in_lockstep(X, fmap, dtype, done, stop)
+            start = done + self._extend_in_lockstep(X, fmap, done, stop)
             jobs = [
                 (self._part(j), X, fmap, spans, chunk, buffers, dtype)
                 for j, spans in self._deal_range(start, stop)
@@ -240,7 +240,7 @@ class FeatureSketch:
         if placement_of(self.feature_sum) != placement:
             self.feature_sum = placement.asarray(self.feature_sum, np.float64)
 
-    def _extend_in_lockstep(self, X, fmap: FeatureMap, dtype, done: int, stop: int) -> int:
+    def _extend_in_lockstep(self, X, fmap: FeatureMap, done: int, stop: int) -> int:
         """Add the features of the leading whole cycles of the rows ``done:stop`` of the block
         X (a cycle gives every sketch one run of :data:`SPLIT_ROWS` rows) with all sketches in
         lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`: one batched shrink for all of
@@ -269,7 +269,7 @@ class FeatureSketch:
         if not same or lead._buffer.shape[0] > lead.n_columns:
             return 0
         xp = placement.xp
-        Z = fmap(X[done : done + rows, ...], dtype=dtype)
+        Z = fmap._chunk(X[done : done + rows, ...])  # one chunk: sized from free memory
         self.feature_sum += column_sums(Z)
         n_cycles = rows // cycle
         Z = xp.reshape(Z, (n_cycles, J, SPLIT_ROWS, m))
@@ -311,12 +311,15 @@ class FeatureSketch:
 
     def merge(self, other: FeatureSketch) -> FeatureSketch:
         """The statistic of the rows of both (a new object; neither input is modified).  It
-        lives where the merged sketch does (this one's placement, see
-        :meth:`FrequentDirections.merge <fastkpca.sketch.FrequentDirections.merge>`)."""
-        home = placement_of(self.feature_sum)
+        lives where the merged sketch does (:meth:`FrequentDirections.merge
+        <fastkpca.sketch.FrequentDirections.merge>`: this one's placement, the other's when
+        this one is empty); the feature sums are added there."""
+        sketch = self.sketch.merge(other.sketch)
+        home = sketch._placement
         return FeatureSketch(
-            self.sketch.merge(other.sketch),
-            self.feature_sum + home.asarray(other.feature_sum, np.float64),
+            sketch,
+            home.asarray(self.feature_sum, np.float64)
+            + home.asarray(other.feature_sum, np.float64),
             self.n + other.n,
         )
 
