@@ -20,6 +20,7 @@ from fastkpca.execution.arrays import to_host
 from fastkpca.features import draw_feature_map, feature_blocks, feature_projection, fwht
 from fastkpca.kernels import RBF, Matern, Polynomial
 from fastkpca.metrics import embedding_error, relative_rank_k_error, subspace_distance
+from fastkpca.sketch import CountSketch
 from fastkpca.solvers import eigh_topk
 from fastkpca.statistics.covariance_sketch import ScatterSketch
 from fastkpca.statistics.covariance_sketch import test_matrix as cs_test_matrix
@@ -662,6 +663,27 @@ def test_model_fitted_off_the_host_saves_and_transforms_host_rows(noisy13, names
     # host features of the same map against the other namespace's: float32 feature rounding
     Z = namespace.from_ns(other.transform(namespace.to_ns(X_new)))
     assert rel_err(Z, loaded.transform(X_new)) < MODEL_RTOL
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_statistics_primitives_over_namespaces(dtype, namespace):
+    """The execution primitives the statistics are written on: float64 sums of share products
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), the CountSketch of a block
+    (:func:`~fastkpca.execution.feature_ops.bucket_sums`) and the lockstep rows (none on the
+    host)."""
+    rng = np.random.default_rng(4)
+    Z = rng.standard_normal((3000, 24)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    gram = feature_ops.sum_over_row_shares(namespace.to_ns(Z), lambda rows: rows.T @ rows)
+    assert namespace.is_native(gram) and "float64" in str(gram.dtype)
+    Z64 = Z.astype(np.float64)
+    assert _rel(Z64.T @ Z64, namespace.from_ns(gram)) < tol
+    S = CountSketch(40, 24, random_state=1).sketching_matrix(100, 3100)
+    sums = feature_ops.bucket_sums(S, namespace.to_ns(Z))
+    assert namespace.is_native(sums) and sums.dtype == namespace.to_ns(Z).dtype
+    assert _rel(S @ Z64, namespace.from_ns(sums)) < tol
+    rows = feature_ops.lockstep_rows(namespace.to_ns(Z), 3000, 1024)
+    assert rows == (0 if namespace.name == "numpy" else 2048)
 
 
 def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):
