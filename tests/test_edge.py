@@ -81,8 +81,6 @@ F32_INSIDE_TOL = 1e-5
 #: (issue 31, "Numerics once"); the edge itself takes them (see test_strict_arrays_are_a_namespace).
 STRICT_PENDING = {
     "AutoKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
-    "ExactKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
-    "KernelPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
     "NystromKPCA": "statistics/kernel_moments.py: fancy-index assignment",
     "RandomFeatureKPCA": "features.py: row slices without a trailing ellipsis",
     "StreamingKPCA": "features.py: row slices without a trailing ellipsis",
