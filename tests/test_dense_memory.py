@@ -133,3 +133,35 @@ def test_evaluation_sample_selects_rows_before_densifying(tmp_path):
     assert np.count_nonzero(X == 2.0) == 5
     # five dense rows are 8 MB; the parse of the file and the CSR blocks add little
     assert peak < 16 * 2**20, peak
+
+
+class _Device:
+    """A device placement that reports its free memory (as a GPU does)."""
+
+    in_host_memory = False
+
+    def free_memory_bytes(self):
+        return 10**9
+
+
+def test_the_stored_gram_is_checked_where_the_fit_runs(little_memory):
+    """One check of the n x n Gram (ExactKPCA, KernelPCA) for every placement: against a device's
+    free memory where it reports one, the process's memory elsewhere; the dense solve's
+    workspace where it runs (LAPACK in place in host memory, a full eigh on a device)."""
+    from fastkpca.decomposition.exact import GRAM_FRACTION, check_exact_fits
+    from fastkpca.execution.arrays import HOST
+    from fastkpca.execution.memory import memory_available_on
+
+    assert memory_available_on(_Device()) == 10**9
+    assert memory_available_on(HOST) == memory_available_on() == 64 * 2**20
+    X = np.zeros((8000, 3))  # a 488 MiB Gram
+    check_exact_fits(X, fraction=GRAM_FRACTION, n_components=10, placement=_Device())
+    with pytest.raises(ValueError, match="Gram matrix .* 954 MiB of memory available"):
+        # the device's eigh writes n x n eigenvectors and a workspace beside the Gram
+        check_exact_fits(
+            X, fraction=GRAM_FRACTION, n_components=10, method="dense", placement=_Device()
+        )
+    with pytest.raises(ValueError, match="ExactKPCA's 8000 x 8000 Gram matrix .* 64 MiB"):
+        check_exact_fits(X, fraction=GRAM_FRACTION, n_components=10, placement=HOST)
+    with pytest.raises(ValueError, match="KernelPCA's 8000 x 8000 Gram matrix"):
+        check_exact_fits(X, fraction=GRAM_FRACTION, placement=HOST, estimator="KernelPCA")

@@ -86,9 +86,6 @@ F32_INSIDE_TOL = 1e-5
 #: Where array_api_strict arrays fail today, in modules being rewritten over the namespace
 #: (issue 31, "Numerics once"); the edge itself takes them (see test_strict_arrays_are_a_namespace).
 STRICT_PENDING = {
-    "AutoKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
-    "ExactKPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
-    "KernelPCA": "execution/tiles.py: row slices without a trailing ellipsis (exact.py's Gram)",
     "ReducedSetKPCA": "kernels.py / execution/tiles.py: row slices without a trailing ellipsis",
     "SparsifiedKPCA": "decomposition/sparsified.py: row slices without a trailing ellipsis",
 }

@@ -510,14 +510,17 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
         # The anchors' projections where the anchors live (sparse ones made dense), the small
-        # solve on the host.
-        rows = placement_of(anchors).asarray(anchors, dtype=np.float64)
+        # solve on the host, the map stored where the anchors live.
+        placement = placement_of(anchors)
+        rows = placement.asarray(anchors, dtype=np.float64)
         T = np.asarray(to_host(self._transform_rows(rows)), dtype=np.float64)
         rows = np.asarray(to_host(rows), dtype=np.float64)
         K = np.asarray(self.kernel_(T), dtype=np.float64)
         K.flat[:: K.shape[0] + 1] += alpha
-        self.X_transformed_fit_ = T
-        self.dual_coef_inverse_ = la.solve(K, rows, assume_a="pos", overwrite_a=True)
+        self.X_transformed_fit_ = placement.asarray(T)
+        self.dual_coef_inverse_ = placement.asarray(
+            la.solve(K, rows, assume_a="pos", overwrite_a=True)
+        )
 
     @functools.partial(estimator_call, mutating=False)
     def inverse_transform(self, X):

@@ -50,6 +50,7 @@ __all__ = [
     "as_operator",
     "column_store",
     "dense_topk",
+    "dense_topk_bytes",
     "dtype_of",
     "eigh",
     "is_explicit",
@@ -402,6 +403,18 @@ def dense_topk(A, k: int, *, overwrite: bool = False):
     if not all_finite(vals, vecs):
         raise NonFiniteError(_MATRIX_NOT_FINITE)
     return vals, vecs
+
+
+def dense_topk_bytes(n: int, k: int, itemsize: int, placement: Placement) -> int:
+    """Memory (bytes) that :func:`dense_topk` of an n x n matrix of ``itemsize``-byte entries
+    takes beside the matrix, when it may overwrite it: in host memory LAPACK's index-range solve
+    works in place and writes k float64 eigenvectors (8 n k); a device's full ``eigh`` writes all
+    n eigenvectors and a workspace about the size of the matrix again (2 x 8 n^2, float64), from
+    a float64 copy of a float32 matrix."""
+    if placement.in_host_memory:
+        return 8 * n * k
+    copy = 8 * n * n if itemsize < 8 else 0
+    return 2 * 8 * n * n + copy
 
 
 def _lapack_topk(A, k, overwrite):
