@@ -163,7 +163,7 @@ def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
 # feature maps
 # ------------------------------------------------------------------------------------------------
 # Each map's ``_chunk`` is written once over the rows' array namespace; the execution layer runs
-# the chunks (:func:`fastkpca.execution.feature_ops.map_rows`: on the host 256-row chunks on the
+# the chunks (``execution.feature_ops.map_rows``: on the host 256-row chunks on the
 # worker threads, written in place; on a device large chunks sized from its free memory).  The
 # random parameters are the host's, converted once per placement and kept on the map
 # (:meth:`FeatureMap._placed`), so every placement computes the features of the same map.
@@ -505,7 +505,7 @@ def feature_projection(X, fmap: FeatureMap, mean, components):
     features), and the part of the mean that rounding drops is projected in float64.  ``mean``
     and ``components`` may live on the host or on X's device (moved).
 
-    Row chunk by row chunk (:func:`~fastkpca.execution.feature_ops.map_rows`): on the host each
+    Row chunk by row chunk (``execution.feature_ops.map_rows``): on the host each
     chunk's features are written into a buffer of its worker thread and projected there while
     in cache, so z(X) is never held for more than a chunk of rows per core, and every product
     of the transform runs with BLAS held to one thread, so its result does not depend on what
