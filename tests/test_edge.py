@@ -86,8 +86,6 @@ STRICT_PENDING = {
     "NystromKPCA": "statistics/kernel_moments.py: fancy-index assignment",
     "RandomFeatureKPCA": "features.py: row slices without a trailing ellipsis",
     "StreamingKPCA": "features.py: row slices without a trailing ellipsis",
-    "ReducedSetKPCA": "kernels.py / execution/tiles.py: row slices without a trailing ellipsis",
-    "SparsifiedKPCA": "decomposition/sparsified.py: row slices without a trailing ellipsis",
 }
 
 _RNG = np.random.default_rng(7)

@@ -602,6 +602,8 @@ FITTED_SCHEMAS: dict[str, Schema] = {
         {
             **_KPCA,
             **_DUAL,
+            # estimates of exact KPCA's eigenvalues (files written before them load without)
+            "debiased_eigenvalues_": Array(("n_components_",), optional=True),
             "max_entry_": Real(low=0.0),
             "n_kept_": Int(),
             "noise_norm_": Real(low=0.0),

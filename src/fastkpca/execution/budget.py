@@ -12,6 +12,8 @@ that use a number import it from here.
 
 from __future__ import annotations
 
+import math
+
 # --- the process's memory ---------------------------------------------------------------------
 
 # --- host threads and chunks ------------------------------------------------------------------
@@ -85,6 +87,20 @@ def kernel_chunk_rows(n_cols: int, itemsize: int) -> int:
 def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
     """Rows per strip of the host's matrix-free Gram products (:data:`KERNEL_STRIP_BYTES`)."""
     return max(KERNEL_STRIP_MIN_ROWS, KERNEL_STRIP_BYTES // (max(1, n_cols) * itemsize))
+
+
+#: Row blocks of the upper triangle read at sampled pairs take at most this fraction of the rows
+#: (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`): the lower halves of the diagonal
+#: blocks, computed and not read, then add at most half of it to the triangle's work.
+PAIR_BLOCK_FRACTION = 1 / 16
+
+
+def pair_block_rows(n: int) -> int:
+    """Rows per row block of an n-row Gram's upper triangle read at sampled pairs on the host:
+    :data:`PAIR_BLOCK_FRACTION` of the rows, at least :data:`KERNEL_STRIP_MIN_ROWS`, within the
+    working-memory budget (:func:`chunk_rows`)."""
+    rows = max(KERNEL_STRIP_MIN_ROWS, math.ceil(n * PAIR_BLOCK_FRACTION))
+    return max(1, min(chunk_rows(n), rows))
 
 
 # --- eigensolvers ------------------------------------------------------------------------------
