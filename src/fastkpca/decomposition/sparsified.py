@@ -72,8 +72,9 @@ class SparsifiedGram:
     mirror image, because (i, j) and (j, i) are one random decision); ``diag`` is the exact
     diagonal.  Quantized entries are stored as +-1 (float32 holds them exactly) with the level
     ``b / sample_prob`` in ``scale``.  ``kept_sq[i]`` is the sum of ``K_ij^2`` over the kept
-    entries of row i (both triangles, the kernel values before quantization), float64: what the
-    noise's variances are estimated from.
+    entries of row i (both triangles, the kernel values before quantization), float64, and
+    ``kept_quartic`` the sum of ``K_ij^4`` over the kept pairs i < j: what the noise's variances
+    are estimated from.
     """
 
     upper: sp.csr_matrix
@@ -82,6 +83,7 @@ class SparsifiedGram:
     sample_prob: float = 1.0
     quantized: bool = False
     kept_sq: np.ndarray | None = None
+    kept_quartic: float | None = None
 
     @property
     def shape(self):
@@ -115,7 +117,9 @@ class SparsifiedGram:
     def _kept_sq(self) -> np.ndarray:
         if self.kept_sq is None:  # a matrix built by hand: from the stored (unquantized) values
             U = self.upper
-            self.kept_sq = _row_sums_of_squares(U.indptr, U.indices, U.data, self.shape[0])
+            self.kept_sq, self.kept_quartic = _row_sums_of_squares(
+                U.indptr, U.indices, U.data, self.shape[0]
+            )
         return self.kept_sq
 
     def noise_norm(self) -> float:
@@ -171,6 +175,23 @@ class SparsifiedGram:
         total_sq = float(np.sum(sums)) ** 2 - 2.0 * noise
         return frob - 2.0 / n * rows_sq + total_sq / n**2
 
+    def centered_frobenius_sq_error(self, row_means=None) -> float:
+        """The standard error of :meth:`centered_frobenius_sq`, to first order: the sampling of
+        ``sum K_ij^2`` (``4 (1/p - 1) sum_{i<j} K_ij^4 / p``, estimated from the kept pairs)
+        and the noise of the row sums ``K^ 1`` and of their total (``Var ||K^ 1||^2 ~ sum_i
+        (4 (K 1)_i^2 v_i + 2 v_i^2)``, ``Var (1^T K^ 1)^2 ~ 8 (1^T K 1)^2 sum_i v_i``)."""
+        n = self.shape[0]
+        if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
+            return 0.0
+        s = 1.0 / self.sample_prob
+        self._kept_sq()
+        sampled = 4.0 * s * s * (1.0 - self.sample_prob) * float(self.kept_quartic or 0.0)
+        v = self.row_noise_variances()
+        sums = (self.row_means() if row_means is None else row_means) * n
+        rows = float(np.sum(4.0 * sums**2 * v + 2.0 * v**2)) * 4.0 / n**2
+        total = 8.0 * float(np.sum(sums)) ** 2 * float(np.sum(v)) * 4.0 / n**4
+        return float(np.sqrt(sampled + rows + total))
+
     def total_mean_error(self) -> float:
         """Standard error of the total mean ``1^T K^ 1 / n^2`` (an unbiased estimate of
         ``||mu||^2``, the squared mean embedding).
@@ -208,17 +229,19 @@ def _entry_chunks(indptr, max_entries=1 << 20):
         start = stop
 
 
-def _row_sums_of_squares(indptr, indices, values, n) -> np.ndarray:
+def _row_sums_of_squares(indptr, indices, values, n) -> tuple[np.ndarray, float]:
     """``sum_j K_ij^2`` over the stored entries of each row of the symmetric matrix whose strict
-    upper triangle is the CSR structure ``(values, indices, indptr)`` (float64)."""
-    out = np.zeros(n)
+    upper triangle is the CSR structure ``(values, indices, indptr)`` (float64), and the sum of
+    ``K_ij^4`` over the stored entries."""
+    out, quartic = np.zeros(n), 0.0
     for start, stop in _entry_chunks(indptr):
         lo, hi = indptr[start], indptr[stop]
         sq = np.square(values[lo:hi], dtype=np.float64)
         out += np.bincount(indices[lo:hi], weights=sq, minlength=n)  # columns
         rows = np.repeat(np.arange(start, stop), np.diff(indptr[start : stop + 1]))
         out += np.bincount(rows, weights=sq, minlength=n)  # rows
-    return out
+        quartic += float(sq @ sq)
+    return out, quartic
 
 
 def _kept_columns(n, sample_prob, rng):
@@ -275,7 +298,7 @@ def sparsify_gram(
     diag = np.asarray(to_host(kernel_diag(kernel, X)), dtype=np.float64)
     indptr, indices = _kept_columns(n, sample_prob, rng)
     values = kernel_at_pairs(kernel, X, indptr, indices, sample_prob=sample_prob, pairwise=pairwise)
-    kept_sq = _row_sums_of_squares(indptr, indices, values, n)
+    kept_sq, kept_quartic = _row_sums_of_squares(indptr, indices, values, n)
     scale = 1.0 / sample_prob
     if quantize:
         # b = max |K_ij| = max_i K_ii for a positive-definite kernel (Cauchy-Schwarz), so it
@@ -296,6 +319,7 @@ def sparsify_gram(
         sample_prob=sample_prob,
         quantized=quantize,
         kept_sq=kept_sq,
+        kept_quartic=kept_quartic,
     )
 
 
@@ -312,12 +336,14 @@ def debiased_eigenvalues(vals, vecs, gram: SparsifiedGram, row_means) -> np.ndar
     Benaych-Georges & Nadakuditi 2011, Theorem 2.1 with the semicircle law).  So:
 
     - the leading components with ``lambda^ > 2 sqrt(v)`` (v read along their eigenvectors of
-      K^) are resolved: ``lambda = (lambda^ + sqrt(lambda^2 - 4 v)) / 2``;
+      K^), and estimates that do not increase, are resolved:
+      ``lambda = (lambda^ + sqrt(lambda^2 - 4 v)) / 2``;
     - the rest cannot be read off K^.  The variance they leave, ``tr(K~)`` minus the resolved
       ones, and the same for ``||K~||_F^2`` and their squares (estimated without bias,
       :meth:`SparsifiedGram.centered_frobenius_sq`) are spread over them as a stretched
-      exponential ``a exp(-c sqrt(j))`` with these two moments, its first term at most the last
-      resolved estimate and the threshold ``sqrt(v)`` (:func:`_tail_model`).
+      exponential ``a exp(-c sqrt(j))`` with these two moments (the second at least its
+      standard error), its first term at most the last resolved estimate and the threshold
+      ``sqrt(v)`` (:func:`_tail_model`).
 
     Over all n components the estimates sum to at most ``tr(K~)`` (the estimate of
     ``total_variance_``), so ratios sum to at most 1 and a fraction of the variance is reached
@@ -334,16 +360,28 @@ def debiased_eigenvalues(vals, vecs, gram: SparsifiedGram, row_means) -> np.ndar
         return out
     v_rows = gram.row_noise_variances()
     v = np.square(np.asarray(vecs, dtype=np.float64)).T @ v_rows
-    resolved = vals > 2.0 * np.sqrt(v)
+    root = np.sqrt(np.maximum(vals * vals - 4.0 * v, 0.0))
+    estimates = np.where(v > 0, (vals + root) / 2.0, vals)
+    # The resolved run ends at the first component below its noise edge, or whose estimate
+    # exceeds the one before (a noise direction whose own variance happens to be low).
+    previous = np.concatenate([[np.inf], estimates[:-1]])
+    resolved = (vals > 2.0 * np.sqrt(v)) & (estimates <= previous)
     r = k if resolved.all() else int(np.argmin(resolved))
-    lam, noise = vals[:r], v[:r]
-    root = np.sqrt(np.maximum(lam * lam - 4.0 * noise, 0.0))
-    out[:r] = np.where(noise > 0, (lam + root) / 2.0, lam)
+    out[:r] = estimates[:r]
     rest = total - float(np.sum(out[:r]))
     if r == k or rest <= 0:
         return out
     span = max(1, n - 1 - r)  # the centered Gram has rank n - 1 at most
+    # The tail's sum of squares, at least its standard error: the Frobenius estimate's, and
+    # each resolved estimate's fluctuation sigma_j^2 ~ 2 v_j sum_i u_ij^4 (the variance of
+    # u^T E u) carried into its square.
     second = gram.centered_frobenius_sq(row_means) - float(np.sum(out[:r] ** 2))
+    fluctuation = 2.0 * v[:r] * np.sum(np.asarray(vecs[:, :r], dtype=np.float64) ** 4, axis=0)
+    error = np.hypot(
+        gram.centered_frobenius_sq_error(row_means),
+        float(np.sqrt(np.sum(4.0 * out[:r] ** 2 * fluctuation))),
+    )
+    second = max(second, float(error))
     cap = float(np.sqrt(v[r])) if v[r] > 0 else rest
     if r:
         cap = min(cap, float(out[r - 1]))
