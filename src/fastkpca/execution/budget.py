@@ -95,6 +95,12 @@ def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
 PAIR_BLOCK_FRACTION = 1 / 16
 
 
+#: Entries of one block of the kernel at sampled pairs evaluated row group by row group (a group's
+#: rows against the union of their kept columns): enough to share a block's fixed cost, few
+#: enough that the entries computed and not kept stay cheap.
+PAIR_GROUP_ENTRIES = 4096
+
+
 def pair_block_rows(n: int) -> int:
     """Rows per row block of an n-row Gram's upper triangle read at sampled pairs on the host:
     :data:`PAIR_BLOCK_FRACTION` of the rows, at least :data:`KERNEL_STRIP_MIN_ROWS`, within the

@@ -60,7 +60,7 @@ from . import budget
 from .arrays import Placement, placement_of, to_host
 from .elementwise import check_finite, fill_diagonal_, float_name, store
 from .progress import progress_bar
-from .threads import map_row_chunks, map_tasks, worker_index
+from .threads import map_row_chunks, map_tasks, one_blas_thread, worker_index
 
 __all__ = [
     "Columns",
@@ -484,19 +484,18 @@ def kernel_diag(kernel, X):
 
 
 # --- kernel values at sampled pairs ---------------------------------------------------------------
-def pairs_are_cheaper(sample_prob: float, n_rows: int, n_features: int) -> bool:
-    """Whether evaluating the kept entries of an n-row Gram pair by pair beats reading them off
-    dense row blocks, on the host.
+def pairs_are_cheaper(sample_prob: float, n_features: int) -> bool:
+    """Whether evaluating the kept entries of a Gram by groups of rows against their kept
+    columns beats reading them off dense row blocks of the upper triangle, on the host.
 
-    A rough cost model of the two (nanoseconds, fitted to both paths on two cores): pair by
-    pair, about 150 us per row (a kernel block of one row and its columns' preparation) and
-    ``200 + 15 d`` per kept entry (gathering its row of X); dense blocks, about ``35 + d / 10``
-    per entry of the upper triangle (threads over cache-sized chunks) and 100 per kept entry
-    (the gather).  Pairs win only for many rows and few kept entries: below ``sample_prob``
-    ~ 0.08 at n = 50000, d = 20; never at n = 5000, d = 20.
+    A rough cost model of the two (nanoseconds, fitted to both paths on two cores): about
+    ``350 + 5.5 d`` per kept entry by groups (gathering the kept rows of X, the group's columns
+    prepared, a few entries computed and not kept), about ``2.5 + 0.075 d`` per entry of the
+    triangle by dense blocks (threads over cache-sized chunks).  Groups win below
+    ``sample_prob`` ~ 0.008 for d = 20 and 0.013 for d = 400.
     """
-    n, d = max(1, int(n_rows)), int(n_features)
-    return 3e5 / n + sample_prob * (100.0 + 15.0 * d) < 35.0 + 0.1 * d
+    d = int(n_features)
+    return sample_prob * (350.0 + 5.5 * d) < 2.5 + 0.075 * d
 
 
 def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pairwise=None):
@@ -504,9 +503,9 @@ def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pai
     of the strict upper triangle (every ``j > i``) of the Gram of X's rows, as a host array of
     X's float dtype (the values a scipy.sparse matrix of these pairs holds).
 
-    Nothing n x n is formed.  Host rows: either each row's kept columns alone (``pairwise``;
-    None decides by :func:`pairs_are_cheaper` with ``sample_prob``, the fraction of pairs
-    kept, and the row count), or row blocks of the upper triangle
+    Nothing n x n is formed.  Host rows: either a few rows at a time against their kept columns
+    alone (``pairwise``; None decides by :func:`pairs_are_cheaper` with ``sample_prob``, the
+    fraction of pairs kept), or row blocks of the upper triangle
     (:func:`~fastkpca.execution.budget.pair_block_rows`) filled in float64 chunks on all cores
     and read at the kept pairs; both give the same values, up to rounding.  Device rows: row
     tiles of the upper triangle sized from the device's free memory, computed in X's dtype, the
@@ -520,13 +519,9 @@ def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pai
         return values
     if placement.host:
         if pairwise is None:
-            pairwise = pairs_are_cheaper(sample_prob, n, int(X.shape[1]))
+            pairwise = pairs_are_cheaper(sample_prob, int(X.shape[1]))
         if pairwise:
-            for i in range(n - 1):
-                lo, hi = indptr[i], indptr[i + 1]
-                if hi > lo:
-                    row, cols = X[i : i + 1, ...], X[indices[lo:hi]]
-                    values[lo:hi] = kernel_block(kernel, row, cols, dtype="float64")[0, ...]
+            _kernel_at_pairs_by_rows(kernel, X, indptr, indices, values)
             return values
         step, block_dtype = budget.pair_block_rows(n), "float64"
     else:
@@ -554,3 +549,32 @@ def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pai
                     values[lo + a : lo + b] = to_host(kept)
                 del K  # before the next block is computed
     return values
+
+
+def _kernel_at_pairs_by_rows(kernel, X, indptr, indices, values) -> None:
+    """:func:`kernel_at_pairs` evaluating the kept columns of a few rows at a time: each group of
+    rows against the union of its kept columns, so that a block's fixed cost (the columns'
+    preparation) is shared by about :data:`~fastkpca.execution.budget.PAIR_GROUP_ENTRIES`
+    entries, most of them kept."""
+    n = X.shape[0]
+    with one_blas_thread():  # small GEMMs: a BLAS team would cost more than it saves
+        _pair_groups(kernel, X, indptr, indices, values, n)
+
+
+def _pair_groups(kernel, X, indptr, indices, values, n) -> None:
+    start = 0
+    while start < n - 1:
+        lo = int(indptr[start])
+        stop = start + 1
+        while (
+            stop < n - 1 and (stop - start) * (int(indptr[stop]) - lo) < budget.PAIR_GROUP_ENTRIES
+        ):
+            stop += 1
+        hi = int(indptr[stop])
+        if hi > lo:
+            kept = indices[lo:hi]
+            columns = np.unique(kept)
+            K = kernel_block(kernel, X[start:stop, ...], X[columns], dtype="float64")
+            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
+            values[lo:hi] = K[rows, np.searchsorted(columns, kept)]
+        start = stop
