@@ -102,6 +102,22 @@ class Namespace:
         return Z.device.type == ("cuda" if self.name == "cuda" else "cpu")
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """CPU torch on one thread while a module's tests run: its OpenMP workers spin when the
+    cores are shared (a 300 x 300 eigh took seconds instead of 15 ms on a loaded two-core
+    machine); results do not depend on it beyond rounding."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(
     params=[
         "numpy",

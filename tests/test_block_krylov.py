@@ -13,8 +13,8 @@ from sklearn.decomposition import KernelPCA
 
 from fastkpca import ExactKPCA
 from fastkpca.datasets import make_random_noisy
-from fastkpca.decomposition.exact import symmetric_gram
-from fastkpca.execution import budget
+from fastkpca.execution import budget, using_n_jobs
+from fastkpca.execution.kernel_ops import symmetric_gram
 from fastkpca.kernels import make_kernel
 from fastkpca.metrics import subspace_distance
 from fastkpca.solvers import eigh_topk
@@ -100,7 +100,8 @@ def test_symmetric_gram_matches_kernel(name, dtype):
     kernel = make_kernel(name, gamma=0.2, X=X)
     ref = kernel(X)
     for block_rows, n_threads in [(None, None), (7, 1), (40, 3)]:
-        K = symmetric_gram(X, kernel, block_rows=block_rows, n_threads=n_threads)
+        with using_n_jobs(n_threads or -1):
+            K = symmetric_gram(kernel, X, rows=block_rows)
         assert K.dtype == ref.dtype
         assert np.array_equal(K, K.T)  # mirrored, not recomputed
         if name in ("rbf", "laplacian", "matern"):

@@ -589,10 +589,9 @@ def test_the_default_method_is_auto(tmp_path, capsys):
 def little_memory(monkeypatch):
     """A machine with 64 MiB available."""
     from fastkpca.cli import fit as fit_command
-    from fastkpca.decomposition import exact
     from fastkpca.execution import memory
 
-    for module in (exact, memory, fit_command):
+    for module in (memory, fit_command):
         monkeypatch.setattr(module, "available_memory_bytes", lambda: 64 * 2**20)
 
 

@@ -585,3 +585,17 @@ def test_cuda_device_parameter_and_host_model_on_cuda(noisy):
     Zc = fast.transform(torch.from_numpy(X_new).cuda())
     assert Zc.device.type == "cuda"
     assert rel_err(fast.transform(X_new), Zc.cpu().numpy()) < 1e-10
+
+
+def test_a_dual_expansion_without_the_protocol_method(setting):
+    """fastkpca.KernelPCA holds the same dual expansion over its training rows as ExactKPCA:
+    compressed without rounding it is the same transform; a precomputed one is refused."""
+    X, Xn, _, _ = setting
+    model = fastkpca.KernelPCA(3, kernel="rbf", gamma=0.1, eigen_solver="dense").fit(X)
+    fast = compress_expansion(model, rounding=1.0)
+    T = model.transform(Xn)
+    np.testing.assert_allclose(fast.transform(Xn), T, rtol=1e-10, atol=1e-10 * np.abs(T).max())
+    assert fast.source_model_ == "KernelPCA"
+    pre = fastkpca.KernelPCA(3, kernel="precomputed").fit(model.kernel_(X))
+    with pytest.raises(ValueError, match="precomputed"):
+        compress_expansion(pre, rounding=0.5)

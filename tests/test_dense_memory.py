@@ -55,11 +55,25 @@ def _refused_before_allocating(fit):
     return str(exc.value)
 
 
-@pytest.mark.parametrize("landmarks", ["uniform", "kmeans", "rls"])
-def test_nystrom_landmarks_are_sized_before_densifying(wide, little_memory, landmarks):
-    model = NystromKPCA(n_components=2, n_landmarks=20, landmarks=landmarks, random_state=0)
+def test_nystrom_kmeans_centres_are_sized_before_densifying(wide, little_memory):
+    model = NystromKPCA(n_components=2, n_landmarks=20, landmarks="kmeans", random_state=0)
     message = _refused_before_allocating(lambda: model.fit(wide))
     assert "n_landmarks=20 landmarks as dense rows (20 x 1000000 float64)" in message
+
+
+@pytest.mark.parametrize("landmarks", ["uniform", "rls", "rpcholesky"])
+def test_nystrom_landmark_rows_stay_sparse(wide, little_memory, landmarks):
+    """Landmark rows whose kernel values are all the method needs stay CSR (issue 32): the fit
+    runs in 64 MiB, far below one dense row per landmark."""
+    model = NystromKPCA(n_components=2, n_landmarks=20, landmarks=landmarks, random_state=0)
+    tracemalloc.start()
+    try:
+        model.fit(wide)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sp.issparse(model.landmarks_) and model.landmarks_.shape == (20, WIDTH)
+    assert peak < 16 * 2**20, peak  # 20 dense rows: 160 MB
 
 
 def test_stream_sample_is_sized_before_the_pass(wide, little_memory):
@@ -84,11 +98,16 @@ def test_command_line_names_the_width(wide, little_memory, tmp_path, capsys):
     for i, j, v in sorted(zip(coo.row, coo.col, coo.data, strict=True)):
         lines[i].append(f"{j + 1}:{v:.6f}")
     path.write_text("".join("1 " + " ".join(pairs) + "\n" for pairs in lines))
-    argv = ["fit", path, "-m", "nystrom", "--n-landmarks", "20", "-k", "2", "-o", tmp_path / "m"]
+    # k-means needs the rows in memory, dense: refused before the file is read
+    argv = ["fit", path, "-m", "nystrom", "--n-landmarks", "20", "--landmarks", "kmeans"]
+    argv += ["-k", "2", "-o", tmp_path / "m"]
     assert main([str(a) for a in argv]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("fastkpca: error: n_landmarks=20 landmarks as dense rows")
+    assert err.startswith(f"fastkpca: error: {path}'s rows as dense rows (50 x 1000000 float64)")
     assert "1000000 features wide" in err and "\n" not in err
+    # uniform landmarks (the default) stay sparse: the same file fits in the same memory
+    argv = ["fit", path, "-m", "nystrom", "--n-landmarks", "20", "-k", "2", "-o", tmp_path / "m"]
+    assert main([str(a) for a in argv]) == 0
 
 
 def test_evaluation_sample_selects_rows_before_densifying(tmp_path):
@@ -114,3 +133,35 @@ def test_evaluation_sample_selects_rows_before_densifying(tmp_path):
     assert np.count_nonzero(X == 2.0) == 5
     # five dense rows are 8 MB; the parse of the file and the CSR blocks add little
     assert peak < 16 * 2**20, peak
+
+
+class _Device:
+    """A device placement that reports its free memory (as a GPU does)."""
+
+    in_host_memory = False
+
+    def free_memory_bytes(self):
+        return 10**9
+
+
+def test_the_stored_gram_is_checked_where_the_fit_runs(little_memory):
+    """One check of the n x n Gram (ExactKPCA, KernelPCA) for every placement: against a device's
+    free memory where it reports one, the process's memory elsewhere; the dense solve's
+    workspace where it runs (LAPACK in place in host memory, a full eigh on a device)."""
+    from fastkpca.decomposition.exact import GRAM_FRACTION, check_exact_fits
+    from fastkpca.execution.arrays import HOST
+    from fastkpca.execution.memory import memory_available_on
+
+    assert memory_available_on(_Device()) == 10**9
+    assert memory_available_on(HOST) == memory_available_on() == 64 * 2**20
+    X = np.zeros((8000, 3))  # a 488 MiB Gram
+    check_exact_fits(X, fraction=GRAM_FRACTION, n_components=10, placement=_Device())
+    with pytest.raises(ValueError, match="Gram matrix .* 954 MiB of memory available"):
+        # the device's eigh writes n x n eigenvectors and a workspace beside the Gram
+        check_exact_fits(
+            X, fraction=GRAM_FRACTION, n_components=10, method="dense", placement=_Device()
+        )
+    with pytest.raises(ValueError, match="ExactKPCA's 8000 x 8000 Gram matrix .* 64 MiB"):
+        check_exact_fits(X, fraction=GRAM_FRACTION, n_components=10, placement=HOST)
+    with pytest.raises(ValueError, match="KernelPCA's 8000 x 8000 Gram matrix"):
+        check_exact_fits(X, fraction=GRAM_FRACTION, placement=HOST, estimator="KernelPCA")

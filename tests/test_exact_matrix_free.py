@@ -1,4 +1,4 @@
-"""The matrix-free exact path: the Gram recomputed tile by tile in every pass, never stored."""
+"""The matrix-free exact path: the Gram recomputed strip by strip in every pass, never stored."""
 
 import tracemalloc
 import warnings
@@ -10,11 +10,17 @@ from sklearn.decomposition import KernelPCA
 from sklearn.exceptions import ConvergenceWarning
 
 from fastkpca import ExactKPCA
-from fastkpca._centering import center_gram_inplace, centered_operator
+from fastkpca._centering import center_gram_inplace
 from fastkpca.decomposition import exact
-from fastkpca.decomposition.exact import GramOperator, exact_kpca, matrix_free_kpca
+from fastkpca.decomposition.exact import exact_kpca, matrix_free_kpca
+from fastkpca.execution import budget, using_n_jobs
+from fastkpca.execution.kernel_ops import CenteredGramOperator
 from fastkpca.kernels import make_kernel
+from fastkpca.solvers import eigh_topk
 from tests.conftest import rel_err
+
+# CPU torch on one thread (the namespace tests): see conftest.one_torch_thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -28,26 +34,36 @@ def data():
 
 
 KERNEL_SPECS = [
-    dict(spec="rbf", gamma=0.15),  # the fused width-(d + 2) GEMM path
-    dict(spec="laplacian", gamma=0.1),  # the kernel's own blocks
+    dict(spec="rbf", gamma=0.15),
+    dict(spec="laplacian", gamma=0.1),
     dict(spec="polynomial", gamma=0.1, degree=3, coef0=1.0),
 ]
 
 
+def _centered(K):
+    n = K.shape[0]
+    H = np.eye(n) - 1.0 / n
+    return H @ K @ H
+
+
 @pytest.mark.parametrize("n_threads", [1, 2])
-@pytest.mark.parametrize("tile", [64, 1000])  # 64: 5 x 5 tiles, the last ones partial
+@pytest.mark.parametrize("rows", [64, 1000])  # 64: 5 strips, the last one partial
 @pytest.mark.parametrize("spec", KERNEL_SPECS, ids=lambda s: s["spec"])
-def test_operator_equals_stored_gram(data, spec, tile, n_threads):
+def test_operator_equals_the_centered_stored_gram(data, spec, rows, n_threads):
     X, _ = data
     kernel = make_kernel(**spec)
     K = kernel(X)
     V = np.random.default_rng(1).standard_normal((X.shape[0], 7))
-    op = GramOperator(X, kernel, tile=tile, n_threads=n_threads)
+    op = CenteredGramOperator(X, kernel, dtype="float64", rows=rows)
+    with using_n_jobs(n_threads):
+        HKHV = op @ V
+        HKHv = op @ V[:, 0]
     # The same float64 sums in another order (and for rbf the exponent from one augmented GEMM
     # instead of ||x||^2 + ||y||^2 - 2 x.y): round-off of order n * eps relative.
-    np.testing.assert_allclose(op @ V, K @ V, rtol=1e-11, atol=1e-11 * np.abs(K @ V).max())
+    reference = _centered(K) @ V
+    np.testing.assert_allclose(HKHV, reference, atol=1e-11 * np.abs(reference).max())
     np.testing.assert_allclose(op.row_means, K.mean(axis=1), rtol=1e-12)
-    np.testing.assert_allclose(op @ V[:, 0], K @ V[:, 0], rtol=1e-11, atol=1e-9)
+    np.testing.assert_allclose(HKHv, reference[:, 0], atol=1e-11 * np.abs(reference).max())
     assert op.n_passes == 2
 
 
@@ -56,20 +72,19 @@ def test_operator_accepts_sparse_rows(data):
     Xs = sp.csr_matrix(np.where(np.abs(X) > 1.0, X, 0.0))
     kernel = make_kernel("rbf", gamma=0.15)
     V = np.random.default_rng(1).standard_normal((X.shape[0], 3))
-    K = kernel(Xs)
-    np.testing.assert_allclose(GramOperator(Xs, kernel, tile=64) @ V, K @ V, rtol=1e-11)
+    reference = _centered(kernel(Xs)) @ V
+    got = CenteredGramOperator(Xs, kernel, dtype="float64", rows=64) @ V
+    np.testing.assert_allclose(got, reference, atol=1e-11 * np.abs(reference).max())
 
 
-def test_centered_operator_is_hkh(data):
-    # Centering applied implicitly (center the block, multiply, center the result) equals the
-    # Gram centered in place.
+def test_operator_statistics_equal_centering_in_place(data):
     X, _ = data
     kernel = make_kernel("rbf", gamma=0.15)
     K = kernel(X)
     stats = center_gram_inplace(K)
-    op = GramOperator(X, kernel, tile=64)
+    op = CenteredGramOperator(X, kernel, rows=64)
     V = np.random.default_rng(2).standard_normal((X.shape[0], 5))
-    np.testing.assert_allclose(centered_operator(op) @ V, K @ V, atol=1e-11 * np.abs(K @ V).max())
+    np.testing.assert_allclose(op @ V, K @ V, atol=1e-11 * np.abs(K @ V).max())
     np.testing.assert_allclose(op.row_means, stats.col_means, rtol=1e-12)
 
 
@@ -79,7 +94,7 @@ def test_equals_dense_exact(data, spec):
     kernel = make_kernel(**spec)
     k = 5
     vals, vecs, stats, _ = exact_kpca(X, kernel, k, eigen_solver="dense")
-    mvals, mvecs, mstats, n_pass = matrix_free_kpca(X, kernel, k, rng=0, tile=64)
+    mvals, mvecs, mstats, n_pass = matrix_free_kpca(X, kernel, k, rng=0, rows=64)
     # Stopping rule: Ritz residuals ||H K H v - theta v|| <= 1e-8 lambda_1.  Eigenvalues then
     # err by at most the residual (relative to lambda_1; the true error is its square over the
     # gap), eigenvectors by the residual over the relative gap (>= 1e-2 here): 1e-6 holds with
@@ -135,7 +150,7 @@ def test_auto_takes_matrix_free_when_the_gram_does_not_fit(data, monkeypatch):
     calls = _spy(monkeypatch)
     ref = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
     assert calls == []  # the Gram fits: stored
-    monkeypatch.setattr(exact, "available_memory_bytes", lambda: 100_000)  # < 300^2 * 8 bytes
+    monkeypatch.setenv("FASTKPCA_MEMORY", "100000")  # < 300^2 * 8 bytes
     model = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
     assert calls == [X.shape]
     assert rel_err(ref.transform(Xn), model.transform(Xn)) < 1e-6
@@ -143,7 +158,7 @@ def test_auto_takes_matrix_free_when_the_gram_does_not_fit(data, monkeypatch):
     with pytest.raises(ValueError, match="eigen_solver='matrix_free'"):
         ExactKPCA(4, gamma=0.15, eigen_solver="dense").fit(X)
     # beyond MATRIX_FREE_AUTO_MAX_N auto refuses rather than start hours of passes
-    monkeypatch.setattr(exact, "MATRIX_FREE_AUTO_MAX_N", 200)
+    monkeypatch.setattr(budget, "MATRIX_FREE_AUTO_MAX_N", 200)
     with pytest.raises(ValueError, match="NystromKPCA"):
         ExactKPCA(4, gamma=0.15).fit(X)
     assert len(calls) == 1
@@ -152,14 +167,15 @@ def test_auto_takes_matrix_free_when_the_gram_does_not_fit(data, monkeypatch):
 def test_holds_no_gram(monkeypatch):
     n = 3000
     X = np.random.default_rng(0).standard_normal((n, 5))
-    monkeypatch.setattr(exact, "TILE_MB", 1)  # 362 x 362 tiles
+    monkeypatch.setattr(budget, "KERNEL_STRIP_BYTES", 2**20)  # strips of 64 rows
     tracemalloc.start()
     ExactKPCA(5, eigen_solver="matrix_free", random_state=0).fit(X)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    # O(n (k + b)): the Krylov basis and its image (at most 6 blocks of 45 vectors each, 2 x 4.3
-    # MB), two accumulators, a tile per thread; the Gram would be 72 MB.
-    assert peak < 0.25 * n * n * 8, peak / 2**20
+    # O(n (k + b)): the Krylov basis and its image (at most 6 blocks of 45 vectors each, 2 x 6.5
+    # MB), the operator's n x b blocks (the centered block, an accumulator per thread, the
+    # product: about 1.1 MB each) and a strip per thread; the Gram would be 72 MB.
+    assert peak < 0.35 * n * n * 8, peak / 2**20
 
 
 @pytest.mark.parametrize(
@@ -182,3 +198,67 @@ def test_warns_when_not_converged(data):
         model = ExactKPCA(4, gamma=0.15, eigen_solver="matrix_free", max_iter=1).fit(X)
     assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
     assert model.n_iter_ == 1
+
+
+# --- every namespace: numpy, PyTorch's CPU, array_api_strict (CUDA under gpu) -------------------
+@pytest.mark.parametrize("method", ["randomized", "orthogonal", "lanczos", "auto"])
+def test_solvers_on_the_operator_of_every_namespace(namespace, method, data):
+    """Every solver on the centered Gram operator of the rows' namespace finds numpy's eigenpairs
+    (1e-8: the solvers stop at a residual of 1e-8; "lanczos" is ARPACK on numpy, block Krylov
+    elsewhere); it counts the passes, and the first one gave the Gram's row means."""
+    X, _ = data
+    kernel = make_kernel("rbf", gamma=0.15)
+    host_vals, host_vecs = eigh_topk(CenteredGramOperator(X, kernel), 5, method=method, rng=0)
+    op = CenteredGramOperator(namespace.to_ns(X), kernel)
+    vals, vecs, n_iter = eigh_topk(op, 5, method=method, rng=0, return_n_iter=True)
+    assert namespace.is_native(vecs)
+    if method != "lanczos":
+        assert n_iter == op.n_passes - (method == "orthogonal")  # orthogonal: one more for Ritz
+    # ARPACK (numpy) and block Krylov (elsewhere): two solvers, each to its residual tolerance
+    tol = 1e-6 if method == "lanczos" and namespace.name != "numpy" else 1e-8
+    np.testing.assert_allclose(namespace.from_ns(vals), host_vals, rtol=tol)
+    assert rel_err(host_vecs, namespace.from_ns(vecs)) < tol
+    np.testing.assert_allclose(namespace.from_ns(op.row_means), kernel(X).mean(axis=1), rtol=1e-12)
+
+
+def test_float32_strips_are_close_on_every_namespace(namespace, data):
+    """Strips in float32 (CenteredGramOperator's option, GEMMs at float32 speed) give the float64
+    strips' eigenpairs to float32's rounding over the eigengap."""
+    X, _ = data
+    kernel = make_kernel("rbf", gamma=0.15)
+    rows = namespace.to_ns(X)
+    vals, vecs = eigh_topk(CenteredGramOperator(rows, kernel), 4, method="randomized", rng=0)
+    op32 = CenteredGramOperator(rows, kernel, dtype="float32")
+    vals32, vecs32 = eigh_topk(op32, 4, method="randomized", rng=0, tol=1e-6)
+    np.testing.assert_allclose(namespace.from_ns(vals32), namespace.from_ns(vals), rtol=1e-5)
+    assert rel_err(namespace.from_ns(vecs), namespace.from_ns(vecs32)) < 1e-4
+
+
+def test_float32_rows_computed_in_float64_on_every_namespace(namespace, data):
+    """One rule everywhere: the matrix-free strips are float64 whatever the rows' dtype, so
+    float32 rows give the float64 model of their values (up to the output's cast)."""
+    X, Xn = (a.astype(np.float32) for a in data)
+    params = dict(gamma=0.15, eigen_solver="matrix_free", random_state=0)
+    ref = ExactKPCA(3, **params).fit(X.astype(np.float64))
+    model = ExactKPCA(3, **params).fit(namespace.to_ns(X))
+    Z = namespace.from_ns(model.transform(namespace.to_ns(Xn)))
+    assert Z.dtype == np.float32
+    assert rel_err(ref.transform(Xn.astype(np.float64)), Z) < 1e-6
+    np.testing.assert_allclose(namespace.from_ns(model.eigenvalues_), ref.eigenvalues_, rtol=1e-10)
+
+
+def test_auto_goes_matrix_free_where_the_fit_runs(namespace, data, monkeypatch):
+    """The stored Gram is checked against the memory where the fit runs (a device's free memory,
+    the process's elsewhere): too little, and ``auto`` recomputes it in each pass."""
+    X, Xn = data
+    calls = _spy(monkeypatch)
+    ref = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
+    monkeypatch.setenv("FASTKPCA_MEMORY", "100000")  # < 300^2 * 8 bytes
+    model = ExactKPCA(4, gamma=0.15, random_state=0).fit(namespace.to_ns(X))
+    assert calls == [X.shape]
+    assert namespace.is_native(model.eigenvectors_)
+    assert (
+        rel_err(ref.transform(Xn), namespace.from_ns(model.transform(namespace.to_ns(Xn)))) < 1e-6
+    )
+    with pytest.raises(ValueError, match="eigen_solver='matrix_free'"):
+        ExactKPCA(4, gamma=0.15, eigen_solver="dense").fit(namespace.to_ns(X))

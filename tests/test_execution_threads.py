@@ -341,15 +341,16 @@ def test_compressed_transform_and_estimate_error_on_any_number_of_threads(data):
 
 
 def test_matrix_free_gram_pass_on_any_number_of_threads():
-    from fastkpca.decomposition.exact import GramOperator
+    from fastkpca.execution.kernel_ops import CenteredGramOperator
     from fastkpca.kernels import RBF
 
     rng = np.random.default_rng(3)
     X, V = rng.standard_normal((700, 6)), rng.standard_normal((700, 5))
-    ref = GramOperator(X, RBF(0.1), tile=128, n_threads=1) @ V
+    with using_n_jobs(1):
+        ref = CenteredGramOperator(X, RBF(0.1), rows=128) @ V
     for jobs in JOBS[1:]:
         with using_n_jobs(jobs):
-            got = GramOperator(X, RBF(0.1), tile=128) @ V
+            got = CenteredGramOperator(X, RBF(0.1), rows=128) @ V
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
 
 

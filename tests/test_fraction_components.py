@@ -25,14 +25,6 @@ def test_exact_kpca_keeps_the_smallest_count_reaching_the_fraction(gaussian):
     assert 100 < model.n_components_ < 1000
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="NystromKPCA's solver='auto' picks the one-pass sketch for a fractional "
-    "n_components, sized for 10 components (_n_components_guess: 4 * 10 + 20 = 60 columns): "
-    "it gives at most 60 non-zero eigenvalues, 0.9 of the variance is out of reach, and "
-    "_keep_fraction keeps all 1000 landmarks' components, zeros included (nystrom.py, "
-    "decomposition/_base.py)",
-)
 def test_nystrom_fraction_keeps_what_its_exact_solver_keeps(gaussian):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -41,3 +33,14 @@ def test_nystrom_fraction_keeps_what_its_exact_solver_keeps(gaussian):
     assert exact.n_components_ < 1000  # the 1000 landmarks do reach 0.9
     assert np.all(auto.eigenvalues_ > 0)  # never a component the model cannot give
     assert abs(auto.n_components_ - exact.n_components_) <= 0.1 * exact.n_components_
+
+
+def test_unreached_fraction_keeps_no_zero_component(gaussian):
+    # The one-pass sketch of q = 20 columns has at most 20 non-zero eigenvalues: 0.99 of the
+    # variance is out of its reach, and the components it cannot give are not kept.
+    with pytest.warns(UserWarning, match="less than n_components=0.99"):
+        model = NystromKPCA(0.99, solver="randomized", sketch_size=20, random_state=0)
+        model.fit(gaussian)
+    assert 1 <= model.n_components_ <= 20
+    assert np.all(model.eigenvalues_ > 0)
+    assert model.components_.shape[0] == model.projection_.shape[1] == model.n_components_

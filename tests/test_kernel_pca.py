@@ -18,6 +18,9 @@ from fastkpca import KernelPCA
 from fastkpca.kernels import RBF, Polynomial, Sigmoid, make_kernel
 from tests.conftest import rel_err
 
+# CPU torch on one thread (the namespace tests): see conftest.one_torch_thread
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def histogram(x, y):
     """A callable kernel (histogram intersection), evaluated pair by pair as in scikit-learn."""
@@ -434,3 +437,123 @@ def test_save_and_load(data, tmp_path):
         np.testing.assert_array_equal(loaded.transform(Z), model.transform(Z))
     with pytest.raises(ValueError, match="kernel"):
         KernelPCA(2, kernel=histogram).fit(X[:20]).save(tmp_path / "c.npz")
+
+
+# --- every namespace: numpy, PyTorch's CPU, array_api_strict (CUDA under gpu) -------------------
+# One fit path on every namespace, from the same host start block: a float64 fit differs from
+# numpy's by the order of the products' sums (~1e-15) times the inverse eigengap: 1e-10 (ARPACK
+# runs on numpy only: "arpack" is block Krylov elsewhere, to its 1e-8 residual: 1e-6).
+
+
+@pytest.mark.parametrize(
+    "name, solver",
+    [("rbf", "auto"), ("rbf", "arpack"), ("poly", "dense"), ("cosine", "randomized")],
+)
+def test_on_every_namespace_equals_numpy(namespace, name, solver, data):
+    X, Xn = data
+    params = dict(eigen_solver=solver, random_state=0, **KERNELS[name])
+    host = KernelPCA(5, **params).fit(X)
+    model = KernelPCA(5, **params).fit(namespace.to_ns(X))
+    for attribute in ("eigenvalues_", "eigenvectors_", "X_fit_", "gram_col_means_"):
+        assert namespace.is_native(getattr(model, attribute)), attribute
+    tol = 1e-6 if solver == "arpack" and namespace.name != "numpy" else 1e-10
+    np.testing.assert_allclose(namespace.from_ns(model.eigenvalues_), host.eigenvalues_, rtol=tol)
+    assert rel_err(host.eigenvectors_, namespace.from_ns(model.eigenvectors_)) < tol
+    Z = model.transform(namespace.to_ns(Xn))
+    assert namespace.is_native(Z)
+    assert rel_err(host.transform(Xn), namespace.from_ns(Z)) < tol
+    T = model.fit_transform(namespace.to_ns(X))
+    assert namespace.is_native(T)
+    assert rel_err(host.fit_transform(X), namespace.from_ns(T)) < tol
+
+
+def test_all_components_on_every_namespace(namespace, data):
+    X, _ = data
+    Xs = X[:80]
+    host = KernelPCA(kernel="rbf", gamma=0.05, random_state=0).fit(Xs)  # every nonzero one
+    model = KernelPCA(kernel="rbf", gamma=0.05, random_state=0).fit(namespace.to_ns(Xs))
+    assert tuple(model.eigenvalues_.shape) == host.eigenvalues_.shape
+    np.testing.assert_allclose(
+        namespace.from_ns(model.eigenvalues_),
+        host.eigenvalues_,
+        rtol=1e-10,
+        atol=1e-10 * host.eigenvalues_[0],
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_device_parameter_keeps_fitted_arrays_with_the_data(device, data):
+    """numpy rows fitted on a PyTorch device: numpy fitted arrays and projections, numpy's
+    model (1e-10 on the CPU; 1e-8 on CUDA, whose GEMMs sum in another order)."""
+    pytest.importorskip("torch")
+    X, Xn = data
+    params = dict(kernel="rbf", gamma=0.05, random_state=0)
+    model = KernelPCA(4, device=device, **params).fit(X)
+    assert isinstance(model.eigenvectors_, np.ndarray)  # fitted arrays follow the data
+    Z = model.transform(Xn)
+    assert isinstance(Z, np.ndarray)
+    tol = 1e-10 if device == "cpu" else 1e-8
+    assert rel_err(KernelPCA(4, **params).fit(X).transform(Xn), Z) < tol
+
+
+def test_float32_on_every_namespace(namespace, data):
+    X, Xn = (a.astype(np.float32) for a in data)
+    host = KernelPCA(4, kernel="rbf", gamma=0.05, random_state=0).fit(X)
+    model = KernelPCA(4, kernel="rbf", gamma=0.05, random_state=0).fit(namespace.to_ns(X))
+    assert namespace.from_ns(model.eigenvectors_).dtype == np.float32
+    Z = model.transform(namespace.to_ns(Xn))
+    assert namespace.from_ns(Z).dtype == np.float32
+    assert rel_err(host.transform(Xn), namespace.from_ns(Z)) < 2e-4
+
+
+@pytest.mark.parametrize("estimator", ["KernelPCA", "ExactKPCA"])
+def test_numpy_model_transforms_rows_of_every_namespace(namespace, estimator, data):
+    from fastkpca import ExactKPCA
+
+    cls = KernelPCA if estimator == "KernelPCA" else ExactKPCA
+    X, Xn = data
+    model = cls(4, kernel="rbf", gamma=0.05, random_state=0).fit(X)
+    Z = model.transform(namespace.to_ns(Xn))
+    assert namespace.is_native(Z) and namespace.from_ns(Z).dtype == np.float64
+    assert rel_err(model.transform(Xn), namespace.from_ns(Z)) < 1e-12
+    Z32 = model.transform(namespace.to_ns(Xn.astype(np.float32)))
+    assert namespace.from_ns(Z32).dtype == np.float32
+
+
+def test_precomputed_and_pre_images_on_every_namespace(namespace, data):
+    X, Xn = data
+    K, Kn = rbf_kernel(X, X, gamma=0.05), rbf_kernel(Xn, X, gamma=0.05)
+    host = KernelPCA(5, kernel="precomputed", random_state=0).fit(K)
+    model = KernelPCA(5, kernel="precomputed", random_state=0).fit(namespace.to_ns(K))
+    Z = model.transform(namespace.to_ns(Kn))
+    assert namespace.is_native(Z)
+    assert rel_err(host.transform(Kn), namespace.from_ns(Z)) < 1e-10
+    kw = dict(n_components=5, fit_inverse_transform=True, alpha=0.1, eigen_solver="dense")
+    host = KernelPCA(**kw, **KERNELS["rbf"]).fit(X)
+    model = KernelPCA(**kw, **KERNELS["rbf"]).fit(namespace.to_ns(X))
+    assert namespace.is_native(model.dual_coef_)
+    back = model.inverse_transform(model.transform(namespace.to_ns(Xn)))
+    assert namespace.is_native(back)
+    expected = host.inverse_transform(host.transform(Xn))
+    assert rel_err(expected, namespace.from_ns(back)) < 1e-8
+
+
+@pytest.mark.gpu
+def test_cuda_matrix_free_sized_from_free_memory(data):
+    """ExactKPCA's matrix-free passes on CUDA rows (strips sized from the free memory)
+    converge and equal numpy's model."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from fastkpca import ExactKPCA
+
+    torch = pytest.importorskip("torch")
+    X, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # converges
+        model = ExactKPCA(4, gamma=0.05, eigen_solver="matrix_free", random_state=0)
+        model.fit(torch.from_numpy(X).cuda())
+    assert model.eigenvalues_.device.type == "cuda"
+    host = ExactKPCA(4, gamma=0.05, eigen_solver="matrix_free", random_state=0).fit(X)
+    np.testing.assert_allclose(model.eigenvalues_.cpu().numpy(), host.eigenvalues_, rtol=1e-8)

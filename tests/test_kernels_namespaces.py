@@ -80,18 +80,8 @@ def _close(A, B, rtol):
     assert np.max(np.abs(A - B), initial=0.0) <= rtol * max(np.max(np.abs(B), initial=0.0), 1.0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    """CPU torch on one thread: its OpenMP workers spin when the cores are shared."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# CPU torch on one thread: its OpenMP workers spin when the cores are shared (conftest)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

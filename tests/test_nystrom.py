@@ -381,6 +381,60 @@ def test_sparse_input_equals_dense(clusters, landmarks):
     )
 
 
+@pytest.fixture(scope="module")
+def wide_libsvm(tmp_path_factory):
+    """A 300-row LIBSVM file of a few kilobytes whose largest feature index is 10**6: 8 MB per
+    row when dense.  Its values sit in the first 8 columns (and one at the last index)."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(0)
+    X = np.round(rng.standard_normal((300, 8)), 2)
+    X[np.abs(X) < 0.5] = 0.0
+    wide = sp.hstack([sp.csr_matrix(X), sp.csr_matrix((300, 10**6 - 8))], format="csr")
+    wide[0, 10**6 - 1] = 1.0
+    path = tmp_path_factory.mktemp("libsvm") / "wide.svm"
+    dump_svmlight_file(wide, np.zeros(300), str(path))
+    dense = np.hstack([X, np.zeros((300, 1))])
+    dense[0, -1] = 1.0
+    return path, dense
+
+
+@pytest.mark.parametrize("landmarks", ["uniform", "rls", "rpcholesky"])
+@pytest.mark.parametrize("solver", ["exact", "randomized"])
+@pytest.mark.parametrize("stream", [True, False], ids=["file", "csr"])
+def test_wide_sparse_rows_stay_sparse(wide_libsvm, landmarks, solver, stream):
+    """Issue 32: a tiny LIBSVM file of width 10**6 made one fit allocate its landmarks dense (c x
+    10**6 float64).  The landmarks stay CSR (only their kernel values are needed), the fit's
+    peak memory stays far below one dense row, and the model is that of the dense columns that
+    hold the values (the empty columns change no distance)."""
+    from sklearn.datasets import load_svmlight_file
+
+    from fastkpca.source.files import open_data
+
+    path, dense = wide_libsvm
+    if stream and landmarks != "uniform":
+        pytest.skip("rls and rpcholesky need the rows in memory")
+    X = open_data(path) if stream else load_svmlight_file(path, n_features=10**6)[0]
+    params = dict(n_landmarks=50, landmarks=landmarks, solver=solver, gamma=0.1, random_state=0)
+    tracemalloc.start()
+    try:
+        model = NystromKPCA(3, **params).fit(X)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sp.issparse(model.landmarks_) and model.landmarks_.shape == (50, 10**6)
+    assert model.landmarks_.data.nbytes < 2**12
+    # 50 dense landmarks would be 400 MB; what is O(width) here is the index pointer of the
+    # kernel's transposed CSR factor (one integer per feature: 4-8 MB)
+    assert peak < 16 * 2**20, peak
+    reference = NystromKPCA(3, **params).fit(dense)
+    rows = load_svmlight_file(path, n_features=10**6)[0]
+    # the randomized solver's float32 kernel rows: float32's rounding (sparse rows take the
+    # float64 GEMM, rounded; dense ones a float32 GEMM)
+    tol = 1e-8 if reference.kernel_row_dtype_ == "float64" else 1e-5
+    assert rel_err(reference.transform(dense), model.transform(rows)) < tol
+
+
 def test_seed_determinism_and_signs(clusters):
     X, Xn = clusters
     a = NystromKPCA(4, n_landmarks=25, landmarks="rls", random_state=3).fit(X)

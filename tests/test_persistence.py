@@ -2,12 +2,14 @@
 
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import fastkpca
+from fastkpca._model_schema import upgrade_params
 from fastkpca._state import register_state_class
 from fastkpca.decomposition import _LAZY
 from fastkpca.kernels import RBF
@@ -489,3 +491,52 @@ def test_sklearn_api_attributes_survive_a_round_trip(name, tmp_path):
     np.testing.assert_array_equal(loaded.transform(X[:20]), T)
     np.testing.assert_array_equal(loaded.inverse_transform(T), model.inverse_transform(T))
     np.testing.assert_array_equal(loaded.explained_variance_ratio_, model.explained_variance_ratio_)
+
+
+# --- files of earlier releases: the eigensolver's tolerance renamed tol -> eigen_tol ------------
+DATA = Path(__file__).parent / "data"
+#: Files written by fastkpca 0.1.0 (before the rename), fit on rng(0)'s 60 x 4 rows with gamma
+#: 0.3: ExactKPCA(eigen_solver="lanczos", tol=1e-9) and SparsifiedKPCA(sample_prob=0.5,
+#: tol=1e-7); ``tol_v0_projections.npz`` holds their projections of 10 new rows.
+SOLVER_TOL_FILES = {
+    "exact": ("exact_tol_v0.npz", 1e-9),
+    "sparsified": ("sparsified_tol_v0.npz", 1e-7),
+}
+
+
+def _solver_tol_name(cls) -> str:
+    """The name of the eigensolver's tolerance in this version of ``cls``."""
+    return "eigen_tol" if "eigen_tol" in cls().get_params() else "tol"
+
+
+@pytest.mark.parametrize("which", sorted(SOLVER_TOL_FILES))
+def test_files_with_the_solver_tolerance_named_tol_load(which):
+    name, value = SOLVER_TOL_FILES[which]
+    model = load(DATA / name)
+    assert model.get_params()[_solver_tol_name(type(model))] == value
+    with np.load(DATA / "tol_v0_projections.npz") as f:
+        X_new, expected = f["X_new"], f[which]
+    # the same model, the same float64 products: equal to round-off
+    np.testing.assert_allclose(model.transform(X_new), expected, rtol=1e-10, atol=1e-12)
+
+
+def _stand_in(name, params):
+    """A class that upgrade_params reads as ``name`` with constructor parameters ``params``."""
+    return type(name, (), {"_get_param_names": staticmethod(lambda: list(params))})
+
+
+def test_upgrade_params_renames_only_files_written_before_the_rename():
+    renamed = _stand_in("ExactKPCA", ["eigen_tol", "n_components"])
+    # a class whose tol is an error target again, beside eigen_tol
+    both = _stand_in("ExactKPCA", ["eigen_tol", "n_components", "tol"])
+    before = _stand_in("ExactKPCA", ["n_components", "tol"])
+    old_file = {"n_components": 3, "tol": 1e-9}
+    assert upgrade_params(renamed, old_file) == {"n_components": 3, "eigen_tol": 1e-9}
+    assert upgrade_params(both, old_file) == {"n_components": 3, "eigen_tol": 1e-9}
+    # a file written after the rename keeps its names (its tol is the error target)
+    new_file = {"eigen_tol": 1e-9, "tol": 0.05}
+    assert upgrade_params(both, new_file) == new_file
+    # a class that still calls it tol, and other classes, are left as they are
+    assert upgrade_params(before, old_file) == old_file
+    other = _stand_in("NystromKPCA", ["eigen_tol", "n_components", "tol"])
+    assert upgrade_params(other, old_file) == old_file

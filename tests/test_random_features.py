@@ -11,10 +11,28 @@ from sklearn.kernel_approximation import RBFSampler
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import fastkpca
+import fastkpca.execution.feature_ops as feature_ops
+from fastkpca import transformers
+from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition import ExactKPCA, RandomFeatureKPCA
-from fastkpca.features import draw_feature_map
-from fastkpca.kernels import RBF
+from fastkpca.execution.arrays import to_host
+from fastkpca.features import draw_feature_map, feature_blocks, feature_projection, fwht
+from fastkpca.kernels import RBF, Matern, Polynomial
 from fastkpca.metrics import embedding_error, relative_rank_k_error, subspace_distance
+from fastkpca.sketch import CountSketch
+from fastkpca.solvers import eigh_topk
+from fastkpca.statistics.covariance_sketch import ScatterSketch
+from fastkpca.statistics.covariance_sketch import test_matrix as cs_test_matrix
+from fastkpca.statistics.feature_countsketch import FeatureCountSketch, feature_countsketch
+from fastkpca.statistics.feature_moments import (
+    FeatureMoments,
+    feature_moments,
+    feature_scatter_sketch,
+    feature_shift,
+    rf_kpca_exact,
+    rf_kpca_randomized,
+)
 
 
 def _digits(n=600, seed=0):
@@ -386,3 +404,327 @@ def test_save_and_load(features, kernel, solver, digits, tmp_path):
     est.save(path)
     again = load(path)
     np.testing.assert_array_equal(again.transform(digits), est.transform(digits))
+
+
+# --------------------------------------------------------------------------------------------
+# over array namespaces (numpy, PyTorch CPU, array_api_strict; CUDA under ``gpu``)
+# --------------------------------------------------------------------------------------------
+# The statistics and solvers are written once over the rows' namespace.  The features are
+# float32 on every placement; other libraries round float32 cos / sin differently (and other
+# chunkings shift other chunks by their own means), so features agree to float32 rounding of
+# the phases, ~1e-6 of their size 1 / sqrt(D): 1e-5 relative leaves a 10x margin.  float64
+# statistics of the same float64 features agree to 1e-10 (the order of float64 sums); of
+# float32 features to the float32 products' rounding, ``eps32 sqrt(rows)`` ~ 1e-6 relative.
+# Models computed from float32 features: 2e-4 (eigengap-amplified).
+FEATURE_RTOL = 1e-5
+MODEL_RTOL = 2e-4
+
+NS_MAPS = {
+    "rff": RBF(0.05),
+    "orf": RBF(0.05),
+    "fastfood": Matern(0.05, nu=1.5),
+    "tensorsketch": Polynomial(degree=3, gamma=0.1, coef0=1.0),
+}
+
+
+@pytest.fixture(scope="module")
+def noisy13():
+    X = make_random_noisy(500, 13, signal_dim=4, zeta=10, random_state=2)
+    return X[:400], X[400:]
+
+
+def _ns_map(kind, d=13, m=96):
+    return draw_feature_map(kind, NS_MAPS[kind], m, d, np.random.default_rng(3))
+
+
+def _rel(A, B):
+    A, B = np.asarray(to_host(A), np.float64), np.asarray(to_host(B), np.float64)
+    return float(np.max(np.abs(A - B)) / np.max(np.abs(A)))
+
+
+def _moments_pair(X, fmap, namespace):
+    shift = feature_shift(X[:100], fmap)
+    host = feature_moments([(0, X)], fmap, shift)
+    other = feature_moments([(0, namespace.to_ns(X))], fmap, namespace.to_ns(shift))
+    return host, other
+
+
+def test_feature_moments_over_namespaces(noisy13, namespace):
+    X = noisy13[0]
+    fmap = _ns_map("rff")
+    host, other = _moments_pair(X, fmap, namespace)
+    assert namespace.is_native(other.gram) and namespace.is_native(other.sum)
+    assert other.n == host.n and other.eps == host.eps
+    assert _rel(host.covariance(), namespace.from_ns(other.covariance())) < FEATURE_RTOL
+    assert _rel(host.mean, namespace.from_ns(other.mean)) < FEATURE_RTOL
+    np.testing.assert_allclose(other.rounding_scale(), host.rounding_scale(), rtol=FEATURE_RTOL)
+
+
+def test_feature_moments_of_float64_features_are_exact_sums(noisy13, namespace):
+    """float64 features (tensorsketch of float64 rows): the totals on every namespace equal
+    numpy's up to the order of float64 sums."""
+    host, other = _moments_pair(noisy13[0], _ns_map("tensorsketch"), namespace)
+    assert _rel(host.covariance(), namespace.from_ns(other.covariance())) < 1e-10
+
+
+def test_feature_moments_merge_moves_to_the_receiver(noisy13, namespace):
+    if namespace.name == "numpy":
+        pytest.skip("one placement")
+    X = noisy13[0]
+    fmap = _ns_map("rff")
+    shift = feature_shift(X[:50], fmap)
+    whole = feature_moments([(0, X)], fmap, shift)
+    host_half = feature_moments([(0, X[:200])], fmap, shift)
+    other_half = feature_moments([(200, namespace.to_ns(X[200:]))], fmap, namespace.to_ns(shift))
+    there = other_half.merge(host_half)
+    here = host_half.merge(other_half)
+    assert namespace.is_native(there.gram) and isinstance(here.gram, np.ndarray)
+    for merged in (there, here):
+        assert merged.n == 400
+        assert _rel(whole.covariance(), merged.covariance()) < FEATURE_RTOL
+    with pytest.raises(ValueError, match="different shifts"):
+        host_half.merge(FeatureMoments(fmap.n_output_features, shift + 1.0).update(fmap(X[:5])))
+    with pytest.raises(ValueError, match="merge the statistics"):
+        host_half.update(fmap(namespace.to_ns(X[:5])))
+
+
+@pytest.mark.parametrize("kind", ["rff", "orf", "fastfood"])
+def test_fourier_phases_of_offset_rows_stay_accurate_over_namespaces(kind, noisy13, namespace):
+    """Rows 1e4 from the origin: the float32 phase would be ~1e4 radians (known to ~1e-3); the
+    chunk shift and the float64 offset phase keep the features at float32 rounding on every
+    namespace (and chunking)."""
+    X = noisy13[0] + 1e4
+    fmap = _ns_map(kind)
+    assert _rel(fmap(X), namespace.from_ns(fmap(namespace.to_ns(X)))) < FEATURE_RTOL
+
+
+@pytest.mark.parametrize("kind", sorted(NS_MAPS))
+def test_feature_projection_of_a_host_model_over_namespaces(kind, noisy13, namespace):
+    """The transform of every random-feature model: a mean and components on the host (a
+    loaded model) are moved to the rows' placement."""
+    X, X_new = noisy13
+    fmap = _ns_map(kind)
+    Z = fmap(X)
+    mean = Z.mean(axis=0)
+    comps = np.linalg.qr(np.random.default_rng(1).standard_normal((Z.shape[1], 4)))[0].T
+    expected = feature_projection(X_new, fmap, mean, comps)
+    got = feature_projection(namespace.to_ns(X_new), fmap, mean, comps)
+    assert namespace.is_native(got) and "float64" in str(got.dtype)
+    assert _rel(expected, namespace.from_ns(got)) < FEATURE_RTOL
+
+
+def test_dense_eigh_of_the_covariance_on_strict_arrays(noisy13):
+    """A device's dense path (the namespace's full ``eigh`` of the covariance,
+    :func:`fastkpca.execution.linalg.dense_topk`) on ``array_api_strict``: the host solver's
+    eigenpairs."""
+    xps = pytest.importorskip("array_api_strict")
+    fmap = _ns_map("orf")
+    host = feature_moments([(0, noisy13[0])], fmap, feature_shift(noisy13[0][:100], fmap))
+    vals, comps = rf_kpca_exact(host, 5, rng=0)
+    scale, eps = host.rounding_scale()
+    d_vals, d_vecs = eigh_topk(
+        xps.asarray(host.covariance()), 5, method="dense", scale=scale, eps=eps
+    )
+    np.testing.assert_allclose(to_host(d_vals), vals, rtol=FEATURE_RTOL)
+    assert rel_err(comps.T, to_host(d_vecs)) < 1e-3  # vectors: eigengap-amplified rounding
+
+
+def test_scatter_sketch_over_namespaces(noisy13, namespace):
+    X = noisy13[0]
+    fmap = _ns_map("rff")
+    T = cs_test_matrix(fmap.n_output_features, 15, np.random.default_rng(0))
+    shift = feature_shift(X[:50], fmap)
+    host = feature_scatter_sketch([(0, X)], fmap, T, shift)
+    other = feature_scatter_sketch([(0, namespace.to_ns(X))], fmap, T, shift)
+    assert namespace.is_native(other.Y) and other.n == host.n and other.eps == host.eps
+    assert _rel(host.Y, other.Y) < FEATURE_RTOL
+    assert _rel(host.mean, other.mean) < FEATURE_RTOL
+    halves = feature_scatter_sketch([(0, namespace.to_ns(X[:150]))], fmap, T, shift).merge(
+        feature_scatter_sketch([(150, X[150:])], fmap, T, shift), T
+    )
+    assert namespace.is_native(halves.Y) and halves.n == 400
+    assert _rel(host.Y, halves.Y) < FEATURE_RTOL
+    vals, comps = rf_kpca_randomized(host, T, 4)
+    o_vals, o_comps = rf_kpca_randomized(other, T, 4)
+    assert namespace.is_native(o_vals) and namespace.is_native(o_comps)
+    np.testing.assert_allclose(namespace.from_ns(o_vals), vals, rtol=MODEL_RTOL)
+    assert ScatterSketch.empty(3, 2).merge(ScatterSketch.empty(3, 2), np.eye(3, 2)).n == 0
+
+
+def test_countsketch_statistic_over_namespaces(noisy13, namespace):
+    X = noisy13[0]
+    fmap = _ns_map("rff")
+    host = feature_countsketch([(0, X[:250]), (250, X[250:])], fmap, 40, 7)
+    other = feature_countsketch(
+        [(0, namespace.to_ns(X[:250])), (250, namespace.to_ns(X[250:]))], fmap, 40, 7
+    )
+    assert namespace.is_native(other.SZ) and other.n == host.n
+    assert _rel(host.SZ, other.SZ) < FEATURE_RTOL
+    assert _rel(host.sum, other.sum) < FEATURE_RTOL
+    np.testing.assert_array_equal(host.S1, other.S1)  # the same hash: exact integers
+    for merged, native in ((other.merge(host), namespace.is_native), (host.merge(other), None)):
+        assert (native or (lambda a: isinstance(a, np.ndarray)))(merged.SZ)
+        assert _rel(2 * host.SZ, merged.SZ) < FEATURE_RTOL and merged.n == 800
+    empty = FeatureCountSketch(40, fmap.n_output_features)
+    assert namespace.is_native(empty.merge(other).SZ)  # an empty side is neutral
+
+
+ESTIMATOR_CASES = {
+    "exact_orf": dict(solver="exact"),
+    "exact_rff_float32": dict(solver="exact", features="rff"),
+    "exact_fastfood": dict(solver="exact", features="fastfood"),
+    "exact_tensorsketch": dict(solver="exact", kernel="polynomial", gamma=0.1),
+    "randomized": dict(solver="randomized"),
+    "countsketch_1": dict(solver="countsketch", n_buckets=60, n_passes=1),
+    "countsketch_2": dict(solver="countsketch", n_buckets=60),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ESTIMATOR_CASES))
+def test_random_feature_kpca_over_namespaces(case, noisy13, namespace):
+    X, X_new = noisy13
+    dtype = np.float32 if case.endswith("float32") else np.float64
+    X, X_new = X.astype(dtype), X_new.astype(dtype)
+    kw = {"gamma": 0.05, **ESTIMATOR_CASES[case]}
+    host = RandomFeatureKPCA(4, n_features=128, random_state=0, **kw).fit(X)
+    other = RandomFeatureKPCA(4, n_features=128, random_state=0, **kw).fit(namespace.to_ns(X))
+    assert other.solver_ == host.solver_
+    for name in ("mean_", "components_", "eigenvalues_"):
+        assert namespace.is_native(getattr(other, name)), name
+    Z = other.transform(namespace.to_ns(X_new))
+    assert namespace.is_native(Z) and Z.dtype == namespace.to_ns(X_new).dtype
+    assert rel_err(host.transform(X_new), namespace.from_ns(Z)) < MODEL_RTOL
+    np.testing.assert_allclose(
+        namespace.from_ns(other.eigenvalues_), host.eigenvalues_, rtol=MODEL_RTOL
+    )
+    np.testing.assert_allclose(other.total_variance_, host.total_variance_, rtol=MODEL_RTOL)
+
+
+def test_random_feature_kpca_tol_over_namespaces(noisy13, namespace):
+    if namespace.name == "array_api_strict":
+        pytest.skip("the tol search (being rewritten, issue 31 section 3) slices rows numpy-style")
+    X, X_new = noisy13
+    kw = dict(gamma=0.05, tol=0.5, random_state=0)
+    host = RandomFeatureKPCA(3, **kw).fit(X)
+    other = RandomFeatureKPCA(3, **kw).fit(namespace.to_ns(X))
+    assert other.n_features_ == host.n_features_
+    assert namespace.is_native(other.components_)
+    Z = other.transform(namespace.to_ns(X_new))
+    assert rel_err(host.transform(X_new), namespace.from_ns(Z)) < MODEL_RTOL
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "RandomFourierFeatures",
+        "OrthogonalRandomFeatures",
+        "FastfoodFeatures",
+        "TensorSketchFeatures",
+    ],
+)
+def test_feature_transformers_over_namespaces(cls, noisy13, namespace):
+    cls = getattr(transformers, cls)
+    X, X_new = noisy13
+    kw = {"gamma": 0.1} if cls is transformers.TensorSketchFeatures else {"gamma": 0.05}
+    host = cls(64, random_state=0, **kw).fit(X)
+    other = cls(64, random_state=0, **kw).fit(namespace.to_ns(X))
+    Z = other.transform(namespace.to_ns(X_new.astype(np.float32)))
+    assert namespace.is_native(Z) and Z.dtype == namespace.to_ns(X_new.astype(np.float32)).dtype
+    assert _rel(host.transform(X_new.astype(np.float32)), namespace.from_ns(Z)) < FEATURE_RTOL
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fwht_over_namespaces(dtype, namespace):
+    A = np.random.default_rng(0).standard_normal((7, 64)).astype(dtype)
+    expected = fwht(A.copy())
+    got = fwht(namespace.to_ns(A))
+    # sums of 64 +-1-weighted entries: float32 rounding ~ 64 eps32 of the largest entry
+    assert _rel(expected, namespace.from_ns(got)) < (1e-5 if dtype == np.float32 else 1e-13)
+
+
+def test_feature_blocks_off_the_host_use_device_chunks(noisy13, namespace, monkeypatch):
+    if namespace.name == "numpy":
+        pytest.skip("the host's blocks are the budget's, not a device's chunks")
+    X = noisy13[0]
+    fmap = _ns_map("orf")
+    monkeypatch.setattr(feature_ops, "row_chunk_rows", lambda X, width, itemsize=4: 150)
+    blocks = list(feature_blocks([(0, namespace.to_ns(X))], fmap))
+    assert [start for start, _ in blocks] == [0, 150, 300]
+    assert all(namespace.is_native(Z) and "float32" in str(Z.dtype) for _, Z in blocks)
+    Z_host = np.vstack([Z for _, Z in feature_blocks([(0, X)], fmap)])
+    assert _rel(Z_host, np.vstack([namespace.from_ns(Z) for _, Z in blocks])) < FEATURE_RTOL
+
+
+def test_model_fitted_off_the_host_saves_and_transforms_host_rows(noisy13, namespace, tmp_path):
+    X, X_new = noisy13
+    other = RandomFeatureKPCA(4, n_features=128, gamma=0.05, random_state=0).fit(namespace.to_ns(X))
+    other.save(tmp_path / "rf.npz")
+    loaded = fastkpca.load(tmp_path / "rf.npz")
+    # host features of the same map against the other namespace's: float32 feature rounding
+    Z = namespace.from_ns(other.transform(namespace.to_ns(X_new)))
+    assert rel_err(Z, loaded.transform(X_new)) < MODEL_RTOL
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_statistics_primitives_over_namespaces(dtype, namespace):
+    """The execution primitives the statistics are written on: float64 sums of share products
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), the CountSketch of a block
+    (:func:`~fastkpca.execution.feature_ops.bucket_sums`) and the lockstep rows (none on the
+    host)."""
+    rng = np.random.default_rng(4)
+    Z = rng.standard_normal((3000, 24)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    gram = feature_ops.sum_over_row_shares(namespace.to_ns(Z), lambda rows: rows.T @ rows)
+    assert namespace.is_native(gram) and "float64" in str(gram.dtype)
+    Z64 = Z.astype(np.float64)
+    assert _rel(Z64.T @ Z64, namespace.from_ns(gram)) < tol
+    S = CountSketch(40, 24, random_state=1).sketching_matrix(100, 3100)
+    sums = feature_ops.bucket_sums(S, namespace.to_ns(Z))
+    assert namespace.is_native(sums) and sums.dtype == namespace.to_ns(Z).dtype
+    assert _rel(S @ Z64, namespace.from_ns(sums)) < tol
+    rows = feature_ops.lockstep_rows(namespace.to_ns(Z), 3000, 1024)
+    assert rows == (0 if namespace.name == "numpy" else 2048)
+
+
+def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):
+    """Issue 32: ``n_jobs=10**6`` must not count a million per-thread sketches."""
+    from fastkpca.decomposition import random_features
+
+    monkeypatch.setattr(random_features, "n_workers", lambda: 10**6)
+    seen = {}
+
+    def spy(parts, hint=""):
+        seen["parts"] = parts
+
+    monkeypatch.setattr(random_features, "require_memory_parts", spy)
+    est = RandomFeatureKPCA(3, n_features=512, solver="randomized", random_state=0)
+    est._require_fit_memory(5, 2000)
+    ((nbytes, what),) = seen["parts"]
+    assert "(8 threads)" in what  # ceil(2000 / 256) row chunks
+    q = est._sketch_width(3, 512)
+    assert nbytes == 8 * 512 * (q + 1) * (8 + 3)
+    est._require_fit_memory(5, None)  # a stream: every thread may get rows
+    assert f"({10**6} threads)" in seen["parts"][0][1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", sorted(NS_MAPS))
+def test_cuda_features_equal_cpu_tensors(kind, noisy13):
+    torch = pytest.importorskip("torch")
+    X = torch.from_numpy(noisy13[0])
+    fmap = _ns_map(kind)
+    assert _rel(fmap(X).numpy(), fmap(X.cuda()).cpu().numpy()) < FEATURE_RTOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("solver", ["exact", "randomized", "countsketch"])
+def test_cuda_random_feature_kpca_equals_cpu_tensors(solver, noisy13):
+    torch = pytest.importorskip("torch")
+    X, X_new = (torch.from_numpy(a) for a in noisy13)
+    kw = dict(n_features=128, gamma=0.05, solver=solver, n_buckets=60, random_state=0)
+    cpu = RandomFeatureKPCA(4, **kw).fit(X)
+    gpu = RandomFeatureKPCA(4, **kw).fit(X.cuda())
+    assert gpu.components_.device.type == "cuda"
+    Z = gpu.transform(X_new.cuda())
+    assert Z.device.type == "cuda"
+    assert rel_err(cpu.transform(X_new).numpy(), Z.cpu().numpy()) < MODEL_RTOL

@@ -1,5 +1,7 @@
 """Frequent Directions and CountSketch: guarantees, exact limits, blocking, merging, state."""
 
+import pickle
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -7,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastkpca._state import STATE_CLASSES, state_class_name
+from fastkpca.execution.arrays import to_host
 from fastkpca.sketch import CountSketch, FrequentDirections, fd_shrink
 
 # Round-off slack for the FD inequalities: the sketch is computed in float64 from the 2 ell x 2 ell
@@ -529,3 +532,126 @@ def test_fd_state_keeps_loss_and_reads_old_states(rng):
     assert H.size == 0 and rho == pytest.approx(fd.total_shrinkage, rel=1e-12)
     with pytest.raises(ValueError, match="loss matrix"):
         FrequentDirections.from_state(dict(fd.to_state(), loss=np.ones((3, 3))))
+
+
+# --------------------------------------------------------------------------------------------
+# over array namespaces (numpy, PyTorch CPU, array_api_strict; CUDA under ``gpu``)
+# --------------------------------------------------------------------------------------------
+# The sketch is written once over the rows' namespace: the same rows at the same shrink points,
+# the same small eigendecompositions (on the host, from the buffer's Gram computed where the
+# rows are).  Of the same float64 rows the sketches agree up to the order of float64 sums,
+# amplified by the shrinks' eigendecompositions (relative gaps of the test spectra ~1e-2):
+# 1e-9 relative asserted.
+SKETCH_RTOL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def decaying():
+    rng = np.random.default_rng(5)
+    # a decaying spectrum, 60 columns: sketches of 6 rows shrink every 12 rows
+    return rng.standard_normal((500, 60)) * (0.9 ** np.arange(60))
+
+
+def _host(a):
+    return np.asarray(to_host(a), dtype=np.float64)
+
+
+def _rel(A, B):
+    A, B = _host(A), _host(B)
+    return float(np.max(np.abs(A - B)) / np.max(np.abs(A)))
+
+
+def _sketch_gram(B):
+    """``B^T B``: what a sketch means (its rows' signs, and their rotation within directions of
+    equal weight, are the small eigensolver's choice)."""
+    B = _host(B)
+    return B.T @ B
+
+
+def _fed(sketch, X, pieces):
+    for chunk in np.array_split(np.arange(X.shape[0]), pieces):
+        sketch._extend(X[chunk[0] : chunk[-1] + 1, ...])
+    return sketch
+
+
+def test_fd_over_namespaces_equals_numpy(decaying, namespace):
+    host = _fed(FrequentDirections(6), decaying, 7)
+    other = _fed(FrequentDirections(6), namespace.to_ns(decaying), 7)
+    assert namespace.is_native(other._buffer) and namespace.is_native(other.rows())
+    assert other.n_rows_seen == host.n_rows_seen
+    assert _rel(_sketch_gram(host.rows()), _sketch_gram(other.rows())) < SKETCH_RTOL
+    assert _rel(_sketch_gram(host.sketch()), _sketch_gram(other.sketch())) < SKETCH_RTOL
+    np.testing.assert_allclose(other.total_shrinkage, host.total_shrinkage, rtol=SKETCH_RTOL)
+    np.testing.assert_allclose(other.squared_norm, host.squared_norm, rtol=1e-12)
+    np.testing.assert_allclose(other.missing_energy, host.missing_energy, rtol=SKETCH_RTOL)
+    (V, H, rho), (Vo, Ho, rho_o) = host.loss_model(), other.loss_model()
+    assert isinstance(Vo, np.ndarray)  # small (ell x m): read on the host
+    assert _rel(V.T @ H @ V, Vo.T @ Ho @ Vo) < SKETCH_RTOL
+    assert abs(rho - rho_o) <= SKETCH_RTOL * abs(rho)
+    # the FD guarantee: 0 <= x^T (A^T A - B^T B) x <= total_shrinkage
+    B = _host(other.rows())
+    loss = np.linalg.eigvalsh(decaying.T @ decaying - B.T @ B)
+    assert loss.min() > -1e-9 * host.squared_norm
+    assert loss.max() <= other.total_shrinkage * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fd_update_keeps_the_rows_namespace(decaying, namespace, dtype):
+    """``update`` validates the rows where they are (``fastkpca.source.check_block``): the
+    buffer, float64, stays in their namespace, and the sketch is numpy's."""
+    A = decaying.astype(dtype)
+    host = FrequentDirections(6).update(A[:300]).update(A[300:])
+    other = FrequentDirections(6).update(namespace.to_ns(A[:300])).update(namespace.to_ns(A[300:]))
+    assert namespace.is_native(other._buffer) and "float64" in str(other._buffer.dtype)
+    assert _rel(_sketch_gram(host.rows()), _sketch_gram(other.rows())) < SKETCH_RTOL
+    bad = decaying[:20].copy()
+    bad[3, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        FrequentDirections(6).update(namespace.to_ns(bad))
+    with pytest.raises(ValueError, match="features"):
+        other.update(namespace.to_ns(decaying[:5, :10]))
+
+
+def test_fd_merge_moves_to_the_receiver(decaying, namespace):
+    a_host = _fed(FrequentDirections(6), decaying[:300], 3)
+    b_host = _fed(FrequentDirections(6), decaying[300:], 2)
+    a_other = _fed(FrequentDirections(6), namespace.to_ns(decaying[:300]), 3)
+    b_other = _fed(FrequentDirections(6), namespace.to_ns(decaying[300:]), 2)
+    expected = a_host.merge(b_host)
+    for a, b, native in [
+        (a_other, b_host, namespace.is_native),
+        (a_host, b_other, lambda x: isinstance(x, np.ndarray)),
+    ]:
+        merged = a.merge(b)
+        assert native(merged._buffer)
+        assert merged.n_rows_seen == 500
+        assert _rel(_sketch_gram(expected.rows()), _sketch_gram(merged.rows())) < SKETCH_RTOL
+        np.testing.assert_allclose(merged.total_shrinkage, expected.total_shrinkage, rtol=1e-9)
+    assert namespace.is_native(a_other._buffer)  # the inputs are not modified
+    # an empty sketch takes the other's placement
+    assert namespace.is_native(FrequentDirections(6).merge(b_other)._buffer)
+
+
+def test_fd_copies_pickles_and_saves_on_the_host(decaying, namespace):
+    other = _fed(FrequentDirections(6), namespace.to_ns(decaying), 4)
+    state = other.to_state()
+    assert isinstance(state["buffer"], np.ndarray)
+    restored = FrequentDirections.from_state(state)
+    assert _rel(other.rows(), restored.rows()) < 1e-15
+    again = pickle.loads(pickle.dumps(other))
+    assert namespace.is_native(again._buffer) and again._placement == other._placement
+    copy = other.copy()
+    copy._extend(namespace.to_ns(decaying[:40]))
+    assert other.n_rows_seen == 500 and copy.n_rows_seen == 540
+
+
+def test_fd_non_finite_rows_are_refused(decaying, namespace):
+    bad = decaying[:40].copy()
+    bad[17, 3] = np.nan
+    sketch = FrequentDirections(6)
+    with pytest.raises(ValueError, match="NaN"):
+        sketch._extend(namespace.to_ns(bad))  # refused at the shrink that reads its energy
+    fresh = FrequentDirections(6)
+    fresh._extend(namespace.to_ns(bad[12:20]))  # no shrink yet: refused when the energy is read
+    with pytest.raises(ValueError, match="NaN"):
+        _ = fresh.squared_norm

@@ -1,18 +1,27 @@
 """StreamingKPCA (SKPCA): exact limit, blocking, accuracy vs exact KPCA, merge, dtype, errors."""
 
+import copy
+import pickle
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import rel_err
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+import fastkpca
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition.exact import ExactKPCA
 from fastkpca.decomposition.random_features import RandomFeatureKPCA
 from fastkpca.decomposition.streaming import StreamingKPCA
+from fastkpca.execution.arrays import to_host
+from fastkpca.features import FeatureMap
 from fastkpca.metrics import embedding_error
 from fastkpca.sketch import FrequentDirections
-from fastkpca.statistics.feature_sketch import skpca_eigen
+from fastkpca.statistics.feature_sketch import FeatureSketch, skpca_eigen
 
 
 def rel(a, b):
@@ -535,3 +544,250 @@ def test_estimate_beats_old_compensation_on_flat_spectrum():
     X = np.random.default_rng(0).standard_normal((6000, 400))
     new, old, low = _issue_case(X, 1e-4, 400, 10)
     assert new < 0.3 and old > 2.5 and new < low
+
+
+# --------------------------------------------------------------------------------------------
+# over array namespaces (numpy, PyTorch CPU, array_api_strict; CUDA under ``gpu``)
+# --------------------------------------------------------------------------------------------
+# The rows go to the same sketches in the same order on every namespace (runs of 1024 rows by
+# index), with the same shrink points and small eigendecompositions.  Of the same float64 rows
+# the sketches agree up to the order of float64 sums, amplified by the shrinks (relative gaps
+# ~1e-2): 1e-9.  Of float32 features computed on each placement (float32 rounding ~1e-7 of the
+# features) the models agree to 2e-4.
+SKETCH_RTOL = 1e-9
+MODEL_RTOL = 2e-4
+
+
+@pytest.fixture(scope="module")
+def noisy8():
+    X = make_random_noisy(2600, 8, signal_dim=4, zeta=10, random_state=4)
+    return X[:2400], X[2400:]
+
+
+def _host(a):
+    return np.asarray(to_host(a), dtype=np.float64)
+
+
+def _sketch_gram(B):
+    B = _host(B)
+    return B.T @ B
+
+
+def _loss_operator(sketch):
+    """The estimated loss ``V^T H V + rho (I - V^T V)`` (:meth:`FrequentDirections.loss_model`):
+    independent of the signs of the sketch's directions."""
+    V, H, rho = sketch.loss_model()
+    V = _host(V)
+    return V.T @ H @ V + rho * (np.eye(V.shape[1]) - V.T @ V)
+
+
+class Given(FeatureMap):
+    """A feature map whose features are the rows themselves (any namespace): FeatureSketch
+    fed float64 rows directly."""
+
+    kind = "given"
+
+    def __init__(self, m):
+        self.n_input_features = self.n_output_features = m
+
+    def _chunk(self, rows, out=None):
+        return self._result(rows, out)
+
+
+def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(noisy8, namespace):
+    """FeatureSketch over float64 rows given as features directly: every part sketch equals
+    numpy's part, so the assignment is the same on every namespace."""
+    X = noisy8[0]
+    model = StreamingKPCA(4, n_features=64, sketch_size=8, gamma=0.05, random_state=0).fit(X)
+    Z = model.feature_map_(X)  # float64 features, fed identically to both
+    host = FeatureSketch.empty(8, Z.shape[1])
+    other = FeatureSketch.empty(8, Z.shape[1])
+    for start in range(0, 2400, 700):  # blocks that cut the 1024-row runs
+        host.update_rows(Z[start : start + 700], Given(Z.shape[1]))
+        other.update_rows(namespace.to_ns(Z[start : start + 700]), Given(Z.shape[1]))
+    assert other.n == host.n == 2400
+    used = [j for j, p in enumerate(host.parts) if p is not None]
+    assert used == [j for j, p in enumerate(other.parts) if p is not None] == [0, 1, 2]
+    for j in used:
+        assert namespace.is_native(other.parts[j]._buffer)
+        assert host.parts[j].n_rows_seen == other.parts[j].n_rows_seen
+        assert rel(_sketch_gram(other.parts[j].rows()), _sketch_gram(host.parts[j].rows())) < (
+            SKETCH_RTOL
+        )
+    assert namespace.is_native(other.feature_sum)
+    assert rel(_host(other.feature_sum), host.feature_sum) < 1e-12
+    merged = other.merge(host)
+    assert namespace.is_native(merged.feature_sum) and merged.n == 4800
+
+
+def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
+    """Whole cycles of rows off the host (a run of 1024 rows for each of the 32 sketches) are
+    added with all sketches in lockstep (their shrinks batched), also over several blocks; the
+    tail and a block that starts mid-cycle one sketch at a time; on the host never.  Every part
+    equals numpy's: sketch, tracked loss, shrinkage and energy."""
+    import fastkpca.statistics.feature_sketch as module
+
+    rng = np.random.default_rng(6)
+    m, ell = 48, 6
+    Z = rng.standard_normal((2 * 32 * 1024 + 1500 + 3000, m)) * (0.92 ** np.arange(m))
+    added = []
+    real = module.extend_in_lockstep
+
+    def spy(sketches, rows):
+        added.append(rows.shape)
+        return real(sketches, rows)
+
+    monkeypatch.setattr(module, "extend_in_lockstep", spy)
+    host = FeatureSketch.empty(ell, m)
+    other = FeatureSketch.empty(ell, m)
+    assert len(host.parts) == 32
+    # a block of one cycle (ending with rows buffered, their energy pending), one of a cycle
+    # and a tail, one that starts mid-cycle
+    cuts = (0, 32 * 1024, Z.shape[0] - 3000, Z.shape[0])
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        host.update_rows(Z[lo:hi], Given(m))
+        if namespace.name == "numpy":
+            assert not added  # the host's sketches take their rows on the worker threads
+        other.update_rows(namespace.to_ns(Z[lo:hi]), Given(m))
+    if namespace.name != "numpy":
+        assert sum(shape[0] * shape[1] for shape in added) == 2 * 32 * 1024  # the whole cycles
+    for h, o in zip(host.parts, other.parts, strict=True):
+        assert h.n_rows_seen == o.n_rows_seen
+        assert rel(_sketch_gram(o.rows()), _sketch_gram(h.rows())) < SKETCH_RTOL
+        assert h.total_shrinkage == pytest.approx(o.total_shrinkage, rel=SKETCH_RTOL)
+        assert h.squared_norm == pytest.approx(o.squared_norm, rel=1e-12)
+        assert rel(_loss_operator(o), _loss_operator(h)) < 1e-7
+    assert rel(_sketch_gram(other.sketch.sketch()), _sketch_gram(host.sketch.sketch())) < (
+        SKETCH_RTOL
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_streaming_kpca_over_namespaces(dtype, noisy8, namespace):
+    X, X_new = (a.astype(dtype) for a in noisy8)
+    kw = dict(n_features=96, sketch_size=10, gamma=0.05, random_state=0)
+    host = StreamingKPCA(4, **kw).fit(X)
+    other = StreamingKPCA(4, **kw).fit(namespace.to_ns(X))
+    for name in ("eigenvalues_", "components_", "eigenvalue_bounds_", "mean_", "feature_sum_"):
+        assert namespace.is_native(getattr(other, name)), name
+    np.testing.assert_allclose(_host(other.eigenvalues_), host.eigenvalues_, rtol=MODEL_RTOL)
+    np.testing.assert_allclose(
+        _host(other.eigenvalue_bounds_), host.eigenvalue_bounds_, rtol=MODEL_RTOL
+    )
+    assert other.sketch_.total_shrinkage > 0  # the sketches did shrink
+    Z = other.transform(namespace.to_ns(X_new))
+    assert namespace.is_native(Z) and Z.dtype == namespace.to_ns(X_new).dtype
+    assert rel_err(host.transform(X_new), namespace.from_ns(Z)) < MODEL_RTOL
+
+
+def test_streaming_partial_fit_merge_and_exact_limit_over_namespaces(noisy8, namespace):
+    X, X_new = noisy8
+    kw = dict(n_features=48, sketch_size=48, gamma=0.05, random_state=0)
+    whole = StreamingKPCA(4, **kw).fit(namespace.to_ns(X))
+    parts = StreamingKPCA(4, **kw)
+    for start in range(0, 2400, 900):
+        parts.partial_fit(namespace.to_ns(X[start : start + 900]))
+    assert namespace.is_native(parts.components_)
+    np.testing.assert_allclose(_host(parts.eigenvalues_), _host(whole.eigenvalues_), rtol=1e-6)
+    a = StreamingKPCA(4, **kw).fit(namespace.to_ns(X[:1200]))
+    b = StreamingKPCA(4, **kw).fit(X[1200:])  # a numpy model merges into this one
+    merged = a.merge(b)
+    assert namespace.is_native(merged.components_)
+    np.testing.assert_allclose(_host(merged.eigenvalues_), _host(whole.eigenvalues_), rtol=1e-6)
+    # sketch_size >= m: nothing shrinks, the model is exact PCA of the features
+    assert whole.sketch_.total_shrinkage == 0.0
+    exact = RandomFeatureKPCA(4, solver="exact", n_features=48, gamma=0.05, random_state=0).fit(
+        namespace.to_ns(X)
+    )
+    np.testing.assert_allclose(_host(whole.eigenvalues_), _host(exact.eigenvalues_), rtol=1e-6)
+    lower, upper = _host(whole.eigenvalue_bounds_)
+    np.testing.assert_allclose(lower, upper, rtol=1e-12)
+    Z = whole.transform(namespace.to_ns(X_new))
+    assert rel_err(namespace.from_ns(exact.transform(namespace.to_ns(X_new))), _host(Z)) < 1e-5
+
+
+def test_streaming_device_parameter_and_saved_model(noisy8, tmp_path):
+    pytest.importorskip("torch")
+    X, X_new = noisy8
+    kw = dict(n_features=64, sketch_size=8, gamma=0.05, random_state=0)
+    host = StreamingKPCA(4, **kw).fit(X)
+    other = StreamingKPCA(4, device="cpu", **kw).fit(X)
+    assert isinstance(other.components_, np.ndarray)  # fitted arrays follow the data given
+    Z = other.transform(X_new)
+    assert isinstance(Z, np.ndarray)
+    assert rel_err(host.transform(X_new), Z) < MODEL_RTOL
+    other.save(tmp_path / "s.npz")
+    loaded = fastkpca.load(tmp_path / "s.npz")
+    np.testing.assert_allclose(loaded.eigenvalues_, other.eigenvalues_, rtol=1e-12)
+    loaded.partial_fit(X_new)  # a loaded device model continues on the host
+    assert loaded.n_samples_seen_ == 2600
+
+
+@pytest.mark.gpu
+def test_cuda_streaming_equals_cpu_tensors(noisy8):
+    torch = pytest.importorskip("torch")
+    X, X_new = (torch.from_numpy(a) for a in noisy8)
+    kw = dict(n_features=96, sketch_size=10, gamma=0.05, random_state=0)
+    cpu = StreamingKPCA(4, **kw).fit(X)
+    gpu = StreamingKPCA(4, **kw).fit(X.cuda())
+    assert gpu.sketch_._buffer.device.type == "cuda"
+    np.testing.assert_allclose(
+        gpu.eigenvalues_.cpu().numpy(), cpu.eigenvalues_.numpy(), rtol=MODEL_RTOL
+    )
+    Z = gpu.transform(X_new.cuda())
+    assert rel_err(cpu.transform(X_new).numpy(), Z.cpu().numpy()) < MODEL_RTOL
+
+
+# --------------------------------------------------------------------------------------------
+# threads (issue 32, section 3)
+# --------------------------------------------------------------------------------------------
+def test_concurrent_partial_fit_loses_no_rows(noisy):
+    """Two threads calling ``partial_fit`` on one model both succeed, and every row counts:
+    the calls take turns (the estimator's lock), so the model is that of one of the two
+    orders of the blocks (without the lock: 15,500 of 30,500 rows seen)."""
+    X = np.vstack([noisy] * 4)  # 4800 rows
+    kw = dict(n_features=64, sketch_size=8, gamma=GAMMA, random_state=0)
+    model = StreamingKPCA(3, **kw).partial_fit(X[:800])
+    blocks = [X[800:2800], X[2800:]]
+    errors = []
+    start = threading.Barrier(len(blocks))
+
+    def feed(block):
+        try:
+            start.wait()
+            model.partial_fit(block)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=feed, args=(block,)) for block in blocks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert model.n_samples_seen_ == 4800
+    orders = []
+    for first, second in (blocks, blocks[::-1]):
+        ref = StreamingKPCA(3, **kw).partial_fit(X[:800]).partial_fit(first).partial_fit(second)
+        orders.append(ref)
+    # (the float32 features of a row are computed in chunks that depend on where the runs of
+    # the sketches fall, so the two orders agree to float32 rounding; a lost block would move
+    # the sums by 40 %)
+    np.testing.assert_allclose(model.feature_sum_, orders[0].feature_sum_, rtol=1e-4)
+    assert any(
+        np.allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-3, atol=0) for ref in orders
+    )
+
+
+def test_the_lock_is_not_state(noisy):
+    """The lock is no parameter and no attribute: pickles, clones and deep copies have their
+    own, and a model still pickles after concurrent calls."""
+    model = StreamingKPCA(3, n_features=32, sketch_size=8, gamma=GAMMA, random_state=0)
+    model.partial_fit(noisy[:300])
+    assert "lock" not in " ".join(vars(model)) and "lock" not in " ".join(model.get_params())
+    again = pickle.loads(pickle.dumps(model))
+    again.partial_fit(noisy[300:400])
+    assert again.n_samples_seen_ == 400 and model.n_samples_seen_ == 300
+    copied = copy.deepcopy(model).partial_fit(noisy[300:350])
+    assert copied.n_samples_seen_ == 350
+    assert clone(model).partial_fit(noisy[:100]).n_samples_seen_ == 100

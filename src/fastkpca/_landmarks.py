@@ -28,28 +28,35 @@ how much of the data each landmark stands for (non-negative, summing to 1):
     certificate: ``tr(K - C W^+ C^T)`` of the landmarks' Nystrom approximation, and a stopping
     rule (``tol``).  Weights ``1 / c``.
 
-On a device (PyTorch tensors, CuPy arrays) ``rpcholesky`` runs there: the kernel columns, the
-n x c factor and the residual diagonal live on the device, and each round copies only the
-residual diagonal (n floats) and the proposals' b x b residual kernel to the host, where the
-draws come from the host generator as on the host (the same pivots up to rounding) and the
-rejection sampler runs.  ``rls`` likewise: each level's kernel rows and leverage scores on the
-device (times the host's inverse Cholesky factor of the c x c sample kernel), the scores (one
-float per row of the level) copied to the host for the draws.  ``uniform`` takes the drawn rows
-on the device; ``kmeans`` runs on a host copy of the rows (scikit-learn's k-means: a documented
-fallback) and its centres move to the device.
+Every selector is written once over the rows' array namespace (numpy, PyTorch, CuPy,
+``array_api_strict``).  ``rpcholesky``'s kernel columns, n x c factor and residual diagonal live
+with the rows; each round copies only the residual diagonal (n floats) and the proposals' b x b
+residual kernel to the host, where the draws come from the host generator (the same pivots on
+every namespace, up to rounding) and the rejection sampler runs.  ``rls`` likewise: each level's
+kernel rows and leverage scores with the rows, the scores (one float per row of the level) copied
+to the host for the draws.  ``kmeans`` runs on a host copy of the rows (scikit-learn's k-means)
+and its centres move to the rows' namespace.
+
+Sparse rows (scipy.sparse CSR) of more than
+:data:`~fastkpca.execution.budget.SPARSE_LANDMARKS_MIN_FEATURES` features chosen as landmarks stay
+sparse (:func:`keeps_sparse`): every method but ``kmeans`` needs only their kernel values, which
+sparse products give.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from .execution import one_blas_thread
-from .execution.arrays import placement_of, to_host
-from .execution.kernel_ops import kernel_blocks, kernel_diag
+from .execution import budget, one_blas_thread
+from .execution.arrays import placement_of, take_rows, to_host
+from .execution.elementwise import as_float64, put_, row_sq_norms
+from .execution.kernel_ops import fold_kernel_rows, gram, kernel_blocks, kernel_diag
+from .execution.linalg import lower_solver
 from .kernels import Kernel, chunk_rows
 from .solvers import eigh_topk
 from .source import ReservoirSampler, uniform_indices
@@ -65,6 +72,8 @@ __all__ = [
     "rpcholesky_indices",
     "rpcholesky_of_gram",
     "select_landmarks",
+    "keeps_sparse",
+    "uniform_landmarks",
 ]
 
 LANDMARK_METHODS = ("uniform", "kmeans", "rls", "rpcholesky")
@@ -79,22 +88,42 @@ RPCHOLESKY_BLOCK_SIZE = 100
 RESIDUAL_FLOOR = 1e-12
 
 
-def _take_rows(X, idx) -> np.ndarray:
-    """Dense copy of the rows ``X[idx]`` (X dense or sparse, or rows on a device: there)."""
-    placement = placement_of(X)
-    if not placement.host:
-        return X[placement.asarray(np.asarray(idx, dtype=np.int64))]
-    rows = X[idx]
-    return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
+def keeps_sparse(X) -> bool:
+    """Whether sparse rows of X (an array, a CSR matrix or a row source) taken as landmarks stay
+    a CSR matrix: when they have more than
+    :data:`~fastkpca.execution.budget.SPARSE_LANDMARKS_MIN_FEATURES` features.  Narrower ones are
+    made dense, which makes the kernel rows sparse x dense products, faster at those widths."""
+    sparse = getattr(X, "sparse", None)
+    sparse = sp.issparse(X) if sparse is None else sparse
+    n_features = getattr(X, "n_features", None) or X.shape[1]
+    return bool(sparse) and n_features > budget.SPARSE_LANDMARKS_MIN_FEATURES
 
 
-def _float64(a):
-    """A host or device array as float64."""
-    placement = placement_of(a)
-    if placement.host:
-        return np.asarray(a, dtype=np.float64)
-    xp = placement.xp
-    return a if a.dtype == xp.float64 else xp.astype(a, xp.float64)
+def _take_rows(X, idx):
+    """The rows ``X[idx]`` on X's placement: a copy, dense unless X is sparse and
+    :func:`keeps_sparse` keeps them CSR."""
+    rows = take_rows(X, np.asarray(idx, dtype=np.int64))
+    if sp.issparse(rows):
+        rows = rows.tocsr() if keeps_sparse(rows) else rows.toarray()
+    return rows
+
+
+def uniform_landmarks(source, n_rows: int, rng: np.random.Generator):
+    """``source.sample_rows(n_rows, rng)``: the uniform landmarks of a row source, the same rows
+    kept CSR where :func:`keeps_sparse` says (then by index from the matrix in memory, or by
+    reservoir sampling from a stream of blocks, with the same draws)."""
+    n = source.n_samples
+    if not keeps_sparse(source):
+        c = n_rows if n is None else min(n_rows, n)
+        source.require_dense(c, f"n_landmarks={n_rows} landmarks")
+        return source.sample_rows(n_rows, rng)
+    if source.random_access:
+        X = source.in_memory(purpose="sparse landmarks")
+        return take_rows(X, uniform_indices(n, n_rows, rng)).tocsr()
+    reservoir = ReservoirSampler(n_rows, rng)
+    for _, block in source.blocks():
+        reservoir.update(block)
+    return reservoir.sample(dense=False)
 
 
 def kmeans_landmarks(X, n_landmarks: int, rng: np.random.Generator):
@@ -160,7 +189,7 @@ def ridge_leverage_scores(
     memory is O(block_rows * |S|).  ``K_SS = k(sample, sample)`` may be passed if already known.
     """
     if K_SS is None:
-        K_SS = np.asarray(kernel(sample), dtype=np.float64)
+        K_SS = to_host(gram(kernel, as_float64(sample)))
     A = K_SS + lam * np.diag(prob)
     with one_blas_thread():
         try:
@@ -178,33 +207,18 @@ def ridge_leverage_scores(
                     "kernel matrix of its sample has no Cholesky factor"
                 ) from None
     scores = np.empty(len(rows))
-    placement = placement_of(X)
-    if not placement.host:
-        # Device rows: the kernel rows of all of X[rows] in tiles, each times the host's
-        # ``chol^{-T}`` (m x m) instead of a triangular solve; the scores come back once.
-        xp = placement.xp
-        inverse_T = la.solve_triangular(
-            chol, np.eye(chol.shape[0]), lower=True, check_finite=False
-        ).T
-        inverse_T = placement.asarray(np.ascontiguousarray(inverse_T))
-        Xr = _take_rows(X, rows)
-        diag = _kernel_diag(kernel, Xr)
-        parts = []
-        for _, _, Kb in kernel_blocks(kernel, Xr, _float64(sample), dtype="float64"):
-            T = Kb @ inverse_T
-            parts.append(xp.sum(T * T, axis=1))
-        scores[:] = to_host((diag - xp.concat(parts)) / lam)
-        return np.maximum(scores, 0.0)
+    # ``K_iS chol^{-T}``: a triangular solve per block on the host, a product elsewhere
+    solve = lower_solver(chol, placement_of(X))
+    sample = as_float64(sample)
     step = block_rows or chunk_rows(sample.shape[0])
     for start in range(0, len(rows), step):
         positions = np.arange(start, min(start + step, len(rows)))
         positions = positions[np.argsort(rows[positions])]  # read X in row order
-        Xb = X[rows[positions]]
-        diag = np.asarray(kernel.diag(Xb), dtype=np.float64)
-        for b0, b1, Kb in kernel.blocks(Xb, sample):
-            T = la.solve_triangular(chol, Kb.T, lower=True, check_finite=False)
-            quad = np.einsum("ij,ij->j", T, T)
-            scores[positions[b0:b1]] = (diag[b0:b1] - quad) / lam
+        Xb = take_rows(X, rows[positions])
+        diag = _kernel_diag(kernel, Xb)
+        for b0, b1, Kb in kernel_blocks(kernel, Xb, sample, dtype="float64"):
+            quad = row_sq_norms(solve(Kb))
+            scores[positions[b0:b1]] = to_host((diag[b0:b1, ...] - quad) / lam)
     return np.maximum(scores, 0.0)
 
 
@@ -251,7 +265,7 @@ def rls_indices(
     for level in range(len(sizes) - 2, -1, -1):
         current = perm[: sizes[level]]
         # float64 landmarks make every kernel block below float64 (float32 X included)
-        sample = _float64(_take_rows(X, sel))
+        sample = as_float64(_take_rows(X, sel))
         K_SS = to_host(_proposal_kernel(X, sel, kernel))
         lam = _ridge_regularizer(K_SS, prob, rank)
         scores = ridge_leverage_scores(
@@ -317,7 +331,7 @@ class RPCholeskyResult:
         ``lambda_i(HKH) - lambda_i(H C W^+ C^T H) >= 0``: the KPCA eigenvalues NystromKPCA
         computes on these landmarks are low by at most this much in total.
         """
-        return float(self.residual_diag.sum())
+        return float(placement_of(self.residual_diag).xp.sum(self.residual_diag))
 
     @property
     def relative_residual(self) -> float:
@@ -336,72 +350,54 @@ def _sample_from_diagonal(d: np.ndarray, size: int, rng: np.random.Generator) ->
 def _kernel_columns(X, idx, kernel: Kernel) -> np.ndarray:
     """``K[:, idx]`` as an (n, len(idx)) float64 array, evaluated in row blocks of X (device
     rows: in float64 tiles on their device)."""
-    Y = _float64(_take_rows(X, idx))
-    placement = placement_of(X)
-    if not placement.host:
-        xp = placement.xp
-        out = xp.empty((X.shape[0], len(idx)), dtype=xp.float64, device=placement.device)
-        for start, stop, K in kernel_blocks(kernel, X, Y, dtype="float64"):
-            out[start:stop, ...] = K
-        return out
-    out = np.empty((X.shape[0], len(idx)))
-    for start, stop, K in kernel.blocks(X, Y):
-        out[start:stop] = K
+    Y = as_float64(_take_rows(X, idx))
+    out = _empty_factor(placement_of(X), X.shape[0], len(idx))
+    for start, stop, K in kernel_blocks(kernel, X, Y, dtype="float64"):
+        out[start:stop, ...] = K
     return out
 
 
 def _proposal_kernel(X, proposals, kernel: Kernel):
     """``k(X[p], X[p])`` of the proposals in float64 (on X's device), the diagonal exact for
     kernels with a unit diagonal as :meth:`Kernel.__call__` gives it."""
-    rows = _float64(_take_rows(X, proposals))
-    if placement_of(X).host:
-        return np.asarray(kernel(rows), np.float64)
-    from .statistics.kernel_moments import landmark_gram
-
-    return landmark_gram(kernel, rows)
+    return gram(kernel, as_float64(_take_rows(X, proposals)))
 
 
-def _lower_solve(L, G):
-    """``G L^{-T}`` for a small lower-triangular L (host) and an (n, l) G: a triangular solve on
-    the host, a product with the host's ``L^{-T}`` on a device."""
-    placement = placement_of(G)
-    if placement.host:
-        return la.solve_triangular(L, G.T, lower=True, check_finite=False).T
-    L_inv = la.solve_triangular(L, np.eye(L.shape[0]), lower=True, check_finite=False)
-    return G @ placement.asarray(np.ascontiguousarray(L_inv.T))
-
-
-def _append_pivot_columns(X, new, kernel: Kernel, F, i: int, L, d, floor) -> None:
-    """Append the accepted pivots' columns to a host factor, in one threaded pass over X.
+def _append_pivot_columns(X, new, kernel: Kernel, F, i: int, L, d, floor):
+    """Append the accepted pivots' columns to the factor F, in one pass over X; returns the
+    updated residual diagonal d.
 
     ``F[:, i:i+l] = (K[:, new] - F[:, :i] F[new, :i]^T) L^{-T}`` (the residual columns times
     the inverse transposed Cholesky factor of the accepted block, CETW eq. 2.2) and
     ``d -= |F[:, i:i+l]|^2`` row-wise, chunk by chunk of rows in the worker threads
     (:meth:`Kernel.fold_rows`), while each chunk's kernel block is in cache: the kernel
     columns, the residual GEMM, the l x l product and the diagonal update, which one after
-    another made four passes over n x l arrays, the triangular solve on one thread.  Measured
-    on kddcup (494,020 x 41, 2 cores), ``rpcholesky_indices`` at 64 / 128 landmarks went from
-    0.70 / 1.53 s to 0.35 / 0.72 s (best of 2 each).  ``L^{-1}`` is explicit (l x l, as the
-    device path's product): the pivots accepted have residuals above the round-off floor.
+    another made four passes over n x l arrays, the triangular solve on one thread (measured in
+    ``benchmarks/bench_landmarks.py``).  On a device the same step runs on large tiles.
+    ``L^{-1}`` is explicit (l x l): the pivots accepted have residuals above the round-off floor.
     """
-    Y = _float64(_take_rows(X, new))
-    F_new = np.ascontiguousarray(F[new, :i])
+    placement = placement_of(F)
+    xp = placement.xp
+    Y = as_float64(_take_rows(X, new))
+    F_new = take_rows(F[:, :i], new)
     width = new.size
-    L_inv_T = np.ascontiguousarray(
-        la.solve_triangular(L, np.eye(width), lower=True, check_finite=False).T
-    )
+    L_inv_T = la.solve_triangular(L, np.eye(width), lower=True, check_finite=False).T
+    L_inv_T = placement.asarray(np.ascontiguousarray(L_inv_T))
 
     def step(state, start, stop, K):
         if i:
             K -= F[start:stop, :i] @ F_new.T
         cols = K @ L_inv_T
         F[start:stop, i : i + width] = cols
-        rows = d[start:stop]
-        rows -= np.einsum("ij,ij->i", cols, cols)
-        rows[rows <= floor[start:stop]] = 0.0
+        rows = d[start:stop] - row_sq_norms(cols)
+        d[start:stop] = xp.where(rows <= floor[start:stop], 0.0, rows)
 
-    kernel.fold_rows(X, Y, step, lambda: None)
-    d[new] = 0.0
+    fold_kernel_rows(kernel, X, Y, step, _no_state, dtype="float64")
+    return put_(d, new, 0.0)
+
+
+def _no_state():
+    return None
 
 
 def _rejection_cholesky(H, proposal_diag, floor, max_accept, rng):
@@ -499,8 +495,8 @@ def rpcholesky_indices(
     if tol is not None and not (0.0 < float(tol) < 1.0):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
     c = min(int(n_landmarks), n)
-    # Device rows: the factor, the diagonals and the kernel columns on the device; each round's
-    # draws from a host copy of the residual diagonal (see the module notes).
+    # The factor, the diagonals and the kernel columns on X's placement; each round's draws
+    # from a host copy of the residual diagonal (see the module notes).
     placement = placement_of(X)
     xp = placement.xp
     diag = _kernel_diag(kernel, X)
@@ -512,7 +508,7 @@ def rpcholesky_indices(
         raise ValueError("the kernel diagonal is zero: k(x, x) = 0 for every row of X")
     floor = RESIDUAL_FLOOR * diag
     floor_host = to_host(floor)
-    d = diag.copy() if placement.host else xp.asarray(diag, copy=True)
+    d = xp.asarray(diag, copy=True)
     target = 0.0 if tol is None else float(tol) * trace
     # F grows by doubling when a tolerance may stop it early, so a large cap costs nothing.
     capacity = c if tol is None else min(c, max(2 * block_size, 64))
@@ -528,7 +524,7 @@ def rpcholesky_indices(
         if accelerated:
             proposals = _sample_from_diagonal(d_now, block_size, rng)
             n_proposals += proposals.size
-            Fp = F[_index(placement, proposals), :i]
+            Fp = take_rows(F[:, :i], proposals)
             H = _proposal_kernel(X, proposals, kernel)
             H -= Fp @ Fp.T
             with one_blas_thread():
@@ -537,31 +533,32 @@ def rpcholesky_indices(
                 )
             # A fresh residual at round-off level: the point is explained (this also ends the
             # loop when the running d and the recomputed residuals disagree by round-off).
-            d[_index(placement, proposals[explained])] = 0.0
+            d = put_(d, proposals[explained], 0.0)
             if accepted.size == 0:
                 continue
             new = proposals[accepted]
-            if placement.host and tol is None:
+            if tol is None:
                 # (with a tolerance, the prefix kept is read from the new columns' masses before
                 # they are appended: the general steps below)
-                _append_pivot_columns(X, new, kernel, F, i, L, d, floor)
+                d = _append_pivot_columns(X, new, kernel, F, i, L, d, floor)
                 pivots.extend(int(s) for s in new)
                 continue
             G = _kernel_columns(X, new, kernel)
-            G -= F[:, :i] @ F[_index(placement, new), :i].T
+            G -= F[:, :i] @ take_rows(F[:, :i], new).T
             # New columns G L^{-T}: the Cholesky factor of the accepted block (CETW eq. 2.2).
-            new_cols = _lower_solve(L, G)
+            new_cols = lower_solver(L, placement)(G)
         else:
             new = _sample_from_diagonal(d_now, 1, rng)
             n_proposals += 1
-            g = _kernel_columns(X, new, kernel)[:, 0] - F[:, :i] @ F[int(new[0]), :i]
-            pivot = float(g[int(new[0])])
-            if pivot <= floor_host[new[0]]:  # round-off residual: the point is already explained
-                d[int(new[0])] = 0.0
+            s = int(new[0])
+            g = _kernel_columns(X, new, kernel)[:, 0] - F[:, :i] @ F[s, :i]
+            pivot = float(g[s])
+            if pivot <= floor_host[s]:  # round-off residual: the point is already explained
+                d = put_(d, new, 0.0)
                 continue
-            new_cols = (g / np.sqrt(pivot))[:, None]
+            new_cols = xp.reshape(g / math.sqrt(pivot), (-1, 1))
         if tol is not None:
-            mass = _column_sq_norms(new_cols)
+            mass = to_host(xp.sum(new_cols * new_cols, axis=0))
             # Each prefix of the new columns is the factor of that prefix of pivots, so keep the
             # shortest prefix that meets the tolerance.
             met = np.flatnonzero(total - np.cumsum(mass) <= target)
@@ -573,20 +570,12 @@ def rpcholesky_indices(
             grown[:, :i] = F[:, :i]
             F = grown
         F[:, i : i + m] = new_cols
-        if placement.host:
-            d -= np.einsum("ij,ij->i", new_cols, new_cols)
-            d[new] = 0.0
-            d[d <= floor] = 0.0
-        else:
-            d -= xp.sum(new_cols * new_cols, axis=1)
-            d[_index(placement, new)] = 0.0
-            d = xp.where(d <= floor, xp.zeros_like(d), d)
+        d = d - row_sq_norms(new_cols)
+        d = put_(d, new, 0.0)
+        d = xp.where(d <= floor, 0.0, d)
         pivots.extend(int(s) for s in new)
     k = len(pivots)
-    if F.shape[1] == k:
-        factor = F
-    else:
-        factor = np.array(F[:, :k]) if placement.host else xp.asarray(F[:, :k], copy=True)
+    factor = F if F.shape[1] == k else xp.asarray(F[:, :k], copy=True)
     return RPCholeskyResult(np.asarray(pivots, dtype=np.int64), factor, d, trace, n_proposals)
 
 
@@ -622,31 +611,13 @@ def rpcholesky_of_gram(K: np.ndarray, n_landmarks: int, rng: np.random.Generator
 
 
 def _kernel_diag(kernel: Kernel, X):
-    """``k(x_i, x_i)`` in float64, on X's device (a host copy's where the kernel has no device
-    diagonal)."""
-    placement = placement_of(X)
-    if placement.host:
-        return np.asarray(kernel.diag(X), dtype=np.float64)
-    return _float64(kernel_diag(kernel, X))
+    """``k(x_i, x_i)`` in float64, on X's placement."""
+    return as_float64(kernel_diag(kernel, X))
 
 
 def _empty_factor(placement, n: int, width: int):
-    if placement.host:
-        return np.empty((n, width))
-    return placement.xp.empty((n, width), dtype=placement.xp.float64, device=placement.device)
-
-
-def _index(placement, idx):
-    """Host row indices as an index of the placement's arrays."""
-    return idx if placement.host else placement.asarray(np.asarray(idx, dtype=np.int64))
-
-
-def _column_sq_norms(A) -> np.ndarray:
-    """``|A[:, j]|^2`` as a host array."""
-    if placement_of(A).host:
-        return np.einsum("ij,ij->j", A, A)
-    xp = placement_of(A).xp
-    return to_host(xp.sum(A * A, axis=0))
+    xp = placement.xp
+    return xp.empty((n, width), dtype=xp.float64, device=placement.device)
 
 
 def select_landmarks(
@@ -658,19 +629,20 @@ def select_landmarks(
 
     Returns
     -------
-    landmarks : (c, d) dense array in X's dtype, c = min(n_landmarks, n); ``rpcholesky`` gives
-        fewer (in pivot order) when the kernel matrix has numerical rank < c
+    landmarks : (c, d) array in X's dtype and placement, c = min(n_landmarks, n), dense unless
+        X is sparse and wide (:func:`keeps_sparse`: then CSR; not ``kmeans``, whose centres
+        are dense); ``rpcholesky`` gives fewer (in pivot order) when the kernel matrix has
+        numerical rank < c
     weights : (c,) float64, non-negative, summing to 1
     """
     n = X.shape[0]
     c = min(n_landmarks, n)
-    placement = placement_of(X)
     if method == "uniform":
         idx = uniform_indices(n, c, rng)
         return _take_rows(X, idx), np.full(c, 1.0 / c)
-    if method == "kmeans":  # scikit-learn's, on a host copy of device rows
+    if method == "kmeans":  # scikit-learn's, on a host copy of the rows
         centers, weights = kmeans_landmarks(to_host(X), c, rng)
-        return (centers if placement.host else placement.asarray(centers)), weights
+        return placement_of(X).asarray(centers), weights
     if method == "rls":
         idx, inclusion = rls_indices(X, c, kernel, rng, target_rank=target_rank)
         weights = 1.0 / inclusion

@@ -32,6 +32,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ._state import state_class_name
+from .execution import require_memory
+from .kernels import KERNELS, Polynomial
+
 __all__ = [
     "Array",
     "FITTED_SCHEMAS",
@@ -42,6 +46,7 @@ __all__ = [
     "check_state",
     "legacy_fitted_names",
     "upgrade_fitted",
+    "upgrade_params",
 ]
 
 #: The largest integer a model file may hold where a count or a size is expected: far above any
@@ -232,8 +237,6 @@ class KernelValue:
     optional: bool = False
 
     def check(self, value, where, ctx) -> None:
-        from .kernels import KERNELS
-
         if value is None and self.none:
             return
         if type(value) not in KERNELS.values():
@@ -250,8 +253,6 @@ class State:
     optional: bool = False
 
     def check(self, value, where, ctx) -> None:
-        from ._state import state_class_name
-
         name = state_class_name(value)
         if name not in self.classes:
             short = ", ".join(c.rsplit(".", 1)[1] for c in self.classes)
@@ -517,7 +518,7 @@ _NYSTROM = {
     "eigenvalues_": Array(("n_components_",)),
     "kernel_": KernelValue(),
     "landmark_weights_": Array(("n_landmarks_",)),
-    "landmarks_": Array(("n_landmarks_", "n_features_in_")),
+    "landmarks_": Array(("n_landmarks_", "n_features_in_"), sparse=True),
     "mean_": Array(("rank",)),
     "n_components_": Int(low=1),
     "n_landmarks_": Int(low=1),
@@ -625,7 +626,7 @@ FITTED_SCHEMAS: dict[str, Schema] = {
             "projection_": Array(("n_features_in_", "point_dim"), none=True),
             "rounding_s_": Real(low=0.0, none=True),
             "source_model_": OneOf(
-                ("ExactKPCA", "NystromKPCA", "ReducedSetKPCA", "SparsifiedKPCA")
+                ("ExactKPCA", "KernelPCA", "NystromKPCA", "ReducedSetKPCA", "SparsifiedKPCA")
             ),
         },
         checks=(_points_match_projection,),
@@ -693,6 +694,32 @@ def upgrade_fitted(cls, fitted: Mapping[str, Any]) -> dict:
     return upgrade(dict(fitted))
 
 
+#: Parameters that earlier model files name differently: (class name, name in those files) ->
+#: the name now.  The eigensolver's tolerance of ExactKPCA and SparsifiedKPCA was ``tol``; it is
+#: ``eigen_tol`` (scikit-learn's ``SpectralEmbedding`` name), ``tol`` meaning only an error
+#: target.  :func:`upgrade_params` applies it before :func:`check_params`.
+RENAMED_PARAMS: dict[tuple[str, str], str] = {
+    ("ExactKPCA", "tol"): "eigen_tol",
+    ("SparsifiedKPCA", "tol"): "eigen_tol",
+}
+
+
+def upgrade_params(cls, params: Mapping[str, Any]) -> dict:
+    """The parameters of a ``cls`` model file under the class's current names.
+
+    A name of :data:`RENAMED_PARAMS` is renamed only where the class has the new name and the
+    file does not give it: a file written before the rename holds the old name alone, one
+    written after it holds the new name (and the old one only if the class has it again, with
+    its new meaning).  So a file loads whichever of the names this version of ``cls`` takes.
+    """
+    current = set(cls._get_param_names())
+    out = dict(params)
+    for (owner, old), new in RENAMED_PARAMS.items():
+        if owner == cls.__name__ and old in out and new in current and new not in out:
+            out[new] = out.pop(old)
+    return out
+
+
 # --- registered state classes ----------------------------------------------------------------
 
 
@@ -717,8 +744,6 @@ def _fastfood_blocks(values, dims) -> None:
 def _tensorsketch_hashes(values, dims) -> None:
     """TensorSketch: a polynomial kernel's parameters; for each of the ``degree`` sketches one
     bucket in [0, m) and one sign +-1 per input coordinate and the constant one."""
-    from .kernels import Polynomial
-
     Polynomial(values["degree"], values["gamma"], values["coef0"])  # the kernel's own checks
     buckets, m, d = values["buckets"], values["n_output_features"], values["n_input_features"]
     if dims["n_inputs_and_one"] != d + 1:
@@ -756,8 +781,6 @@ def _frequent_directions_memory(values, dims) -> None:
     """The sketch's buffer of ``ell + batch`` rows (both capped at n_columns) and its ell x ell
     loss matrix are allocated by ``from_state`` whatever the saved buffer holds: refused up
     front when they cannot fit in memory, as ``fit`` would have been."""
-    from .execution import require_memory
-
     m = values["n_columns"]
     ell = min(values["sketch_size"], m)
     batch = min(values.get("batch_size") or values["sketch_size"], m)

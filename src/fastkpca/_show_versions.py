@@ -11,6 +11,8 @@ import platform
 import sys
 from importlib import metadata
 
+from . import __version__
+
 __all__ = ["show_versions"]
 
 #: Distributions reported, by the name pip installs them under: required first, then the extras.
@@ -46,8 +48,6 @@ def _version(distribution: str) -> str | None:
 
 
 def _dependency_info() -> dict[str, str | None]:
-    from . import __version__
-
     info: dict[str, str | None] = {"fastkpca": __version__}
     info.update((name, _version(name)) for name in DEPENDENCIES)
     return info

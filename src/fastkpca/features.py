@@ -83,7 +83,7 @@ from ._feature_map import (
 from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_auto_size, check_int, require_memory_parts
 from .execution import CHUNK_ROWS, SHARE_ROWS, n_workers, one_blas_thread, worker_index
-from .execution.arrays import placement_of
+from .execution.arrays import placement_of, row_range
 from .execution.budget import FEATURE_BLOCK_MB
 from .execution.feature_ops import (
     ChunkBuffers,
@@ -806,7 +806,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     ``random_state`` gives the same features in all of them::
 
         rng = estimator._make_rng()
-        kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
+        kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)
         fmap = draw_feature_map(estimator.features, kernel,
                                 resolve_n_features(estimator.n_features), d, rng)
 
@@ -832,7 +832,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
         The generator after drawing (for any further randomness of the fit).
     """
     rng = estimator._make_rng()
-    kernel = estimator._resolve_kernel(X_first[:DEFAULT_BLOCK_ROWS], rng)
+    kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)
     d = X_first.shape[1] if n_input_features is None else n_input_features
     fmap = draw_feature_map(
         estimator.features,

@@ -49,6 +49,7 @@ import scipy.sparse as sp
 
 from ._utils import as_generator
 from .execution import kernel_ops
+from .execution.arrays import get_namespace, is_array, row_range
 from .execution.budget import chunk_rows as chunk_rows
 from .execution.budget import kernel_chunk_rows as kernel_chunk_rows
 from .execution.elementwise import (
@@ -87,9 +88,14 @@ __all__ = [
     "Sigmoid",
     "make_kernel",
     "resolve_gamma",
+    "entry_variance",
     "KERNELS",
     "DegenerateKernelWarning",
     "warn_if_degenerate",
+    "may_be_degenerate",
+    "first_rows_gram",
+    "scaled_gram",
+    "DEGENERATE_CHECK_ROWS",
 ]
 
 #: Bound on ``|K32 - K64|`` of an rbf block computed in float32 (``Kernel.blocks(dtype=float32)``):
@@ -251,6 +257,11 @@ class Kernel:
     def diag(self, X):
         """The diagonal ``k(x_i, x_i)`` as a vector of X's floating dtype, on X's placement."""
         raise NotImplementedError
+
+    def check_rows(self, X) -> None:
+        """Raise ValueError, naming the cause, when the kernel's values on the rows X cannot be
+        computed in float64 (checked by :func:`make_kernel` on the rows a fit resolves its
+        kernel on, before any fit work); nothing to check for most kernels."""
 
     def sample_frequencies(self, n_features: int, dim: int, rng: np.random.Generator) -> np.ndarray:
         """Draw ``n_features`` frequencies in R^dim from the kernel's spectral density.
@@ -567,6 +578,9 @@ class Polynomial(_Dot):
     """Polynomial kernel ``(gamma <x, y> + coef0)^degree``."""
 
     name = "polynomial"
+    degree: int
+    gamma: float
+    coef0: float
 
     def __init__(self, degree: int = 3, gamma: float = 1.0, coef0: float = 1.0):
         if not isinstance(degree, numbers.Integral) or isinstance(degree, bool) or degree < 1:
@@ -583,10 +597,40 @@ class Polynomial(_Dot):
         K += self.coef0
         with np.errstate(over="ignore", invalid="ignore"):  # checked: check_finite
             K **= self.degree
-        return check_finite(K)
+        try:
+            return check_finite(K)
+        except ValueError:
+            raise ValueError(self._overflow_message()) from None
 
     def _map_diag(self, sq):
         return (self.gamma * sq + self.coef0) ** self.degree
+
+    def check_rows(self, X) -> None:
+        """ValueError when the kernel's values on the rows X overflow float64.
+
+        With ``coef0 >= 0``, ``|gamma <x, y> + coef0| <= gamma max(|x|^2, |y|^2) + coef0``
+        (Cauchy-Schwarz), so no value exceeds the largest diagonal value ``(gamma |x|^2 +
+        coef0)^degree``: the values overflow exactly when that one does, which its logarithm
+        tells without overflowing.
+        """
+        if X.shape[0] == 0:
+            return
+        top = max_finite(row_sq_norms(as_float64(X)))  # ValueError: a squared norm overflows
+        base = self.gamma * top + self.coef0
+        if base > 0.0 and self.degree * math.log(base) > _LOG_FLOAT64_MAX:
+            raise ValueError(self._overflow_message(self.degree * math.log10(base)))
+
+    def _overflow_message(self, log10_top: float | None = None) -> str:
+        reach = (
+            ""
+            if log10_top is None or not math.isfinite(log10_top)
+            else f"; the largest, (gamma |x|^2 + coef0)^degree, is about 1e{log10_top:.0f}"
+        )
+        return (
+            "X has values too large for the polynomial kernel: kernel values overflow float64 "
+            f"at degree={self.degree} (gamma={self.gamma:.6g}, coef0={self.coef0:.6g}{reach}); "
+            "scale the data or lower degree or gamma"
+        )
 
 
 class Linear(_Dot):
@@ -656,6 +700,47 @@ KERNELS: dict[str, type[Kernel]] = {
 #: Other spellings accepted by :func:`make_kernel` (scikit-learn's ``"poly"``).
 KERNEL_ALIASES = {"poly": "polynomial"}
 
+#: ``log(largest float64)``: a value whose logarithm exceeds it overflows.
+_LOG_FLOAT64_MAX = math.log(np.finfo(np.float64).max)
+
+
+def _plain_variance(X) -> float:
+    """The variance of all entries of X in float64 by the usual sums (inf or nan when they
+    overflow): numpy's ``var``; E[x^2] - E[x]^2 of sparse entries; the mean squared deviation
+    over another namespace."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if sp.issparse(X):
+            Xs = X.tocsr()
+            mean = np.asarray(Xs.mean()).item()
+            return np.asarray(Xs.multiply(Xs).mean()).item() - mean * mean
+        if not is_array(X) or isinstance(X, np.ndarray):
+            return float(np.var(np.asarray(X, dtype=np.float64)))
+        xp = get_namespace(X)
+        X64 = as_float64(X)
+        return float(xp.mean((X64 - xp.mean(X64)) ** 2))
+
+
+def entry_variance(X) -> float:
+    """The variance of all entries of X (dense of any namespace, or scipy.sparse), in float64:
+    what ``gamma="scale"`` reads.
+
+    By the usual sums; when they overflow (entries near float64's largest value), again about
+    the largest magnitude s, as ``s^2 var(X / s)``: inf then means that the variance itself
+    overflows float64, not its sums.
+    """
+    var = _plain_variance(X)
+    if math.isfinite(var) or X.shape[0] == 0:
+        return var
+    if sp.issparse(X):
+        top = float(abs(X).max()) if X.nnz else 0.0
+    else:
+        xp = get_namespace(X)
+        top = float(xp.max(xp.abs(as_float64(X))))
+    if not (math.isfinite(top) and top > 0.0):
+        return var
+    with np.errstate(over="ignore"):
+        return _plain_variance(X / top) * top * top  # 0 stays 0: constant rows
+
 
 def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
     """Turn a gamma spec into a number.
@@ -673,13 +758,9 @@ def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
         if gamma == "scale":
             if hasattr(X, "entry_variance"):  # a row source whose rows are not in memory
                 var = X.entry_variance()
-            elif sp.issparse(X):
-                Xs = X.tocsr()
-                mean = np.asarray(Xs.mean()).item()
-                var = np.asarray(Xs.multiply(Xs).mean()).item() - mean**2
             else:
-                var = float(np.var(np.asarray(X, dtype=np.float64)))
-            return 1.0 / (d * var) if var > 0 else 1.0
+                var = entry_variance(X)
+            return _scale_gamma(var, d)
         if gamma == "median":
             rng = as_generator(rng, name="rng")
             idx = (
@@ -698,6 +779,31 @@ def resolve_gamma(gamma, X=None, *, rng=None, n_subsample: int = 1000) -> float:
     return _check_positive("gamma", gamma)
 
 
+def _scale_gamma(var: float, d: int) -> float:
+    """``gamma="scale"``: ``1 / (d var)`` (1 for constant entries), or ValueError when that is
+    not a positive float64 because the variance overflows float64 or is too small."""
+    overflow = ValueError(
+        "gamma='scale' is 1 / (n_features * X.var()), but the data's variance overflows "
+        "float64 (entries near its largest value, 1.8e308): scale the data, or give a "
+        "numeric gamma"
+    )
+    if not math.isfinite(var):
+        raise overflow
+    if var <= 0:
+        return 1.0
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        scale = d * var
+        gamma = 1.0 / scale if math.isfinite(scale) else 1.0 / d / var
+    if gamma == 0.0:
+        raise overflow
+    if not math.isfinite(gamma):
+        raise ValueError(
+            f"gamma='scale' is 1 / (n_features * X.var()), but the data's variance ({var:.3g}) "
+            "is too small for it to be a float64: scale the data, or give a numeric gamma"
+        )
+    return gamma
+
+
 def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, rng=None) -> Kernel:
     """Build a :class:`Kernel` from a name (or pass a Kernel through).
 
@@ -710,7 +816,25 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
     gamma : float, None, "scale" or "median"
         Resolved with :func:`resolve_gamma` (``X`` is needed for the string forms and None).
     degree, coef0 : polynomial (and sigmoid: coef0) parameters.  nu : Matern smoothness.
+    X : rows, optional
+        The rows the string forms of gamma are resolved on; the kernel's values on them are
+        checked too (:meth:`Kernel.check_rows`: a polynomial kernel whose values overflow
+        float64 is refused here, before any fit work).
+
+    Raises
+    ------
+    ValueError
+        An unknown kernel, a bad parameter, or values that cannot be computed on X.
     """
+    kernel = _kernel_of_spec(spec, gamma, degree, coef0, nu, X, rng)
+    if type(kernel).check_rows is not Kernel.check_rows:  # rows are read only to be checked
+        rows = _rows_to_check(X)
+        if rows is not None:
+            kernel.check_rows(rows)
+    return kernel
+
+
+def _kernel_of_spec(spec, gamma, degree, coef0, nu, X, rng) -> Kernel:
     if isinstance(spec, Kernel):
         return copy.copy(spec)  # a fitted model's own: set_params on the spec leaves it be
     if isinstance(spec, str):
@@ -737,6 +861,17 @@ def make_kernel(spec="rbf", *, gamma=None, degree=3, coef0=1.0, nu=1.5, X=None, 
     raise ValueError(f"unknown kernel {spec!r}")  # pragma: no cover - KERNELS is covered above
 
 
+def _rows_to_check(X):
+    """The rows :meth:`Kernel.check_rows` reads of what a kernel is resolved on: an array (of
+    any namespace) or sparse matrix itself, a row source's (or device rows') first rows."""
+    if X is None:
+        return None
+    if sp.issparse(X) or is_array(X):
+        return X
+    head = getattr(X, "head", None)
+    return head() if callable(head) else None
+
+
 def kernel_from_config(config: dict) -> Kernel:
     """Inverse of :meth:`Kernel.to_config`."""
     config = dict(config)
@@ -760,6 +895,75 @@ IDENTITY_TOL = 1e-3
 #: about sqrt(eps) of float64, so that what distinguishes the rows is in the last half of the
 #: digits of the kernel's values, where the rounding of every entry of K lives.
 CONSTANT_TOL = 1e-8
+#: Where a model knows the mean of the training kernel matrix only as an estimate (random
+#: features, landmarks, probes), whether it is degenerate is decided from the exact Gram of at
+#: most this many first training rows (:func:`first_rows_gram`): the decision exact KPCA makes
+#: on up to that many rows, at the cost of one such Gram (only when the estimate leaves the
+#: question open: :func:`may_be_degenerate`), scaled to the n rows (:func:`scaled_gram`).
+DEGENERATE_CHECK_ROWS = 2000
+
+
+def _degenerate_kind(kernel, n, diag_sum, mean_sq, noise, constant) -> str | None:
+    """``"identity"``, ``"constant"`` or None for the trace ``S``, ``||mu||^2 = T / n^2`` and
+    ``noise``, the uncertainty of ``T`` (0: exact)."""
+    total = n * n * float(mean_sq)
+    if getattr(kernel, "nonnegative", False) and total - diag_sum <= (
+        IDENTITY_TOL * diag_sum + noise
+    ):
+        return "identity"
+    if constant and diag_sum - total / n <= CONSTANT_TOL * diag_sum + noise / n:
+        return "constant"
+    return None
+
+
+def _checkable(n, diag_sum, mean_sq) -> bool:
+    return n >= 2 and bool(np.isfinite(diag_sum) and np.isfinite(mean_sq)) and diag_sum > 0
+
+
+def may_be_degenerate(kernel, n_samples, diag_sum, mean_sq, mean_sq_error) -> bool:
+    """Whether an estimated mean leaves the training kernel matrix possibly degenerate.
+
+    True when the matrix counts as the identity or constant (:func:`warn_if_degenerate`'s
+    rules) within three standard errors of the estimate, or when the error is unknown (nan):
+    then the exact statistics of the first rows (:func:`first_rows_gram`) decide.  False when
+    the estimate rules both out, as it does for most data (no extra kernel values then).
+    """
+    n = int(n_samples)
+    if not _checkable(n, diag_sum, mean_sq):
+        return False
+    if not np.isfinite(mean_sq_error):
+        return True
+    noise = 3.0 * n * n * float(mean_sq_error)
+    return _degenerate_kind(kernel, n, diag_sum, mean_sq, noise, True) is not None
+
+
+def first_rows_gram(kernel, rows) -> tuple[float, float]:
+    """The mean diagonal value ``a`` and the mean off-diagonal value ``b`` of the exact Gram of
+    the first :data:`DEGENERATE_CHECK_ROWS` of ``rows`` (any placement; computed in blocks).
+
+    For n rows like them, :func:`scaled_gram` gives the trace ``S = n a`` and ``T = S + n (n -
+    1) b``, so :func:`warn_if_degenerate` of these (exact, error 0) warns of the identity when
+    ``(n - 1) b <= IDENTITY_TOL a`` and of a constant matrix when ``1 - 1/n - (n - 1)/n b / a <=
+    CONSTANT_TOL``: for n at most that many rows, exactly the decision exact KPCA makes.
+
+    Raises ValueError when the kernel cannot be evaluated on the rows (values that overflow).
+    """
+    rows = row_range(rows, 0, DEGENERATE_CHECK_ROWS)
+    h = int(rows.shape[0])
+    d = as_float64(kernel.diag(rows))
+    diag = float(get_namespace(d).sum(d))
+    total = 0.0
+    for _, _, K in kernel.blocks(rows, rows):
+        total += float(get_namespace(K).sum(K))
+    return diag / h, (total - diag) / (h * (h - 1)) if h > 1 else 0.0
+
+
+def scaled_gram(n_samples, mean_diag, mean_offdiag) -> tuple[float, float]:
+    """``(diag_sum, mean_sq)``, the trace and ``||mu||^2 = T / n^2``, of the Gram of
+    ``n_samples`` rows whose kernel values average ``mean_diag`` on its diagonal and
+    ``mean_offdiag`` off it (:func:`first_rows_gram`)."""
+    n = int(n_samples)
+    return n * mean_diag, (mean_diag + (n - 1) * mean_offdiag) / n
 
 
 def warn_if_degenerate(
@@ -772,10 +976,12 @@ def warn_if_degenerate(
     when ``T - S <= IDENTITY_TOL S`` (only for kernels with values >= 0, where small row sums
     mean small entries; e.g. rbf with a gamma so large that every point is far from every other
     one), constant when ``tr(H K H) = S - T / n <= CONSTANT_TOL S`` (identical rows, or a gamma
-    so small that every point is close to every other one).  Estimated means (random features,
-    landmarks) count as degenerate within three of their standard errors.  Nothing is checked
-    for fewer than two rows, an unknown trace or mean, or a mean whose three standard errors
-    exceed half the trace (it cannot tell these cases apart).
+    so small that every point is close to every other one).  An estimated mean counts as
+    degenerate within three of its standard errors; the estimators decide from exact numbers
+    instead (the mean when they have it, else the first rows' Gram: :func:`first_rows_gram`),
+    so that every method agrees with exact KPCA.  Nothing is checked for fewer than two rows,
+    an unknown trace or mean, or a mean whose three standard errors exceed half the trace (it
+    cannot tell these cases apart).
 
     Parameters
     ----------
@@ -788,12 +994,15 @@ def warn_if_degenerate(
         Also check for a constant matrix (False: the identity only).
     """
     n = int(n_samples)
-    if n < 2 or not (np.isfinite(diag_sum) and np.isfinite(mean_sq)) or diag_sum <= 0:
+    if not _checkable(n, diag_sum, mean_sq):
         return
     # Three standard errors of T; an estimate noisier than half the trace cannot tell the
     # identity (T = S) from half a neighbour per row, nor a constant matrix from much else.
     noise = 3.0 * n * n * float(mean_sq_error) if np.isfinite(mean_sq_error) else 0.0
     if noise > 0.5 * diag_sum:
+        return
+    kind = _degenerate_kind(kernel, n, diag_sum, mean_sq, noise, constant)
+    if kind is None:
         return
     total = n * n * float(mean_sq)
     gamma = getattr(kernel, "gamma", None)
@@ -804,9 +1013,7 @@ def warn_if_degenerate(
         else "; check the data and the kernel"
     )
     name = getattr(kernel, "name", type(kernel).__name__)
-    if getattr(kernel, "nonnegative", False) and total - diag_sum <= (
-        IDENTITY_TOL * diag_sum + noise
-    ):
+    if kind == "identity":
         warnings.warn(
             f"the {name} kernel matrix{named} of the {n} training rows is numerically the "
             f"identity (the rows' kernel values with each other sum to "
@@ -816,7 +1023,7 @@ def warn_if_degenerate(
             DegenerateKernelWarning,
             stacklevel=3,
         )
-    elif constant and diag_sum - total / n <= CONSTANT_TOL * diag_sum + noise / n:
+    else:
         warnings.warn(
             f"the {name} kernel matrix{named} of the {n} training rows is numerically constant "
             f"(its centered trace is {max(diag_sum - total / n, 0.0) / diag_sum:.2g} of its "

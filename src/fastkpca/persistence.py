@@ -36,7 +36,9 @@ file as untrusted and checks, in this order, before any estimator exists:
    kernel is one of fastkpca's own, with valid parameters.  A file of an earlier release that
    holds an attribute the class no longer keeps (``NystromKPCA``'s ``normalization_``) is
    checked against that earlier declaration and converted
-   (:data:`fastkpca._model_schema.LEGACY_FITTED`).
+   (:data:`fastkpca._model_schema.LEGACY_FITTED`), and a parameter an earlier release named
+   otherwise (``ExactKPCA``'s and ``SparsifiedKPCA``'s eigensolver tolerance ``tol``, now
+   ``eigen_tol``) is renamed (:data:`fastkpca._model_schema.RENAMED_PARAMS`).
 
 Any failure is one ``ValueError`` naming the file and what is wrong (the attribute, parameter,
 member or metadata key); nothing in the file is ever executed.  :func:`save_model` runs the same
@@ -68,6 +70,22 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+from . import __version__
+from ._model_schema import (
+    FITTED_SCHEMAS,
+    STATE_SCHEMAS,
+    check_fitted,
+    check_params,
+    check_state,
+    legacy_fitted_names,
+    upgrade_fitted,
+    upgrade_params,
+)
+from ._state import STATE_CLASSES, state_class_name
+from .decomposition import SAVEABLE
+from .execution.arrays import HOST, check_device, device_available, is_namespace_array, to_host
+from .kernels import KERNELS, Kernel, kernel_from_config
 
 __all__ = [
     "save_model",
@@ -134,13 +152,10 @@ class _Encoder:
         return key
 
     def encode(self, value, where: str):
-        from ._state import state_class_name
-        from .kernels import KERNELS, Kernel, kernel_from_config
-
         if value is None or isinstance(value, bool | str):
             return value
-        if _is_device_array(value):
-            value = _to_host(value)
+        if is_namespace_array(value):  # fitted on a device: the file holds host arrays
+            value = to_host(value)
         if isinstance(value, np.generic):
             # numpy scalars keep their exact dtype as 0-d arrays
             return {"kind": "scalar", "key": self._store(np.asarray(value))}
@@ -209,12 +224,8 @@ class _Encoder:
     def _estimator(self, model, where: str) -> dict:
         """A fitted estimator nested in a model (AutoKPCA's ``estimator_``): its parameters and
         fitted attributes, checked as :func:`save_model` checks a model it writes."""
-        from ._model_schema import check_fitted
-
         cls = type(model)
         if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
-            from .execution.arrays import HOST
-
             model = model._placed(HOST)
         params = {}
         for name, value in model.get_params(deep=False).items():
@@ -280,8 +291,6 @@ class _Decoder:
         if kind == "kernel":
             return _kernel(self._decode(node["config"], where, False))
         if kind == "state":
-            from ._model_schema import check_state
-
             if not states:
                 raise ValueError("a state object is not a parameter value")
             cls = _state_class(node["class"])
@@ -308,8 +317,6 @@ class _Decoder:
         """A nested fitted estimator, built as :func:`_build_model` builds a model (the class
         from the whitelist, its fitted attributes against their declaration, its parameters
         through the estimator's own checks)."""
-        from ._model_schema import check_fitted, check_params, legacy_fitted_names, upgrade_fitted
-
         cls = _saved_class(node["class"])
         unknown = sorted(
             set(node["fitted"]) - fitted_attribute_names(cls) - legacy_fitted_names(cls)
@@ -325,7 +332,7 @@ class _Decoder:
         }
         fitted = upgrade_fitted(cls, fitted)
         check_fitted(cls, fitted)
-        model = check_params(cls, _device_here(params, where))
+        model = check_params(cls, _computable_here(upgrade_params(cls, params), where))
         for name, value in fitted.items():
             setattr(model, name, value)
         return model
@@ -333,8 +340,6 @@ class _Decoder:
 
 def _kernel(config):
     """A built-in kernel from its config; the kernel's constructor checks the values."""
-    from .kernels import KERNELS, kernel_from_config
-
     if not isinstance(config, dict):
         raise ValueError(f"kernel config must be a dict, got a {type(config).__name__}")
     name = config.get("kernel")
@@ -372,9 +377,6 @@ def _state_class(name: str):
     its own module is imported (to register the class): a file cannot make fastkpca import any
     other module (``fastkpca.__main__`` would run the command line).
     """
-    from ._model_schema import STATE_SCHEMAS
-    from ._state import STATE_CLASSES
-
     if name in STATE_SCHEMAS and name not in STATE_CLASSES:
         # a declared name is "fastkpca.<module>.<Class>": import that module
         importlib.import_module(name.rsplit(".", 1)[0])
@@ -394,8 +396,6 @@ def _registered_class(name, module=None):
     ``module`` other than the registered one gives None, so a file cannot redirect the import.
     Raises ImportError when the registered module is missing from this installation.
     """
-    from .decomposition import SAVEABLE
-
     if not isinstance(name, str) or name not in SAVEABLE:
         return None
     registered = SAVEABLE[name]
@@ -417,8 +417,6 @@ def _is_saveable(cls) -> bool:
 
 def _saved_class(name, module=None):
     """The estimator class a model file names, imported only from the whitelisted modules."""
-    from .decomposition import SAVEABLE
-
     try:
         cls = _registered_class(name, module)
     except ImportError as exc:
@@ -443,8 +441,6 @@ def fitted_attribute_names(cls) -> frozenset[str]:
     declaration says: loading sets nothing else, so a file cannot put a value where the class
     has a method or a property (``transform``, ``__dict__``, ``__class__``).
     """
-    from ._model_schema import FITTED_SCHEMAS
-
     schema = FITTED_SCHEMAS.get(cls.__name__)
     if schema is None:
         raise ValueError(
@@ -476,13 +472,8 @@ def save_model(model, path, *, data=None) -> None:
     same way.  ``random_state`` given as a numpy Generator / RandomState cannot be stored and is
     saved as None (it does not affect ``transform``).
     """
-    from . import __version__
-    from ._model_schema import check_fitted, check_params
-
     cls = type(model)
     if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
-        from .execution.arrays import HOST
-
         model = model._placed(HOST)
     if not _is_saveable(cls):
         if any(_is_saveable(base) for base in cls.__mro__[1:]):
@@ -633,9 +624,6 @@ def atomic_output(path) -> Iterator[Path]:
 
 def _kind(value) -> str:
     """A short description of a fitted value for the metadata and ``fastkpca info``."""
-    from ._state import state_class_name
-    from .kernels import Kernel
-
     if isinstance(value, np.ndarray):
         return f"array {value.dtype} {tuple(value.shape)}"
     if sp.issparse(value):
@@ -1092,7 +1080,7 @@ def _read_archive(zf, path, file_bytes):
         written = _short(written)[1:-1] if isinstance(written, str) else "?"
         raise ValueError(
             f"{path}: unknown model file format version {_short(version)} (this "
-            f"fastkpca {_version()} reads versions 1 to {FORMAT_VERSION}; the file was "
+            f"fastkpca {__version__} reads versions 1 to {FORMAT_VERSION}; the file was "
             f"written by fastkpca {written})"
         )
     checksum_member = members.get(f"{_CHECKSUM_KEY}.npy")
@@ -1134,19 +1122,11 @@ def _read_archive(zf, path, file_bytes):
     return meta, arrays
 
 
-def _version():
-    from . import __version__
-
-    return __version__
-
-
 # --- loading ------------------------------------------------------------------------------------
 
 
 def _build_model(meta: dict, arrays: dict, path):
     """The estimator a verified file describes, once it passed step 4 of the module docstring."""
-    from ._model_schema import check_fitted, check_params, legacy_fitted_names, upgrade_fitted
-
     cls = _saved_class(meta["estimator"], meta.get("module"))
     allowed = fitted_attribute_names(cls)
     unknown = sorted(set(meta["fitted"]) - allowed - legacy_fitted_names(cls))
@@ -1167,7 +1147,7 @@ def _build_model(meta: dict, arrays: dict, path):
         }
         fitted = upgrade_fitted(cls, fitted)  # a file of an earlier version: the current form
         check_fitted(cls, fitted)
-        params = _device_here(params, path)
+        params = _computable_here(upgrade_params(cls, params), path)
         model = check_params(cls, params)
     except ValueError as exc:
         raise ValueError(f"{path}: invalid {cls.__name__} model: {exc}") from None
@@ -1176,15 +1156,13 @@ def _build_model(meta: dict, arrays: dict, path):
     return model
 
 
-def _device_here(params: dict, path) -> dict:
-    """The parameters with a ``device`` this machine does not have replaced by None (with a
+def _computable_here(params: dict, where) -> dict:
+    """The parameters with a ``device`` this machine cannot compute on replaced by None (with a
     warning): a model fitted on a GPU loads, and computes, on a machine without one (its arrays
-    are host arrays in the file either way)."""
+    are host arrays in the file either way).  ``where`` names the file or the nested model."""
     device = params.get("device")
     if device is None:
         return params
-    from .execution.arrays import check_device, device_available
-
     try:
         check_device(device)
     except ValueError:
@@ -1192,7 +1170,7 @@ def _device_here(params: dict, path) -> dict:
     if device_available(device):
         return params
     warnings.warn(
-        f"{path}: the model was saved with device={device!r}, which this machine does not "
+        f"{where}: the model was saved with device={device!r}, which this machine does not "
         "have; it computes where the data live (device=None)",
         UserWarning,
         stacklevel=4,
@@ -1280,15 +1258,3 @@ def is_model_file(path) -> bool:
     except Exception:  # the answer for a file that is not a readable model is False
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
-
-
-def _is_device_array(value) -> bool:
-    """A PyTorch tensor or CuPy array (told from its type's module: neither is imported)."""
-    module = type(value).__module__
-    return module.startswith(("torch", "cupy")) and hasattr(value, "shape")
-
-
-def _to_host(value):
-    from .execution.arrays import to_host
-
-    return to_host(value)

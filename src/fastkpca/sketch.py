@@ -32,6 +32,7 @@ from ._utils import as_generator, check_int
 from .execution import map_tasks, one_blas_thread
 from .execution.arrays import HOST, placement_of, to_host
 from .execution.feature_ops import row_sums_of_squares, sum_of_squares
+from .execution.linalg import eigh
 from .source.memory import check_block
 
 __all__ = [
@@ -43,36 +44,25 @@ __all__ = [
 ]
 
 
-def _eigh(H: np.ndarray):
-    """Eigenvalues, descending, and eigenvectors of a small symmetric host matrix (its lower
-    triangle read).
-
-    numpy's LAPACK, not scipy's wrappers: those hold the GIL, and sketches shrink in parallel
-    threads (computing only the top eigenvectors through dsytrd / dstevd / dormqr took 15-20 %
-    less time on one thread, but ran two threads one at a time).  The shape of
-    ``fastkpca.execution.linalg.eigh``, which is to take its place.
-    """
-    lam, U = np.linalg.eigh(H)
-    return lam[::-1], U[:, ::-1]
-
-
 def _fd_eigh(C: np.ndarray, gram: np.ndarray | None = None):
     """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of a host C, and
     the squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None).
 
-    ``gram``: ``C C^T`` already computed (only its lower triangle is read), for a wide C.
+    ``gram``: ``C C^T`` already computed (symmetric, :func:`buffer_gram`), for a wide C.  The
+    eigendecomposition is :func:`fastkpca.execution.linalg.eigh` (numpy's LAPACK, which
+    releases the GIL: sketches shrink in parallel threads).
     """
     r, m = C.shape
     wide = r <= m
     if gram is None:
         gram = C @ C.T if wide else C.T @ C
-    lam, U = _eigh(gram)
-    np.maximum(lam, 0.0, out=lam)
+    lam, U = eigh(gram)
+    lam = np.maximum(lam, 0.0)
     return wide, lam, U, (np.diagonal(gram) if wide else None)
 
 
 def buffer_gram(C, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarray:
-    """Lower triangle of ``C C^T`` when the first rows of C are orthogonal (a shrunk sketch).
+    """``C C^T`` when the first rows of C are orthogonal (a shrunk sketch).
 
     After a shrink the sketch rows are ``B = diag(sigma') V^T`` with orthonormal V (Ghashami
     et al. 2016, Algorithm 3.1), so ``B B^T = diag(row_sq)`` needs no product: only the new
@@ -93,9 +83,8 @@ def buffer_gram(C, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarra
 
     Returns
     -------
-    G : ndarray (r, r); its lower triangle (diagonal included) is that of ``C C^T``, the
-        strict upper triangle of the ``(n_orthogonal, r - n_orthogonal)`` block is unspecified
-        (``numpy.linalg.eigh`` reads the lower one).
+    G : ndarray (r, r), symmetric: ``C C^T``, its ``(n_orthogonal, r - n_orthogonal)`` block
+        the transpose of the computed one.
     """
     xp = placement_of(C).xp
     r = C.shape[0]
@@ -105,6 +94,7 @@ def buffer_gram(C, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarra
     G.flat[: k * (r + 1) : r + 1] = row_sq
     N = C[k:, :]
     G[k:, :k] = to_host(N @ xp.permute_dims(C[:k, :], (1, 0)))
+    G[:k, k:] = G[k:, :k].T
     G[k:, k:] = to_host(N @ xp.permute_dims(N, (1, 0)))  # syrk: numpy's a @ a.T
     return G
 
@@ -270,8 +260,8 @@ def _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m):
     """The small half of :func:`_stream_shrink`, from the buffer's Gram (r x r, its lower
     triangle read): ``(W, delta, H_new, row_sq_new)`` with ``B = W C`` the shrunk rows (W is
     ell x r)."""
-    lam, U = _eigh(gram)
-    np.maximum(lam, 0.0, out=lam)
+    lam, U = eigh(gram)
+    lam = np.maximum(lam, 0.0)
     delta = float(lam[ell])  # the (ell+1)-th largest
     top = lam[:ell]  # the ell largest, descending
     U_top = U[:, :ell]
@@ -855,7 +845,7 @@ def extend_in_lockstep(sketches: list, rows) -> None:
     ell, cap = first._ell, first._buffer.shape[0]
     stacked = xp.stack([s._buffer for s in sketches])
     for j, s in enumerate(sketches):
-        s._buffer = stacked[j]
+        s._buffer = stacked[j, ...]
     # The energy of the rows not yet counted on the host (each sketch's pending energy, then
     # the rows copied since the last batched shrink), (J,) on the device.
     pending = None
@@ -870,8 +860,8 @@ def extend_in_lockstep(sketches: list, rows) -> None:
     while pos < n_rows:
         filled = first._filled
         take = min(cap - filled, n_rows - pos)
-        block = stacked[:, filled : filled + take]
-        block[...] = rows[:, pos : pos + take]
+        block = stacked[:, filled : filled + take, ...]
+        block[...] = rows[:, pos : pos + take, ...]
         energy = xp.sum(xp.reshape(block * block, (J, -1)), axis=1)
         pending = energy if pending is None else pending + energy
         for s in sketches:
@@ -900,7 +890,7 @@ def _lockstep_ready(sketches, stacked, ell) -> bool:
         return False
     if any(s._row_sq is None for s in sketches):
         xp = sketches[0]._placement.xp
-        top = stacked[:, :ell]
+        top = stacked[:, :ell, ...]
         row_sq = to_host(xp.sum(top * top, axis=2))
         for s, sq in zip(sketches, row_sq, strict=True):
             s._row_sq = sq
@@ -912,11 +902,12 @@ def _lockstep_shrink(sketches, stacked, ell, pending) -> None:
     placement = sketches[0]._placement
     xp = placement.xp
     J, r, _ = stacked.shape
-    N = stacked[:, ell:]
+    N = stacked[:, ell:, ...]
     block = N @ xp.permute_dims(stacked, (0, 2, 1))  # (J, r - ell, r): [N B^T, N N^T]
     values = to_host(xp.concat([xp.reshape(block, (-1,)), pending]))
     grams = np.zeros((J, r, r))
     grams[:, ell:, :] = values[: J * (r - ell) * r].reshape(J, r - ell, r)
+    grams[:, :ell, ell:] = np.swapaxes(grams[:, ell:, :ell], 1, 2)  # symmetric, as buffer_gram
     for j, s in enumerate(sketches):
         grams[j].flat[: ell * (r + 1) : r + 1] = s._row_sq
         s._flush_energy(values[J * (r - ell) * r + j])
@@ -929,7 +920,7 @@ def _lockstep_shrink(sketches, stacked, ell, pending) -> None:
 
     shrunk = map_tasks(factors, range(J))
     W = placement.asarray(np.stack([f[0] for f in shrunk]), np.float64)
-    stacked[:, :ell] = W @ stacked
+    stacked[:, :ell, ...] = W @ stacked
     for s, (_, delta, H, new_sq) in zip(sketches, shrunk, strict=True):
         s._filled = ell
         s.total_shrinkage += delta

@@ -87,8 +87,24 @@ from ..execution.arrays import (
     to_host,
 )
 from ..execution.progress import check_verbose
-from ..kernels import Kernel, make_kernel, warn_if_degenerate
-from ..source import INPUT_PLACEMENT, ArraySource, RowSource, as_source, check_block
+from ..kernels import (
+    DEGENERATE_CHECK_ROWS,
+    Kernel,
+    first_rows_gram,
+    make_kernel,
+    may_be_degenerate,
+    scaled_gram,
+    warn_if_degenerate,
+)
+from ..persistence import save_model
+from ..source import (
+    INPUT_PLACEMENT,
+    TRAINING_SOURCE,
+    ArraySource,
+    RowSource,
+    as_source,
+    check_block,
+)
 
 __all__ = [
     "BaseKPCA",
@@ -198,6 +214,7 @@ def estimator_call(method, *, mutating: bool):
                 result = method(self, *args, **kwargs)
                 vars(self).pop(_PLACED, None)  # the model changed: its copies elsewhere too
                 if outermost:
+                    vars(self).pop(TRAINING_SOURCE, None)  # it holds the data
                     origin = (
                         vars(self).get(INPUT_PLACEMENT)
                         or (data_placement(args[0]) if args else None)
@@ -392,14 +409,39 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     def _set_total_variance(self, diag_sum, mean_sq, mean_sq_error) -> None:
         """``total_variance_ = tr(H K H) = sum_i k(x_i, x_i) - n ||mu||^2`` (H the centering
-        matrix) and its standard error; both left unset when a term is not known (nan)."""
+        matrix) and its standard error; both left unset when a term is not known (nan).
+
+        Also warns (:class:`fastkpca.kernels.DegenerateKernelWarning`) when the training kernel
+        matrix is numerically the identity or constant, deciding from exact numbers so that
+        every method agrees with exact KPCA on the same rows: ``S`` and ``||mu||^2`` when
+        ``mean_sq`` is exact; when it is an estimate that leaves the question open
+        (:func:`fastkpca.kernels.may_be_degenerate`), the exact Gram of the first
+        :data:`~fastkpca.kernels.DEGENERATE_CHECK_ROWS` training rows scaled to n
+        (:func:`fastkpca.kernels.first_rows_gram`, :func:`~fastkpca.kernels.scaled_gram`).
+        Those rows' two means are kept for the calls that continue the model without them
+        (``partial_fit``, ``merge``); without them (a model read from a file, rows the kernel
+        cannot be evaluated on), the estimate within three standard errors decides.
+        """
         for name in ("total_variance_", "total_variance_error_"):
             if name in vars(self):
                 delattr(self, name)
+        source = vars(self).get(TRAINING_SOURCE)
+        if source is not None:  # a fit's own rows: what earlier rows gave no longer applies
+            self.__dict__.pop(_FIRST_ROWS_GRAM, None)
         if not (np.isfinite(diag_sum) and np.isfinite(mean_sq)):
             return
         n = self._n_train
-        warn_if_degenerate(self.kernel_, n, diag_sum, mean_sq, mean_sq_error)
+        kernel = self.kernel_
+        statistics = (diag_sum, mean_sq, mean_sq_error)
+        if mean_sq_error != 0 and may_be_degenerate(kernel, n, *statistics):
+            if source is not None:
+                means = _first_rows_gram_means(kernel, source)
+                if means is not None:
+                    self.__dict__[_FIRST_ROWS_GRAM] = means
+            means = vars(self).get(_FIRST_ROWS_GRAM)
+            if means is not None:
+                statistics = (*scaled_gram(n, *means), 0.0)
+        warn_if_degenerate(kernel, n, *statistics)
         self.total_variance_ = float(diag_sum - n * mean_sq)
         self.total_variance_error_ = float(n * mean_sq_error)
 
@@ -426,7 +468,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return np.asarray(to_host(self.eigenvalues_), dtype=np.float64) / self.total_variance_
 
     def _keep_fraction(self, fraction: float) -> None:
-        """Keep the smallest k whose cumulative ratio reaches ``fraction``."""
+        """Keep the smallest k whose cumulative ratio reaches ``fraction``; when none does, the
+        components with a non-zero eigenvalue (at least one), never those the model cannot
+        give."""
         if not hasattr(self, "total_variance_"):
             raise ValueError(
                 f"n_components={fraction} (a fraction of the variance) needs the total variance, "
@@ -437,7 +481,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if reached.size:
             k = int(reached[0]) + 1
         else:
-            k = ratio.size
+            k = max(int(np.count_nonzero(self.explained_variance_ratio_ > 0)), 1)
             warnings.warn(
                 f"the {k} components this model can give explain {ratio[-1]:.3g} of the "
                 f"(estimated) variance, less than n_components={fraction}; keeping all {k}",
@@ -466,14 +510,17 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
         # The anchors' projections where the anchors live (sparse ones made dense), the small
-        # solve on the host.
-        rows = placement_of(anchors).asarray(anchors, dtype=np.float64)
+        # solve on the host, the map stored where the anchors live.
+        placement = placement_of(anchors)
+        rows = placement.asarray(anchors, dtype=np.float64)
         T = np.asarray(to_host(self._transform_rows(rows)), dtype=np.float64)
         rows = np.asarray(to_host(rows), dtype=np.float64)
         K = np.asarray(self.kernel_(T), dtype=np.float64)
         K.flat[:: K.shape[0] + 1] += alpha
-        self.X_transformed_fit_ = T
-        self.dual_coef_inverse_ = la.solve(K, rows, assume_a="pos", overwrite_a=True)
+        self.X_transformed_fit_ = placement.asarray(T)
+        self.dual_coef_inverse_ = placement.asarray(
+            la.solve(K, rows, assume_a="pos", overwrite_a=True)
+        )
 
     @functools.partial(estimator_call, mutating=False)
     def inverse_transform(self, X):
@@ -627,8 +674,6 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     # --- persistence ----------------------------------------------------------------------
     def save(self, path):
         """Save the fitted model to ``path`` (arrays + JSON metadata; loads without pickle)."""
-        from ..persistence import save_model
-
         save_model(self, path)
 
     # --- scikit-learn tags ----------------------------------------------------------------
@@ -637,6 +682,7 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         # they are rebuilt where they are used (:meth:`_placed`).
         state = dict(super().__getstate__())  # object's is the instance dict itself
         state.pop(_PLACED, None)
+        state.pop(TRAINING_SOURCE, None)
         return state
 
     def __sklearn_tags__(self):
@@ -644,6 +690,20 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.sparse = self._accepts_sparse
         return tags
+
+
+#: The private attribute holding the mean diagonal and off-diagonal kernel values of the first
+#: training rows (:meth:`BaseKPCA._set_total_variance`).
+_FIRST_ROWS_GRAM = "_first_rows_gram"
+
+
+def _first_rows_gram_means(kernel, source) -> tuple[float, float] | None:
+    """:func:`fastkpca.kernels.first_rows_gram` of the source's first rows; None when they
+    cannot be had (a one-shot stream past its head, values the kernel cannot compute)."""
+    try:
+        return first_rows_gram(kernel, source.head(DEGENERATE_CHECK_ROWS))
+    except ValueError:
+        return None
 
 
 def _is_fraction(k) -> bool:

@@ -25,8 +25,10 @@ The protocol
 ------------
 A model is expansion-based when :func:`kernel_expansion` can read it: either it has a method
 ``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA, NystromKPCA,
-ReducedSetKPCA), or it is an :class:`~fastkpca.ExactKPCA` (read from its ``X_fit_``,
-``eigenvectors_``, ``eigenvalues_``, ``gram_col_means_``, ``gram_total_mean_``).
+ReducedSetKPCA), or it holds a dual expansion over its training rows, as
+:class:`~fastkpca.ExactKPCA` and :class:`~fastkpca.KernelPCA` do (read from its
+:data:`DUAL_EXPANSION` attributes ``X_fit_``, ``eigenvectors_``, ``eigenvalues_``,
+``gram_col_means_``, ``gram_total_mean_`` and ``kernel_``).
 
 Array namespaces
 ----------------
@@ -56,7 +58,6 @@ from ..execution.feature_ops import block_rows
 from ..execution.kernel_ops import fold_kernel_rows
 from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial
 from ._base import BaseKPCA
-from .exact import ExactKPCA
 
 __all__ = [
     "compress_expansion",
@@ -70,6 +71,17 @@ __all__ = [
     "inverse_sqrt_or_zero",
     "fitted_arrays_to",
 ]
+
+#: The fitted attributes of a dual expansion over the training rows (ExactKPCA, KernelPCA): the
+#: centered ``k(x, X_fit_) @ eigenvectors_ / sqrt(eigenvalues_)``.
+DUAL_EXPANSION = (
+    "X_fit_",
+    "eigenvectors_",
+    "eigenvalues_",
+    "gram_col_means_",
+    "gram_total_mean_",
+    "kernel_",
+)
 
 #: Kernels that depend on the inputs only through Euclidean distances and dot products, which
 #: random projections preserve (section 5).  The Laplacian kernel (L1 distance) is not one.
@@ -173,7 +185,7 @@ def kernel_expansion(model) -> KernelExpansion:
     check_is_fitted(model)
     if callable(getattr(model, "kernel_expansion", None)):
         return model.kernel_expansion()
-    if isinstance(model, ExactKPCA):
+    if all(hasattr(model, name) for name in DUAL_EXPANSION):
         return centered_expansion(
             model.X_fit_,
             model.eigenvectors_ * inverse_sqrt_or_zero(model.eigenvalues_),
@@ -183,8 +195,8 @@ def kernel_expansion(model) -> KernelExpansion:
         )
     raise ValueError(
         f"{type(model).__name__} is not an expansion-based model: "
-        "compress_expansion needs ExactKPCA or a model with a kernel_expansion() "
-        "method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)"
+        "compress_expansion needs ExactKPCA (or fastkpca.KernelPCA) or a model with a "
+        "kernel_expansion() method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)"
     )
 
 
@@ -383,7 +395,7 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         rounding = out.rounding = float(rounding)
     rng = as_generator(random_state)
     expansion = kernel_expansion(model)
-    if getattr(expansion.kernel, "name", None) == "precomputed":
+    if expansion.kernel is None or getattr(expansion.kernel, "name", None) == "precomputed":
         raise ValueError(
             "compress_expansion needs a model that evaluates its kernel at new points; a "
             "kernel='precomputed' model is given kernel values against all training points"

@@ -1,56 +1,61 @@
-"""Exact kernel PCA: the reference every approximate method is measured against."""
+"""Exact kernel PCA: the reference every approximate method is measured against.
+
+One fit on every placement (numpy on the host, PyTorch / CuPy tensors, ``array_api_strict``):
+the n x n Gram is stored (:func:`fastkpca.execution.kernel_ops.symmetric_gram`: threads over row
+strips on the host, tiles on a device), centered in place (:mod:`fastkpca._centering`) and
+decomposed by :func:`fastkpca.solvers.eigh_topk`; or, when it does not fit, never stored:
+block Krylov iteration on the centered Gram recomputed in every pass
+(:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`).  Schoelkopf, Smola & Mueller
+(1998).
+"""
 
 from __future__ import annotations
 
-import threading
-from functools import partial
-
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator
 
 from .. import kernels
-from .._centering import (
-    CenteringStats,
-    center_gram_inplace,
-    center_gram_out_of_sample,
-    centered_operator,
-    gram_row_stats,
+from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
+from ..execution import format_bytes, one_blas_thread, require_memory
+from ..execution.arrays import output_like, placement_of
+from ..execution.budget import (
+    EXACT_MEMORY_FRACTION,
+    GRAM_FRACTION,
+    MATRIX_FREE_AUTO_MAX_N,
+    centering_rows,
+    chunk_rows,
+    matrix_free_auto_max_n,
 )
-from ..execution import (
-    available_memory_bytes,
-    budget,
-    format_bytes,
-    map_tasks,
-    n_workers,
-    one_blas_thread,
-    progress_bar,
-    require_memory,
-    using_n_jobs,
+from ..execution.elementwise import namespace_of, store
+from ..execution.kernel_ops import (
+    CenteredGramOperator,
+    fold_kernel_rows,
+    kernel_diag,
+    on_one_placement,
+    symmetric_gram,
 )
-from ..execution.arrays import Placement, is_host_array, output_like, placement_of
-from ..execution.budget import tile_rows
-from ..execution.elementwise import fill_diagonal_
-from ..execution.kernel_ops import CenteredGramOperator, kernel_blocks
-from ..execution.memory import MEMORY_FRACTION
-from ..kernels import chunk_rows, result_dtype
-from ..solvers import SOLVERS, auto_method, eigh_topk
+from ..execution.linalg import dense_topk_bytes
+from ..execution.memory import MEMORY_FRACTION, memory_available_on
+from ..kernels import result_dtype
+from ..solvers import SOLVERS, auto_method, eigh_topk, rounding_threshold
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA, _is_fraction, check_solver_stopping
+from .compress import inverse_sqrt_or_zero
 
 __all__ = [
     "ExactKPCA",
     "PrecomputedKernel",
     "exact_kpca",
-    "symmetric_gram",
-    "GramOperator",
     "matrix_free_kpca",
     "check_exact_fits",
+    "check_symmetric_gram",
     "resolve_eigen_solver",
     "EXACT_SOLVERS",
     "EXACT_MEMORY_FRACTION",
+    "GRAM_FRACTION",
+    "MATRIX_FREE_AUTO_MAX_N",
+    "SYMMETRY_TOLERANCE",
     "centered_projection",
-    "device_exact_kpca",
-    "device_matrix_free_kpca",
+    "own_copy",
 ]
 
 #: ``eigen_solver`` names scikit-learn users type, and the fastkpca solver each one means.
@@ -60,6 +65,21 @@ EIGEN_SOLVER_ALIASES = {"arpack": "lanczos"}
 #: stored Gram, and ``"matrix_free"`` (block Krylov on a Gram recomputed in every pass,
 #: :func:`matrix_free_kpca`), which ``"auto"`` takes when the Gram does not fit in memory.
 EXACT_SOLVERS = (*SOLVERS, "matrix_free")
+
+#: Vectors of the matrix-free solver's block beyond ``n_components``.  Each pass recomputes the
+#: Gram (about n^2 (d + 2) flops: half the tiles, 2 (d + 2) flops an entry) and applies it to the
+#: block (2 n^2 b flops), so a wider block costs more per pass but needs fewer passes: block
+#: Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1} (Musco & Musco
+#: 2015).  On RandomNoisy (n = 3000, d = 100, k = 10) 10 / 30 / 60 extra vectors took 8 / 6 / 5
+#: passes, about the same flops for d = 100; 30 keeps the passes (and the exps) few.
+MATRIX_FREE_OVERSAMPLES = 30
+
+#: A precomputed Gram is symmetric when ``max |K - K^T| <= tolerance * max |K|``, the tolerance
+#: by its dtype: 1e-5 for float32 (about 170 of its unit roundoffs, 6e-8), 1e-10 for float64
+#: (scikit-learn's ``check_symmetric`` default).  Both are far above the difference between
+#: ``k(x_i, x_j)`` and ``k(x_j, x_i)`` computed in two orders (a dot product of d terms rounds by
+#: about sqrt(d) unit roundoffs), and far below the asymmetry of a matrix that is no Gram.
+SYMMETRY_TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 
 
 def resolve_eigen_solver(name, allowed=SOLVERS):
@@ -77,288 +97,99 @@ class PrecomputedKernel(kernels.Kernel):
     """``kernel="precomputed"``: the rows given are already kernel values.
 
     At fit X is the n x n training Gram; at transform the n_new x n_train kernel between the new
-    and the training points (as ``sklearn.decomposition.KernelPCA(kernel="precomputed")``).
+    and the training points (as ``sklearn.decomposition.KernelPCA(kernel="precomputed")``).  A
+    block of "kernel values" is the rows themselves (made dense), on any placement.
     """
 
     name = "precomputed"
+    namespace_math = True
+    parallel_safe = True
 
-    def __call__(self, X, Y=None, *, out=None, working_memory_mb=None):
-        K = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
-        if out is None:
-            return np.array(K, dtype=np.float64)
-        out[...] = K
-        return out
+    def _block(self, X, Y, ctx, out=None):
+        rows = placement_of(X).asarray(X)  # sparse rows made dense
+        if out is not None:
+            return store(rows, out)
+        xp = namespace_of(rows)
+        return xp.astype(rows, xp.float64, copy=True)  # a new block: its users modify it
 
     def diag(self, X):
-        return np.asarray(X.diagonal(), dtype=np.float64)
-
-
-#: Working memory (MiB) of one row block of the Gram (per thread): its float64 temporaries stay
-#: below the allocator's mmap threshold (32 MiB in glibc) and are reused from block to block
-#: instead of being mapped and page-faulted afresh (a 20000 x 20000 RBF Gram on two threads:
-#: 1.1 s with these 140-row blocks, 1.2 to 1.7 s with 280-row blocks of 45 MiB temporaries).
-GRAM_BLOCK_MB = 32
-
-#: Working memory (MiB) of one row block of centering corrections.  Blocks of a few MiB stay in
-#: cache between the two passes over them, and stay below the allocator's mmap threshold (32 MiB
-#: in glibc), so the temporary is reused instead of being mapped and page-faulted afresh for
-#: every block: 0.8 s instead of 2 s to center a 20000 x 20000 Gram (one core).
-CENTER_BLOCK_MB = 16
-
-
-#: A dask (or any not yet loaded) array is computed only if its n x n Gram (X's dtype) takes at
-#: most this fraction of the memory available: the fit then holds the Gram, X, and the
-#: eigensolver's workspace.
-EXACT_MEMORY_FRACTION = 0.25
-
-#: Rows already in memory: the fit's peak is one Gram plus the eigensolver's workspace (at most
-#: 1.35 Gram, ``tests/test_exact.py``), so the Gram may take this fraction of what is available.
-GRAM_FRACTION = 1 / 1.35
+        if sp.issparse(X):
+            return np.asarray(X.diagonal(), dtype=result_dtype(X))
+        return namespace_of(X).linalg.diagonal(X)
 
 
 def check_exact_fits(
-    X, *, fraction: float | None = None, available=None, n_components: int = 0
+    X,
+    *,
+    fraction: float | None = None,
+    available=None,
+    n_components: int = 0,
+    method: str | None = None,
+    placement=None,
+    estimator: str = "ExactKPCA",
 ) -> None:
     """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
 
     The Gram, in X's dtype, must take at most ``fraction`` (default
-    :data:`EXACT_MEMORY_FRACTION`) of the memory available here
-    (:func:`fastkpca.execution.require_memory`, which allows
+    :data:`EXACT_MEMORY_FRACTION`) of the memory available on ``placement`` (default the host:
+    :func:`fastkpca.execution.memory.memory_available_on`, a device's free memory;
+    :func:`fastkpca.execution.require_memory` allows
     :data:`~fastkpca.execution.memory.MEMORY_FRACTION` of it: the Gram is counted with the
-    margin its fraction leaves), with ``n_components`` float64 eigenvectors of length n beside
-    it (n of them for a fraction of the variance: every eigenpair).
+    margin its fraction leaves), beside the eigensolver's eigenvectors: ``n_components`` float64
+    vectors of length n (n of them for a fraction of the variance: every eigenpair), or, for
+    ``method="dense"``, the workspace of the dense solve there
+    (:func:`fastkpca.execution.linalg.dense_topk_bytes`).  ``estimator`` names the model in
+    the message.
     """
     fraction = EXACT_MEMORY_FRACTION if fraction is None else fraction
     n = int(X.shape[0])
-    itemsize = 4 if X.dtype == np.float32 else 8
+    itemsize = 4 if result_dtype(X) == np.float32 else 8
     gram = n * n * itemsize
-    need = gram * MEMORY_FRACTION / fraction + 8 * n * int(n_components)
-    available = available_memory_bytes() if available is None else available
+    k = int(n_components)
+    solver = 8 * n * k
+    if method == "dense" and placement is not None:
+        solver = dense_topk_bytes(n, k, itemsize, placement)
+    need = gram * MEMORY_FRACTION / fraction + solver
     require_memory(
         need,
-        f"ExactKPCA's {n} x {n} Gram matrix ({format_bytes(gram)}), with the eigensolver's "
+        f"{estimator}'s {n} x {n} Gram matrix ({format_bytes(gram)}), with the eigensolver's "
         "workspace",
         hint=(
             "these data are too large for a stored Gram.  ExactKPCA(eigen_solver='matrix_free') "
             "recomputes it in each pass instead (exact, slower); the scalable methods read the "
             "rows block by block: RandomFeatureKPCA, StreamingKPCA or NystromKPCA."
         ),
-        available=available,
+        available=memory_available_on(placement) if available is None else available,
     )
 
 
-def _center_block_rows(n):
-    # The kernels' global budget still caps the block (tests shrink it to bound peak memory).
-    return min(
-        chunk_rows(n, n_temporaries=2),
-        chunk_rows(n, n_temporaries=2, working_memory_mb=CENTER_BLOCK_MB),
-    )
+def check_symmetric_gram(K) -> None:
+    """ValueError unless the square array K (any namespace) is symmetric within
+    :data:`SYMMETRY_TOLERANCE` of its dtype, relative to its largest entry.
 
-
-def _rbf_factors(X, kernel):
-    """``(L, R)`` with ``L[i] . R[j] = -gamma ||x_i - x_j||^2`` for the RBF kernel, else None.
-
-    ``L = [s X, -gamma |x|^2, 1]`` and ``R = [s X, 1, -gamma |x|^2]`` with s = sqrt(2 gamma): a
-    Gram block's exponent is then one GEMM of width d + 2, written straight into the block, with
-    no elementwise passes for the norms and the scaling (the kernel's own blocks make six over a
-    temporary, then copy it): only the clipping and the exp remain.  Float64, dense X only.
+    Read in row strips of the working-memory budget: strip ``[s, e)`` of the upper triangle
+    against the transpose of the column strip below it, so no n x n copy is made.  The
+    symmetric eigensolvers would read one triangle or the other of a matrix that is not (dense
+    and Lanczos disagree), and ``fit_transform`` would not equal ``transform`` of the training
+    Gram.
     """
-    if type(kernel) is not kernels.RBF or not isinstance(X, np.ndarray):
-        return None
-    X = np.asarray(X, dtype=np.float64)
-    sq = np.einsum("ij,ij->i", X, X)
-    if not np.all(np.isfinite(sq)):
-        # As the kernel's own blocks (kernels.squared_euclidean): |x|^2 beyond float64 would give
-        # inf - inf = nan exponents, a silent nan or all-zero Gram.
+    xp = namespace_of(K)
+    n = int(K.shape[0])
+    step = chunk_rows(n)  # the strip, its transposed partner's difference and its magnitude
+    top = asymmetry = 0.0
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        top = max(top, float(xp.max(xp.abs(K[start:stop, :]))))
+        upper = K[start:stop, start:]
+        lower = xp.permute_dims(K[start:, start:stop], (1, 0))
+        asymmetry = max(asymmetry, float(xp.max(xp.abs(upper - lower))))
+    tolerance = SYMMETRY_TOLERANCE[str(result_dtype(K).__name__)]
+    if not asymmetry <= tolerance * top:  # a nan compares False: not symmetric either
         raise ValueError(
-            "X has values too large for the kernel: squared distances overflow float64"
+            f"kernel='precomputed' needs a symmetric Gram matrix: max |K - K^T| is "
+            f"{asymmetry:.3g}, more than {tolerance:g} times max |K| = {top:.3g}; "
+            "symmetrize it ((K + K.T) / 2) if the asymmetry is rounding"
         )
-    scaled = np.sqrt(2.0 * kernel.gamma) * X
-    ones = np.ones((X.shape[0], 1))
-    g = (-kernel.gamma * sq)[:, None]
-    return np.hstack([scaled, g, ones]), np.hstack([scaled, ones, g])
-
-
-def _rbf_fill(left, right, out, *, diagonal):
-    """``out = exp(min(left @ right.T, 0))``, the RBF block of :func:`_rbf_factors`' rows.
-
-    ``diagonal``: ``left`` and the first rows of ``right`` are the same points, whose kernel value
-    is set to exactly 1, as the kernel's own Gram does.
-    """
-    np.matmul(left, right.T, out=out)
-    np.minimum(out, 0.0, out=out)  # squared distances are >= 0 (round-off can say < 0)
-    np.exp(out, out=out)
-    if diagonal:
-        np.fill_diagonal(out, 1.0)  # fills the leading square only
-    return out
-
-
-def symmetric_gram(X, kernel, *, block_rows=None, n_threads=None):
-    """The n x n Gram matrix of X in X's dtype, computing only its upper block triangle.
-
-    Row block ``[s, e)`` evaluates the kernel against ``X[s:]`` only (the diagonal tile with
-    ``kernel(X[s:e])``, so the kernel's own rule for exact diagonals applies); the lower triangle
-    is then copied tile by tile from the upper one.  That halves the kernel evaluations (the
-    distance GEMM and the elementwise exp) of filling every row, and the result is exactly
-    symmetric.
-
-    Row blocks are filled by ``n_threads`` threads (default: those of the running call,
-    :func:`fastkpca.execution.n_workers`), each with single-threaded BLAS
-    (:func:`fastkpca.execution.map_tasks`): numpy releases the GIL in the GEMM, the exp and the
-    copies, which are otherwise single-threaded, and so are the first writes to the fresh n x n
-    array (its page faults, a large part of the cost on a 3 GB Gram).  The threads share the
-    kernels' working memory budget, and each block's temporaries stay below
-    :data:`GRAM_BLOCK_MB`.
-    """
-    n = X.shape[0]
-    K = np.empty((n, n), dtype=result_dtype(X))
-    X = X.astype(np.float64, copy=False)  # kernels evaluate in float64: convert once, not per block
-    workers = max(1, min(n_threads or n_workers(), -(-n // 64)))
-    memory = min(budget.WORKING_MEMORY_MB / workers, GRAM_BLOCK_MB)
-    step = block_rows or chunk_rows(n, working_memory_mb=memory)
-    tile = 256  # mirror tiles: the transposed reads stay in cache
-
-    factors = _rbf_factors(X, kernel) if K.dtype == np.float64 else None
-
-    def fill(s):
-        e = min(n, s + step)
-        if factors is not None:
-            left, right = factors
-            _rbf_fill(left[s:e], right[s:], K[s:e, s:], diagonal=True)
-            return
-        kernel(X[s:e], out=K[s:e, s:e])
-        if e < n:
-            kernel(X[s:e], X[e:], out=K[s:e, e:])
-
-    def mirror(s):
-        e = min(n, s + tile)
-        for t in range(0, s, tile):
-            K[s:e, t : t + tile] = K[t : t + tile, s:e].T
-        K[s:e, s:e] = np.triu(K[s:e, s:e]) + np.triu(K[s:e, s:e], 1).T
-
-    with using_n_jobs(workers), progress_bar(total=n, desc="Gram matrix") as bar:
-
-        def fill_rows(s):
-            fill(s)
-            bar.update(min(n, s + step) - s)
-
-        map_tasks(fill_rows, range(0, n, step))  # the upper triangle is complete ...
-        map_tasks(mirror, range(0, n, tile))  # ... before any tile is mirrored
-    return K
-
-
-#: Working memory (MiB) of one square tile of the matrix-free Gram, per thread: the tile is one
-#: reused buffer (below the allocator's mmap threshold, as :data:`GRAM_BLOCK_MB`), large enough
-#: that its three GEMMs (the kernel's inner products and the two products with the block of
-#: vectors) run near peak.
-TILE_MB = 32
-
-#: Vectors of the matrix-free solver's block beyond ``n_components``.  Each pass recomputes the
-#: Gram (about n^2 (d + 2) flops: half the tiles, 2 (d + 2) flops an entry) and applies it to the
-#: block (2 n^2 b flops), so a wider block costs more per pass but needs fewer passes: block
-#: Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1} (Musco & Musco
-#: 2015).  On RandomNoisy (n = 3000, d = 100, k = 10) 10 / 30 / 60 extra vectors took 8 / 6 / 5
-#: passes, about the same flops for d = 100; 30 keeps the passes (and the exps) few.
-MATRIX_FREE_OVERSAMPLES = 30
-
-#: Largest n for which ``eigen_solver="auto"`` recomputes a Gram too large to store: a pass costs
-#: about n^2 (d + 2 + 2 b) flops (symmetric tiles of width-(d + 2) inner products, both triangles
-#: applied to b vectors), some 7e12 at n = 2e5, d = 100, b = 41: minutes per pass on two cores.
-#: Beyond, ``auto`` refuses (pointing to the scalable methods) rather than start hours of work;
-#: an explicit ``eigen_solver="matrix_free"`` still runs.
-MATRIX_FREE_AUTO_MAX_N = 200_000
-
-
-class GramOperator(LinearOperator):
-    """The n x n Gram matrix of X as an operator: ``K @ V`` recomputed tile by tile, never stored.
-
-    Each product is one pass over the upper block triangle of K in square tiles of ``tile``
-    rows: tile ``(I, J)``, ``J >= I``, is evaluated once and applied as ``K[I, J] @ V[J]`` and,
-    off the diagonal, as ``K[I, J]^T @ V[I]``, which halves the kernel evaluations.  Tiles are
-    shared out to ``n_threads`` threads (default: those of the running call,
-    :func:`fastkpca.execution.n_workers`), each with single-threaded BLAS, its own tile buffer
-    and its own n x b accumulator; numpy releases the GIL in the GEMMs and the exp.  Memory: X
-    (float64, plus an augmented copy for the RBF kernel), one tile and one n x b accumulator
-    per thread.
-
-    All arithmetic is float64 whatever X's dtype (the kernels evaluate in float64): a float32
-    tile would perturb each entry by ~1e-7 relative, the eigenvectors by about that over the
-    relative eigengap, which misses a 1e-6 agreement with the stored Gram on flat spectra.
-
-    The first product also returns, for free, the Gram's row means (one more column of ones in
-    the block), kept in :attr:`row_means` for out-of-sample centering.  :attr:`n_passes` counts
-    the passes.
-    """
-
-    def __init__(self, X, kernel, *, tile=None, n_threads=None):
-        n = X.shape[0]
-        super().__init__(np.float64, (n, n))
-        self.X = X.astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        self.kernel = kernel
-        self.tile = int(tile or max(64, np.sqrt(TILE_MB * 2**20 / 8)))
-        self.n_threads = n_threads
-        self.row_means = None
-        self.n_passes = 0
-        # RBF tiles: one GEMM of width d + 2 and an exp (see _rbf_factors)
-        self._rbf = _rbf_factors(self.X, kernel)
-
-    def _tile_into(self, i, j, buf):
-        """Fill and return ``K[i:i+t, j:j+t]`` (a view of ``buf``)."""
-        n, t = self.shape[0], self.tile
-        ie, je = min(n, i + t), min(n, j + t)
-        T = buf[: (ie - i) * (je - j)].reshape(ie - i, je - j)
-        if self._rbf is not None:
-            left, right = self._rbf
-            _rbf_fill(left[i:ie], right[j:je], T, diagonal=i == j)
-        elif i == j:
-            self.kernel(self.X[i:ie], out=T)
-        else:
-            self.kernel(self.X[i:ie], self.X[j:je], out=T)
-        return T
-
-    def _matmat(self, V):
-        V = np.asarray(V, dtype=np.float64)
-        n, t = self.shape[0], self.tile
-        first = self.row_means is None
-        if first:
-            V = np.hstack([V, np.full((n, 1), 1.0 / n)])
-        V = np.ascontiguousarray(V)
-        starts = range(0, n, t)
-        # Longest tile rows first, so that the threads finish together.
-        n_tiles = len(starts) * (len(starts) + 1) // 2
-        tiles = iter([(i, j) for i in starts for j in starts if j >= i])
-        lock = threading.Lock()
-        bar = progress_bar(total=n_tiles, desc=f"Gram pass {self.n_passes + 1}", unit="tiles")
-
-        def work(_):
-            acc = np.zeros((n, V.shape[1]))
-            buf = np.empty(min(n, t) ** 2)
-            while True:
-                with lock:
-                    ij = next(tiles, None)
-                if ij is None:
-                    return acc
-                i, j = ij
-                T = self._tile_into(i, j, buf)
-                acc[i : i + t] += T @ V[j : j + t]
-                if j != i:
-                    acc[j : j + t] += T.T @ V[i : i + t]
-                bar.update(1)
-
-        workers = min(self.n_threads or n_workers(), n_tiles)
-        with bar, using_n_jobs(workers):
-            out = sum(map_tasks(work, range(workers)))
-        self.n_passes += 1
-        if first:
-            self.row_means = out[:, -1].copy()
-            out = out[:, :-1]
-        return out
-
-    def _matvec(self, v):
-        return self._matmat(np.reshape(v, (-1, 1)))[:, 0]
-
-    def _adjoint(self):
-        return self  # K is symmetric
 
 
 def matrix_free_kpca(
@@ -370,29 +201,29 @@ def matrix_free_kpca(
     tol=None,
     max_iter=None,
     oversamples=MATRIX_FREE_OVERSAMPLES,
-    tile=None,
-    n_threads=None,
+    rows=None,
 ):
-    """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b) + tile^2)).
+    """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b)) and a
+    strip of the Gram per thread).
 
     Block Krylov iteration (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, with a block of
     ``n_components + oversamples`` vectors) on ``H K H`` applied implicitly
-    (:func:`fastkpca._centering.centered_operator`: center the block, multiply, center the
-    result), with K a :class:`GramOperator`.  Each iteration is one pass that recomputes the
-    Gram; the iteration stops when the Ritz residuals ``||H K H v - lambda v|| / lambda_1`` of the
-    top pairs are below ``tol`` (default 1e-8), the same criterion and eigenpairs as the
-    ``randomized`` solver on the stored Gram, and warns (ConvergenceWarning) at ``max_iter``.
+    (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`: center the block, multiply by
+    K recomputed from its upper block triangle in strips of ``rows`` rows, center the result).
+    The strips are float64 whatever X's dtype, as the kernels evaluate: float32 strips would
+    perturb each entry by ~1e-7 relative, the eigenvectors by about that over the relative
+    eigengap.  Each iteration is one pass that recomputes the Gram; the iteration stops when the
+    Ritz residuals ``||H K H v - lambda v|| / lambda_1`` of the top pairs are below ``tol``
+    (default 1e-8), the same criterion and eigenpairs as the ``randomized`` solver on the stored
+    Gram, and warns (ConvergenceWarning) at ``max_iter``.  The first pass also gives the Gram's
+    row means, the statistics of out-of-sample centering.
 
     Returns the same tuple as :func:`exact_kpca`; ``n_iter`` is the number of passes.
-
-    Measured (``benchmarks/bench_exact.py --matrix-free-n 100000``, RandomNoisy, d = 100, k = 10,
-    rbf gamma = 1 / (2 d), two shared cores): 6 passes, 536 s of CPU (632 s wall at load
-    average 4 to 7), 1.15 GB peak RSS, residuals <= 6e-10 relative; at n = 20000 the eigenvalues
-    and embedding equal scikit-learn's ARPACK (tol=0) to 4e-15 and 4e-12.
     """
-    K = GramOperator(X, kernel, tile=tile, n_threads=n_threads)
+    op = CenteredGramOperator(X, kernel, dtype="float64", rows=rows)
+    trace, scale = _trace_and_scale(kernel_diag(kernel, X))
     vals, vecs, _ = eigh_topk(
-        centered_operator(K),
+        op,
         n_components,
         method="randomized",
         rng=rng,
@@ -400,19 +231,26 @@ def matrix_free_kpca(
         max_iter=max_iter,
         oversamples=oversamples,
         return_n_iter=True,
-        scale=float(np.sum(kernel.diag(X), dtype=np.float64)),  # the rounding threshold's scale
+        scale=scale,
     )
-    stats = CenteringStats(col_means=K.row_means, total_mean=float(K.row_means.mean()))
-    return vals, vecs, stats, K.n_passes
+    row_means = op.row_means
+    stats = CenteringStats(col_means=row_means, total_mean=_mean(row_means))
+    _check_spectrum(vals, trace - op.n * stats.total_mean, op.n, scale)
+    return vals, vecs, stats, op.n_passes
 
 
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
-    """Top eigenpairs of the centered Gram matrix of X.
+    """Top eigenpairs of the centered Gram matrix of X, on X's placement.
 
-    Holds exactly one n x n Gram (X's dtype): its upper triangle is filled in row blocks by
-    threads (:func:`symmetric_gram`), it is centered (in place for ``dense``, implicitly in each
-    product for the iterative solvers) and handed to the eigensolver, which may overwrite it
-    (Schoelkopf, Smola & Mueller 1998).
+    Holds exactly one n x n Gram (X's dtype): its upper block triangle is filled and mirrored
+    (:func:`fastkpca.execution.kernel_ops.symmetric_gram`; for a :class:`PrecomputedKernel`, a
+    copy of X, checked symmetric by :func:`check_symmetric_gram`), centered in place
+    (:func:`fastkpca._centering.center_gram_inplace`) and handed to the eigensolver
+    (:func:`fastkpca.solvers.eigh_topk`; ``auto`` by
+    :func:`fastkpca.execution.linalg.prefer_dense`), which may overwrite it (Schoelkopf, Smola &
+    Mueller 1998).  Eigenvalues at the rounding level of the Gram (``16 eps sum_i |K_ii|``) are
+    0; a centered Gram with no positive eigenvalue and a negative trace is not positive
+    semi-definite: ValueError.
 
     Returns
     -------
@@ -426,26 +264,21 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     if eigen_solver == "matrix_free":
         return matrix_free_kpca(X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter)
     if isinstance(kernel, PrecomputedKernel):
-        K = np.array(X.toarray() if hasattr(X, "toarray") else X, dtype=result_dtype(X))
+        K = kernel(X)  # a copy, in X's float dtype
+        check_symmetric_gram(K)
     else:
-        K = symmetric_gram(X, kernel)
-    n = K.shape[0]
-    # tr(K) = sum_i k(x_i, x_i), the scale of the rounding threshold of eigh_topk (the centered
-    # Gram's own trace is no scale: it is 0 for identical rows)
-    scale = float(np.trace(K, dtype=np.float64))
-    method = auto_method(n, n_components, dense=True) if eigen_solver == "auto" else eigen_solver
-    if method == "dense" or n_components >= n - 1 or K.dtype != np.float64:
-        stats = center_gram_inplace(K, block=_center_block_rows(n))
-        A = K
-    else:
-        # The iterative solvers get H K H as an operator (center the block, multiply, center
-        # the result): one read of K for its row means instead of centering it in place (a
-        # read and a write).  A float32 Gram is centered in place, so that the solvers see a
-        # float32 array and use its tolerances.
-        stats = gram_row_stats(K, block=_center_block_rows(n))
-        A = centered_operator(K)
+        K = symmetric_gram(kernel, X)
+    placement = placement_of(K)
+    n = int(K.shape[0])
+    # sum_i k(x_i, x_i) scales the rounding threshold of eigh_topk (the centered Gram's own
+    # trace is no scale: it is 0 for identical rows)
+    trace, scale = _trace_and_scale(placement.xp.linalg.diagonal(K))
+    method = eigen_solver
+    if eigen_solver == "auto":
+        method = auto_method(n, n_components, dense=True, placement=placement)
+    stats = center_gram_inplace(K, block=centering_rows(placement, n))
     vals, vecs, n_iter = eigh_topk(
-        A,
+        K,
         n_components,
         method=method,
         rng=rng,
@@ -455,8 +288,42 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
         return_n_iter=True,
         scale=scale,
     )
-    del K, A
+    del K
+    _check_spectrum(vals, trace - n * stats.total_mean, n, scale)
     return vals, vecs, stats, n_iter
+
+
+def _trace_and_scale(diagonal) -> tuple[float, float]:
+    """``sum_i K_ii`` and ``sum_i |K_ii|`` of a Gram's diagonal, in float64.  The second scales
+    the rounding threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`); for
+    a PSD kernel both are its trace."""
+    xp = namespace_of(diagonal)
+    d = xp.astype(diagonal, xp.float64)
+    return float(xp.sum(d)), float(xp.sum(xp.abs(d)))
+
+
+def _mean(values) -> float:
+    return float(namespace_of(values).mean(values))
+
+
+def _check_spectrum(values, total_variance: float, n: int, scale: float) -> None:
+    """ValueError when the centered Gram has no positive eigenvalue and a negative trace.
+
+    The trace of the centered Gram (the total variance ``tr(H K H)``) is the sum of its
+    eigenvalues: when the largest of them is 0 (rounding, zeroed by
+    :func:`fastkpca.solvers.postprocess_eigen`) and their sum is below ``-n`` times the rounding
+    threshold (:func:`fastkpca.solvers.rounding_threshold`), the matrix has eigenvalues well
+    below 0 and none above: it is not positive semi-definite (an all-negative precomputed Gram,
+    say), and every projection would be 0.  scikit-learn's ``KernelPCA`` raises on such a
+    matrix too.
+    """
+    top = float(namespace_of(values).max(values)) if values.shape[0] else 0.0
+    if top <= 0.0 and total_variance < -n * rounding_threshold(scale):
+        raise ValueError(
+            "All eigenvalues of the centered kernel matrix are <= 0 (their sum is "
+            f"{total_variance:.4g}): the matrix is not positive semi-definite.  A precomputed "
+            "Gram must be the matrix k(x_i, x_j) of a positive semi-definite kernel"
+        )
 
 
 def _check_fraction_solver(eigen_solver, n_components) -> None:
@@ -465,21 +332,6 @@ def _check_fraction_solver(eigen_solver, n_components) -> None:
             "a float n_components (a fraction of the variance) needs all n eigenpairs, "
             "which eigen_solver='matrix_free' (a Gram too large to store) does not compute; "
             "give an int"
-        )
-
-
-def refuse_host_only_options(precomputed: bool, fit_inverse_transform: bool) -> None:
-    """ValueError for the options that a fit on a device does not offer (they are learned on
-    the host): a precomputed Gram and the pre-image map."""
-    if precomputed:
-        raise ValueError(
-            "kernel='precomputed' is fitted on the host: pass the Gram as a numpy array "
-            "(device=None)"
-        )
-    if fit_inverse_transform:
-        raise ValueError(
-            "fit_inverse_transform=True is learned on the host: fit on numpy rows "
-            "(device=None), or set fit_inverse_transform=False on a device"
         )
 
 
@@ -506,7 +358,9 @@ class ExactKPCA(BaseKPCA):
         ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``,
         a :class:`fastkpca.kernels.Kernel`, or ``"precomputed"``: ``fit`` takes the n x n
         training Gram and ``transform`` the n_new x n_train kernel against the training points
-        (such a model cannot be saved, compressed, or fit an inverse transform).
+        (such a model cannot be saved, compressed, or fit an inverse transform).  The Gram must
+        be symmetric (:data:`SYMMETRY_TOLERANCE`), and a Gram whose centered form has no
+        positive eigenvalue and a negative trace (not positive semi-definite) is a ValueError.
     gamma : float, None, "scale" or "median"
         Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.
     degree, coef0 : polynomial kernel parameters.
@@ -524,12 +378,12 @@ class ExactKPCA(BaseKPCA):
         driver, which fails on a cluster of equal eigenvalues such as a Gram that is nearly
         the identity, to the whole spectrum; ARPACK to block Krylov; see ``eigh_topk``).
         Eigenvalues at the rounding level of the Gram (``16 eps sum_i k(x_i, x_i)``) are 0.
-        On a device (tensors, or ``device="cuda"``) the Gram is stored on it when it fits its
-        free memory, and ``auto`` takes the device's full ``eigh`` for n <= 2000 (or
-        n_components >= n / 5) and block Krylov above
-        (:data:`fastkpca.execution.linalg.DENSE_RULE`); a Gram that does not fit is recomputed
-        in every pass (``matrix_free``, over the upper block triangle of tiles sized from the
-        free memory: n = 10^6 needs O(n (k + 40)) vectors, no n x n array).  ``lanczos``
+        The fit is the same on every placement.  On a GPU (tensors there, or
+        ``device="cuda"``) the Gram is stored when it fits the device's free memory, ``auto``
+        takes the device's full ``eigh`` for n <= 2000 (or n_components >= n / 5) and block
+        Krylov above (:data:`fastkpca.execution.linalg.DENSE_RULE`), and a Gram that does not
+        fit is recomputed in every pass whatever n (``matrix_free``, strips sized from the free
+        memory: n = 10^6 needs O(n (k + 40)) vectors, no n x n array).  ``lanczos``
         (ARPACK, host-only) is block Krylov there.
     tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
     random_state : int, Generator or None
@@ -556,8 +410,9 @@ class ExactKPCA(BaseKPCA):
     device : None, str or torch.device, default None
         Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
         a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        there block by block.  Fitted arrays have the array type and device of the data given
+        to fit; ``transform`` returns the input's array type, device and dtype.  Needs PyTorch
+        for a device.
 
     Attributes
     ----------
@@ -638,11 +493,9 @@ class ExactKPCA(BaseKPCA):
     def fit_transform(self, X, y=None):
         """Fit and return the training projections ``alpha * sqrt(lambda)`` (no second Gram)."""
         rows = self._fit(X)
-        if not is_host_array(self.eigenvectors_):  # fitted on a device
-            xp = placement_of(self.eigenvectors_).xp
-            return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
-        out = self.eigenvectors_ * np.sqrt(self.eigenvalues_)
-        return out.astype(np.float32 if rows.dtype == np.float32 else np.float64, copy=False)
+        xp = namespace_of(self.eigenvectors_)
+        out = self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :]
+        return output_like(xp.astype(out, getattr(xp, result_dtype(rows).__name__)), X)
 
     def _check_params(self):
         """The shared checks, the eigensolver, its ``tol`` and ``max_iter``, and what a
@@ -666,47 +519,17 @@ class ExactKPCA(BaseKPCA):
 
     def _fit(self, X):
         eigen_solver = self._check_params()
-        precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
         source = self._fit_source(X)
-        placement = source.placement
-        if not placement.host:
-            # A device stores the Gram when it fits its free memory, else goes matrix-free
-            # (device_exact_kpca decides); what is learned on the host is refused up front.
-            refuse_host_only_options(precomputed, self.fit_inverse_transform)
-        elif eigen_solver != "matrix_free" and source.n_samples is not None:
-            # The stored Gram must fit in this process: check before computing anything.
-            n = source.n_samples
-            if _is_fraction(self.n_components):
-                n_vectors = n  # every eigenpair
-            elif isinstance(self.n_components, int | np.integer):
-                n_vectors = min(int(self.n_components), n)
-            else:
-                n_vectors = min(DEFAULT_N_COMPONENTS, n)
-            try:
-                check_exact_fits(
-                    source,
-                    fraction=GRAM_FRACTION if source.resident else None,
-                    n_components=n_vectors,
-                )
-            except ValueError:
-                if (
-                    eigen_solver != "auto"
-                    or precomputed
-                    or source.n_samples > MATRIX_FREE_AUTO_MAX_N
-                ):
-                    raise
-                eigen_solver = "matrix_free"  # recompute the Gram in each pass instead
+        if eigen_solver != "matrix_free" and source.n_samples is not None:
+            # The stored Gram must fit where the fit runs: checked before computing anything.
+            eigen_solver = self._stored_or_matrix_free(source, eigen_solver)
         X = source.in_memory(purpose="ExactKPCA")
         rng = self._make_rng()
-        # gamma heuristics read host rows: a device source gives them by index
-        kernel = self._resolve_kernel(X if placement.host else source, rng)
+        # gamma heuristics read the rows by index (host copies of device rows)
+        kernel = self._resolve_kernel(source, rng)
         _check_fraction_solver(eigen_solver, self.n_components)
         k = self._resolve_n_components(X.shape[0])
-        if placement.host:
-            solve = exact_kpca
-        else:
-            solve = partial(device_exact_kpca, every_pair=_is_fraction(self.n_components))
-        vals, vecs, stats, n_iter = solve(
+        vals, vecs, stats, n_iter = exact_kpca(
             X,
             kernel,
             k,
@@ -715,22 +538,53 @@ class ExactKPCA(BaseKPCA):
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        xp = placement.xp
-        # The caller's rows are copied (a CSR matrix too, on the host); rows a device source
-        # sent from the host are the model's own already.
-        if placement.host:
-            self.X_fit_ = X.copy()
-        else:
-            self.X_fit_ = xp.asarray(X, copy=True) if source.resident else X
+        self.X_fit_ = own_copy(X)  # the caller's rows (a CSR matrix too) are copied
         self.eigenvalues_ = vals
         self.eigenvectors_ = vecs
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
         self.n_iter_ = n_iter
         # Exact total variance: the diagonal (n kernel evaluations) and the Gram's mean.
-        diag_sum = float(xp.sum(xp.astype(kernel.diag(X), xp.float64)))
-        self._finish_fit(diag_sum, stats.total_mean, 0.0, X)
+        diagonal = kernel_diag(kernel, X)
+        self._finish_fit(_trace_and_scale(diagonal)[0], stats.total_mean, 0.0, X)
         return X
+
+    def _stored_or_matrix_free(self, source, eigen_solver: str) -> str:
+        """``eigen_solver``, or ``"matrix_free"`` when ``auto`` finds that the stored Gram does
+        not fit the memory where the fit runs (:func:`check_exact_fits`) and n is within
+        :func:`fastkpca.execution.budget.matrix_free_auto_max_n` there; otherwise a Gram that
+        does not fit is a ValueError naming the memory."""
+        n = source.n_samples
+        placement = source.placement
+        fraction = _is_fraction(self.n_components)
+        if fraction:
+            n_vectors = n  # every eigenpair
+        elif isinstance(self.n_components, int | np.integer):
+            n_vectors = min(int(self.n_components), n)
+        else:
+            n_vectors = min(DEFAULT_N_COMPONENTS, n)
+        method = eigen_solver
+        if eigen_solver == "auto":
+            method = auto_method(n, n_vectors, dense=True, placement=placement)
+        try:
+            check_exact_fits(
+                source,
+                fraction=GRAM_FRACTION if source.resident else None,
+                n_components=n_vectors,
+                method=method,
+                placement=placement,
+            )
+        except ValueError:
+            largest = matrix_free_auto_max_n(placement)
+            if (
+                eigen_solver != "auto"
+                or fraction
+                or (isinstance(self.kernel, str) and self.kernel == "precomputed")
+                or (largest is not None and n > largest)
+            ):
+                raise
+            return "matrix_free"  # recompute the Gram in each pass instead
+        return eigen_solver
 
     def _resolve_kernel(self, X, rng=None):
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
@@ -744,49 +598,43 @@ class ExactKPCA(BaseKPCA):
 
     @property
     def _scaled_alphas(self):
-        if not is_host_array(self.eigenvalues_):
-            return self.eigenvectors_ * inverse_sqrt_or_zero_xp(self.eigenvalues_)[None, :]
-        scale = np.zeros_like(self.eigenvalues_)
-        nz = self.eigenvalues_ > 0
-        scale[nz] = 1.0 / np.sqrt(self.eigenvalues_[nz])
-        return self.eigenvectors_ * scale
+        """``alpha / sqrt(lambda)``, 0 for a component with lambda <= 0."""
+        return self.eigenvectors_ * inverse_sqrt_or_zero(self.eigenvalues_)[None, :]
 
     def _transform_rows(self, X):
         """Centered ``k(X, X_fit) @ alpha / sqrt(lambda)`` (:func:`centered_projection`)."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        dtype = np.float32 if X.dtype == np.float32 else np.float64
-        return centered_projection(X, self.X_fit_, self.kernel_, stats, self._scaled_alphas, dtype)
+        return centered_projection(
+            X, self.X_fit_, self.kernel_, stats, self._scaled_alphas, result_dtype(X)
+        )
 
 
 def centered_projection(X, points, kernel, stats, coef, dtype, weights=None):
     """``k~(X, points) @ coef``: the kernel rows of X against the expansion points, centered
     with the training statistics (:func:`~fastkpca._centering.center_gram_out_of_sample`,
-    optionally weighted), projected on ``coef``; shape ``(len(X), coef.shape[1])`` in ``dtype``.
+    optionally weighted), projected on ``coef``; shape ``(len(X), coef.shape[1])`` in ``dtype``,
+    where the rows and points are (host rows meeting a device's points go there).
 
-    The kernel rows are computed and projected chunk by chunk in threads
-    (:meth:`~fastkpca.kernels.Kernel.fold_rows`), in float64 whatever X's dtype (the points
-    converted once); only the output is cast.  Every product runs with BLAS held to one thread:
-    the limit is process-wide, so a product outside it would sum in another order whenever
-    another thread holds it, and a transform would depend on what other threads do.
+    The kernel rows are computed and projected block by block
+    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: chunks in threads on the host,
+    tiles on a device), in float64 whatever X's dtype; only the output is cast.  Every product
+    runs with BLAS held to one thread: the limit is process-wide, so a product outside it would
+    sum in another order whenever another thread holds it, and a transform would depend on what
+    other threads do.
     """
-    if not (is_host_array(X) and is_host_array(points)):
-        return _centered_projection_xp(X, points, kernel, stats, coef, dtype, weights)
-    out = np.empty((X.shape[0], coef.shape[1]), dtype=dtype)
-    coef = np.asarray(coef, dtype=np.float64)
+    X, points, placement = on_one_placement(X, points)
+    xp = placement.xp
+    coef = placement.asarray(coef, dtype=np.float64)
+    out = xp.empty(
+        (X.shape[0], coef.shape[1]), dtype=placement.dtype(np.dtype(dtype)), device=placement.device
+    )
 
     def project(state, start, stop, K):
-        center_gram_out_of_sample(K, stats, weights=weights)
-        out[start:stop] = K @ coef
+        K = center_gram_out_of_sample(K, stats, weights=weights)
+        out[start:stop, ...] = xp.astype(K @ coef, out.dtype, copy=False)
 
     with one_blas_thread():
-        if isinstance(kernel, PrecomputedKernel):  # the rows given are the kernel rows
-            step = chunk_rows(
-                points.shape[0], working_memory_mb=min(budget.WORKING_MEMORY_MB, GRAM_BLOCK_MB)
-            )
-            for start in range(0, X.shape[0], step):
-                project(None, start, start + step, kernel(X[start : start + step], points))
-        else:
-            kernel.fold_rows(X, points.astype(np.float64, copy=False), project, _no_state)
+        fold_kernel_rows(kernel, X, points, project, _no_state)
     return out
 
 
@@ -794,184 +642,8 @@ def _no_state():
     return None
 
 
-# --- on a device ----------------------------------------------------------------------------------
-def inverse_sqrt_or_zero_xp(values):
-    """``1 / sqrt(values)`` where positive, 0 elsewhere (device arrays)."""
-    xp = placement_of(values).xp
-    positive = values > 0
-    safe = xp.where(positive, values, xp.ones_like(values))
-    return xp.where(positive, 1.0 / xp.sqrt(safe), xp.zeros_like(values))
-
-
-def _centered_projection_xp(X, points, kernel, stats, coef, dtype, weights=None):
-    """:func:`centered_projection` on a device: the kernel rows in float64 tiles
-    (:meth:`Kernel.fold_rows` dispatches them there), centered and projected tile by tile."""
-    if isinstance(kernel, PrecomputedKernel):
-        raise ValueError(
-            "a kernel='precomputed' model transforms numpy kernel rows (the rows are the kernel "
-            "values against the training points)"
-        )
-    device_side = X if not is_host_array(X) else points
-    placement = placement_of(device_side)
-    xp = placement.xp
-    X, points = placement.asarray(X), placement.asarray(points)
-    coef = placement.asarray(coef, dtype=np.float64)
-    if str(coef.dtype).rsplit(".", 1)[-1] != "float64":
-        coef = xp.astype(coef, xp.float64)
-    out = xp.empty(
-        (X.shape[0], coef.shape[1]), dtype=placement.dtype(np.dtype(dtype)), device=placement.device
-    )
-
-    def project(state, start, stop, K):
-        K = center_gram_out_of_sample(K, stats, weights=weights)
-        out[start:stop, ...] = xp.astype(K @ coef, out.dtype)
-
-    kernel.fold_rows(X, points, project, _no_state)
-    return out
-
-
-#: The stored Gram on a device takes at most this fraction of its free memory, counted with the
-#: dense eigensolver's workspace: ``eigh`` of the whole Gram writes its n x n eigenvectors and a
-#: workspace of about the Gram's size again (three Grams); block Krylov on it needs O(n b) more.
-DEVICE_GRAM_FRACTION = 0.8
-
-
-def device_gram_fits(n: int, itemsize: int, method: str, placement: Placement) -> bool:
-    """Whether the n x n Gram (``itemsize`` bytes an entry) and the eigensolver ``method``'s
-    workspace fit :data:`DEVICE_GRAM_FRACTION` of the device's free memory (for a CPU tensor,
-    the memory available to the process)."""
-    free = placement.free_memory_bytes()
-    if free is None:
-        free = available_memory_bytes()
-    gram = n * n * itemsize
-    # the dense eigh: the Gram in float64, its eigenvectors and LAPACK's workspace
-    need = 3 * n * n * 8 if method == "dense" else gram
-    return need <= DEVICE_GRAM_FRACTION * free
-
-
-def device_gram(X, kernel):
-    """The n x n Gram of device rows, in X's dtype (float64 tiles, rounded for float32 X, as
-    :func:`symmetric_gram` rounds float64 blocks); exact ones on the diagonal where the kernel
-    has them."""
-    placement = placement_of(X)
-    xp = placement.xp
-    n = X.shape[0]
-    dtype = "float32" if result_dtype(X) == np.float32 else "float64"
-    K = xp.empty((n, n), dtype=placement.dtype(dtype), device=placement.device)
-    rows = tile_rows(placement, n, 8)
-    for start, stop, T in kernel_blocks(kernel, X, X, dtype="float64", rows=rows):
-        K[start:stop, ...] = T if dtype == "float64" else xp.astype(T, K.dtype)
-    if kernel._exact_diag_one:
-        K = fill_diagonal_(K, 1.0)
-    return K
-
-
-def device_exact_kpca(
-    X,
-    kernel,
-    n_components,
-    *,
-    eigen_solver="auto",
-    rng=None,
-    tol=None,
-    max_iter=None,
-    every_pair=False,
-):
-    """:func:`exact_kpca` for device rows (PyTorch, CuPy): the same tuple, arrays on the device.
-
-    ``auto`` stores the Gram on the device when it fits its free memory
-    (:func:`device_gram_fits`) and solves it with the device's ``auto``
-    (:func:`fastkpca.solvers.auto_method`: the dense ``eigh`` for small n, block Krylov
-    for k small next to n); otherwise, and for ``eigen_solver="matrix_free"``, it stores no Gram
-    (:func:`device_matrix_free_kpca`).  An explicit stored-Gram solver that does not fit is a
-    ValueError naming the memory.  ``every_pair``: a fraction of the variance, all n pairs.
-    """
-    placement = placement_of(X)
-    n = int(X.shape[0])
-    itemsize = 4 if result_dtype(X) == np.float32 else 8
-    # float32 rows: float32 tiles, as a stored Gram is in X's dtype (the documented option).
-    tile_dtype = "float32" if itemsize == 4 else "float64"
-    if eigen_solver == "matrix_free":
-        return device_matrix_free_kpca(
-            X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter, tile_dtype=tile_dtype
-        )
-    method = (
-        auto_method(n, n_components, dense=True, placement=placement)
-        if eigen_solver == "auto"
-        else eigen_solver
-    )
-    if every_pair:
-        method = "dense"
-    if not device_gram_fits(n, itemsize, method, placement):
-        if eigen_solver == "auto" and not every_pair:
-            return device_matrix_free_kpca(
-                X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter, tile_dtype=tile_dtype
-            )
-        free = placement.free_memory_bytes() or available_memory_bytes()
-        raise ValueError(
-            f"ExactKPCA's {n} x {n} Gram matrix ({format_bytes(n * n * itemsize)}) with the "
-            f"eigen_solver={method!r} workspace does not fit the free memory of {placement.name} "
-            f"({format_bytes(free)}); use eigen_solver='matrix_free' (or 'auto'), which "
-            "recomputes the Gram in each pass"
-        )
-    K = device_gram(X, kernel)
-    xp = placement.xp
-    scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
-    stats = center_gram_inplace(K, block=tile_rows(placement, n, 8))
-    vals, vecs, n_iter = eigh_topk(
-        K,
-        n_components,
-        method=method,
-        rng=rng,
-        tol=tol,
-        max_iter=max_iter,
-        overwrite=True,
-        return_n_iter=True,
-        scale=scale,
-    )
-    del K
-    return vals, vecs, stats, n_iter
-
-
-def device_matrix_free_kpca(
-    X,
-    kernel,
-    n_components,
-    *,
-    rng=None,
-    tol=None,
-    max_iter=None,
-    oversamples=MATRIX_FREE_OVERSAMPLES,
-    tile_dtype="float64",
-    rows=None,
-):
-    """:func:`matrix_free_kpca` on a device: block Krylov on ``H K H`` with K recomputed tile by
-    tile in every pass (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`), tiles sized
-    from the device's free memory; memory O(n (k + b)) vectors plus one tile, no n x n array.
-
-    ``tile_dtype="float32"`` computes the tiles (rbf: its GEMM; the other kernels: rounded) and
-    their products in float32, about twice as fast on a GPU.  Measured on CPU torch (RandomNoisy,
-    n = 5000, d = 10, rbf gamma = 0.05, k = 10, against float64 tiles): with float32's default
-    tol (1e-5) the eigenvalues agree to 1.0e-8 relative and the embedding (``eigenvectors *
-    sqrt(eigenvalues)``, relative in Frobenius norm) to 1.6e-5, the stopping tolerance's share;
-    with tol=1e-6 or 1e-7, the floor of float32 tiles: 1.8e-8 and 3.5e-7.  float64 (the default)
-    meets the 1e-8 residuals of exact KPCA.
-
-    Returns the tuple of :func:`exact_kpca`; ``n_iter`` is the number of passes.
-    """
-    op = CenteredGramOperator(X, kernel, dtype=tile_dtype, rows=rows)
-    vals, vecs, _ = eigh_topk(
-        op,
-        n_components,
-        method="randomized",
-        rng=rng,
-        tol=tol,
-        max_iter=max_iter,
-        oversamples=oversamples,
-        return_n_iter=True,
-        scale=op.diag_sum(),
-    )
-    xp = placement_of(X).xp
-    row_means = op.row_means
-    stats = CenteringStats(col_means=row_means, total_mean=float(xp.mean(row_means)))
-    return vals, vecs, stats, op.n_passes
+def own_copy(X):
+    """A copy of the rows X (an array of any namespace, or a CSR matrix)."""
+    if sp.issparse(X):
+        return X.copy()
+    return namespace_of(X).asarray(X, copy=True)

@@ -2,14 +2,15 @@
 
 ``from fastkpca import KernelPCA`` is the whole migration: the signature, defaults, fitted
 attributes and errors are scikit-learn's (1.9), the numerics are fastkpca's: one Gram in X's dtype
-filled by its upper triangle on all cores (:func:`~fastkpca.decomposition.exact.symmetric_gram`),
+filled by its upper triangle on all cores (:func:`fastkpca.execution.kernel_ops.symmetric_gram`),
 centered in place, and eigensolvers from :mod:`fastkpca.solvers` (``arpack`` is ARPACK Lanczos,
 ``randomized`` is block Krylov iteration to a tolerance).
 
-PyTorch tensors and CuPy arrays (or ``device="cuda"``) are fitted on their device: the Gram is
-computed there in tiles, centered there, and decomposed by the library's ``eigh`` or block Krylov
-(``arpack``, ARPACK being host-only, is block Krylov there); the fitted attributes live on the
-device and ``transform`` returns the input's array type, device and dtype.
+The fit is one path on every placement: PyTorch tensors, CuPy arrays and ``array_api_strict``
+arrays (or ``device="cuda"``) are fitted where they live, the Gram computed there in tiles,
+centered there, and decomposed by the library's ``eigh`` or block Krylov (``arpack``, ARPACK
+being host-only, is block Krylov there); the fitted attributes have the input's array type and
+device, and ``transform`` returns the input's array type, device and dtype.
 """
 
 from __future__ import annotations
@@ -21,24 +22,20 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics.pairwise import pairwise_kernels
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted
 
 from .. import solvers
 from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
-from ..execution.arrays import check_device, is_host_array, output_like, placement_of, to_host
+from ..execution.arrays import check_device, is_array, output_like, placement_of, to_host
+from ..execution.budget import GRAM_FRACTION, centering_rows
+from ..execution.elementwise import as_float64, namespace_of
+from ..execution.kernel_ops import kernel_matmat, symmetric_gram
 from ..kernels import Kernel, make_kernel, result_dtype
+from ..source import check_block
 from ._base import BaseKPCA
-from .exact import (
-    PrecomputedKernel,
-    _center_block_rows,
-    centered_projection,
-    device_gram,
-    device_gram_fits,
-    inverse_sqrt_or_zero_xp,
-    refuse_host_only_options,
-    symmetric_gram,
-)
+from .compress import inverse_sqrt_or_zero
+from .exact import PrecomputedKernel, centered_projection, check_exact_fits, own_copy
 
 __all__ = ["KernelPCA"]
 
@@ -121,29 +118,35 @@ def _center_precomputed(K, block):
     ``KernelCenterer`` (both are the same vector for a symmetric Gram, which is all that
     :func:`fastkpca._centering.center_gram_inplace` handles).  A Gram that is still not symmetric
     is replaced by its symmetric part ``(K + K^T) / 2``: the eigensolvers read a symmetric
-    matrix, and the symmetric part is the nearest one.
+    matrix, and the symmetric part is the nearest one.  Row blocks of ``block`` rows, on K's
+    placement; the means in float64.
     """
+    placement = placement_of(K)
+    xp = placement.xp
     n = K.shape[0]
-    col_means = np.zeros(n)
-    row_means = np.empty(n)
-    for s in range(0, n, block):
-        Kb = np.asarray(K[s : s + block], dtype=np.float64)
-        col_means += Kb.sum(axis=0)
-        row_means[s : s + block] = Kb.mean(axis=1)
+    blocks = [(s, min(n, s + block)) for s in range(0, n, block)]
+    col_means = xp.zeros((n,), dtype=xp.float64, device=placement.device)
+    row_means = xp.empty((n,), dtype=xp.float64, device=placement.device)
+    for s, e in blocks:
+        Kb = as_float64(K[s:e, :])
+        col_means += xp.sum(Kb, axis=0)
+        row_means[s:e] = xp.mean(Kb, axis=1)
     col_means /= n
-    total = float(col_means.mean())
-    for s in range(0, n, block):
-        corr = row_means[s : s + block, None] + col_means[None, :] - total
-        K[s : s + block] -= corr.astype(K.dtype, copy=False)
-    symmetric = all(
-        np.array_equal(K[s : s + block], K[:, s : s + block].T) for s in range(0, n, block)
-    )
-    if not symmetric:
-        for s in range(0, n, block):
-            for t in range(s, n, block):
-                sym = (K[s : s + block, t : t + block] + K[t : t + block, s : s + block].T) / 2
-                K[s : s + block, t : t + block] = sym
-                K[t : t + block, s : s + block] = sym.T
+    total = float(xp.mean(col_means))
+    for s, e in blocks:
+        corr = row_means[s:e, None] + col_means[None, :] - total
+        K[s:e, :] -= xp.astype(corr, K.dtype, copy=False)
+
+    def transposed(A):
+        return xp.permute_dims(A, (1, 0))
+
+    if not all(bool(xp.all(K[s:e, :] == transposed(K[:, s:e]))) for s, e in blocks):
+        for s, e in blocks:
+            for t, u in blocks:
+                if t >= s:
+                    sym = (K[s:e, t:u] + transposed(K[t:u, s:e])) / 2
+                    K[s:e, t:u] = sym
+                    K[t:u, s:e] = transposed(sym)
     return CenteringStats(col_means=col_means, total_mean=total)
 
 
@@ -346,95 +349,70 @@ class KernelPCA(BaseKPCA):
     def fit_transform(self, X, y=None, **params):
         """Fit and return the training projections ``eigenvectors_ * sqrt(eigenvalues_)``."""
         self._fit(X)
-        if not is_host_array(self.eigenvectors_):  # fitted on a device
-            xp = placement_of(self.eigenvectors_).xp
-            return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
-        return self.eigenvectors_ * np.sqrt(self.eigenvalues_)
+        xp = namespace_of(self.eigenvectors_)
+        return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
 
     def _fit(self, X):
         self._check_params()
         precomputed = isinstance(self.kernel, str) and self.kernel == "precomputed"
         if self.fit_inverse_transform and precomputed:
             raise ValueError("Cannot fit_inverse_transform with a precomputed kernel.")
-        placement = self._placement(X)
-        if placement.host:
-            X = validate_data(
-                self,
-                X,
-                accept_sparse="csr",
-                accept_large_sparse=self._accept_large_sparse,
-                dtype=[np.float64, np.float32],
-                copy=self.copy_X,
-            )
-        else:  # rows on (or sent to) a device: the Gram in tiles there, the device's solvers
-            refuse_host_only_options(precomputed, self.fit_inverse_transform)
-            X = self._fit_source(X).in_memory(purpose="KernelPCA")
+        self._check_sparse_indices(X)
+        self.__dict__.pop("dual_coef_", None)  # a refit's own pre-image map only
+        source = self._fit_source(X)
+        placement = source.placement
+        X = source.in_memory(purpose="KernelPCA")
+        if self.copy_X:
+            X = own_copy(X)
         xp = placement.xp
         n = X.shape[0]
         dtype = result_dtype(X)
         self.gamma_ = 1 / X.shape[1] if self.gamma is None else self.gamma
         rng = as_generator(self.random_state)
         k = n if self.n_components is None else min(n, self.n_components)
-        block = _center_block_rows(n)
+        solver = self._solver(n, k, placement)
+        block = centering_rows(placement, n)
         if precomputed:
             if sp.issparse(X):
                 raise ValueError("a precomputed kernel must be a dense array, got a sparse matrix")
             if X.shape[0] != X.shape[1]:
                 raise ValueError(f"a precomputed kernel must be square, got shape {X.shape}")
-            if not X.flags.writeable:
-                X = X.copy()
+            if not getattr(getattr(X, "flags", None), "writeable", True):
+                X = own_copy(X)
             self.kernel_ = None
             K = X  # centered in place: a copy unless copy_X=False, as in scikit-learn
             stats = _center_precomputed(K, block)
         else:
             self.kernel_ = self._make_kernel()
-            if placement.host:
-                K = symmetric_gram(X, self.kernel_)
-            else:
-                solver = self._solver_device(n, k, placement)
-                if not device_gram_fits(n, np.dtype(dtype).itemsize, solver, placement):
-                    raise ValueError(
-                        f"KernelPCA's {n} x {n} Gram matrix with eigen_solver="
-                        f"{self.eigen_solver!r} does not fit the free memory of "
-                        f"{placement.name}; fastkpca.ExactKPCA(eigen_solver='matrix_free') "
-                        "recomputes the Gram in each pass instead"
-                    )
-                K = device_gram(X, self.kernel_)
-            scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
+            check_exact_fits(
+                X,
+                fraction=GRAM_FRACTION,
+                n_components=k,
+                method=solver,
+                placement=placement,
+                estimator="KernelPCA",
+            )
+            K = symmetric_gram(self.kernel_, X)
+        # The trace of the uncentered Gram scales the rounding threshold of the eigenvalues (for a
+        # precomputed Gram, scikit-learn's centered one: its trace after centering).
+        scale = float(xp.sum(xp.astype(xp.linalg.diagonal(K), xp.float64)))
+        if not precomputed:
             stats = center_gram_inplace(K, block=block)
-        if precomputed:
-            scale = float(np.trace(K, dtype=np.float64))
         self.gram_col_means_ = stats.col_means
         self.gram_total_mean_ = stats.total_mean
-        if placement.host:
-            solver = self._solver(n, k)
         # X_fit_ of a precomputed kernel is that Gram: the dense solver must not overwrite it.
         vals, vecs = self._eigh(
             K, k, solver, rng, overwrite=not precomputed, scale=scale, dtype=np.dtype(dtype)
         )
         del K
         if self.remove_zero_eig or self.n_components is None:
-            keep = vals > 0
-            vals, vecs = vals[keep], vecs[:, keep]
+            kept = int(xp.sum(xp.astype(vals > 0, xp.int64)))  # descending: the leading ones
+            vals, vecs = vals[:kept], vecs[:, :kept]
         self.eigenvalues_ = xp.astype(vals, placement.dtype(dtype))
         self.eigenvectors_ = xp.astype(vecs, placement.dtype(dtype))
-        if placement.host:
-            self.X_fit_ = X  # validate_data copied it when copy_X
-        else:
-            self.X_fit_ = xp.asarray(X, copy=True) if self.copy_X else X
+        self.X_fit_ = X  # a copy when copy_X
         if self.fit_inverse_transform:
-            self._fit_inverse(self.eigenvectors_ * np.sqrt(self.eigenvalues_), X)
-
-    def _solver_device(self, n, k, placement):
-        """The device's solver: ``auto`` from :func:`fastkpca.solvers.auto_method` (the dense
-        ``eigh`` for small n or k >= n / 5, block Krylov otherwise); ``arpack`` is block Krylov
-        (ARPACK is host-only)."""
-        solver = EIGEN_SOLVERS[self.eigen_solver]
-        if solver == "auto":
-            return solvers.auto_method(n, k, dense=True, placement=placement)
-        if solver == "lanczos" or (solver == "randomized" and k >= n - 1):
-            return "dense" if k >= n - 1 else "randomized"
-        return solver
+            self._fit_inverse(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
 
     def _check_params(self):
         _check_int("n_components", self.n_components, low=1, allow_none=True)
@@ -483,16 +461,16 @@ class KernelPCA(BaseKPCA):
             params = {"gamma": self.gamma_, "degree": self.degree, "coef0": self.coef0}
             return _PairwiseKernel(self.kernel, params)
 
-    def _solver(self, n, k):
+    def _solver(self, n, k, placement):
         """scikit-learn's ``eigen_solver="auto"`` takes ARPACK for n > 200 and n_components < 10,
-        dense otherwise; here its ARPACK choice, and its dense choice where fastkpca's rule
-        (:func:`fastkpca.solvers.auto_method`) prefers Krylov, go to block Krylov, which makes
-        several times fewer passes over the Gram."""
+        dense otherwise; here its ARPACK choice, and its dense choice where fastkpca's rule for
+        ``placement`` (:func:`fastkpca.solvers.auto_method`) prefers Krylov, go to block Krylov,
+        which makes several times fewer passes over the Gram."""
         solver = EIGEN_SOLVERS[self.eigen_solver]
         if solver != "auto":
             return solver
         sklearn_dense = n <= 200 or k >= 10
-        if sklearn_dense and solvers.auto_method(n, k, dense=True) == "dense":
+        if sklearn_dense and solvers.auto_method(n, k, dense=True, placement=placement) == "dense":
             return "dense"
         return "randomized"
 
@@ -522,14 +500,20 @@ class KernelPCA(BaseKPCA):
         return solvers.postprocess_eigen(vals, vecs, scale=scale, eps=np.finfo(dtype).eps)
 
     def _fit_inverse(self, X_transformed, X):
-        """Kernel ridge regression from the projections back to X (Bakir et al. 2004)."""
+        """Kernel ridge regression from the projections back to X (Bakir et al. 2004).
+
+        The same kernel (and gamma_) on the embedding, as scikit-learn's KernelPCA; the ridge
+        system is solved on the host by LAPACK's Cholesky solve (as the shared pre-image map of
+        :meth:`BaseKPCA._fit_inverse`), ``dual_coef_`` stored where X is.
+        """
         if sp.issparse(X):
             raise ValueError("fit_inverse_transform is not implemented for sparse input X")
-        n = X_transformed.shape[0]
-        # The same kernel (and gamma_) on the embedding, as scikit-learn's KernelPCA.
-        K = symmetric_gram(X_transformed, self.kernel_)
+        Z = to_host(X_transformed)
+        n = Z.shape[0]
+        K = symmetric_gram(self.kernel_, Z)
         K.flat[:: n + 1] += self.alpha
-        self.dual_coef_ = la.solve(K, X, assume_a="pos", overwrite_a=True)
+        dual = la.solve(K, to_host(X), assume_a="pos", overwrite_a=True)
+        self.dual_coef_ = placement_of(X_transformed).asarray(dual)
         self.X_transformed_fit_ = X_transformed
 
     # --- transform ----------------------------------------------------------------------------
@@ -537,51 +521,35 @@ class KernelPCA(BaseKPCA):
         """Project X on the principal axes: centered ``k(X, X_fit_) @ alphas / sqrt(lambda)``.
 
         For ``kernel="precomputed"``, X is the kernel between new points and the training
-        points, of shape (n_new, n_samples_fit).
+        points, of shape (n_new, n_samples_fit).  The work runs where ``device`` says (X's
+        device by default); the result has X's array type, device and float dtype.
         """
         check_is_fitted(self)
-        if not (self._placement(X).host and is_host_array(self.eigenvectors_)):
-            # A device, or a device model: the shared transform (rows checked on their device,
-            # the model's arrays moved where the rows are, the output like the input).
-            return super().transform(X)
-        X = validate_data(
-            self,
-            X,
-            accept_sparse="csr",
-            accept_large_sparse=self._accept_large_sparse,
-            dtype=[np.float64, np.float32],
-            reset=False,
-        )
-        vals = self.eigenvalues_.astype(np.float64)
-        scale = np.zeros_like(vals)
-        scale[vals > 0] = 1.0 / np.sqrt(vals[vals > 0])
-        alphas = self.eigenvectors_.astype(np.float64) * scale
-        stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
-        kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
-        dtype = result_dtype(X, self.eigenvectors_)
-        return centered_projection(X, self.X_fit_, kernel, stats, alphas, dtype)
+        self._check_sparse_indices(X)
+        return super().transform(X)
+
+    def _check_sparse_indices(self, X):
+        """scikit-learn's refusal of sparse rows with 64-bit indices where the kernel's compiled
+        loop takes 32-bit ones (:attr:`_accept_large_sparse`)."""
+        if sp.issparse(X) and not self._accept_large_sparse:
+            check_array(X, accept_sparse="csr", accept_large_sparse=False, dtype=None)
 
     def _transform_rows(self, X):
-        """Centered ``k(X, X_fit_) @ alphas / sqrt(lambda)`` for the shared transform (device
-        rows, or a device model's arrays moved to the host)."""
+        """Centered ``k(X, X_fit_) @ alphas / sqrt(lambda)`` (:func:`centered_projection`) on
+        the rows' placement, in float64, cast to the rows' and the model's float dtype."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
+        xp = namespace_of(self.eigenvectors_)
+        vals = xp.astype(self.eigenvalues_, xp.float64)
+        alphas = xp.astype(self.eigenvectors_, xp.float64) * inverse_sqrt_or_zero(vals)[None, :]
         dtype = result_dtype(X, self.eigenvectors_)
-        if is_host_array(self.eigenvectors_):
-            vals = np.asarray(self.eigenvalues_, dtype=np.float64)
-            scale = np.zeros_like(vals)
-            scale[vals > 0] = 1.0 / np.sqrt(vals[vals > 0])
-            alphas = np.asarray(self.eigenvectors_, dtype=np.float64) * scale
-        else:
-            xp = placement_of(self.eigenvectors_).xp
-            vals = xp.astype(self.eigenvalues_, xp.float64)
-            alphas = xp.astype(self.eigenvectors_, xp.float64) * inverse_sqrt_or_zero_xp(vals)
         return centered_projection(X, self.X_fit_, kernel, stats, alphas, dtype)
 
     def inverse_transform(self, X):
         """Pre-images of projections X by the learned kernel ridge regression.
 
-        As in scikit-learn, the mean removed by centering is not restored.
+        As in scikit-learn, the mean removed by centering is not restored.  Rows of another
+        namespace are mapped on their device and give the same array type.
         """
         if not self.fit_inverse_transform:
             raise NotFittedError(
@@ -589,17 +557,19 @@ class KernelPCA(BaseKPCA):
                 "and hence the inverse transform is not available."
             )
         check_is_fitted(self, "dual_coef_")
-        X = check_array(X, dtype=[np.float64, np.float32])
+        if not is_array(X):
+            X = check_array(X, dtype=[np.float64, np.float32])
+        rows = check_block(X, name="X")  # float, detached, finite, on X's device
         width = self.X_transformed_fit_.shape[1]
-        if X.shape[1] != width:
-            raise ValueError(f"X has {X.shape[1]} columns, but the model has {width} components")
-        out = np.empty((X.shape[0], self.dual_coef_.shape[1]), dtype=self.dual_coef_.dtype)
-        Z = self.X_transformed_fit_.astype(np.float64)
-        for s, e, Kb in self.kernel_.blocks(X, Z):
-            out[s:e] = Kb @ self.dual_coef_
-        return out
+        if rows.shape[1] != width:
+            raise ValueError(f"X has {rows.shape[1]} columns, but the model has {width} components")
+        model = self._placed(placement_of(rows))  # the map's arrays where X lives
+        # k(X, X_transformed_fit_) @ dual_coef_ in float64 blocks, in dual_coef_'s dtype
+        return kernel_matmat(model.kernel_, rows, model.X_transformed_fit_, model.dual_coef_)
 
     # --- scikit-learn plumbing ----------------------------------------------------------------
+    _accepts_sparse = True
+
     @property
     def _accept_large_sparse(self):
         # The L1 distances of sparse rows go through scikit-learn's manhattan_distances, whose

@@ -28,14 +28,14 @@ from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .. import kernels
-from .._landmarks import LANDMARK_METHODS, select_landmarks
+from .._landmarks import LANDMARK_METHODS, select_landmarks, uniform_landmarks
 from .._utils import check_int, require_memory_parts
 from ..execution import budget, one_blas_thread
-from ..execution.arrays import HOST, placement_of, to_host
+from ..execution.arrays import get_namespace, placement_of, to_host
+from ..execution.elementwise import as_float64, astype_name, float_name
 from ..execution.kernel_ops import kernel_diag, kernel_matmat
 from ..kernels import warn_if_degenerate
 from ..source import check_block
-from ..source.device import DeviceSource
 from ..statistics.growth import (
     PROBE_ROWS,
     ProbeError,
@@ -61,6 +61,7 @@ from ..statistics.kernel_moments import (
     whitening_noise_gain,
 )
 from ._base import BaseKPCA, reduce_with_diag_sum
+from .compress import KernelExpansion
 from .exact import GRAM_FRACTION, check_exact_fits, exact_kpca
 
 __all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
@@ -118,8 +119,9 @@ class NystromKPCA(BaseKPCA):
     ``"randomized"``, plus ``2 c^3 / 3`` for the whitening and the landmark selection;
     transform ``c (d + k)`` per row.
 
-    Accepts scipy.sparse (CSR) X.  ``kernel="precomputed"`` is refused (ValueError): the
-    transform needs the kernel between new points and the landmarks.
+    Accepts scipy.sparse (CSR) X (wide rows keep CSR landmarks: see ``landmarks_``).
+    ``kernel="precomputed"`` is refused (ValueError): the transform needs the kernel between
+    new points and the landmarks.
 
     Parameters
     ----------
@@ -169,9 +171,11 @@ class NystromKPCA(BaseKPCA):
         :func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`); mergeable, so streams
         and dask arrays work as with ``"exact"``.  ``"auto"`` (default) takes ``"randomized"``
         when it is at least twice cheaper (``c >= 4 q``) and the scatter would cost at least
-        1e9 flops, else ``"exact"``; and it computes exact KPCA instead when that is cheaper
-        (see Notes).  Measured (``benchmarks/bench_nystrom.py``, RandomNoisy, n = 2e5,
-        d = 100, c = 1000, k = 10, float64 input, the 2-core machine at a load average of 3):
+        1e9 flops, else ``"exact"`` (always for a float ``n_components``: the sketch has at
+        most q non-zero eigenvalues, too few for a share of the variance); and it computes
+        exact KPCA instead when that is cheaper (see Notes).  Measured
+        (``benchmarks/bench_nystrom.py``, RandomNoisy, n = 2e5, d = 100, c = 1000, k = 10,
+        float64 input, the 2-core machine at a load average of 3):
         ``"randomized"`` fit in 1.3 s against 7.5 s for ``"exact"`` and 39.7 s for
         scikit-learn's Nystroem + PCA, with a held-out relative rank-k error of 1.0183 against
         1.0170 for both (0.13 % more).
@@ -226,7 +230,10 @@ class NystromKPCA(BaseKPCA):
 
     Attributes
     ----------
-    landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype.
+    landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype; a CSR
+        matrix for sparse X of more than 4096 features (``landmarks`` other than ``"kmeans"``,
+        :func:`fastkpca._landmarks.keeps_sparse`): only their kernel values are needed, and a
+        dense row of a LIBSVM file whose largest index is 10^6 takes 8 MB.
     landmark_weights_ : (n_landmarks_,) float64 density weights, summing to 1.
     projection_ : (n_landmarks_, n_components_) float64 ``N^T components_^T``: ``transform(X)
         = k(X, landmarks_) @ projection_ - mean_ @ components_.T``.
@@ -298,16 +305,16 @@ class NystromKPCA(BaseKPCA):
     ``ExactKPCA``'s.  ``solver="exact"`` or ``"randomized"`` always computes the Nystrom
     approximation on the c landmarks asked for.
 
-    On a device (PyTorch tensors or CuPy arrays, or ``device=``) the fit reads the same and
-    gives the same model up to rounding: uniform landmarks are the rows of the host's draw of
-    indices, taken on the device; W, the pass over the kernel rows (float64 tiles for
-    ``"exact"``, the sketch's float32 or float64 tiles for ``"randomized"``, float64
-    accumulators, no host synchronisation per tile), ``N S N^T`` and ``transform`` run there,
-    as do ``"rpcholesky"`` and ``"rls"``.  Computed on host copies of small arrays, their
-    results moved to the device: the pivoted Cholesky whitening of W and the c x c (or c x q)
-    eigenproblems (:mod:`fastkpca.statistics.kernel_moments`), ``"kmeans"`` (scikit-learn's
-    k-means on a host copy of the rows), the exact-KPCA path (its n x n Gram on the host) and
-    the probe of ``tol``.
+    On every array namespace (numpy, PyTorch tensors, CuPy arrays, ``array_api_strict``, or
+    ``device=``) the fit is the same code and gives the same model up to rounding: uniform
+    landmarks are the rows of the host's draw of indices, taken where the rows live; W, the
+    pass over the kernel rows (float64 chunks for ``"exact"``, the sketch's float32 or float64
+    ones for ``"randomized"``, float64 accumulators, no host synchronisation per tile),
+    ``N S N^T``, its top eigenpairs and ``transform`` run there, as do ``"rpcholesky"`` and
+    ``"rls"``.  The whitening of W is the pivoted Cholesky factor in host memory and an
+    ``eigh`` on a GPU (:func:`fastkpca.execution.linalg.whitening`).  Computed on host copies,
+    their results moved: the fixed-rank solve of the sketch, ``"kmeans"`` (scikit-learn's
+    k-means), the exact-KPCA path (its n x n Gram on the host) and the probe of ``tol``.
 
     See Also
     --------
@@ -434,10 +441,10 @@ class NystromKPCA(BaseKPCA):
         c = n_landmarks or DEFAULT_N_LANDMARKS
         if self._exact_kpca_is_cheaper(source, c if method is not None else len(self.landmarks)):
             return self._fit_exact_kpca(source, kernel, rng)
-        if method is not None:  # the landmarks are dense rows, whatever the data's storage
+        if method == "kmeans":  # k-means centres are dense rows, whatever the data's storage
             source.require_dense(c if n is None else min(c, n), f"n_landmarks={c} landmarks")
         self._require_fit_memory(c if method is not None else len(self.landmarks), n, method)
-        placement = getattr(source, "placement", HOST)
+        placement = source.placement
         if method is None:
             L = check_block(to_host(self.landmarks), n_features=source.n_features, name="landmarks")
             L = placement.asarray(L.astype(source.dtype, copy=False))
@@ -445,22 +452,25 @@ class NystromKPCA(BaseKPCA):
                 raise ValueError("landmarks: the landmark array has no rows")
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
         elif method == "uniform":
-            # The rows of the host's draw of indices, taken on the source's device.
-            L = source.sample_rows(c if n is None else min(c, n), rng)
+            # The rows of the host's draw of indices, taken on the source's device (wide sparse
+            # rows kept CSR: only their kernel values count).
+            L = uniform_landmarks(source, c if n is None else min(c, n), rng)
             weights = np.full(L.shape[0], 1.0 / L.shape[0])
         else:
-            rows = _rows_for_selection(source, rng, method)
+            # random access to the rows (or a subsample of a dask array's); k-means runs on a
+            # host copy of them (scikit-learn's)
+            purpose = f"landmarks={method!r}"
+            rows = source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose)
             n = source.n_samples
             c = min(c, n)
             k = self._resolve_n_components(min(n, c), what="min(n_samples, n_landmarks)")
             L, weights = select_landmarks(rows, method, c, kernel, rng, target_rank=k)
-            L = placement.asarray(L)
         if kernel is None:
             kernel = self._resolve_kernel(to_host(L), kernel_rng)
         # A selector may return fewer landmarks than asked for (rpcholesky on a kernel of lower
         # rank): the components beyond the rank are then zero, as for exact KPCA.
         asked = L.shape[0] if method is None else (min(c, n) if n is not None else L.shape[0])
-        L64 = _as_float64(L)
+        L64 = as_float64(L)
         W = landmark_gram(kernel, L64)
         N, Z_landmarks = nystrom_whitening(W)
         solver = self._choose_solver(N, sketch_size, source.n_samples)
@@ -508,7 +518,7 @@ class NystromKPCA(BaseKPCA):
                 L64,
                 kernel,
                 T,
-                W.mean(axis=0) if placement.host else placement.xp.mean(W, axis=0),
+                placement.xp.mean(W, axis=0),
                 dtype,
                 min(SKETCH_BLOCK_MB, budget.WORKING_MEMORY_MB),
                 desc="kernel rows",
@@ -566,9 +576,13 @@ class NystromKPCA(BaseKPCA):
     def _choose_solver(self, N, sketch_size, n) -> str:
         """``"exact"`` (the scatter, ``c^2 / 2`` flops a row) or ``"randomized"`` (the sketch,
         ``2 c q``): ``auto`` takes the sketch when it is at least twice cheaper (``c >= 4 q``)
-        and the scatter would cost at least RANDOMIZED_MIN_FLOPS."""
+        and the scatter would cost at least RANDOMIZED_MIN_FLOPS, and never for a fraction of
+        the variance (``n_components`` a float), which needs every eigenvalue of the scatter:
+        the sketch has at most q non-zero ones."""
         if self.solver != "auto" or self.covariance == "landmarks":
             return "exact" if self.solver == "auto" else self.solver
+        if _is_fraction_like(self.n_components):
+            return "exact"
         c = N.shape[1]
         if n is not None and n * c * c / 2 < RANDOMIZED_MIN_FLOPS:
             return "exact"
@@ -611,11 +625,8 @@ class NystromKPCA(BaseKPCA):
 
     def _fit_exact_kpca(self, source, kernel, rng):
         """Exact KPCA, the Nystrom method with all n training rows as landmarks."""
-        placement = getattr(source, "placement", HOST)
-        if isinstance(source, DeviceSource):  # the host rows: the Gram is computed there
-            X = source.host.in_memory(purpose="NystromKPCA's exact path")
-        else:
-            X = to_host(source.in_memory(purpose="NystromKPCA's exact path"))
+        placement = source.placement
+        X = to_host(source.in_memory(purpose="NystromKPCA's exact path"))
         n = X.shape[0]
         k = self._resolve_n_components(n, what="min(n_samples, n_landmarks)")
         # On a device this n x n eigenproblem runs on the host (a documented fallback: the path
@@ -698,10 +709,8 @@ class NystromKPCA(BaseKPCA):
         """
         check_is_fitted(self)
         if getattr(self, "solver_", None) == "exact_kpca":
-            if not placement_of(self.projection_).host:
-                return _copy_of(self.projection_.T)
-            return np.ascontiguousarray(self.projection_.T)
-        N, _ = nystrom_whitening(landmark_gram(self.kernel_, _as_float64(self.landmarks_)))
+            return get_namespace(self.projection_).asarray(self.projection_.T, copy=True)
+        N, _ = nystrom_whitening(landmark_gram(self.kernel_, self.landmarks_))
         return N
 
     # --- transform ------------------------------------------------------------------------
@@ -711,8 +720,6 @@ class NystromKPCA(BaseKPCA):
         ``transform(X) = k(X, landmarks_) @ coef + offset`` with ``coef = projection_``
         (c x k) and ``offset = -mean_ @ components_.T``.
         """
-        from .compress import KernelExpansion
-
         check_is_fitted(self)
         return KernelExpansion(
             points=self.landmarks_,
@@ -722,45 +729,17 @@ class NystromKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """``(N k(L, x) - mean_) @ components_.T``, in small chunks of float64 kernel rows on
-        all cores (:meth:`~fastkpca.kernels.Kernel.fold_rows`); z never materialises:
-        ``(N k - mean) . u = k . (N^T u) - mean . u``, with ``projection_ = N^T components_^T``
-        computed once at fit.  Device rows: float64 kernel tiles times ``projection_`` on
-        their device (:func:`fastkpca.execution.kernel_ops.kernel_matmat`), in X's dtype."""
-        placement = placement_of(X)
-        if not placement.host:
-            return self._transform_device_rows(X)
-        if not placement_of(self.projection_).host:  # host rows, a model on a device
-            return self._placed(HOST)._transform_rows(X)
-        dtype = np.float32 if X.dtype == np.float32 else np.float64
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        # Every product at one BLAS thread (the fold's threads over chunks give the parallelism):
-        # the BLAS limit is process-wide, and a product outside it would sum in another order
-        # whenever another thread holds it, so a transform would depend on other threads.
-        with one_blas_thread():
-            projection = self.projection_
-            offset = self.mean_ @ self.components_.T
-
-            def project(state, start, stop, K):
-                out[start:stop] = K @ projection - offset
-
-            self.kernel_.fold_rows(X, self.landmarks_, project, _no_state)
-        return out
-
-    def _transform_device_rows(self, X):
-        """``k(X, L) @ projection_ - mean_ @ components_.T`` on X's device (the model's arrays
-        are there: :meth:`BaseKPCA._placed`), float64 tiles as on the host."""
-        xp = placement_of(X).xp
-        offset = self.mean_ @ self.components_.T
-        out = kernel_matmat(
-            self.kernel_, X, _as_float64(self.landmarks_), self.projection_, dtype="float64"
-        )
+        """``(N k(L, x) - mean_) @ components_.T`` in X's float dtype: z never materialises,
+        ``(N k - mean) . u = k . (N^T u) - mean . u`` with ``projection_ = N^T components_^T``
+        computed once at fit.  Float64 kernel rows times ``projection_``
+        (:func:`fastkpca.execution.kernel_ops.kernel_matmat`: on the host small chunks on all
+        cores, on a device large tiles), by the model's copy where X lives."""
+        model = self._placed(placement_of(X))
+        with one_blas_thread():  # the summation order of a product does not depend on threads
+            offset = model.mean_ @ model.components_.T
+        out = kernel_matmat(model.kernel_, X, model.landmarks_, model.projection_, dtype="float64")
         out -= offset
-        return out if X.dtype == xp.float64 else xp.astype(out, X.dtype)
-
-
-def _no_state():
-    return None
+        return astype_name(out, float_name(X.dtype))
 
 
 def _describe(value) -> str:
@@ -792,29 +771,3 @@ def _block_diag_sum(kernel, block) -> float:
     diag = kernel_diag(kernel, block)
     xp = placement_of(diag).xp
     return float(xp.sum(xp.astype(diag, xp.float64)))
-
-
-def _as_float64(a):
-    """A numpy or device array in float64 (itself when it is)."""
-    placement = placement_of(a)
-    if placement.host:
-        return np.asarray(a, dtype=np.float64)
-    xp = placement.xp
-    return a if a.dtype == xp.float64 else xp.astype(a, xp.float64)
-
-
-def _copy_of(a):
-    return placement_of(a).xp.asarray(a, copy=True)
-
-
-def _rows_for_selection(source, rng, method):
-    """The rows ``landmarks="kmeans"`` / ``"rls"`` / ``"rpcholesky"`` select from: on the
-    source's device for ``"rls"`` and ``"rpcholesky"`` (their kernel rows are computed there),
-    host rows for ``"kmeans"``, which runs on the host (a documented fallback,
-    :mod:`fastkpca._landmarks`; its centres move to the device)."""
-    purpose = f"landmarks={method!r}"
-    if method != "kmeans":
-        return source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose)
-    if isinstance(source, DeviceSource):
-        return source.host.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose)
-    return to_host(source.in_memory(LANDMARK_SUBSAMPLE, rng, purpose=purpose))

@@ -35,13 +35,12 @@ The fit is one pipeline for arrays, streams of blocks and dask arrays: the sourc
 
 Neither ever holds the n x m feature matrix.
 
-On a device (PyTorch tensors, CuPy arrays, or ``device=``) the pass runs there: float32
-features of large row chunks (:func:`fastkpca.execution.feature_ops.map_rows`) and float64
-statistics in the arrays' namespace, with no host synchronisation inside the pass.  The small
-solves read host copies where that is the simpler and not the slower way: the randomized
-solver's test matrix (from one block of features) and its m x q reconstruction, and the
-countsketch solver's t x m sketch and q x q Rayleigh-Ritz problem; ``exact`` solves its m x m
-covariance with ``xp.linalg.eigh`` on a GPU.  The fitted arrays live on the device.
+Every solver is written once over the array namespace: on a device (PyTorch tensors, CuPy
+arrays, ``array_api_strict`` arrays, or ``device=``) the pass runs there, float32 features of
+large row chunks (:func:`fastkpca.execution.feature_ops.map_rows`) and float64 statistics in the
+arrays' namespace, with no host synchronisation inside the pass.  The small problems that need
+the host's LAPACK read host copies (the randomized solver's m x q reconstruction) and return
+their results where the rows are; the test matrix is drawn on the host, as the features are.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ from sklearn.base import clone
 
 from .._input_sketch import SketchedFourierFeatureMap
 from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
-from ..execution import n_workers
+from ..execution import CHUNK_ROWS, n_workers
 from ..execution.arrays import to_host
 from ..features import (
     FEATURES,
@@ -433,7 +432,9 @@ class RandomFeatureKPCA(BaseKPCA):
         sketch per thread and the merged ones; ``countsketch``: the t x m sketch, its centered
         copy and the Gram of the smaller side) and the pre-image anchors (rows and their
         Gram).  The frequencies are sized where they are drawn
-        (:func:`fastkpca.features.draw_feature_map`)."""
+        (:func:`fastkpca.features.draw_feature_map`).  The per-thread sketches are counted for
+        the threads that can get rows, ``min(n_workers, row chunks)``, not for every thread an
+        ``n_jobs`` names."""
         m_asked = resolve_n_features(self.n_features)
         m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
         solver = self._choose_solver(n, m)
@@ -442,10 +443,14 @@ class RandomFeatureKPCA(BaseKPCA):
             parts.append((3 * 8 * m * m, f"n_features={m_asked}: the {m} x {m} feature covariance"))
         elif solver == "randomized":
             q = self._sketch_width(self._resolve_n_components(m, what="n_output_features"), m)
+            # one sketch per thread that gets a chunk of rows (reduce_feature_chunks), and the
+            # merged ones
+            threads = n_workers() if n is None else max(1, min(n_workers(), -(-n // CHUNK_ROWS)))
             parts.append(
                 (
-                    8 * m * (q + 1) * (n_workers() + 3),
-                    f"n_features={m_asked}: a {m} x {q + 1} covariance sketch per thread",
+                    8 * m * (q + 1) * (threads + 3),
+                    f"n_features={m_asked}: a {m} x {q + 1} covariance sketch per thread "
+                    f"({threads} threads)",
                 )
             )
         else:
@@ -539,7 +544,7 @@ class RandomFeatureKPCA(BaseKPCA):
             k = self._resolve_n_components(
                 min(n, m, t), what="min(n_samples, n_output_features, n_buckets)"
             )
-            vals, comps = vals[:k], comps[:k]
+            vals, comps = vals[:k], comps[:k, ...]
             diag_sum = constant_diag_sum(self.kernel_, n, self.n_features_in_)
         self.solver_ = solver
         self.feature_map_ = fmap

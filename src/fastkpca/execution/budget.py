@@ -89,6 +89,63 @@ def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
     return max(KERNEL_STRIP_MIN_ROWS, KERNEL_STRIP_BYTES // (max(1, n_cols) * itemsize))
 
 
+#: Working memory (MiB) of one row strip of a stored symmetric Gram and its float64 temporaries,
+#: per thread (:func:`fastkpca.execution.kernel_ops.symmetric_gram`): the temporaries stay below
+#: the allocator's mmap threshold (32 MiB in glibc) and are reused from strip to strip instead of
+#: being mapped and page-faulted afresh, and the strips are many enough for the threads to share
+#: them evenly (measurements in ``benchmarks/bench_exact.py``).
+GRAM_STRIP_MB = 32
+
+#: Working memory (MiB) of one row block of the in-place centering of a stored Gram in host
+#: memory (:func:`centering_rows`): blocks of a few MiB stay in cache between the two passes
+#: over them, and below the allocator's mmap threshold.
+CENTER_BLOCK_MB = 16
+
+
+def gram_strip_rows(n: int, n_threads: int) -> int:
+    """Rows of a host strip of the stored n x n Gram when ``n_threads`` threads fill strips at
+    once: :data:`GRAM_STRIP_MB` each, within their share of :data:`WORKING_MEMORY_MB`."""
+    memory = min(WORKING_MEMORY_MB / max(1, n_threads), GRAM_STRIP_MB)
+    return chunk_rows(n, working_memory_mb=memory)
+
+
+def centering_rows(placement, n: int) -> int:
+    """Rows per block of the in-place centering of an n x n Gram on ``placement``: blocks of
+    :data:`CENTER_BLOCK_MB` (within :data:`WORKING_MEMORY_MB`) in host memory, tiles sized from
+    the free memory on a device (:func:`tile_rows`)."""
+    if not placement.in_host_memory:
+        return tile_rows(placement, n, 8)
+    return min(
+        chunk_rows(n, n_temporaries=2),
+        chunk_rows(n, n_temporaries=2, working_memory_mb=CENTER_BLOCK_MB),
+    )
+
+
+# --- exact KPCA: the stored Gram or its matrix-free passes -------------------------------------
+#: Rows not in memory yet (a dask array, a file): the n x n Gram in their dtype may take at most
+#: this fraction of the memory available, beside the rows computed into memory and the
+#: eigensolver's workspace (:func:`fastkpca.decomposition.exact.check_exact_fits`).
+EXACT_MEMORY_FRACTION = 0.25
+
+#: Rows already in memory: the fit's peak is one Gram plus the eigensolver's workspace (at most
+#: 1.35 Gram, ``tests/test_exact.py``), so the Gram may take this fraction of what is available.
+GRAM_FRACTION = 1 / 1.35
+
+#: Largest n for which ``ExactKPCA(eigen_solver="auto")`` recomputes a Gram too large to store
+#: in host memory: a pass costs about n^2 (d + 2 + 2 b) flops (symmetric strips of width-(d + 2)
+#: inner products, both triangles applied to b vectors), some 7e12 at n = 2e5, d = 100, b = 41:
+#: minutes per pass on two cores.  Beyond, ``auto`` refuses (pointing to the scalable methods)
+#: rather than start hours of work; a GPU has no such bound (:func:`matrix_free_auto_max_n`).
+MATRIX_FREE_AUTO_MAX_N = 200_000
+
+
+def matrix_free_auto_max_n(placement) -> int | None:
+    """The largest n ``eigen_solver="auto"`` computes matrix-free on ``placement``:
+    :data:`MATRIX_FREE_AUTO_MAX_N` in host memory (read when called), None (no bound) on a GPU,
+    whose passes are fast enough for n = 10^6."""
+    return MATRIX_FREE_AUTO_MAX_N if placement.in_host_memory else None
+
+
 #: Row blocks of the upper triangle read at sampled pairs take at most this fraction of the rows
 #: (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`): the lower halves of the diagonal
 #: blocks, computed and not read, then add at most half of it to the triangle's work.
@@ -154,5 +211,12 @@ LOCKSTEP_CHUNK_BYTES = 256 * 2**20
 # --- statistics ---------------------------------------------------------------------------------
 
 # --- estimators -------------------------------------------------------------------------------
+
+#: Sparse rows chosen as Nystrom landmarks stay a CSR matrix when they have more features than
+#: this: a LIBSVM file whose largest feature index is 10^6 has dense rows of 8 MB each.  Narrower
+#: ones are made dense, so that the kernel rows are sparse x dense products: with 1000 landmarks
+#: those took 0.27x (123 features), 0.65x (1024) and 0.8x (4096) the time of sparse x sparse
+#: ones, and 3x at 16384 (``benchmarks/bench_sparse_landmarks.py``).
+SPARSE_LANDMARKS_MIN_FEATURES = 4096
 
 # --- data sources -----------------------------------------------------------------------------

@@ -47,6 +47,7 @@ __all__ = [
     "tanh_",
     "clip_",
     "fill_diagonal_",
+    "put_",
     "l1_distances",
     "bessel_kv",
     "ones_rows",
@@ -305,6 +306,26 @@ def fill_diagonal_(A, value: float):
     xp = placement.xp
     eye = xp.eye(A.shape[0], A.shape[1], dtype=A.dtype, device=placement.device)
     return A * (1 - eye) + value * eye
+
+
+def put_(a, indices, value: float):
+    """``a[indices] = value`` for integer ``indices`` on the host (along a's first axis): in
+    place where the library assigns through an integer array (numpy, PyTorch, CuPy), else a
+    new array from a mask (the array API has no integer-array assignment: ``array_api_strict``).
+    Returns the result."""
+    indices = np.asarray(indices, dtype=np.int64)
+    if _is_numpy(a):
+        a[indices] = value
+        return a
+    placement = placement_of(a)
+    if _is_torch(a) or type(a).__module__.split(".")[0] == "cupy":
+        a[placement.asarray(indices)] = value
+        return a
+    mask = np.zeros(a.shape[0], dtype=bool)
+    mask[indices] = True
+    xp = placement.xp
+    mask = xp.reshape(placement.asarray(mask), (-1,) + (1,) * (a.ndim - 1))
+    return xp.where(mask, xp.asarray(value, dtype=a.dtype, device=placement.device), a)
 
 
 def ones_rows(X, dtype: str):

@@ -19,7 +19,14 @@ differs between the host and a device is here, each with one signature:
 - products with a sparse matrix of few non-zeros (:func:`sparse_product`): scipy's O(nnz)
   product on the host, one GEMM with a dense copy on a device;
 - sums of squares (:func:`sum_of_squares`, :func:`row_sums_of_squares`): numpy's ``dot`` /
-  ``einsum`` without a temporary on the host.
+  ``einsum`` without a temporary on the host;
+- float64 sums of products over many rows (:func:`sum_over_row_shares`: ``Z^T Z``,
+  ``A^T (A Q)``): on the host one product per fixed share of rows on the worker threads, BLAS
+  on one thread; on a device one product;
+- the CountSketch of a block of rows (:func:`bucket_sums`): scipy's sparse product on the host,
+  PyTorch's ``index_add_`` or a one-hot product elsewhere;
+- how independent sketches take their rows (:func:`lockstep_rows`): each on a worker thread on
+  the host, all in lockstep (one batched shrink) on a device.
 """
 
 from __future__ import annotations
@@ -35,22 +42,25 @@ import scipy.sparse as sp
 from .arrays import placement_of
 from .budget import FEATURE_DEVICE_TEMPORARIES, tile_rows
 from .memory import require_memory
-from .threads import map_row_chunks
+from .threads import SHARE_ROWS, map_row_chunks, sum_over_shares
 
 __all__ = [
     "ChunkBuffers",
     "block_rows",
+    "bucket_sums",
     "cos_sin",
     "for_row_chunks",
     "fwht",
     "hadamard",
     "irfft",
+    "lockstep_rows",
     "map_rows",
     "rfft",
     "row_chunk_rows",
     "row_sums_of_squares",
     "sparse_product",
     "sum_of_squares",
+    "sum_over_row_shares",
 ]
 
 
@@ -120,6 +130,17 @@ def map_rows(X, width: int, dtype, chunk: Callable, *, out=None):
         out[...] = Z
         return out
     return Z
+
+
+def lockstep_rows(X, n_rows: int, cycle: int) -> int:
+    """How many of the next ``n_rows`` rows of X independent sketches take in lockstep: whole
+    cycles of ``cycle`` rows (a run for every sketch), whose shrinks are batched into one step
+    for all (:func:`fastkpca.sketch.extend_in_lockstep`), on a device, where each sketch's own
+    shrinks would cost a round trip to the host apiece; none on the host, where each sketch
+    takes its rows on a worker thread (:func:`~fastkpca.execution.map_tasks`) instead."""
+    if placement_of(X).host:
+        return 0
+    return n_rows - n_rows % max(1, int(cycle))
 
 
 class ChunkBuffers:
@@ -222,6 +243,52 @@ def sum_of_squares(A):
         flat = A.reshape(-1)
         return float(np.dot(flat, flat))
     return placement.xp.sum(A * A)
+
+
+def sum_over_row_shares(X, part: Callable):
+    """``sum part(X[a:b])`` over row shares of X, as a float64 array of X's namespace: the
+    products of the statistics over many rows (``Z^T Z``, ``A^T (A Q)``, ``Y^T Y``).
+
+    ``part(rows)`` returns the product of a slice of rows, in their precision.  On the host the
+    shares are :data:`~fastkpca.execution.SHARE_ROWS` rows, fixed by the row count alone, spread
+    over the worker threads with BLAS on one thread and added in float64
+    (:func:`~fastkpca.execution.sum_over_shares`: on these thin products one-threaded products
+    on shares beat one multi-threaded BLAS call, whose idle threads' spin-waits cost up to 5x on
+    a loaded machine); on a device ``part(X)`` once, its product large already, cast to
+    float64.
+    """
+    placement = placement_of(X)
+    if placement.host:
+        return sum_over_shares(
+            X.shape[0], lambda start, stop: part(X[start:stop]), share_rows=SHARE_ROWS
+        )
+    xp = placement.xp
+    return xp.astype(part(X), xp.float64)
+
+
+def bucket_sums(S: sp.csr_matrix, Z):
+    """``S @ Z`` in Z's dtype and namespace, for a host CSR matrix S (t x b) with one non-zero,
+    +-1, per column: a CountSketch of the b rows of Z into t buckets.
+
+    On the host scipy's sparse product (O(b m), S cast to Z's dtype: each bucket sums ~b / t
+    rows, so float32 rows lose nothing before the caller's float64 total); with PyTorch the
+    signed rows are added into their buckets by ``index_add_`` (O(b m)); elsewhere the one-hot
+    product of a dense copy of S (O(t b m): the array API has no scatter-add).
+    """
+    placement = placement_of(Z)
+    if placement.host:
+        return S.astype(Z.dtype) @ Z
+    xp = placement.xp
+    t = S.shape[0]
+    if placement.is_torch:
+        columns = S.tocsc()  # one entry per column, in row order
+        columns.sort_indices()
+        buckets = placement.asarray(columns.indices.astype(np.int64))
+        signs = placement.asarray(columns.data, Z.dtype)
+        out = xp.zeros((t, Z.shape[1]), dtype=Z.dtype, device=placement.device)
+        out.index_add_(0, buckets, Z * signs[:, None])
+        return out
+    return placement.asarray(S.toarray(), Z.dtype) @ Z
 
 
 def row_sums_of_squares(A, dtype=None):

@@ -6,6 +6,9 @@ supplied by :mod:`fastkpca.kernels`, block sizes chosen here (:mod:`fastkpca.exe
 :func:`gram`
     ``k(X, Y)`` in one array (Y defaults to X: exact ones on the diagonal where the kernel has
     them).
+:func:`symmetric_gram`
+    ``k(X, X)`` from its upper block triangle only, exactly symmetric (the stored Gram of exact
+    KPCA).
 :func:`kernel_blocks`
     ``(start, stop, K[start:stop])`` row blocks of ``k(X, Y)``.
 :func:`fold_kernel_rows`
@@ -49,6 +52,7 @@ round trips through device memory; fastkpca keeps the plain path (library calls 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,19 +64,21 @@ from . import budget
 from .arrays import Placement, placement_of, to_host
 from .elementwise import check_finite, fill_diagonal_, float_name, store
 from .progress import progress_bar
-from .threads import map_row_chunks, map_tasks, one_blas_thread, worker_index
+from .threads import map_row_chunks, map_tasks, n_workers, one_blas_thread, worker_index
 
 __all__ = [
     "Columns",
     "prepare_columns",
     "kernel_block",
     "gram",
+    "symmetric_gram",
     "kernel_blocks",
     "fold_kernel_rows",
     "kernel_matmat",
     "symmetric_kernel_matmat",
     "CenteredGramOperator",
     "kernel_diag",
+    "on_one_placement",
     "result_dtype",
     "kernel_at_pairs",
     "pairs_are_cheaper",
@@ -88,9 +94,9 @@ def result_dtype(X, Y=None) -> str:
     return "float32" if all(name == "float32" for name in names) else "float64"
 
 
-def _on_one_placement(X, Y):
-    """X and Y on one placement, and that placement: host rows (a model's, say) meeting device
-    rows are moved to the device (made dense first when sparse)."""
+def on_one_placement(X, Y):
+    """``(X, Y, placement)``: X and Y on one placement, and that placement.  Host rows (a
+    model's, say) meeting device rows are moved to the device (made dense first when sparse)."""
     px, py = placement_of(X), placement_of(Y)
     if px.host and not py.host:
         return py.asarray(X.toarray() if sp.issparse(X) else np.asarray(X)), Y, py
@@ -222,7 +228,7 @@ def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
     (ValueError: the kernel's arithmetic overflowed).
     """
     symmetric = Y is None
-    X, Y, placement = _on_one_placement(X, X if Y is None else Y)
+    X, Y, placement = on_one_placement(X, X if Y is None else Y)
     shape = (int(X.shape[0]), int(Y.shape[0]))
     dtype = result_dtype(X, Y)
     if out is None:
@@ -248,6 +254,80 @@ def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
     return out
 
 
+def symmetric_gram(kernel, X, *, rows=None):
+    """The n x n Gram matrix ``k(X, X)`` in X's float dtype on X's placement, computed from its
+    upper block triangle only.
+
+    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the columns' context
+    sliced, :meth:`Columns.columns`: every entry is computed as :func:`gram` computes it), and
+    the strict lower triangle is then copied from the upper one, the diagonal blocks' included:
+    half the kernel evaluations (the GEMMs and element-wise passes) of :func:`gram`, and an
+    exactly symmetric result.  Float64 blocks, stored in X's dtype (float32 rows: a float32
+    Gram); exact ones on the diagonal where the kernel has them; every strip is checked finite
+    (ValueError: the kernel's arithmetic overflowed).  A progress bar counts the rows (shown
+    when the running call is verbose).
+
+    Host: strips of ``rows`` rows (default :func:`~fastkpca.execution.budget.gram_strip_rows`)
+    are computed straight into the Gram by the threads (:func:`~fastkpca.execution.map_tasks`,
+    BLAS on one thread: the first writes to the fresh n x n array, its page faults, are shared
+    out too), then the lower triangle is mirrored in square tiles of
+    :data:`~fastkpca.execution.budget.RESTORE_TILE` rows by the threads (the transposed reads
+    stay in cache).  Device: strips of ``rows`` rows (default from the free memory), each strip's
+    transpose assigned below it.
+    """
+    placement = placement_of(X)
+    xp = placement.xp
+    n = int(X.shape[0])
+    dtype = result_dtype(X)
+    K = xp.empty((n, n), dtype=getattr(xp, dtype), device=placement.device)
+    columns = prepare_columns(kernel, X, "float64")
+    exact_one = getattr(kernel, "_exact_diag_one", False)
+
+    def strip(start, stop, out=None):
+        block = kernel_block(kernel, X[start:stop, :], columns=columns.columns(start), out=out)
+        check_finite(block)
+        return fill_diagonal_(block, 1.0) if exact_one else block  # its leading square
+
+    with progress_bar(total=n, desc="Gram matrix") as bar:
+        if not placement.host:
+            step = rows or budget.tile_rows(placement, n, 8)
+            for start in range(0, n, step):
+                stop = min(n, start + step)
+                K[start:stop, start:] = store(strip(start, stop), None, dtype)
+                D = K[start:stop, start:stop]
+                K[start:stop, start:stop] = xp.triu(D) + xp.permute_dims(xp.triu(D, k=1), (1, 0))
+                K[stop:, start:stop] = xp.permute_dims(K[start:stop, stop:], (1, 0))
+                bar.update(stop - start)
+            return K
+        step = rows or budget.gram_strip_rows(n, n_workers())
+
+        def fill(start):
+            stop = min(n, start + step)
+            strip(start, stop, K[start:stop, start:])
+            bar.update(stop - start)
+
+        starts = range(0, n, step)
+        if getattr(kernel, "parallel_safe", False):
+            map_tasks(fill, starts)  # the upper triangle is complete ...
+        else:
+            for start in starts:
+                fill(start)
+    map_tasks(functools.partial(_mirror_tiles, K), range(0, n, budget.RESTORE_TILE))  # ... first
+    return K
+
+
+def _mirror_tiles(K, start: int) -> None:
+    """Copy the upper triangle of the numpy array K into its lower triangle in the tile rows
+    ``[start, start + RESTORE_TILE)``: the tiles left of the diagonal from their transposes
+    above it, the diagonal tile from its own upper triangle."""
+    tile = budget.RESTORE_TILE
+    stop = min(K.shape[0], start + tile)
+    for t in range(0, start, tile):
+        K[start:stop, t : t + tile] = K[t : t + tile, start:stop].T
+    D = K[start:stop, start:stop]
+    D[...] = np.triu(D) + np.triu(D, 1).T
+
+
 def _device_blocks(kernel, X, columns: Columns, placement: Placement, rows=None) -> Iterator:
     itemsize = 4 if columns.dtype == "float32" else 8
     rows = rows or budget.tile_rows(placement, columns.n, itemsize)
@@ -267,7 +347,7 @@ def kernel_blocks(
     (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`) on all cores.  Device: tiles
     of ``rows`` rows (default from the free memory).
     """
-    X, Y, placement = _on_one_placement(X, X if Y is None else Y)
+    X, Y, placement = on_one_placement(X, X if Y is None else Y)
     columns = prepare_columns(kernel, Y, dtype)
     if not placement.host:
         yield from _device_blocks(kernel, X, columns, placement, rows)
@@ -299,7 +379,7 @@ def fold_kernel_rows(
 
     Device: one state over tiles of ``rows`` rows (default from the free memory).
     """
-    X, Y, placement = _on_one_placement(X, Y)
+    X, Y, placement = on_one_placement(X, Y)
     columns = prepare_columns(kernel, Y, dtype)
     if placement.host:
         return _host_fold(kernel, X, columns, step, init, rows)
@@ -321,7 +401,7 @@ def kernel_matmat(kernel, X, Y, V, *, dtype=None, rows=None):
     """``k(X, Y) @ V`` block by block, in V's dtype (the blocks, and their products with V, in
     ``dtype``: default float64): :func:`fold_kernel_rows` with each block's product written to
     its rows."""
-    X, Y, placement = _on_one_placement(X, Y)
+    X, Y, placement = on_one_placement(X, Y)
     V = placement.asarray(V)
     name = float_name(dtype or "float64")
     xp = placement.xp
@@ -339,7 +419,7 @@ def _no_state():
     return None
 
 
-def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None):
+def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None, progress=None):
     """``k(X, X) @ V`` from the upper block triangle of the Gram only.
 
     Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the columns' context
@@ -353,7 +433,8 @@ def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None):
     shared out to the threads round robin (strip i to thread ``i mod w``), each thread with BLAS
     on one thread, one strip buffer and one n x b accumulator of its own; the accumulators are
     added in thread order.  Device: tiles of ``rows`` rows (default from the free memory), one
-    accumulator.
+    accumulator.  ``progress(rows)``, when given, is called with each strip's row count as it is
+    done (from the threads on the host).
     """
     placement = placement_of(X)
     xp = placement.xp
@@ -372,6 +453,8 @@ def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None):
         acc[start:stop, ...] += K @ Vb[start:, :]
         if stop < n:
             acc[stop:, ...] += xp.permute_dims(K[:, stop - start :], (1, 0)) @ Vb[start:stop, :]
+        if progress is not None:
+            progress(stop - start)
 
     if not placement.host:
         acc = xp.zeros((n, V.shape[1]), dtype=Vb.dtype, device=placement.device)
@@ -449,7 +532,10 @@ class CenteredGramOperator(LinearOperator):
         if first:
             ones = xp.full((self.n, 1), 1.0 / self.n, dtype=V.dtype, device=self.placement.device)
             Vc = xp.concat([Vc, ones], axis=1)
-        KV = symmetric_kernel_matmat(self.kernel, self.X, Vc, dtype=self.tile_dtype, rows=self.rows)
+        with progress_bar(total=self.n, desc=f"Gram pass {self.n_passes + 1}") as bar:
+            KV = symmetric_kernel_matmat(
+                self.kernel, self.X, Vc, dtype=self.tile_dtype, rows=self.rows, progress=bar.update
+            )
         self.n_passes += 1
         if first:
             self.row_means = KV[:, -1]

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from .cores import _own_cgroup_dirs, _read
 
-__all__ = ["available_memory_bytes", "format_bytes", "require_memory", "MEMORY_FRACTION"]
+__all__ = [
+    "available_memory_bytes",
+    "memory_available_on",
+    "format_bytes",
+    "require_memory",
+    "MEMORY_FRACTION",
+]
 
 #: A single up-front size check refuses what would take more than this fraction of the memory
 #: available: the computation also holds its inputs, temporaries and the caller's arrays.
@@ -68,6 +74,14 @@ def available_memory_bytes() -> int:
     if headroom is not None:
         available = min(available, headroom)
     return int(available)
+
+
+def memory_available_on(placement=None) -> int:
+    """Memory available to a new allocation on ``placement``, in bytes: the device's free
+    memory where it can say (a GPU), else this process's (:func:`available_memory_bytes`: the
+    host, PyTorch CPU tensors, ``array_api_strict`` arrays)."""
+    free = None if placement is None else placement.free_memory_bytes()
+    return available_memory_bytes() if free is None else int(free)
 
 
 def parse_bytes(text: str) -> int | None:

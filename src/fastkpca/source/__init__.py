@@ -72,6 +72,7 @@ __all__ = [
     "is_dask_array",
     "is_block_iterable",
     "INPUT_PLACEMENT",
+    "TRAINING_SOURCE",
     "RowSource",
     "ArraySource",
     "BlockSource",
@@ -87,6 +88,11 @@ __all__ = [
 #: training data: the placement of the data as given (the source's ``origin``), which the
 #: estimator's fitted attributes follow (:mod:`fastkpca.decomposition._base`).
 INPUT_PLACEMENT = "_input_placement"
+#: The private estimator attribute :func:`as_source` sets with :data:`INPUT_PLACEMENT`: the
+#: training rows' source itself, for the steps at the end of a fit that read its first rows
+#: again (the degenerate-kernel check of :mod:`fastkpca.decomposition._base`).  It holds the
+#: data, so the estimator's outermost call removes it when it ends.
+TRAINING_SOURCE = "_training_source"
 
 
 def _is_block(b) -> bool:
@@ -119,9 +125,9 @@ def as_source(
         The rows.
     estimator : scikit-learn estimator, optional
         With ``reset=True`` its ``n_features_in_`` (and ``feature_names_in_`` for a DataFrame) are
-        set from X, as ``sklearn.utils.validation.validate_data`` does, and the placement of X
-        as given (:data:`INPUT_PLACEMENT`); with ``reset=False`` X must match them (the error
-        names both widths).
+        set from X, as ``sklearn.utils.validation.validate_data`` does, the placement of X as
+        given (:data:`INPUT_PLACEMENT`) and the source (:data:`TRAINING_SOURCE`); with
+        ``reset=False`` X must match them (the error names both widths).
     reset : bool
         Whether X is training data (sets the estimator's input attributes) or new data.
     accept_sparse : bool
@@ -148,6 +154,7 @@ def as_source(
     )
     if estimator is not None and reset:
         setattr(estimator, INPUT_PLACEMENT, source.origin)
+        setattr(estimator, TRAINING_SOURCE, source)
     return source
 
 

@@ -29,11 +29,11 @@ from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution.arrays import (
     Placement,
     float_dtype,
-    get_namespace,
     row_range,
     take_rows,
     to_host,
 )
+from ..kernels import entry_variance
 from ._base import RowSource
 from .memory import check_block
 
@@ -60,7 +60,8 @@ def _set_estimator_width(estimator, n_features, reset, name):
 
 class _HostRows:
     """What the kernel heuristics read of device rows (``gamma="scale"`` / ``"median"``): the
-    shape, rows by sorted index as host arrays, and the variance of all entries."""
+    shape, rows by sorted index as host arrays, the variance of all entries, and the rows
+    themselves for the kernel's value checks (:meth:`fastkpca.kernels.Kernel.check_rows`)."""
 
     def __init__(self, X):
         self._X = X
@@ -70,10 +71,10 @@ class _HostRows:
         return to_host(take_rows(self._X, indices))
 
     def entry_variance(self) -> float:
-        X = self._X
-        xp = get_namespace(X)
-        mean = float(xp.mean(X))
-        return float(xp.mean((X - mean) ** 2))
+        return entry_variance(self._X)  # on the rows' device, in float64
+
+    def head(self):
+        return self._X
 
 
 class TensorSource(RowSource):

@@ -109,10 +109,14 @@ class ArraySource(RowSource):
             accept_sparse="csr" if accept_sparse else False,
             ensure_min_samples=1,
         )
-        if estimator is not None:
-            X = validate_data(estimator, X, reset=reset, **kw)
-        else:
-            X = check_array(X, input_name=name, **kw)
+        # scikit-learn's finiteness check first sums the entries: rows near float64's largest
+        # value overflow that sum (a RuntimeWarning of no meaning here), then are checked one by
+        # one
+        with np.errstate(over="ignore", invalid="ignore"):
+            if estimator is not None:
+                X = validate_data(estimator, X, reset=reset, **kw)
+            else:
+                X = check_array(X, input_name=name, **kw)
         self.array = X
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype
@@ -363,9 +367,10 @@ class ReservoirSampler:
         """Stream positions of the sampled rows, ascending."""
         return np.sort(self._index)
 
-    def sample(self) -> np.ndarray:
-        """The sampled rows as a dense array, in stream order."""
+    def sample(self, *, dense: bool = True):
+        """The sampled rows in stream order: a dense array, or with ``dense=False`` as they were
+        offered (sparse rows stay a CSR matrix)."""
         if self._rows is None:
             raise ValueError("the reservoir is empty: no rows were offered")
         order = np.argsort(self._index)
-        return _dense_rows(self._rows[order])
+        return _dense_rows(self._rows[order]) if dense else self._rows[order]

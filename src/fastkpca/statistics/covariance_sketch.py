@@ -37,8 +37,11 @@ import numpy as np
 import scipy.linalg as la
 
 from .._utils import as_generator
-from ..execution import SHARE_ROWS, one_blas_thread, sum_over_shares
-from ..execution.arrays import placement_of, to_host
+from ..execution import one_blas_thread
+from ..execution.arrays import float_dtype, placement_of, to_host
+from ..execution.elementwise import matmul
+from ..execution.feature_ops import sum_over_row_shares
+from ..execution.linalg import eigh
 from ..solvers import flip_signs, postprocess_eigen
 
 __all__ = [
@@ -64,8 +67,8 @@ class ScatterSketch:
     Attributes
     ----------
     n : int
-    mean : (p,) float64
-    Y : (p, q) float64
+    mean : (p,) float64, of the rows' namespace
+    Y : (p, q) float64, of the rows' namespace
     eps : float
         Unit roundoff of the products that formed Y (float32's if any block was float32): the
         precision :func:`fixed_rank_psd` must allow for.
@@ -86,21 +89,20 @@ class ScatterSketch:
 
         Chan, Golub & LeVeque's pairwise update of the centered scatter,
         ``S = S_a + S_b + (n_a n_b / n) d d^T`` with ``d = mean_a - mean_b``, times T.
-        An empty side is neutral.  Device sketches (PyTorch, CuPy) merge in their namespace;
-        ``other`` (and T) move to this sketch's placement.
+        An empty side is neutral.  The merged sketch lives where this one does (where the other
+        does when this one is empty): ``other`` and T move there.
         """
-        placement = placement_of(self.Y)
-        if placement_of(other.Y) != placement:
-            other = ScatterSketch(
-                other.n,
-                placement.asarray(to_host(other.mean), np.float64),
-                placement.asarray(to_host(other.Y), np.float64),
-                other.eps,
-            )
         if other.n == 0:
             return ScatterSketch(self.n, _copy(self.mean), _copy(self.Y), self.eps)
         if self.n == 0:
             return ScatterSketch(other.n, _copy(other.mean), _copy(other.Y), other.eps)
+        placement = placement_of(self.Y)
+        other = ScatterSketch(
+            other.n,
+            placement.asarray(other.mean, np.float64),
+            placement.asarray(other.Y, np.float64),
+            other.eps,
+        )
         if self.Y.shape != other.Y.shape or self.Y.shape != T.shape:
             raise ValueError(
                 f"cannot merge scatter sketches of shapes {self.Y.shape} and {other.Y.shape} "
@@ -109,16 +111,14 @@ class ScatterSketch:
         n = self.n + other.n
         d = self.mean - other.mean
         Y = self.Y + other.Y
-        T = placement.asarray(to_host(T), np.float64)
+        T = placement.asarray(T, np.float64)
         Y += (self.n * other.n / n) * (d[:, None] * (d @ T)[None, :])
         mean = self.mean - d * (other.n / n)
         return ScatterSketch(n, mean, Y, max(self.eps, other.eps))
 
 
 def _copy(a):
-    """An independent copy of a host or device array."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
+    """An independent copy of an array of any namespace."""
     return placement_of(a).xp.asarray(a, copy=True)
 
 
@@ -132,9 +132,10 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
 
     Parameters
     ----------
-    rows : (b, p) float32 or float64 array
+    rows : (b, p) float32 or float64 array, of any namespace
         The products ``Rc T`` and ``Rc^T (Rc T)`` run in the rows' precision (SGEMM for float32
         rows, 2x the speed of DGEMM); the mean, the correction below and every merge are float64.
+        The sketch lives with the rows.
     T : (p, q) array
         The test matrix (cast to the rows' dtype for the products).
     shift : (p,) array or None
@@ -151,7 +152,9 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
     -------
     ScatterSketch
     """
-    rows = np.asarray(rows)
+    placement = placement_of(rows)
+    rows = placement.asarray(rows)
+    xp = placement.xp
     if rows.ndim != 2 or rows.shape[1] != T.shape[0]:
         raise ValueError(
             f"rows of shape {rows.shape} do not match a test matrix with {T.shape[0]} rows"
@@ -159,51 +162,33 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
     b, p = rows.shape
     if b == 0:
         return ScatterSketch.empty(p, T.shape[1])
-    dtype = np.float32 if rows.dtype == np.float32 else np.float64
-    if rows.dtype != dtype:
-        rows, overwrite = rows.astype(dtype), True
+    dtype = float_dtype(rows.dtype)
+    if rows.dtype != placement.dtype(dtype):
+        rows, overwrite = placement.asarray(rows, dtype), True
     if shift is None:
-        shift = rows.mean(axis=0, dtype=np.float64)
+        shift = xp.sum(rows, axis=0, dtype=xp.float64) / b
     # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
-    c = np.asarray(shift, dtype=np.float64).astype(dtype)
+    c = placement.asarray(placement.asarray(shift, np.float64), dtype)
     # The mean from the rows as given (the shifted rows are rounded in their dtype) ...
-    mean = rows.sum(axis=0, dtype=np.float64) / b
-    R = rows if overwrite else rows.copy()
+    mean = xp.sum(rows, axis=0, dtype=xp.float64) / b
+    R = rows if overwrite else xp.asarray(rows, copy=True)
     R -= c
     # ... and the correction from the mean of the shifted rows actually multiplied, so that it
     # cancels exactly what they carry: sum (r - rbar)(r - rbar)^T = R^T R - b rbar rbar^T.
-    delta = R.sum(axis=0, dtype=np.float64) / b
-    Y = _sketch_products(R, T.astype(dtype, copy=False))
-    Y -= b * np.outer(delta, delta @ T)
+    delta = xp.sum(R, axis=0, dtype=xp.float64) / b
+    T64 = placement.asarray(T, np.float64)
+    Y = _sketch_products(R, placement.asarray(T, dtype))
+    Y -= b * (delta[:, None] * (delta @ T64)[None, :])
     return ScatterSketch(b, mean, Y, float(np.finfo(dtype).eps))
 
 
-#: Rows per chunk of :func:`_sketch_products`: a 256 x 1000 float32 chunk (1 MiB) stays in cache
-#: between its two products.
-_CHUNK_ROWS = 256
-
-
-def _sketch_products(R: np.ndarray, T: np.ndarray) -> np.ndarray:
-    """``R^T (R T)`` as a float64 (p, q) array, over row chunks on all cores.
-
-    The rows are split into shares of :data:`~fastkpca.execution.SHARE_ROWS` rows (fixed, so
-    each share is computed alike whatever the thread count), spread over the threads
-    (:func:`~fastkpca.execution.sum_over_shares`); a share, chunk by chunk, forms ``A = R_c T``
-    and adds ``A^T R_c`` (the transposed product: measured 1.4-1.6x faster than ``R_c^T A``
-    with OpenBLAS) to its own float64 total, with BLAS held to one thread: the chunk is still in
-    cache for the second product, and on the loaded 2-core development machine two-threaded
-    BLAS calls on these thin products were up to 5x slower than two one-threaded ones (the idle
-    thread's spin-waits), as :mod:`fastkpca.features` found for its own products.
-    """
-
-    def share(start, stop):
-        Yt = np.zeros((T.shape[1], R.shape[1]))
-        for lo in range(start, stop, _CHUNK_ROWS):
-            Rc = R[lo : min(stop, lo + _CHUNK_ROWS)]
-            Yt += (Rc @ T).T @ Rc
-        return Yt
-
-    return sum_over_shares(R.shape[0], share, share_rows=SHARE_ROWS).T
+def _sketch_products(R, T):
+    """``R^T (R T)`` as a float64 (p, q) array of R's namespace: ``(R_s T)^T R_s`` (the
+    transposed product: measured 1.4-1.6x faster than ``R_s^T A`` with OpenBLAS) for fixed
+    shares of the rows, in their precision, added in float64
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`: on the host 1024-row shares
+    on the worker threads with BLAS on one thread; on a device one product)."""
+    return sum_over_row_shares(R, lambda rows: (rows @ T).T @ rows).T
 
 
 def gemm_width(q: int, limit: int) -> int:
@@ -223,22 +208,23 @@ def with_sum_column(T: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
-def add_sketch_chunk(totals: np.ndarray, buffer: np.ndarray, R: np.ndarray, T_sum: np.ndarray):
+def add_sketch_chunk(totals, buffer, R, T_sum):
     """``totals += [R T, 1]^T R``: a chunk's sketch rows ``(R T)^T R`` and, last, its column sums
-    ``1^T R``, from one product.
+    ``1^T R``, from one product, in R's namespace.
 
-    ``T_sum = with_sum_column(T, R.dtype)``; the product ``R T_sum`` goes to ``buffer`` (at least
-    ``len(R)`` rows of ``q + 1``, overwritten) and its last, zero column is set to ones.  The
-    transposed product ``A^T R`` was measured 1.4-1.6x faster than ``R^T A`` with OpenBLAS, and
-    a product into a contiguous buffer 10-25 % faster than one into ``buffer[:, :q]``.  The sums
-    are accumulated in R's precision over the chunk's rows (float32: of shifted values), the
-    totals in float64.  The streamed statistics of both one-pass randomized solvers
+    ``T_sum = with_sum_column(T, R.dtype)`` (on R's placement); the product ``R T_sum`` goes to
+    ``buffer`` where given (on the host: at least ``len(R)`` rows of ``q + 1``, overwritten;
+    :func:`~fastkpca.execution.elementwise.matmul` writes there where the library can) and its
+    last, zero column is set to ones.  The transposed product ``A^T R`` was measured 1.4-1.6x
+    faster than ``R^T A`` with OpenBLAS, and a product into a contiguous buffer 10-25 % faster
+    than one into ``buffer[:, :q]``.  The sums are accumulated in R's precision over the
+    chunk's rows (float32: of shifted values), the float64 ``totals`` in float64.  The streamed
+    statistics of both one-pass randomized solvers
     (:func:`~fastkpca.statistics.feature_moments.feature_scatter_sketch`,
     :func:`~fastkpca.statistics.kernel_moments.kernel_sketch`) add their chunks here.
     """
     q = T_sum.shape[1] - 1
-    A = buffer[: R.shape[0]]
-    np.matmul(R, T_sum, out=A)
+    A = matmul(R, T_sum, out=None if buffer is None else buffer[: R.shape[0], ...])
     A[:, q] = 1.0
     totals += A.T @ R
 
@@ -320,50 +306,36 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
 
 
 def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
-    """:func:`informed_test_matrix`'s leading axes of the rows, where the rows are: the range
-    finder in the rows' precision (float32 features: half the memory of a float64 copy; these
-    are directions to sketch along, not results, so float32 rounding does not matter), its
-    starting block drawn from the host ``rng``, then Rayleigh-Ritz with the small
-    ``(n_data + 10)``-square eigenproblem on the host.  On a device the products and QRs run
-    there: a host copy of the sample and the host's products took longer than the whole pass
-    of a 10^6-row device fit."""
+    """:func:`informed_test_matrix`'s leading axes of the rows (a host array), computed where
+    the rows are: the range finder in the rows' precision (float32 features: half the memory
+    of a float64 copy; these are directions to sketch along, not results, so float32 rounding
+    does not matter), its products ``A^T (A Q)`` over shares of the rows
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), its starting block drawn
+    from the host ``rng``, then Rayleigh-Ritz with the small ``(n_data + 10)``-square
+    eigenproblem (:func:`~fastkpca.execution.linalg.eigh`).  A host copy of a device sample and
+    the host's products took longer than the whole pass of a 10^6-row device fit."""
     placement = placement_of(rows)
-    host = placement.host
     xp = placement.xp
     p = rows.shape[1]
-    dtype = np.float32 if rows.dtype == xp.float32 else np.float64
-    mean = (
-        rows.mean(axis=0, dtype=np.float64)
-        if host
-        else xp.mean(placement.asarray(rows, np.float64), axis=0)
-    )
+    dtype = float_dtype(rows.dtype)
+    mean = xp.sum(rows, axis=0, dtype=xp.float64) / rows.shape[0]
     A = rows - placement.asarray(mean, dtype)
-    Q = placement.asarray(rng.standard_normal((p, min(p, n_data + 10))).astype(dtype), dtype)
+    Q = placement.asarray(rng.standard_normal((p, min(p, n_data + 10))), dtype)
+
+    def gram_times(share):
+        return share.T @ (share @ Q)
+
     for _ in range(power_iterations + 1):
-        Y = _gram_times(A, Q) if host else A.T @ (A @ Q)
+        Y = xp.astype(sum_over_row_shares(A, gram_times), A.dtype)
         with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
             Q, _ = xp.linalg.qr(Y)
     with one_blas_thread():
-        B = placement.asarray(A @ Q, np.float64)
-        _, V = np.linalg.eigh(to_host(B.T @ B))
-    return np.asarray(to_host(Q), dtype=np.float64) @ V[:, ::-1][:, :n_data]
+        B = xp.astype(A @ Q, xp.float64)
+        _, V = eigh(B.T @ B)
+    return to_host(xp.astype(Q, xp.float64) @ V[:, :n_data])
 
 
-def _gram_times(A: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """``A^T (A Q)`` over shares of A's rows spread over the threads (one BLAS thread each: on
-    thin products two one-threaded halves beat a two-threaded BLAS, see
-    :func:`_sketch_products`), added in float64."""
-
-    def share(start, stop):
-        rows = A[start:stop]
-        return rows.T @ (rows @ Q)
-
-    return sum_over_shares(A.shape[0], share, share_rows=SHARE_ROWS).astype(A.dtype, copy=False)
-
-
-def fixed_rank_psd(
-    Y: np.ndarray, T: np.ndarray, rank: int, *, eps: float | None = None, scale=None
-):
+def fixed_rank_psd(Y, T, rank: int, *, eps: float | None = None, scale=None):
     """Top-``rank`` eigenpairs of the PSD matrix S from its sketch ``Y = S T``.
 
     Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3 ("fixed-rank PSD
@@ -389,7 +361,9 @@ def fixed_rank_psd(
 
     Parameters
     ----------
-    Y : (p, q) array, the sketch ``S T``
+    Y : (p, q) array, the sketch ``S T``, of any namespace: the reconstruction is small
+        (p x q) and runs with the host's LAPACK (a Cholesky with a retry, a triangular solve, an
+        SVD with a fallback driver), its results returned on Y's placement
     T : (p, q) array with orthonormal columns (:func:`test_matrix`)
     rank : int, ``1 <= rank <= q``
     eps : float or None
@@ -406,8 +380,9 @@ def fixed_rank_psd(
         rank(S) <= q.
     eigenvectors : (p, rank) float64, orthonormal columns, signs fixed (largest entry positive)
     """
-    Y = np.asarray(Y, dtype=np.float64)
-    T = np.asarray(T, dtype=np.float64)
+    placement = placement_of(Y)
+    Y = np.asarray(to_host(Y), dtype=np.float64)
+    T = np.asarray(to_host(T), dtype=np.float64)
     if Y.shape != T.shape or Y.ndim != 2:
         raise ValueError(f"the sketch {Y.shape} and the test matrix {T.shape} must match")
     p, q = Y.shape
@@ -422,7 +397,7 @@ def fixed_rank_psd(
     with one_blas_thread():
         norm = float(np.linalg.norm(Y, 2))
         if norm == 0.0:
-            return np.zeros(rank), flip_signs(np.eye(p, rank))
+            return placement.asarray(np.zeros(rank)), placement.asarray(flip_signs(np.eye(p, rank)))
         if not np.isfinite(norm):
             raise ValueError("the sketch is too large to decompose (its norm overflows)")
         nu = np.sqrt(p) * eps * norm
@@ -443,5 +418,7 @@ def fixed_rank_psd(
             U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False)
         except la.LinAlgError:  # gesdd's divide and conquer failed: the QR-iteration SVD
             U, sigma, _ = la.svd(E, full_matrices=False, check_finite=False, lapack_driver="gesvd")
-    values = np.maximum(sigma[:rank] ** 2 - nu, 0.0)
-    return postprocess_eigen(values, U[:, :rank], scale=scale, eps=eps)
+    values, vectors = postprocess_eigen(
+        np.maximum(sigma[:rank] ** 2 - nu, 0.0), U[:, :rank], scale=scale, eps=eps
+    )
+    return placement.asarray(values), placement.asarray(vectors)

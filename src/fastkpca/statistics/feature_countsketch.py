@@ -47,14 +47,13 @@ What it does not implement:
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-from scipy.linalg import blas
 
-from ..execution.arrays import is_host_array, placement_of, to_host
+from ..execution.arrays import placement_of
+from ..execution.feature_ops import bucket_sums, sum_over_row_shares
 from ..execution.linalg import prefer_dense
 from ..features import FeatureMap, feature_blocks
+from ..sketch import CountSketch
 from ..solvers import eigh_topk, flip_signs, postprocess_eigen
 
 __all__ = [
@@ -67,27 +66,31 @@ __all__ = [
 ]
 
 
-def _sketch_subspace(SZ: np.ndarray, S1: np.ndarray, mean: np.ndarray, q: int, rng, scale=None):
+def _sketch_subspace(SZ, S1, mean, q: int, rng, scale=None):
     """Top-q right singular pairs of the centered sketch ``S Zc = S Z - (S 1) mu^T``.
 
     Returns the squared singular values (eigenvalues of ``(S Zc)^T (S Zc)``) and the m x q
     right singular vectors, from the smaller of the two Gram matrices of the t x m sketch
-    (O(t m min(t, m)) to form, then Lanczos for q << its size, a dense solve otherwise).
-    ``scale``: the rounding threshold's scale (:func:`fastkpca.solvers.eigh_topk`).
+    (O(t m min(t, m)) to form, then Lanczos for q << its size, a dense solve otherwise), on the
+    sketch's placement.  ``scale``: the rounding threshold's scale
+    (:func:`fastkpca.solvers.eigh_topk`).
     """
-    SZc = SZ - np.outer(S1, mean)
+    placement = placement_of(SZ)
+    xp = placement.xp
+    S1 = placement.asarray(S1, np.float64)
+    SZc = SZ - S1[:, None] * mean[None, :]
     t, m = SZc.shape
     small = min(t, m)
     q = min(q, small)
-    dense = prefer_dense(small, q, explicit=True, iterative="lanczos")
+    dense = prefer_dense(small, q, explicit=True, placement=placement, iterative="lanczos")
     method = "dense" if dense else "lanczos"
     if m <= t:
         return eigh_topk(SZc.T @ SZc, q, method=method, rng=rng, overwrite=True, scale=scale)
     # t < m: left singular vectors from the t x t Gram, then V = (S Zc)^T U / sigma.
     vals, U = eigh_topk(SZc @ SZc.T, q, method=method, rng=rng, overwrite=True, scale=scale)
     V = SZc.T @ U
-    norms = np.linalg.norm(V, axis=0)
-    V /= np.where(norms > 0, norms, 1.0)
+    norms = xp.linalg.vector_norm(V, axis=0)
+    V /= xp.where(norms > 0, norms, xp.ones_like(norms))
     return vals, V
 
 
@@ -96,7 +99,8 @@ class FeatureCountSketch:
 
     S is the CountSketch of the global row index (:class:`fastkpca.sketch.CountSketch`'s hash),
     so the statistics of disjoint row ranges of one data set add up to those of all their rows
-    (:meth:`merge`).
+    (:meth:`merge`).  ``SZ`` and ``sum`` live with the feature rows (moved to their placement
+    with the first block); ``S1``, the hash's, is a host array.
     """
 
     def __init__(self, n_buckets: int, m: int):
@@ -106,79 +110,44 @@ class FeatureCountSketch:
         self.n = 0
 
     def merge(self, other: FeatureCountSketch) -> FeatureCountSketch:
-        """The statistic of the rows of both (a new object; neither input is modified).  A
-        device statistic's ``SZ`` and ``sum`` stay on its device; the other's move there."""
+        """The statistic of the rows of both (a new object; neither input is modified).  It
+        lives where this one does (where the other does when this one is empty)."""
+        home = placement_of(self.SZ if self.n or not other.n else other.SZ)
         out = FeatureCountSketch.__new__(FeatureCountSketch)
-        home = placement_of(self.SZ)
-        if not home.host or not is_host_array(other.SZ):
-            if home.host and other.n:
-                home = placement_of(other.SZ)
-            SZ_a, SZ_b, sum_a, sum_b = (
-                home.asarray(to_host(a), np.float64)
-                for a in (self.SZ, other.SZ, self.sum, other.sum)
-            )
-            out.SZ, out.sum = SZ_a + SZ_b, sum_a + sum_b
-        else:
-            out.SZ, out.sum = self.SZ + other.SZ, self.sum + other.sum
+        out.SZ = home.asarray(self.SZ, np.float64) + home.asarray(other.SZ, np.float64)
+        out.sum = home.asarray(self.sum, np.float64) + home.asarray(other.sum, np.float64)
         out.S1, out.n = self.S1 + other.S1, self.n + other.n
         return out
 
+    def _add(self, S, Z) -> None:
+        """Add the feature rows Z hashed by S (their columns of the sketching matrix): the
+        signed rows summed into their buckets in Z's precision (each bucket sums ~b / t rows
+        of a block: no precision is lost before the float64 total,
+        :func:`~fastkpca.execution.feature_ops.bucket_sums`), 2.5x faster than
+        ``CountSketch.update``, which works in float64."""
+        placement = placement_of(Z)
+        xp = placement.xp
+        self.SZ = placement.asarray(self.SZ, np.float64)
+        self.sum = placement.asarray(self.sum, np.float64)
+        self.SZ += bucket_sums(S, Z)
+        self.S1 += np.asarray(S.sum(axis=1)).ravel()
+        self.sum += xp.sum(Z, axis=0, dtype=xp.float64)
+        self.n += Z.shape[0]
+
     @property
-    def mean(self) -> np.ndarray:
+    def mean(self):
         return self.sum / max(self.n, 1)
 
 
 def countsketch_features(feature_rows, n_buckets: int, m: int, seed: int) -> FeatureCountSketch:
     """:class:`FeatureCountSketch` of ``(start, Z_block)`` feature blocks (``start``: global
-    index of the block's first row)."""
-    from ..sketch import CountSketch
-
-    # The hash (bucket and sign of each global row index) is CountSketch's; the products are
-    # formed here so that float32 features are hashed in float32 (S has one +-1 per column, so
-    # each bucket sums ~r / t rows of a block: no precision is lost before the float64 total),
-    # 2.5x faster than CountSketch.update, which works in float64.
+    index of the block's first row); the hash (bucket and sign of each global row index) is
+    :class:`~fastkpca.sketch.CountSketch`'s, on the host, whatever the rows' placement."""
     cs = CountSketch(n_buckets, m, random_state=seed)
     out = FeatureCountSketch(n_buckets, m)
     for start, Z in feature_rows:
-        if not is_host_array(Z):
-            _add_device_rows(out, cs, start, Z)
-            continue
-        S = cs.sketching_matrix(start, start + Z.shape[0])
-        out.SZ += S.astype(Z.dtype) @ Z
-        out.S1 += np.asarray(S.sum(axis=1)).ravel()
-        out.sum += Z.sum(axis=0, dtype=np.float64)
-        out.n += Z.shape[0]
+        out._add(cs.sketching_matrix(start, start + Z.shape[0]), Z)
     return out
-
-
-def _add_device_rows(out: FeatureCountSketch, cs, start: int, Z) -> None:
-    """Add a device feature block to ``out`` (its ``SZ`` and ``sum`` move to the device): the
-    hash of the block's global row indices is computed on the host (O(b) integers, the same
-    hash as for host rows) and moved; the signed rows are added into their buckets in the
-    features' precision (PyTorch's ``index_add_``; a namespace without it adds the one-hot
-    product ``S Z``), the bucket totals in float64."""
-    placement = placement_of(Z)
-    xp = placement.xp
-    if is_host_array(out.SZ):
-        out.SZ = placement.asarray(out.SZ, np.float64)
-        out.sum = placement.asarray(out.sum, np.float64)
-    S = cs.sketching_matrix(start, start + Z.shape[0]).tocsc()  # one entry per column (row)
-    S.sort_indices()
-    buckets = placement.asarray(S.indices.astype(np.int64), np.int64)
-    signs = placement.asarray(S.data, np.float32 if Z.dtype == xp.float32 else np.float64)
-    signed = Z * signs[:, None]
-    if placement.is_torch:
-        import torch
-
-        SZ = torch.zeros(out.SZ.shape, dtype=Z.dtype, device=Z.device)
-        SZ.index_add_(0, buckets, signed)
-    else:
-        SZ = placement.asarray(S.toarray(), np.float32 if Z.dtype == xp.float32 else np.float64)
-        SZ = SZ @ Z
-    out.SZ += xp.astype(SZ, xp.float64)
-    out.S1 += np.asarray(S.sum(axis=1)).ravel()
-    out.sum += xp.astype(xp.sum(Z, axis=0), xp.float64)
-    out.n += Z.shape[0]
 
 
 def feature_countsketch(blocks, fmap: FeatureMap, n_buckets: int, seed: int):
@@ -189,55 +158,34 @@ def feature_countsketch(blocks, fmap: FeatureMap, n_buckets: int, seed: int):
     )
 
 
-def ritz_scatter(feature_rows, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
+def ritz_scatter(feature_rows, V, mean):
     """``M = V^T Zc^T Zc V = sum_b (Z_b V - 1 (mu^T V))^T (...)``, q x q in float64.
 
     The Rayleigh-Ritz statistic of the countsketch solver's second pass: the scatters of
-    disjoint sets of rows add up.
+    disjoint sets of rows add up.  ``Z_b V`` in the features' precision; the scatter of the
+    projections over shares of rows, in float64
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`); on V's placement.
     """
+    placement = placement_of(V)
+    xp = placement.xp
     q = V.shape[1]
-    M = np.zeros((q, q), order="F")
-    muV = mean @ V
-    V32 = None
-    feature_rows = iter(feature_rows)
-    for start, Z in feature_rows:
-        if not is_host_array(Z):
-            rest = _ritz_scatter_xp(itertools.chain([(start, Z)], feature_rows), V, mean)
-            return M + rest
-        if Z.dtype == np.float32:
-            V32 = V.astype(np.float32) if V32 is None else V32
-            Y = (Z @ V32).astype(np.float64)
-        else:
-            Y = Z @ V
-        Y -= muV
-        # Y.T is Fortran-ordered: DSYRK reads it without a copy.  (numpy's Y.T @ Y for this
-        # skinny shape went through a multi-threaded GEMM measured 100x slower here.)
-        M = blas.dsyrk(1.0, Y.T, beta=1.0, c=M, trans=0, overwrite_c=1)
-    return np.triu(M) + np.triu(M, 1).T  # DSYRK fills the upper triangle
-
-
-def _ritz_scatter_xp(feature_rows, V, mean) -> np.ndarray:
-    """:func:`ritz_scatter` of device feature blocks: ``Z V`` in the features' precision, the
-    q x q scatter in float64 on the device, returned on the host (it is q x q)."""
-    M = None
+    M = xp.zeros((q, q), dtype=xp.float64, device=placement.device)
+    muV = placement.asarray(mean, np.float64) @ V
     cast: dict = {}
     for _, Z in feature_rows:
-        placement = placement_of(Z)
-        xp = placement.xp
         if Z.dtype not in cast:
-            cast[Z.dtype] = (
-                placement.asarray(V, np.float32 if Z.dtype == xp.float32 else np.float64),
-                placement.asarray(np.asarray(mean, np.float64) @ V, np.float64),
-            )
-        Vz, muV = cast[Z.dtype]
-        Y = xp.astype(Z @ Vz, xp.float64) - muV
-        part = xp.permute_dims(Y, (1, 0)) @ Y
-        M = part if M is None else M + part
-    q = V.shape[1]
-    return np.zeros((q, q)) if M is None else to_host(M)
+            cast[Z.dtype] = placement.asarray(V, Z.dtype)
+        Y = xp.astype(Z @ cast[Z.dtype], xp.float64) - muV
+        M += sum_over_row_shares(Y, _scatter_part)
+    return (M + M.T) / 2
 
 
-def feature_ritz_scatter(blocks, fmap: FeatureMap, V: np.ndarray, mean: np.ndarray) -> np.ndarray:
+def _scatter_part(rows):
+    """``rows^T rows`` (a SYRK: numpy reads ``rows.T @ rows`` as one)."""
+    return rows.T @ rows
+
+
+def feature_ritz_scatter(blocks, fmap: FeatureMap, V, mean):
     """:func:`ritz_scatter` of the features of ``(start, block)`` row blocks (the second pass's
     statistic)."""
     return ritz_scatter(feature_blocks(blocks, fmap), V, mean)
@@ -270,7 +218,7 @@ def rf_kpca_countsketch(
     Returns
     -------
     eigenvalues, components, n, mean : as :func:`rf_kpca_exact`, plus the sample count and the
-        feature mean.
+        feature mean (on the placement of the features).
 
     Notes
     -----
@@ -283,30 +231,7 @@ def rf_kpca_countsketch(
     are those of the true covariance restricted to span(V) and never overestimate.
     """
     sk = source.reduce(feature_countsketch, FeatureCountSketch.merge, fmap, n_buckets, seed)
-    home = placement_of(sk.SZ)
-    if not home.host:
-        # The t x m sketch is solved on the host (O(t m min(t, m)), independent of n): host
-        # copies of it and of the mean; the results move back to the device.
-        device_sk = sk
-        sk = FeatureCountSketch.__new__(FeatureCountSketch)
-        sk.SZ, sk.S1 = to_host(device_sk.SZ), device_sk.S1
-        sk.sum, sk.n = to_host(device_sk.sum), device_sk.n
-        vals, comps, n, mean = _solve_countsketch(
-            source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed
-        )
-        return (
-            home.asarray(vals, np.float64),
-            home.asarray(comps, np.float64),
-            n,
-            home.asarray(mean, np.float64),
-        )
-    return _solve_countsketch(
-        source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed
-    )
-
-
-def _solve_countsketch(source, fmap, sk, n_components, n_buckets, oversamples, n_passes, seed):
-    """The solver half of :func:`rf_kpca_countsketch`, from a host sketch."""
+    xp = placement_of(sk.SZ).xp
     m = fmap.n_output_features
     n, mean = sk.n, sk.mean
     q = min(n_components + oversamples, n_buckets, m)
@@ -318,14 +243,20 @@ def _solve_countsketch(source, fmap, sk, n_components, n_buckets, oversamples, n
     # The rounding threshold's scale: sum_i |z_i|^2, estimated without bias by the uncentered
     # sketch's ||S Z||_F^2 (the centered one's trace is 0 for identical rows); the features'
     # precision is the products' (float32 for the Fourier maps).
-    scale = float(np.einsum("ij,ij->", sk.SZ, sk.SZ))
+    scale = float(xp.sum(sk.SZ * sk.SZ))
     eps = float(np.finfo(fmap.feature_dtype(np.float64)).eps)
     sq, V = _sketch_subspace(sk.SZ, sk.S1, mean, q, np.random.default_rng(seed), scale)
     if n_passes == 1:
         vals, vecs = postprocess_eigen(sq[:n_components], V[:, :n_components], scale=scale, eps=eps)
         return vals, vecs.T, n, mean
-    M = source.reduce(feature_ritz_scatter, np.add, fmap, V, mean)  # second pass
+    M = source.reduce(feature_ritz_scatter, _added, fmap, V, mean)  # second pass
     vals, W = eigh_topk(M, n_components, method="dense", overwrite=True, scale=scale, eps=eps)
     comps = V @ W
     flip_signs(comps)  # signs fixed on the m-dimensional axes, not on the q-dimensional W
     return vals, comps.T, n, mean
+
+
+def _added(a, b):
+    """The sum of two Rayleigh-Ritz scatters (the merge of :func:`feature_ritz_scatter`), on
+    a's placement."""
+    return a + placement_of(a).asarray(b, np.float64)

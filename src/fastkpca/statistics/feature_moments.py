@@ -22,9 +22,11 @@ import itertools
 
 import numpy as np
 
+from .._feature_map import float_type
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..execution import CHUNK_ROWS, SHARE_ROWS, one_blas_thread, sum_over_shares
-from ..execution.arrays import HOST, is_host_array, placement_of, to_host
+from ..execution import one_blas_thread
+from ..execution.arrays import float_dtype, placement_of, row_range
+from ..execution.feature_ops import ChunkBuffers, sum_over_row_shares
 from ..execution.linalg import prefer_dense
 from ..features import FeatureMap, feature_blocks, reduce_feature_chunks
 from ..solvers import eigh_topk
@@ -51,66 +53,60 @@ class FeatureMoments:
     of that); accumulating around a shift close to the mean removes the cancellation (the
     "shifted data" variance algorithm), which is what makes float32 blocks safe.
 
-    Each block's product ``Z_b^T Z_b`` is computed in the block's precision and added to a float64
-    total.  For float32 features that is an SGEMM: 2-2.5x faster than DGEMM here, and this
-    O(n m^2) product is the main cost of the fit.  Its error is about ``eps32 * sqrt(block
-    rows)`` (~5e-6 for 8192 rows, pairwise-like blocked summation inside BLAS) relative to the
-    block's *shifted*, i.e. nearly centered, second moment; blocks are summed in float64, so the
-    relative error does not grow with n.  float64 features use DGEMM throughout.
-    (``Z.T @ Z`` through numpy's matmul was measured faster than the half-flop SYRK of this
-    OpenBLAS build, so the full product is used.)
+    Each block is shifted by c (rounded to the block's precision, as it is subtracted) and its
+    product ``Z_b^T Z_b`` computed in the block's precision and added to a float64 total
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`: on the host one product per
+    share of rows on every core).  For float32 features that is an SGEMM, 2-2.5x faster than
+    DGEMM, and this O(n m^2) product is the main cost of the fit.  Its error is about ``eps32
+    sqrt(block rows)`` relative to the block's *shifted*, i.e. nearly centered, second moment;
+    blocks are summed in float64, so the relative error does not grow with n.  The feature sum
+    is exact in float64.  float64 features use float64 throughout.
 
-    On a device (feature blocks that are PyTorch tensors or CuPy arrays) the totals live there,
-    in the blocks' namespace, and move there with the first device block: the same shifted
-    products (one float32 GEMM per feature chunk for float32 features), the column sums of the
-    shifted chunk in its precision added to float64 totals (``sum = sum(z - c) + b c``, with c
-    the shift as subtracted), and no host synchronisation until the solver reads the totals.
-    :meth:`merge` moves the other part's totals to this one's placement.
+    The same on every namespace: the totals live with the feature blocks (PyTorch tensors, CuPy
+    or ``array_api_strict`` arrays on their device, numpy arrays on the host), moved there with
+    the first block; nothing is read back until the solver reads the totals.  :meth:`merge`
+    moves the other part's totals to this one's placement.
     """
 
-    def __init__(self, m: int, shift=None, placement=HOST):
+    def __init__(self, m: int, shift=None):
         self.m = m
         self.n = 0
-        self.placement = placement
-        self.shift = None if shift is None else placement.asarray(shift, np.float64)
-        self.sum = _zeros(placement, (m,))
-        self.gram = _zeros(placement, (m, m))
+        self.shift = shift
+        self.sum = np.zeros(m)
+        self.gram = np.zeros((m, m))
         #: Unit roundoff of the block products (float32's once a float32 block was added).
         self.eps = float(np.finfo(np.float64).eps)
 
-    def __getstate__(self) -> dict:
-        # The placement holds a module (its namespace): pickled (dask) as where the totals are.
-        state = dict(vars(self))
-        state["placement"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.placement = placement_of(self.gram)
+    @property
+    def placement(self):
+        """Where the totals live (:class:`~fastkpca.execution.arrays.Placement`)."""
+        return placement_of(self.gram)
 
     def _moved(self, placement) -> FeatureMoments:
-        """This statistic with its totals on ``placement`` (itself when they are there)."""
-        if placement == self.placement:
-            return self
-        out = FeatureMoments(self.m, None if self.shift is None else to_host(self.shift), placement)
-        out.n, out.eps = self.n, self.eps
-        out.sum = placement.asarray(to_host(self.sum), np.float64)
-        out.gram = placement.asarray(to_host(self.gram), np.float64)
+        """This statistic with its totals (and shift) on ``placement`` (a new object)."""
+        out = FeatureMoments.__new__(FeatureMoments)
+        out.__dict__.update(vars(self))
+        out.sum = placement.asarray(self.sum, np.float64)
+        out.gram = placement.asarray(self.gram, np.float64)
+        if self.shift is not None:
+            out.shift = placement.asarray(self.shift, np.float64)
         return out
 
     def merge(self, other: FeatureMoments) -> FeatureMoments:
         """Moments of both sets of rows (a new object).  Both must use the same shift, e.g. one
         computed from the first rows and passed to every partial accumulation (tree reductions
         over row blocks); an empty side is neutral."""
+        placement = self.placement
         if other.n == 0:
             return self._copy()
+        other = other._moved(placement)
         if self.n == 0:
-            return other._moved(self.placement)._copy()
-        other = other._moved(self.placement)
+            return other._copy()
+        xp = placement.xp
         if (
             self.shift is None
             or other.shift is None
-            or not np.array_equal(to_host(self.shift), to_host(other.shift))
+            or not bool(xp.all(placement.asarray(self.shift, np.float64) == other.shift))
         ):
             raise ValueError("cannot merge FeatureMoments accumulated around different shifts")
         out = self._copy()
@@ -127,23 +123,10 @@ class FeatureMoments:
         return out
 
     def update(self, Z) -> FeatureMoments:
-        """Add a block of feature rows (Z is shifted in place: pass a block you own)."""
+        """Add a block of feature rows (Z is shifted in place: pass a block you own); the totals
+        move to Z's placement with the first block."""
         if Z.shape[0] == 0:
             return self
-        if not (self.placement.host and is_host_array(Z)):
-            return self._update_xp(Z)
-        if self.shift is None:
-            self.shift = Z.mean(axis=0, dtype=np.float64)
-        self.n += Z.shape[0]
-        self.eps = max(self.eps, float(np.finfo(Z.dtype).eps))
-        self.sum += Z.sum(axis=0, dtype=np.float64)
-        Z -= self.shift.astype(Z.dtype)
-        self.gram += _gram(Z)
-        return self
-
-    def _update_xp(self, Z) -> FeatureMoments:
-        """:meth:`update` for a device block (the class notes); the totals move to its device
-        when this is the first block."""
         placement = placement_of(Z)
         if placement != self.placement:
             if self.n:
@@ -153,37 +136,30 @@ class FeatureMoments:
                 )
             self.__dict__.update(vars(self._moved(placement)))
         xp = placement.xp
-        if self.shift is None:
-            self.shift = xp.mean(xp.astype(Z, xp.float64), axis=0)
         b = Z.shape[0]
+        if self.shift is None:
+            self.shift = xp.sum(Z, axis=0, dtype=xp.float64) / b
+        else:
+            self.shift = placement.asarray(self.shift, np.float64)
+        c = xp.astype(self.shift, Z.dtype)  # the shift as subtracted: in the block's precision
         self.n += b
-        self.eps = max(
-            self.eps, float(np.finfo(np.float32 if Z.dtype == xp.float32 else np.float64).eps)
-        )
-        c = xp.astype(self.shift, Z.dtype)
+        self.eps = max(self.eps, float(np.finfo(float_dtype(Z.dtype)).eps))
+        self.sum += xp.sum(Z, axis=0, dtype=xp.float64)
         Z -= c
-        self.sum += xp.astype(xp.sum(Z, axis=0), xp.float64) + b * xp.astype(c, xp.float64)
-        self.gram += xp.astype(xp.permute_dims(Z, (1, 0)) @ Z, xp.float64)
+        self.gram += sum_over_row_shares(Z, _gram_part)
         return self
 
     def covariance(self):
         """``Zc^T Zc = sum (z - c)(z - c)^T - n (mu - c)(mu - c)^T`` (float64, symmetric; on
         the statistic's placement)."""
-        if not self.placement.host:
-            xp = self.placement.xp
-            G = (self.gram + xp.permute_dims(self.gram, (1, 0))) / 2
-            if self.n and self.shift is not None:
-                delta = self.sum / self.n - self.shift
-                G = G - self.n * (delta[:, None] * delta[None, :])
-            return G
         G = (self.gram + self.gram.T) / 2  # exact symmetry for the eigensolver
         if self.n and self.shift is not None:
             delta = self.sum / self.n - self.shift
-            G -= self.n * np.outer(delta, delta)
+            G -= self.n * (delta[:, None] * delta[None, :])
         return G
 
     @property
-    def mean(self) -> np.ndarray:
+    def mean(self):
         return self.sum / max(self.n, 1)
 
     def rounding_scale(self) -> tuple[float, float]:
@@ -197,92 +173,62 @@ class FeatureMoments:
         relative to the *shifted* second moment ``trace(gram)``, which they accumulate.  Returned
         as one scale at the larger eps.
         """
+        xp = self.placement.xp
         eps64 = float(np.finfo(np.float64).eps)
-        if self.placement.host:
-            shifted = float(np.trace(self.gram))
-        else:
-            xp = self.placement.xp
-            shifted = float(xp.sum(xp.linalg.diagonal(self.gram)))
+        shifted = float(xp.sum(xp.linalg.diagonal(self.gram)))
         if self.shift is None or self.n == 0:
             return shifted, max(self.eps, eps64)
         c = self.shift
-        if self.placement.host:
-            uncentered = shifted + 2.0 * float(c @ (self.sum - self.n * c)) + self.n * float(c @ c)
-        else:
-            uncentered = (
-                shifted
-                + 2.0 * float(xp.sum(c * (self.sum - self.n * c)))
-                + self.n * float(xp.sum(c * c))
-            )
+        uncentered = (
+            shifted
+            + 2.0 * float(xp.sum(c * (self.sum - self.n * c)))
+            + self.n * float(xp.sum(c * c))
+        )
         uncentered = max(uncentered, shifted)
         eps = max(self.eps, eps64)
         return shifted + uncentered * (eps64 / eps), eps
 
 
-def _zeros(placement, shape):
-    """float64 zeros on ``placement``."""
-    if placement.host:
-        return np.zeros(shape)
-    xp = placement.xp
-    return xp.zeros(shape, dtype=xp.float64, device=placement.device)
-
-
 def _copy(a):
-    """An independent copy of a host or device array."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
+    """An independent copy of an array of any namespace."""
     return placement_of(a).xp.asarray(a, copy=True)
 
 
-def _gram(Z: np.ndarray) -> np.ndarray:
-    """``Z^T Z`` as float64: one product in Z's precision per share of
-    :data:`~fastkpca.execution.SHARE_ROWS` rows, the shares spread over the threads with BLAS
-    held to one thread in each (:func:`~fastkpca.execution.sum_over_shares`), added in float64.
-
-    Measured on the loaded 2-core development machine (load average 7; 16384 x 1000 float32):
-    numpy's two-threaded product took 0.99 s, a one-threaded one 0.47 s and two one-threaded
-    halves 0.52 s; an idle machine gives the two halves both cores without BLAS's spin-waits.
-    """
-
-    def share(start, stop):
-        rows = Z[start:stop]
-        return rows.T @ rows
-
-    return sum_over_shares(Z.shape[0], share, share_rows=SHARE_ROWS)
+def _gram_part(rows):
+    """``rows^T rows`` in the rows' precision: :class:`FeatureMoments`' product of a share."""
+    return rows.T @ rows
 
 
-def accumulate_moments(feature_rows, m: int, shift: np.ndarray | None = None) -> FeatureMoments:
+def accumulate_moments(feature_rows, m: int, shift=None) -> FeatureMoments:
     """One pass over ``(start, Z_block)`` feature blocks; see :class:`FeatureMoments`.
 
     ``shift`` defaults to the mean of the first block's features.
     """
-    moments = FeatureMoments(m, shift, HOST if shift is None else placement_of(shift))
+    moments = FeatureMoments(m, shift)
     for _, Z in feature_rows:
         moments.update(Z)
     return moments
 
 
-def head_features(X_first, fmap: FeatureMap) -> np.ndarray:
+def head_features(X_first, fmap: FeatureMap):
     """The features of the first feature block: the first rows of ``X_first`` (the data, or its
     first row block) as :func:`~fastkpca.features.feature_blocks` splits them, so every way of
     reading the same data (an array, a stream of 8192-row blocks, the chunks of a dask array)
     gets the same rows, and the shift and test matrix drawn from them are the same."""
-    _, Z = next(feature_blocks([(0, X_first[:DEFAULT_BLOCK_ROWS])], fmap))
+    _, Z = next(feature_blocks([(0, row_range(X_first, 0, DEFAULT_BLOCK_ROWS))], fmap))
     return Z
 
 
-def feature_shift(X_first, fmap: FeatureMap, Z_first: np.ndarray | None = None) -> np.ndarray:
-    """The shift of :class:`FeatureMoments`: the mean of :func:`head_features` (``Z_first``
-    when already computed), so that moments accumulated in parts around it merge
-    (:meth:`FeatureMoments.merge`)."""
+def feature_shift(X_first, fmap: FeatureMap, Z_first=None):
+    """The shift of :class:`FeatureMoments`: the float64 mean of :func:`head_features`
+    (``Z_first`` when already computed), in its namespace, so that moments accumulated in
+    parts around it merge (:meth:`FeatureMoments.merge`)."""
     Z = head_features(X_first, fmap) if Z_first is None else Z_first
-    if not is_host_array(Z):
-        xp = placement_of(Z).xp
-        return xp.mean(xp.astype(Z, xp.float64), axis=0)
-    return Z.mean(axis=0, dtype=np.float64)
+    xp = placement_of(Z).xp
+    return xp.sum(Z, axis=0, dtype=xp.float64) / Z.shape[0]
 
 
-def feature_moments(blocks, fmap: FeatureMap, shift: np.ndarray) -> FeatureMoments:
+def feature_moments(blocks, fmap: FeatureMap, shift) -> FeatureMoments:
     """:class:`FeatureMoments` of the features of ``(start, block)`` row blocks: the statistic
     that ``RowSource.reduce`` computes over all blocks (or once per dask chunk)."""
     return accumulate_moments(feature_blocks(blocks, fmap), fmap.n_output_features, shift)
@@ -317,93 +263,69 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
     return vals, vecs.T
 
 
-def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift: np.ndarray):
+def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift):
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` of the features of
     ``(start, block)`` row blocks: the statistic of ``solver="randomized"``, which
     ``RowSource.reduce`` computes over all blocks (or once per dask chunk) and merges with
     :meth:`ScatterSketch.merge <fastkpca.statistics.covariance_sketch.ScatterSketch.merge>`.
 
-    The features are reduced chunk by chunk while in cache
-    (:func:`~fastkpca.features.reduce_feature_chunks`), on every core: each chunk Z (float32
-    for the Fourier maps) is shifted by ``shift`` (the first block's mean features, as for
+    The features are reduced chunk by chunk as they are computed
+    (:func:`~fastkpca.features.reduce_feature_chunks`: on the host chunks of 256 rows in cache,
+    on every core; on a device large chunks in order): each chunk Z (float32 for the Fourier
+    maps) is shifted by ``shift`` (the first block's mean features, as for
     :class:`FeatureMoments`), and its sketch product ``(Zc T)^T Zc`` and column sums are added
     to its thread's float64 totals, both from one product
-    (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`, SGEMMs in the features'
-    precision).
-    With ``s`` the sum of the shifted rows, the scatter about their mean is
+    (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`, in the features'
+    precision).  With ``s`` the sum of the shifted rows, the scatter about their mean is
     ``sum Zc^T Zc - s s^T / n``, so the sketch is ``Y = sum Zc^T (Zc T) - n delta (delta^T T)``
     with ``delta = s / n``, and the mean is ``shift + delta`` (float32 rounding relative to the
-    features' spread, not their offset: the "shifted data" algorithm).
+    features' spread, not their offset: the "shifted data" algorithm).  The sketch lives with
+    the rows (their namespace and device); T and the shift may be host arrays.
     """
     m, q = T.shape
     blocks = iter(blocks)
     first = next(blocks, None)
     if first is None:
         return ScatterSketch.empty(m, q)
-    blocks = itertools.chain([first], blocks)
-    if not is_host_array(first[1]):
-        return _feature_scatter_sketch_xp(blocks, fmap, T, shift, placement_of(first[1]))
-    dtype = np.dtype(fmap.feature_dtype(np.float64))
-    c = np.asarray(shift, dtype=np.float64).astype(dtype)
-    T_sum = with_sum_column(T, dtype)
+    X_first = first[1]
+    placement = placement_of(X_first)
+    dtype = fmap.feature_dtype(float_type(X_first))
+    c = placement.asarray(placement.asarray(shift, np.float64), dtype)
+    T_sum = placement.asarray(with_sum_column(T, dtype))
+    buffers = ChunkBuffers(X_first)
 
     def new():
-        return _SketchTotals(m, q + 1, dtype)
+        return _SketchTotals(m, q + 1, placement)
 
     def add(totals, Z):
         Z -= c
         totals.n += Z.shape[0]
-        add_sketch_chunk(totals.YT, totals.P, Z, T_sum)
+        buffer = buffers.get("products", Z.shape[0], q + 1, dtype)
+        add_sketch_chunk(totals.YT, buffer, Z, T_sum)
 
-    parts = reduce_feature_chunks(blocks, fmap, new, add)
+    parts = reduce_feature_chunks(itertools.chain([first], blocks), fmap, new, add)
     n = sum(part.n for part in parts)
     if n == 0:
         return ScatterSketch.empty(m, q)
-    YT = sum(part.YT for part in parts)
-    delta = YT[q] / n  # the mean of the shifted rows (their sum: P's ones column)
-    Y = YT[:q].T
-    Y -= n * np.outer(delta, delta @ T)
-    mean = c.astype(np.float64) + delta
+    YT = parts[0].YT
+    for part in parts[1:]:
+        YT = YT + part.YT
+    xp = placement.xp
+    T64 = placement.asarray(T, np.float64)
+    delta = YT[q, :] / n  # the mean of the shifted rows (their sum: the products' ones column)
+    Y = YT[:q, :].T - n * (delta[:, None] * (delta @ T64)[None, :])
+    mean = xp.astype(c, xp.float64) + delta
     return ScatterSketch(int(n), mean, Y, float(np.finfo(dtype).eps))
 
 
-def _feature_scatter_sketch_xp(blocks, fmap: FeatureMap, T, shift, placement) -> ScatterSketch:
-    """:func:`feature_scatter_sketch` of device blocks: the same shifted products on large
-    feature chunks (``(Zc T)^T Zc`` and the column sums in the features' precision, float64
-    totals on the device)."""
-    xp = placement.xp
-    m, q = T.shape
-    T64 = placement.asarray(to_host(T), np.float64)
-    shift64 = placement.asarray(to_host(shift), np.float64)
-    YT = xp.zeros((q, m), dtype=xp.float64, device=placement.device)
-    total = xp.zeros((m,), dtype=xp.float64, device=placement.device)
-    n, eps, cast = 0, float(np.finfo(np.float64).eps), {}
-    for _, Z in feature_blocks(blocks, fmap):
-        if Z.dtype not in cast:
-            cast[Z.dtype] = (xp.astype(shift64, Z.dtype), xp.astype(T64, Z.dtype))
-            eps = max(eps, float(np.finfo(np.float32 if Z.dtype == xp.float32 else np.float64).eps))
-        c, Tz = cast[Z.dtype]
-        Z -= c
-        n += Z.shape[0]
-        YT += xp.astype(xp.permute_dims(Z @ Tz, (1, 0)) @ Z, xp.float64)
-        total += xp.astype(xp.sum(Z, axis=0), xp.float64)
-    if n == 0:
-        return ScatterSketch.empty(m, q)
-    # the shift as subtracted: that of the features' dtype (float32 for the Fourier maps)
-    c64 = xp.astype(next(iter(cast.values()))[0], xp.float64)
-    delta = total / n
-    Y = xp.permute_dims(YT, (1, 0)) - n * (delta[:, None] * (delta @ T64)[None, :])
-    return ScatterSketch(int(n), c64 + delta, Y, eps)
-
-
 class _SketchTotals:
-    """One thread's float64 totals of :func:`feature_scatter_sketch` (the sketch rows and, last,
-    the column sums) and its product buffer for one chunk."""
+    """One thread's float64 totals of :func:`feature_scatter_sketch`: its row count and
+    ``[Z T, 1]^T Z`` (the sketch rows and, last, the column sums), on the rows' placement."""
 
-    def __init__(self, m: int, width: int, dtype):
+    def __init__(self, m: int, width: int, placement):
+        xp = placement.xp
         self.n = 0
-        self.YT = np.zeros((width, m))
-        self.P = np.empty((CHUNK_ROWS, width), dtype)
+        self.YT = xp.zeros((width, m), dtype=xp.float64, device=placement.device)
 
 
 def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, *, scale=None):
@@ -423,17 +345,13 @@ def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, 
     -------
     eigenvalues : (k,) float64, descending
     components : (k, m) float64, orthonormal rows
+    (on the sketch's placement)
     """
-    if not is_host_array(sketch.Y):
-        # The reconstruction is small (m x q): on the host, from host copies, moved back.
-        placement = placement_of(sketch.Y)
-        Y = to_host(sketch.Y)
-        if not np.isfinite(Y).all():
-            raise ValueError(
-                "the random-feature sketch is not finite: the phases w . x overflow float32 "
-                "(scale the data or lower gamma)"
-            )
-        vals, vecs = fixed_rank_psd(Y, to_host(T), n_components, eps=sketch.eps, scale=scale)
-        return placement.asarray(vals, np.float64), placement.asarray(vecs.T, np.float64)
+    xp = placement_of(sketch.Y).xp
+    if not bool(xp.all(xp.isfinite(sketch.Y))):
+        raise ValueError(
+            "the random-feature sketch is not finite: the phases w . x overflow float32 "
+            "(scale the data or lower gamma)"
+        )
     vals, vecs = fixed_rank_psd(sketch.Y, T, n_components, eps=sketch.eps, scale=scale)
     return vals, vecs.T

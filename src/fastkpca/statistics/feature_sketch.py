@@ -29,23 +29,27 @@ up (about) one of the ell directions; in exchange the sketch does not depend on 
 shift, which keeps ``partial_fit`` independent of the blocking and makes sketches of different
 streams mergeable.
 
-Device rows (:meth:`FeatureSketch.update_rows`): the features of large chunks are computed on
-the device, and the sketches take their runs in turn, their buffers on the device
-(:class:`fastkpca.sketch.FrequentDirections`): the same rows to the same sketch as on the
-host, so the same model up to rounding (a different assignment would give a different FD
-sketch, not a rounding of this one).  The feature sum is accumulated on the device.
+The same on every namespace (:meth:`FeatureSketch.update_rows`): the sketches' buffers and the
+feature sum live with the rows (:class:`fastkpca.sketch.FrequentDirections`), and the same rows
+go to the same sketch whatever the placement, so the same model up to rounding (a different
+assignment would give a different FD sketch, not a rounding of this one).  What differs is how
+the sketches take their rows, decided by the execution layer: on the host each on a worker
+thread, computing the features of its rows 256 at a time in cache; on a device whole cycles of
+runs in lockstep, one batched shrink for all the sketches
+(:func:`~fastkpca.execution.feature_ops.lockstep_rows`,
+:func:`~fastkpca.sketch.extend_in_lockstep`), and the rest of the rows run by run.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg as la
-import scipy.sparse as sp
 
+from .._feature_map import float_type
 from ..execution import CHUNK_ROWS, map_tasks, one_blas_thread
-from ..execution.arrays import is_host_array, placement_of, to_host
+from ..execution.arrays import placement_of, to_host
 from ..execution.budget import LOCKSTEP_CHUNK_BYTES, SKETCHES_MEMORY_MB
-from ..execution.feature_ops import row_chunk_rows
+from ..execution.feature_ops import ChunkBuffers, block_rows, lockstep_rows
+from ..execution.linalg import eigh, qr
 from ..features import FeatureMap, column_sums
 from ..sketch import FrequentDirections, default_batch_size, extend_in_lockstep
 from ..solvers import postprocess_eigen
@@ -118,7 +122,7 @@ class FeatureSketch:
     sketches : FrequentDirections or list of (FrequentDirections or None)
         The parts (one: a sketch to continue, e.g. a loaded model's merged sketch, which becomes
         part 0; the others start empty).
-    feature_sum : (m,) float64 array (copied)
+    feature_sum : (m,) float64 array of any namespace (copied, where it is)
     n : int
     """
 
@@ -134,10 +138,10 @@ class FeatureSketch:
         self.sketch_size, self.n_columns, self.batch_size = int(sketch_size), int(m), batch_size
         count = max(len(parts), sketch_count(self.sketch_size, self.n_columns))
         self.parts: list[FrequentDirections | None] = parts + [None] * (count - len(parts))
-        if is_host_array(feature_sum):
-            self.feature_sum = np.array(feature_sum, dtype=np.float64)
-        else:  # a device statistic's sum stays on its device (a copy)
-            self.feature_sum = placement_of(feature_sum).xp.asarray(feature_sum, copy=True)
+        placement = placement_of(feature_sum)
+        self.feature_sum = placement.xp.asarray(
+            placement.asarray(feature_sum, np.float64), copy=True
+        )
         self.n = int(n)
         self._owned: set[int] = set()  # parts this object made or copied (free to update)
         self._merged: FrequentDirections | None = None
@@ -182,84 +186,80 @@ class FeatureSketch:
         assert part is not None
         return part
 
-    def update(self, Z: np.ndarray) -> FeatureSketch:
+    def update(self, Z) -> FeatureSketch:
         """Add a block of feature rows (finite: the features of validated input)."""
-        jobs = [(self._part(j), [Z[lo:hi] for lo, hi in spans]) for j, spans in self._deal(Z)]
-        return self._run(_extend, jobs, Z.shape[0])
+        self._take_sum_to(Z)
+        jobs = [
+            (self._part(j), [Z[lo:hi, ...] for lo, hi in spans])
+            for j, spans in self._deal_range(0, Z.shape[0])
+        ]
+        self._run(_extend, jobs)
+        return self._added(Z.shape[0])
 
     def update_rows(self, X, fmap: FeatureMap) -> FeatureSketch:
-        """Add the features of a block of input rows, each sketch's rows computed in the thread
-        that updates it right before it takes them (:meth:`FeatureMap.row_writer`, chunks of
-        256 rows in cache): no feature block is formed.  The same rows go to the same sketch as
-        with ``update(fmap(X))``; the features agree to their float32 rounding."""
-        if not is_host_array(X):
-            return self._update_rows_xp(X, fmap)
-        if sp.issparse(X):
-            X = X.tocsr()  # row slices
-        write = fmap.row_writer(X)
-        dtype = fmap.feature_dtype(np.float32 if X.dtype == np.float32 else np.float64)
-        m = fmap.n_output_features
-        jobs = [(self._part(j), write, spans, m, dtype) for j, spans in self._deal(X)]
-        return self._run(_extend_features, jobs, X.shape[0])
+        """Add the features of a block of input rows, each sketch's rows computed right before
+        it takes them (:meth:`FeatureMap._chunk <fastkpca.features.FeatureMap>`: on the host in
+        the thread that updates the sketch, chunks of 256 rows in cache, so no feature block is
+        formed).  The same rows go to the same sketch as with ``update(fmap(X))``; the features
+        agree to their float32 rounding.
 
-    def _update_rows_xp(self, X, fmap: FeatureMap) -> FeatureSketch:
-        """:meth:`update_rows` for device rows: the features of large chunks of the block
-        (:func:`~fastkpca.execution.feature_ops.row_chunk_rows`) computed on the device, then each
-        sketch, in turn, takes its runs of them (the same rows as on the host, in the same
-        order: :meth:`_deal`), its buffer on that device
-        (:meth:`~fastkpca.sketch.FrequentDirections._extend`); the float64 feature sum is
-        added on the device."""
-        placement = placement_of(X)
-        xp = placement.xp
-        if X.dtype not in (xp.float32, xp.float64):
-            X = xp.astype(X, xp.float64)
-        fmap._check_width(X)
-        if is_host_array(self.feature_sum) or placement_of(self.feature_sum) != placement:
-            self.feature_sum = placement.asarray(to_host(self.feature_sum), np.float64)
-        step = row_chunk_rows(X, fmap.n_output_features)
-        # Chunks of whole runs, so that each run's rows come from one feature chunk, and of
-        # whole cycles (a run for every sketch) where they fit, for the lockstep below.
+        The block is taken in chunks (the whole block on the host; on a device, chunks sized
+        from its free memory, whole cycles of :data:`SPLIT_ROWS`-row runs for every sketch where
+        they fit): the leading whole cycles of a chunk that
+        :func:`~fastkpca.execution.feature_ops.lockstep_rows` gives go to all the sketches in
+        lockstep (:meth:`_extend_in_lockstep`), the rest run by run, each sketch's runs as a
+        job on the worker threads (:meth:`_run`).
+        """
+        X = fmap._rows(X)  # dense float rows of their namespace, or CSR; width checked
+        self._take_sum_to(X)
+        m = fmap.n_output_features
+        dtype = fmap.feature_dtype(float_type(X))
+        n_rows = X.shape[0]
+        # Chunks of whole runs, so that each run's rows come from one chunk, and of whole
+        # cycles (a run for every sketch) where they fit, for the lockstep.
         cycle = SPLIT_ROWS * len(self.parts)
-        if step < cycle and cycle * fmap.n_output_features * 4 <= LOCKSTEP_CHUNK_BYTES:
+        step = block_rows(X, max(1, n_rows), m, 4)
+        if step < cycle and cycle * m * 4 <= LOCKSTEP_CHUNK_BYTES:
             step = cycle
         step = step - step % cycle if step >= cycle else max(SPLIT_ROWS, step - step % SPLIT_ROWS)
-        n_rows = X.shape[0]
-        done = 0
-        while done < n_rows:
+        chunk = block_rows(X, CHUNK_ROWS, m, np.dtype(dtype).itemsize)
+        buffers = ChunkBuffers(X)
+        for done in range(0, n_rows, step):
             stop = min(n_rows, done + step)
-            Z = fmap._chunk(X[done:stop])
-            # The shrinks' small host eigendecompositions with one BLAS thread (as on the host:
-            # idle BLAS threads' spin-waits cost more than these small problems).
-            with one_blas_thread():
-                start = done + self._extend_cycles_in_lockstep(Z, done)
-                for j, spans in self._deal_range(start, stop):
-                    part = self._part(j)
-                    for lo, hi in spans:
-                        part._extend(Z[lo - done : hi - done])
-            self.feature_sum += _column_sums_xp(Z, xp)
-            done = stop
-        self._merged = None
-        self.n += n_rows
-        return self
+            start = done + self._extend_in_lockstep(X, fmap, done, stop)
+            jobs = [
+                (self._part(j), X, fmap, spans, chunk, buffers, dtype)
+                for j, spans in self._deal_range(start, stop)
+            ]
+            self._run(_extend_features, jobs)
+        return self._added(n_rows)
 
-    def _extend_cycles_in_lockstep(self, Z, done: int) -> int:
-        """Add the leading whole cycles of the device feature chunk Z (the rows ``done:`` of
-        the block being added; a cycle gives every sketch one run of :data:`SPLIT_ROWS` rows)
-        with all sketches in lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`: one
-        batched shrink for all of them instead of one round trip each).  Returns the number of
-        rows added: 0 where the chunk does not start a cycle, holds none whole, or the sketches
+    def _take_sum_to(self, X) -> None:
+        """Move the feature sum to the placement of the rows X, which are about to be added."""
+        placement = placement_of(X)
+        if placement_of(self.feature_sum) != placement:
+            self.feature_sum = placement.asarray(self.feature_sum, np.float64)
+
+    def _extend_in_lockstep(self, X, fmap: FeatureMap, done: int, stop: int) -> int:
+        """Add the features of the leading whole cycles of the rows ``done:stop`` of the block
+        X (a cycle gives every sketch one run of :data:`SPLIT_ROWS` rows) with all sketches in
+        lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`: one batched shrink for all of
+        them instead of one round trip each), where the execution layer has them go in
+        lockstep (:func:`~fastkpca.execution.feature_ops.lockstep_rows`: on a device).  Returns
+        the number of rows added: 0 also where the rows do not start a cycle or the sketches
         are not in one state (then they take their rows one by one, the same sketches)."""
         J = len(self.parts)
         cycle = SPLIT_ROWS * J
-        n_cycles = Z.shape[0] // cycle
-        if n_cycles == 0 or (self.n + done) % cycle:
+        rows = lockstep_rows(X, stop - done, cycle)
+        if rows == 0 or (self.n + done) % cycle:
             return 0
+        placement = placement_of(X)
+        m = fmap.n_output_features
         parts = [self._part(j) for j in range(J)]
-        placement = placement_of(Z)
         for part in parts:
             part._moved_to(placement)
             if part._buffer is None:
-                part._allocate(Z.shape[1])
+                part._allocate(m)
         lead = parts[0]
         same = all(
             (p._filled, p._n_kept, p._buffer.shape)
@@ -269,14 +269,21 @@ class FeatureSketch:
         if not same or lead._buffer.shape[0] > lead.n_columns:
             return 0
         xp = placement.xp
-        m = Z.shape[1]
-        rows = xp.reshape(Z[: n_cycles * cycle], (n_cycles, J, SPLIT_ROWS, m))
-        rows = xp.reshape(xp.permute_dims(rows, (1, 0, 2, 3)), (J, n_cycles * SPLIT_ROWS, m))
-        extend_in_lockstep(parts, rows)
-        return n_cycles * cycle
+        Z = fmap._chunk(X[done : done + rows, ...])  # one chunk: sized from free memory
+        self.feature_sum += column_sums(Z)
+        n_cycles = rows // cycle
+        Z = xp.reshape(Z, (n_cycles, J, SPLIT_ROWS, m))
+        Z = xp.reshape(xp.permute_dims(Z, (1, 0, 2, 3)), (J, n_cycles * SPLIT_ROWS, m))
+        # The shrinks' small host eigendecompositions with one BLAS thread (idle BLAS threads'
+        # spin-waits cost more than these small problems).
+        with one_blas_thread():
+            extend_in_lockstep(parts, Z)
+        return rows
 
     def _deal_range(self, start: int, stop: int) -> list:
-        """:meth:`_deal` of the rows ``start:stop`` of the block being added (offsets into the
+        """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows ``start:stop``
+        of the block being added (the next rows of the stream): runs of :data:`SPLIT_ROWS` by
+        global row index, run r to sketch r mod the number of sketches (offsets lo:hi into the
         block)."""
         spans: list[list[tuple[int, int]]] = [[] for _ in self.parts]
         pos = start
@@ -287,96 +294,78 @@ class FeatureSketch:
             pos = end
         return [(j, own) for j, own in enumerate(spans) if own]
 
-    def _deal(self, X) -> list:
-        """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows of X (the next
-        rows of the stream): runs of :data:`SPLIT_ROWS` by global row index, run r to sketch
-        r mod the number of sketches (offsets lo:hi into X)."""
-        n_rows = X.shape[0]
-        spans: list[list[tuple[int, int]]] = [[] for _ in self.parts]
-        pos = 0
-        while pos < n_rows:
-            row = self.n + pos
-            stop = min(n_rows, pos + SPLIT_ROWS - row % SPLIT_ROWS)
-            spans[(row // SPLIT_ROWS) % len(self.parts)].append((pos, stop))
-            pos = stop
-        return [(j, own) for j, own in enumerate(spans) if own]
-
-    def _run(self, extend, jobs: list, n_rows: int) -> FeatureSketch:
+    def _run(self, extend, jobs: list) -> None:
         """``extend(*job)`` for each sketch's job, on up to
         :func:`~fastkpca.execution.n_workers` threads with BLAS held to one thread
         (:func:`~fastkpca.execution.map_tasks`: the shrinks are small eigendecompositions and
         the feature products small GEMMs, where more BLAS threads only spin); the column sums
         the jobs return are added in sketch order."""
-        sums = map_tasks(_run_job, [(extend, job) for job in jobs])
-        self._merged = None
-        for part_sum in sums:
+        for part_sum in map_tasks(_run_job, [(extend, job) for job in jobs]):
             self.feature_sum += part_sum
+
+    def _added(self, n_rows: int) -> FeatureSketch:
+        """Count ``n_rows`` rows added (the merged sketch is then out of date); returns self."""
+        self._merged = None
         self.n += n_rows
         return self
 
     def merge(self, other: FeatureSketch) -> FeatureSketch:
-        """The statistic of the rows of both (a new object; neither input is modified)."""
-        other_sum = other.feature_sum
-        if not is_host_array(self.feature_sum) or not is_host_array(other_sum):
-            # the sums meet on this statistic's placement (the merged sketch's, see
-            # FrequentDirections.merge)
-            home = placement_of(self.feature_sum)
-            other_sum = home.asarray(to_host(other_sum), np.float64)
+        """The statistic of the rows of both (a new object; neither input is modified).  It
+        lives where the merged sketch does (:meth:`FrequentDirections.merge
+        <fastkpca.sketch.FrequentDirections.merge>`: this one's placement, the other's when
+        this one is empty); the feature sums are added there."""
+        sketch = self.sketch.merge(other.sketch)
+        home = sketch._placement
         return FeatureSketch(
-            self.sketch.merge(other.sketch),
-            self.feature_sum + other_sum,
+            sketch,
+            home.asarray(self.feature_sum, np.float64)
+            + home.asarray(other.feature_sum, np.float64),
             self.n + other.n,
         )
-
-
-def _column_sums_xp(Z, xp):
-    """float64 column sums of a device feature chunk: partial sums of 16 rows in the chunk's
-    precision, added in float64 (as :func:`~fastkpca.features.column_sums`), without a float64
-    copy of the chunk."""
-    b, m = Z.shape
-    head = b - b % 16
-    total = xp.sum(
-        xp.astype(xp.sum(xp.reshape(Z[:head], (16, head // 16, m)), axis=0), xp.float64), axis=0
-    )
-    if head < b:
-        total = total + xp.sum(xp.astype(Z[head:], xp.float64), axis=0)
-    return total
 
 
 def _merge_pair(pair) -> FrequentDirections:
     return pair[0].merge(pair[1])
 
 
-def _run_job(task) -> np.ndarray:
+def _run_job(task):
     extend, job = task
     return extend(*job)
 
 
-def _extend(sketch: FrequentDirections, pieces: list) -> np.ndarray:
+def _zeros_like_row(Z):
+    """float64 zeros of Z's width, namespace and device: a column-sum total."""
+    placement = placement_of(Z)
+    xp = placement.xp
+    return xp.zeros((Z.shape[1],), dtype=xp.float64, device=placement.device)
+
+
+def _extend(sketch: FrequentDirections, pieces: list):
     """Add the pieces to the sketch; returns their float64 column sum (summed here, in the
     sketch's thread: a float32 -> float64 sum of a whole block took ~0.5 us per row on one
     core, 0.5 s of a 10^6-row fit)."""
-    total = np.zeros(pieces[0].shape[1])
+    total = _zeros_like_row(pieces[0])
     for rows in pieces:
         sketch._extend(rows)
         total += column_sums(rows)
     return total
 
 
-def _extend_features(sketch: FrequentDirections, write, spans: list, m: int, dtype) -> np.ndarray:
-    """Compute the features of the rows ``lo:hi`` of each span chunk by chunk (``write``, a
-    :meth:`FeatureMap.row_writer`) into one chunk buffer and add them to the sketch; returns
-    their float64 column sum.  Runs in the sketch's thread."""
-    chunk = CHUNK_ROWS
-    Z = np.empty((chunk, m), dtype)
-    total = np.zeros(m)
+def _extend_features(sketch: FrequentDirections, X, fmap, spans: list, chunk: int, buffers, dtype):
+    """Compute the features of the rows ``lo:hi`` of X for each span, ``chunk`` rows at a time
+    (:meth:`FeatureMap._chunk <fastkpca.features.FeatureMap>`, into this thread's buffer on the
+    host: :class:`~fastkpca.execution.feature_ops.ChunkBuffers`), and add them to the sketch;
+    returns their float64 column sum.  Runs in the sketch's thread."""
+    m = fmap.n_output_features
+    total = None
     for lo, hi in spans:
         for start in range(lo, hi, chunk):
             stop = min(hi, start + chunk)
-            rows = Z[: stop - start]
-            write(start, stop, rows)
+            out = buffers.get("features", stop - start, m, dtype)
+            rows = fmap._chunk(X[start:stop, ...], out)
             sketch._extend(rows)
-            total += column_sums(rows)
+            part = column_sums(rows)
+            total = part if total is None else total + part
     return total
 
 
@@ -422,9 +411,11 @@ def skpca_eigen(
 
     Parameters
     ----------
-    B : ndarray (r, m), float64
-        Frequent Directions sketch (or buffer) of the (uncentered) feature rows.
-    feature_sum : ndarray (m,), float64
+    B : array (r, m), float64, of any namespace
+        Frequent Directions sketch (or buffer) of the (uncentered) feature rows.  The problem
+        is small (O(r^2 m)) and is solved with the host's LAPACK; the results are returned on
+        B's placement.
+    feature_sum : array (m,), float64
         s, the exact sum of the feature rows.
     n_samples : int
         n >= 1.
@@ -459,11 +450,14 @@ def skpca_eigen(
     so its eigenpairs are those of the small ``Q^T (...) Q`` (size <= r + 1), at O(r^2 m) cost,
     together with ``rho`` (multiplicity ``m - dim Q``).  Negative values are clipped to 0.
     """
+    placement = placement_of(B)
+    B = np.asarray(to_host(B), dtype=np.float64)
+    feature_sum = np.asarray(to_host(feature_sum), dtype=np.float64)
     m = B.shape[1]
     k = n_components
     B = B[np.any(B != 0.0, axis=1)]  # zero rows (fewer rows seen than ell) span nothing
     R = np.vstack([B, feature_sum[None, :]])
-    Q, _ = la.qr(R.T, mode="economic", check_finite=False)
+    Q = qr(R.T)
     BQ = B @ Q
     sQ = feature_sum @ Q
     M = BQ.T @ BQ - np.outer(sQ, sQ) / n_samples
@@ -478,7 +472,7 @@ def skpca_eigen(
     # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
     # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
     floor = M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
-    lower = top(la.eigvalsh(M, check_finite=False), 0.0)
+    lower = top(eigh(M)[0], 0.0)
     lower[lower <= floor] = 0.0
     slack = float(shrinkage)
     if missing_energy is not None:
@@ -490,10 +484,15 @@ def skpca_eigen(
         VQ = V @ Q
         M = M + VQ.T @ H @ VQ + rho * (np.eye(Q.shape[1]) - VQ.T @ VQ)
         M = (M + M.T) / 2
-    w, U = la.eigh(M, check_finite=False)
+    w, U = eigh(M)
     vals, vecs = postprocess_eigen(w, Q @ U)
     vals[vals <= floor] = 0.0
     estimate = np.clip(top(vals, rho), lower, upper)
     estimate[estimate <= floor] = 0.0  # a rounding-size shrinkage (rho) is rounding too
-    out = (estimate, vecs[:, :k].T)
-    return out + (np.vstack([lower, upper]),) if return_bounds else out
+    if not np.isfinite(estimate).all():
+        raise ValueError(
+            "the random-feature sketch is not finite: the phases w . x overflow float32 "
+            "(scale the data or lower gamma)"
+        )
+    out = (estimate, vecs[:, :k].T) + ((np.vstack([lower, upper]),) if return_bounds else ())
+    return tuple(placement.asarray(a, np.float64) for a in out)

@@ -14,8 +14,9 @@ The whitening (:func:`nystrom_whitening`)
     Any N with ``N^T N = W^{-1}`` gives the same Nystrom Gram, so the cheapest is taken: the
     inverse transposed pivoted Cholesky factor, ``N = R^{-T} P^T`` (``c^3 / 3`` flops for the
     factor, as many for the triangular inverse), not ``W^{-1/2}`` from a full ``eigh`` (about 9
-    c^3 flops, and memory-bound: 52 s against 2.9 s for the factor at c = 4769 on this
-    machine).  The landmarks' own features ``N W`` are the columns of R, for free.
+    c^3 flops, and memory-bound).  The landmarks' own features ``N W`` are the columns of R, for
+    free.  On a GPU, which has no pivoted Cholesky, the device's ``eigh`` gives
+    ``N = diag(w)^{-1/2} U^T`` instead (:func:`fastkpca.execution.linalg.whitening`).
 
 Rank-deficient W (duplicate or nearly collinear landmarks)
     The pivoted Cholesky stops at the first pivot below :data:`EIGENVALUE_FLOOR` times W's
@@ -73,20 +74,16 @@ Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine
     LAPACK calls run with one BLAS thread: on a busy machine idle threads' spin-waits made a
     1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30 QR took 1.1 s instead of milliseconds.
 
-On a device (PyTorch tensors, CuPy arrays; :mod:`fastkpca.execution.arrays`)
-    The same statistics hold arrays of the rows' namespace and device: the pass over the data
-    folds large kernel tiles (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`, the radial
-    kernels' exponent from one GEMM) into float64 accumulators on the device, with no host
-    synchronisation per tile (counts are Python integers).  ``"exact"`` adds each float64
-    tile's centered scatter by Chan et al.'s update, as the host does per block;
-    ``"randomized"`` multiplies the shifted float32 (or float64) tiles by ``[T, 0]`` and adds
-    ``[R T, 1]^T R`` to one float64 total, the shift shared by all tiles, so the sketch is
-    formed once at the end (:func:`kernel_sketch`).  The c x c algebra (W, ``N S N^T``,
-    ``N Y``) runs on the device in float64.  Host fallbacks, each on a c x c or c x q array
-    copied once (8 MB at c = 1000): the pivoted Cholesky whitening (LAPACK ``dpstrf`` /
-    ``dtrtri``; no array library offers a pivoted Cholesky), the top eigenpairs of ``N S N^T``
-    (:func:`fastkpca.solvers.eigh_topk`), the fixed-rank solve of the sketch and the test
-    matrix (drawn from the host generator, as on the host): their results move to the device.
+On every array namespace (numpy, PyTorch, CuPy, ``array_api_strict``)
+    The statistics are written once over the rows' namespace: the pass over the data folds kernel
+    rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: small chunks in threads on the
+    host, large tiles sized from free memory on a device) into float64 accumulators of the rows'
+    namespace, with no host synchronisation per tile (counts are Python integers).  The c x c
+    algebra (W, ``N S N^T``, ``N Y``) runs there in float64, as do the top eigenpairs of
+    ``N S N^T`` (:func:`fastkpca.solvers.eigh_topk`).  What differs by backend is the whitening
+    (:func:`fastkpca.execution.linalg.whitening`: the pivoted Cholesky factor in host memory, an
+    ``eigh`` on a GPU).  On host copies, their results moved back: the fixed-rank solve of the
+    sketch (r x q) and the test matrix's draws (from the host generator, as everywhere).
 """
 
 from __future__ import annotations
@@ -94,22 +91,17 @@ from __future__ import annotations
 import functools
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg as la
-from scipy.linalg import lapack
 
-from ..execution import one_blas_thread
+from ..execution import linalg, one_blas_thread
 from ..execution.arrays import HOST, Placement, placement_of, to_host
-from ..execution.kernel_ops import fold_kernel_rows, kernel_block
+from ..execution.elementwise import as_float64, with_columns
+from ..execution.kernel_ops import fold_kernel_rows, gram, kernel_blocks
 from ..solvers import eigh_topk, flip_signs
-from .covariance_sketch import (
-    ScatterSketch,
-    add_sketch_chunk,
-    fixed_rank_psd,
-    merged,
-    with_sum_column,
-)
+from .covariance_sketch import ScatterSketch, add_sketch_chunk, fixed_rank_psd, merged
 
 __all__ = [
     "KernelMoments",
@@ -135,6 +127,11 @@ __all__ = [
 EIGENVALUE_FLOOR = 1e-10
 
 
+def _zeros(placement: Placement, shape):
+    xp = placement.xp
+    return xp.zeros(shape, dtype=xp.float64, device=placement.device)
+
+
 @dataclass
 class KernelMoments:
     """Count, mean and centered scatter of kernel rows ``k(L, x)``, in float64; mergeable.
@@ -149,14 +146,7 @@ class KernelMoments:
     @classmethod
     def empty(cls, n_landmarks: int, placement: Placement = HOST) -> KernelMoments:
         """The moments of no rows, in the arrays of ``placement`` (float64)."""
-        if placement.host:
-            return cls(0, np.zeros(n_landmarks), np.zeros((n_landmarks, n_landmarks)))
-        xp, dtype, device = placement.xp, placement.xp.float64, placement.device
-        return cls(
-            0,
-            xp.zeros(n_landmarks, dtype=dtype, device=device),
-            xp.zeros((n_landmarks, n_landmarks), dtype=dtype, device=device),
-        )
+        return cls(0, _zeros(placement, (n_landmarks,)), _zeros(placement, (n_landmarks,) * 2))
 
     def merge(self, other: KernelMoments) -> KernelMoments:
         """Pool two sets of rows (Chan, Golub & LeVeque's pairwise update); returns self."""
@@ -175,54 +165,30 @@ class KernelMoments:
         return self
 
     def update(self, K) -> KernelMoments:
-        """Add the rows of a float64 kernel block ``K = k(X_block, L)``, which is overwritten
-        (a numpy array, or a tile of the moments' device)."""
+        """Add the rows of a float64 kernel block ``K = k(X_block, L)``, which is overwritten."""
         m = K.shape[0]
         if m == 0:
             return self
-        block_mean = K.mean(axis=0) if isinstance(K, np.ndarray) else _xp(K).mean(K, axis=0)
+        block_mean = placement_of(K).xp.mean(K, axis=0)
         K -= block_mean
         # K.T @ K on the same buffer is a BLAS SYRK in numpy: c^2 / 2 flops per row.
         return self.merge(KernelMoments(m, block_mean, K.T @ K))
 
 
-def _xp(a):
-    return placement_of(a).xp
-
-
 def _copy(a):
-    """A copy of a numpy or device array."""
-    if isinstance(a, np.ndarray):
-        return a.copy()
-    return _xp(a).asarray(a, copy=True)
+    return placement_of(a).xp.asarray(a, copy=True)
 
 
 def _outer(a, b):
-    """``outer(a, b)`` of two vectors, numpy's on the host."""
-    if isinstance(a, np.ndarray):
-        return np.outer(a, b)
+    """``outer(a, b)`` of two vectors (numpy's ``outer`` computes it the same way)."""
     return a[:, None] * b[None, :]
 
 
 def landmark_gram(kernel, landmarks):
-    """``W = k(L, L)`` in float64, on the landmarks' device (its diagonal exact for kernels
-    with a unit diagonal, as :meth:`~fastkpca.kernels.Kernel.__call__` on the host)."""
-    placement = placement_of(landmarks)
-    if placement.host:
-        return kernel(np.asarray(landmarks, dtype=np.float64))
-    xp = placement.xp
-    L64 = xp.astype(landmarks, xp.float64)
-    W = kernel_block(kernel, L64, L64, dtype="float64")
-    if getattr(kernel, "_exact_diag_one", False):
-        index = xp.arange(W.shape[0], device=placement.device)
-        W[index, index] = 1.0
-    return W
-
-
-def _fold_device_rows(kernel, X, Y, step, init, dtype):
-    """``step(state, start, stop, K)`` over the row tiles of ``k(X, Y)`` for device rows, K in
-    ``dtype`` (a numpy dtype): the device half of :meth:`~fastkpca.kernels.Kernel.fold_rows`."""
-    return fold_kernel_rows(kernel, X, Y, step, init, dtype=np.dtype(dtype).name)
+    """``W = k(L, L)`` in float64, on the landmarks' placement, its diagonal exact for kernels
+    with a unit diagonal (:func:`fastkpca.execution.kernel_ops.gram`); CSR landmarks give a
+    dense W."""
+    return gram(kernel, as_float64(landmarks))
 
 
 #: :func:`kernel_moments` folds per worker thread (c x c float64 moments each: 8 MiB at 1024
@@ -233,34 +199,29 @@ FOLD_MAX_LANDMARKS = 1024
 def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
     """Accumulate :class:`KernelMoments` of ``k(L, x)`` over an iterable of row blocks.
 
-    On the host each block is folded in small row chunks over the worker threads
-    (:meth:`fastkpca.kernels.Kernel.fold_rows`), each thread holding one float64 chunk and
-    c x c moments of its own (up to :data:`FOLD_MAX_LANDMARKS` landmarks; above, each block is
-    split by the kernel's memory budget and added to one scatter); on a device, in large tiles.
+    Each block is folded in row chunks (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`:
+    on the host small chunks over the worker threads, each thread holding one float64 chunk and
+    c x c moments of its own; on a device large tiles, one set of moments), up to
+    :data:`FOLD_MAX_LANDMARKS` landmarks; above, each block's kernel rows come in blocks of the
+    memory budget (:func:`~fastkpca.execution.kernel_ops.kernel_blocks`), each added to one
+    scatter by a SYRK on all of BLAS's threads.
     """
     placement = placement_of(landmarks)
-    if moments is None:
-        moments = KernelMoments.empty(landmarks.shape[0], placement)
-    if not placement.host:  # large float64 tiles on the device, each a SYRK and a merge
-        for block in blocks:
-            _fold_device_rows(kernel, block, landmarks, _add_tile, lambda: moments, np.float64)
-        return moments
     c = landmarks.shape[0]
-    if c > FOLD_MAX_LANDMARKS:
-        # c x c moments per thread would cost more memory than they save time: one scatter,
-        # each block's SYRK on all of BLAS's threads.
-        for block in blocks:
-            for _, _, K in kernel.blocks(block, landmarks):
+    if moments is None:
+        moments = KernelMoments.empty(c, placement)
+    new = functools.partial(KernelMoments.empty, c, placement)
+    for block in blocks:
+        if c > FOLD_MAX_LANDMARKS:
+            # c x c moments per thread would cost more memory than they save time.
+            for _, _, K in kernel_blocks(kernel, block, landmarks, dtype="float64"):
                 moments.update(K)
                 del K  # free this block before the generator computes the next one
-        return moments
-    for block in blocks:
+            continue
         # Each worker thread folds its share of small row chunks into moments of its own (the
         # chunk's SYRK while it is in cache, BLAS on one thread), merged in row order: the
         # chunk grid depends on the rows alone, the thread count only groups the merges.
-        # One-threaded SYRKs of 10^6 x 128 float64 rows after each block took 1.0 s of a
-        # 1.55 s fit (2 cores); folded, the SYRKs run on every core beside the kernel values.
-        for share in kernel.fold_rows(block, landmarks, _add_tile, lambda: KernelMoments.empty(c)):
+        for share in fold_kernel_rows(kernel, block, landmarks, _add_tile, new, dtype="float64"):
             moments.merge(share)
     return moments
 
@@ -277,17 +238,17 @@ def landmark_kernel_moments(blocks, landmarks, kernel) -> KernelMoments:
 
 def merged_moments(a: KernelMoments, b: KernelMoments) -> KernelMoments:
     """``a`` and ``b`` pooled into a new object (neither is modified, as a Dask tree needs)."""
-    return KernelMoments(a.count, a.mean.copy(), a.scatter.copy()).merge(b)
+    return KernelMoments(a.count, _copy(a.mean), _copy(a.scatter)).merge(b)
 
 
-def weighted_landmark_moments(W: np.ndarray, weights: np.ndarray, n_samples: int):
+def weighted_landmark_moments(W, weights, n_samples: int):
     """Moments of ``k(L, x)`` under the weighted landmark measure ``sum_j w_j delta(l_j)``.
 
     The rows are the columns of W, so the mean is ``W w`` and the scatter, scaled to stand for
     ``n_samples`` points, is ``n (W diag(w) W - W w w^T W)``: with it :func:`nystrom_kpca` solves
     Zhang & Kwok's density-weighted eigenproblem.
     """
-    w = placement_of(W).asarray(to_host(weights), dtype=np.float64)
+    w = placement_of(W).asarray(weights, dtype=np.float64)
     mean = W @ w
     scatter = (W * w) @ W - _outer(mean, mean)
     scatter = n_samples * (scatter + scatter.T) / 2
@@ -295,7 +256,7 @@ def weighted_landmark_moments(W: np.ndarray, weights: np.ndarray, n_samples: int
 
 
 def nystrom_normalization(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
-    """Eigenpairs of W kept for ``W^{-1/2}``: those above ``floor`` times the largest.
+    """Eigenpairs of a host W kept for ``W^{-1/2}``: those above ``floor`` times the largest.
 
     Returns
     -------
@@ -315,103 +276,60 @@ def nystrom_normalization(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
     return vals[keep], vecs[:, keep]
 
 
-def nystrom_whitening(W: np.ndarray, floor: float = EIGENVALUE_FLOOR):
+def nystrom_whitening(W, floor: float = EIGENVALUE_FLOOR):
     """The whitening N of the landmark Gram W: ``z(x) = N k(L, x)`` are the Nystrom features.
 
-    Pivoted Cholesky (LAPACK ``dpstrf``, ``c^3 / 3`` flops, a twentieth of a full ``eigh``):
-    ``P^T W P = R^T R``, stopped at the first pivot below ``floor`` times W's largest diagonal
-    entry, which leaves r <= c landmarks L_r (the pivots).  ``N = R_11^{-T} P_r^T`` (r x c,
-    zero in the columns of the other landmarks) gives ``z(x) . z(y) = k(x, L_r) W_rr^{-1}
-    k(L_r, y)``: the Nystrom approximation on the pivots, which differs from ``C W^+ C^T`` on
-    all landmarks by at most the Schur complement left (every diagonal entry below the floor:
-    those landmarks are numerically in the span of the pivots, e.g. duplicates).  The floor
-    also bounds how much round-off in the kernel rows N amplifies (``||N||_2^2 <= 1 / r_rr^2``
-    up to the pivoting's growth).
-
-    A W in host memory (PyTorch CPU tensors) is factored by the host's LAPACK and N, Z are
-    returned as tensors.  On a GPU, where no array library has a pivoted Cholesky and the host
-    is the slow side (c = 1000: 67 ms for the copies and the host factor against 11 ms for a
-    device ``eigh``, measured on an H200 machine), N comes from ``W = U diag(w) U^T`` on the
-    device instead: ``N = diag(w_r)^{-1/2} U_r^T`` and ``Z = diag(w_r)^{1/2} U_r^T`` over the r
-    eigenvalues above the same floor.  Any N with ``N^T N = W^+`` gives the same Nystrom
-    Gram, so the model is the same up to rounding (its features are those of the host's N
-    rotated) wherever no landmark falls between the two rules' floors.
+    :func:`fastkpca.execution.linalg.whitening` with the threshold ``floor`` times W's largest
+    diagonal entry.  In host memory that is the pivoted Cholesky factorisation ``P^T W P =
+    R^T R`` (``c^3 / 3`` flops, a twentieth of a full ``eigh``), stopped at the first pivot
+    below the threshold, which leaves r <= c landmarks L_r (the pivots): ``N = R_11^{-T}
+    P_r^T`` (r x c, zero in the columns of the other landmarks) gives ``z(x) . z(y) = k(x, L_r)
+    W_rr^{-1} k(L_r, y)``, the Nystrom approximation on the pivots, which differs from ``C W^+
+    C^T`` on all landmarks by at most the Schur complement left (every diagonal entry below the
+    floor: those landmarks are numerically in the span of the pivots, e.g. duplicates).  The
+    floor also bounds how much round-off in the kernel rows N amplifies (``||N||_2^2 <= 1 /
+    r_rr^2`` up to the pivoting's growth).  On a GPU N comes from W's ``eigh`` there, ``N =
+    diag(w_r)^{-1/2} U_r^T`` over the eigenvalues above the same threshold: the same Nystrom
+    Gram (any N with ``N^T N = W^+`` gives it), its features those of the pivoted N rotated.
 
     Returns
     -------
-    N : (r, c) float64, ``N W N^T = I_r`` on the pivots (r >= 1 unless W = 0: ValueError)
-    Z : (r, c) float64, the landmarks' own features ``N W`` (columns of R, un-permuted: free)
+    N : (r, c) float64, ``N W N^T = I_r`` (r >= 1 unless W = 0: ValueError)
+    Z : (r, c) float64, the landmarks' own features ``N W`` (for the pivoted Cholesky the
+        columns of R, un-permuted: free)
     """
-    placement = placement_of(W)
-    if not placement.in_host_memory:
-        return _whitening_by_eigh(W, floor, placement)
-    if not placement.host:
-        N, Z = nystrom_whitening(to_host(W), floor)
-        return placement.asarray(N), placement.asarray(Z)
-    W = np.asarray(W, dtype=np.float64)
-    c = W.shape[0]
-    top = float(np.max(np.diag(W), initial=0.0))
+    xp = placement_of(W).xp
+    top = float(xp.max(xp.linalg.diagonal(W))) if W.shape[0] else 0.0
     if not top > 0:
         raise ValueError(
             "the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
             "in the landmarks"
         )
-    with one_blas_thread():  # small dense LAPACK: see the module notes
-        R, piv, rank, _ = lapack.dpstrf(W, tol=floor * top, lower=0)
-        rank = max(int(rank), 1)
-        R = np.triu(R[:rank])
-        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
-    order = piv - 1
-    N = np.zeros((rank, c))
-    N[:, order[:rank]] = np.triu(R_inv).T
-    Z = np.empty((rank, c))
-    Z[:, order] = R
-    return N, Z
+    return linalg.whitening(W, floor * top)
 
 
-def _whitening_by_eigh(W, floor: float, placement: Placement):
-    """:func:`nystrom_whitening` of a GPU array, from its ``eigh`` on the device."""
-    xp = placement.xp
-    top = float(xp.max(xp.linalg.diagonal(W)))
-    if not top > 0:
-        raise ValueError(
-            "the landmark Gram matrix k(L, L) is zero; the kernel sees no structure "
-            "in the landmarks"
-        )
-    w, U = xp.linalg.eigh(W)  # ascending
-    rank = max(int(xp.sum(w > floor * top)), 1)
-    w, U = w[-rank:], U[:, -rank:]
-    root = xp.sqrt(xp.clip(w, floor * top, None))
-    return (U / root).T, (U * root).T
-
-
-def whitening_noise_gain(N: np.ndarray) -> float:
+def whitening_noise_gain(N) -> float:
     """``||N||_F``: independent errors of rms sigma in the kernel rows become errors of rms
     ``sigma ||N||_F`` in the Nystrom features (``E ||N e||^2 = sigma^2 ||N||_F^2``)."""
-    if isinstance(N, np.ndarray):
-        return float(np.linalg.norm(N))
-    xp = _xp(N)
+    xp = placement_of(N).xp
     return float(xp.sqrt(xp.sum(N * N)))
 
 
-def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
+def nystrom_kpca(moments: KernelMoments, N, n_components: int):
     """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments.
 
     The scatter of z is ``N S N^T`` (r x r, S the kernel-row scatter); its eigenvalues are those
     of the centered n x n Nystrom Gram.  Its top eigenpairs come from
-    :func:`fastkpca.solvers.eigh_topk` (``auto``: dense LAPACK up to r = 1000, block Krylov
-    above; never a full eigendecomposition).
+    :func:`fastkpca.solvers.eigh_topk` (``auto``: a dense solve up to r = 1000 in host memory,
+    block Krylov above; never a full eigendecomposition there), on N's namespace.
 
     Returns
     -------
     eigenvalues : (n_components,) float64, descending (0 beyond the rank r)
     components : (n_components, r) float64, orthonormal principal axes in z-space
     mean : (r,) float64, the mean of z over the training data
-
-    On a device ``N S N^T`` is formed there (float64) and its top eigenpairs are computed on a
-    host copy (r x r), then moved back.
     """
-    placement = placement_of(N)
+    xp = placement_of(N).xp
     scatter_z = N @ moments.scatter @ N.T
     scatter_z = (scatter_z + scatter_z.T) / 2
     r = scatter_z.shape[0]
@@ -419,30 +337,23 @@ def nystrom_kpca(moments: KernelMoments, N: np.ndarray, n_components: int):
     mean_z = N @ moments.mean
     # The rounding threshold's scale: the trace of the uncentered Nystrom Gram, sum_i |z_i|^2
     # (the centered scatter's own trace is 0 for identical rows).
-    trace = (
-        np.trace(scatter_z)
-        if placement.host
-        else placement.xp.sum(placement.xp.linalg.diagonal(scatter_z))
-    )
-    scale = float(trace) + moments.count * float(mean_z @ mean_z)
+    trace = xp.sum(xp.linalg.diagonal(scatter_z))
+    scale = float(trace) + moments.count * float(xp.sum(mean_z * mean_z))
     with one_blas_thread():
-        evals, U = eigh_topk(
-            to_host(scatter_z), k, method="auto", rng=0, overwrite=True, scale=scale
-        )
-    return _padded(evals, U, n_components, placement) + (mean_z,)
+        evals, U = eigh_topk(scatter_z, k, method="auto", rng=0, overwrite=True, scale=scale)
+    return _padded(evals, U, n_components) + (mean_z,)
 
 
-def _padded(evals, U, n_components, placement: Placement = HOST):
-    """Eigenpairs padded with zeros to ``n_components`` (beyond the rank), signs fixed; on
-    ``placement``'s device."""
+def _padded(evals, U, n_components):
+    """Eigenpairs padded with zeros to ``n_components`` (beyond the rank), signs fixed."""
+    placement = placement_of(U)
+    xp = placement.xp
     k = evals.shape[0]
-    eigenvalues = np.zeros(n_components)
-    eigenvalues[:k] = evals
-    components = np.zeros((n_components, U.shape[0]))
-    components[:k] = flip_signs(U).T
-    if placement.host:
-        return eigenvalues, components
-    return placement.asarray(eigenvalues), placement.asarray(components)
+    eigenvalues = xp.concat([evals, _zeros(placement, (n_components - k,))])
+    components = xp.concat(
+        [flip_signs(U).T, _zeros(placement, (n_components - k, U.shape[0]))], axis=0
+    )
+    return eigenvalues, components
 
 
 # --- the one-pass randomized solver ---------------------------------------------------------
@@ -450,109 +361,74 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
     ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
 
-    Each row block is one :meth:`~fastkpca.kernels.Kernel.fold_rows` pass: every thread computes
-    small chunks of kernel rows (``dtype``: float32 rows are computed and multiplied in float32)
-    and, while a chunk is in cache, adds its products to its own float64 sketch
-    (:func:`_sketch_chunk`), ``2 c q`` flops a row against the ``c^2 / 2`` of the scatter's
-    SYRK; the threads' sketches and block sketches then merge exactly (:func:`_block_sketch`).
-    ``shift`` (a point near the rows' mean, shared by every block) keeps float32 products
-    relative to the rows' spread.  ``working_memory_mb`` is not used (the chunks are about
-    1 MiB, :func:`fastkpca.kernels.kernel_chunk_rows`); it stays for callers that pass it.
+    Each row block is one :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass (on the
+    host, small chunks in threads; on a device, large tiles): every chunk of kernel rows
+    (``dtype``: float32 rows are computed and multiplied in float32) is shifted and, while in
+    cache, its products are added to its share's float64 sketch (:func:`_sketch_chunk`), ``2 c
+    q`` flops a row against the ``c^2 / 2`` of the scatter's SYRK; the shares' sketches and
+    the block sketches then merge exactly (:func:`_block_sketch`).  ``shift`` (a point near the
+    rows' mean, shared by every block) keeps float32 products relative to the rows' spread.
+    ``working_memory_mb`` is not used (the chunk sizes are the execution layer's); it stays for
+    callers that pass it.
     """
     p, q = T.shape
+    placement = placement_of(T)
     low = dtype is not None and np.dtype(dtype) == np.float32
-    row_dtype = np.float32 if low else np.float64
-    if not placement_of(T).host:
-        return _device_kernel_sketch(blocks, landmarks, kernel, T, shift, row_dtype)
+    row_dtype = "float32" if low else "float64"
     # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
-    c = np.asarray(shift, dtype=np.float64).astype(row_dtype)
-    step = functools.partial(_sketch_chunk, c, with_sum_column(T, row_dtype))
-    sketch = ScatterSketch.empty(p, q)
+    c = placement.xp.astype(placement.asarray(shift, dtype=np.float64), placement.dtype(row_dtype))
+    step = functools.partial(_sketch_chunk, c, with_columns(T, 0.0, dtype=row_dtype))
+    new = functools.partial(_SketchPart, p, q, placement)
+    eps = float(np.finfo(row_dtype).eps)
+    sketch = _empty_sketch(p, q, placement)
     for block in blocks:
-        parts = kernel.fold_rows(
-            block, landmarks, step, functools.partial(_SketchPart, p, q), dtype=row_dtype
-        )
-        part = _block_sketch(parts, block.shape[0], c, T, float(np.finfo(row_dtype).eps))
-        sketch = sketch.merge(part, T)
+        parts = fold_kernel_rows(kernel, block, landmarks, step, new, dtype=row_dtype)
+        sketch = sketch.merge(_block_sketch(parts, block.shape[0], c, T, eps), T)
     return sketch
 
 
-def _device_kernel_sketch(blocks, landmarks, kernel, T, shift, row_dtype) -> ScatterSketch:
-    """:func:`kernel_sketch` on a device: every tile of shifted kernel rows ``R`` (``row_dtype``)
-    adds ``[R T, 1]^T R`` (one product with ``[T, 0]``, then one with R, in ``row_dtype``) to a
-    float64 total on the device; the shift is shared by all tiles, so the totals of all blocks
-    add up and the sketch is formed once (:func:`_block_sketch`), with no host synchronisation
-    per tile."""
-    placement = placement_of(T)
-    xp = placement.xp
-    p, q = T.shape
-    dtype = placement.dtype(row_dtype)
-    # The shift actually subtracted is its rounding to the rows' dtype; the correction uses it.
-    c = xp.astype(placement.asarray(shift, dtype=np.float64), dtype)
-    T_sum = xp.zeros((p, q + 1), dtype=dtype, device=placement.device)
-    T_sum[:, :q] = xp.astype(T, dtype)
-    totals = xp.zeros((q + 1, p), dtype=xp.float64, device=placement.device)
-    count = [0]
-
-    def add(state, start, stop, K):
-        K -= c  # the tile is this step's to overwrite
-        A = K @ T_sum
-        A[:, q] = 1.0
-        totals[...] += xp.astype(A.T @ K, xp.float64)
-        count[0] += stop - start
-
-    for block in blocks:
-        _fold_device_rows(kernel, block, landmarks, add, _no_state, row_dtype)
-    return _block_sketch([totals], count[0], c, T, float(np.finfo(row_dtype).eps))
-
-
-def _no_state():
-    return None
+def _empty_sketch(p: int, q: int, placement: Placement, eps=None) -> ScatterSketch:
+    eps = float(np.finfo(np.float64).eps) if eps is None else eps
+    return ScatterSketch(0, _zeros(placement, (p,)), _zeros(placement, (p, q)), eps)
 
 
 class _SketchPart:
-    """One thread's share of a block sketch: ``[R^T (R T); 1^T R]`` transposed, in float64
+    """One share's part of a block sketch: ``[R^T (R T); 1^T R]`` transposed, in float64
     (``totals``: ``q + 1`` rows of c), over the shifted kernel rows ``R = K - shift`` it saw."""
 
-    def __init__(self, p, q):
-        self.totals = np.zeros((q + 1, p))
-        self.products = None  # its (rows, q + 1) buffer [R T, 1], made on the first chunk
+    def __init__(self, p, q, placement: Placement):
+        self.totals = _zeros(placement, (q + 1, p))
+        self.products: Any = None  # its (rows, q + 1) buffer [R T, 1], made on the first chunk
 
 
 def _sketch_chunk(c, T_sum, part: _SketchPart, start, stop, K):
-    """Add a chunk of kernel rows K (overwritten: shifted by c) to a thread's
+    """Add a chunk of kernel rows K (overwritten: shifted by c) to a share's
     :class:`_SketchPart`: its sketch rows and column sums from one product
     (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`, ``T_sum = [T, 0]``)."""
     b = K.shape[0]
     if part.products is None or part.products.shape[0] < b:
-        part.products = np.empty((b, T_sum.shape[1]), dtype=K.dtype)
+        placement = placement_of(K)
+        part.products = placement.xp.empty(
+            (b, T_sum.shape[1]), dtype=K.dtype, device=placement.device
+        )
     K -= c
     add_sketch_chunk(part.totals, part.products, K, T_sum)
 
 
 def _block_sketch(parts, b, c, T, eps) -> ScatterSketch:
-    """The :class:`ScatterSketch` of a block of b rows from its threads' parts.
+    """The :class:`ScatterSketch` of a block of b rows from its shares' parts.
 
     With ``R`` the rows shifted by c and ``delta`` their mean, ``sum (r - rbar)(r - rbar)^T =
     R^T R - b delta delta^T``: the correction uses the sums of the very rows multiplied, so it
     cancels what they carry (as :func:`~fastkpca.statistics.covariance_sketch.scatter_sketch`).
     """
     p, q = T.shape
-    placement = placement_of(T)
     if b == 0:
-        empty = ScatterSketch.empty(p, q)
-        if placement.host:
-            return empty
-        return ScatterSketch(0, placement.asarray(empty.mean), placement.asarray(empty.Y), eps)
-    totals = functools.reduce(operator.add, (getattr(part, "totals", part) for part in parts))
-    delta = totals[q] / b
-    if not placement.host:
-        xp = placement.xp
-        Y = totals[:q].T - b * _outer(delta, delta @ T)
-        return ScatterSketch(b, xp.astype(c, xp.float64) + delta, Y, eps)
-    Y = np.ascontiguousarray(totals[:q].T)
-    Y -= b * np.outer(delta, delta @ T)
-    return ScatterSketch(b, c.astype(np.float64) + delta, Y, eps)
+        return _empty_sketch(p, q, placement_of(T))
+    totals = functools.reduce(operator.add, (part.totals for part in parts))
+    delta = totals[q, :] / b
+    Y = totals[:q, :].T - b * _outer(delta, delta @ T)
+    return ScatterSketch(b, as_float64(c) + delta, Y, eps)
 
 
 def landmark_kernel_sketch(blocks, landmarks, kernel, T, shift, dtype, working_memory_mb=None):
@@ -569,19 +445,10 @@ def merged_sketches(T):
 
 
 def _merged_with(T, a, b):
-    if placement_of(T).host:
-        return merged(a, b, T)
-    # Chan et al.'s update of ScatterSketch.merge, in the device's namespace.
-    if b.n == 0 or a.n == 0:
-        kept = a if b.n == 0 else b
-        return ScatterSketch(kept.n, _copy(kept.mean), _copy(kept.Y), kept.eps)
-    n = a.n + b.n
-    d = a.mean - b.mean
-    Y = a.Y + b.Y + (a.n * b.n / n) * _outer(d, d @ T)
-    return ScatterSketch(n, a.mean - d * (b.n / n), Y, max(a.eps, b.eps))
+    return merged(a, b, T)
 
 
-def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 2):
+def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
     """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter.
 
     Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee they keep:
@@ -591,15 +458,10 @@ def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 
     (a randomized range finder with ``power_iterations``, ``O(r c q)``): the landmarks are a
     sample of the rows, so these directions approximate the top principal axes, and a one-pass
     sketch against them recovers the axes where a Gaussian one, on the slowly decaying spectra
-    of kernel matrices, leaves a bias (measured in ``benchmarks/bench_nystrom.py``).
+    of kernel matrices, leaves a bias (measured in ``benchmarks/bench_nystrom.py``).  Computed
+    on Z's namespace; the draws are the host generator's, as everywhere.
     """
     placement = placement_of(Z)
-    if not placement.host and placement.in_host_memory:  # r x c, small: the host's LAPACK
-        return placement.asarray(
-            landmark_test_matrix(to_host(Z), q, rng, power_iterations=power_iterations)
-        )
-    # On a GPU the products and QRs run there; the draws are the host generator's, as on the
-    # host.
     xp = placement.xp
     r = Z.shape[0]
     q = min(q, r)
@@ -619,9 +481,7 @@ def landmark_test_matrix(Z: np.ndarray, q: int, rng, *, power_iterations: int = 
     return Q
 
 
-def nystrom_sketch_kpca(
-    sketch: ScatterSketch, N: np.ndarray, Omega: np.ndarray, n_components, *, scale=None
-):
+def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=None):
     """Top principal axes of the Nystrom features from a sketch of the kernel-row scatter.
 
     The scatter of ``z = N k`` is ``C = N S N^T``.  Sketching S against ``T = N^T Omega``
@@ -630,7 +490,8 @@ def nystrom_sketch_kpca(
     :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`) recovers the top
     ``n_components`` eigenpairs; it never exceeds C's eigenvalues, and is exact when C has rank
     at most q.  ``scale`` (the kernel's ``sum_i k(x_i, x_i)``, None: unknown) sets the rounding
-    threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`).
+    threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`).  ``N Y`` is
+    formed on N's namespace, the (r, q) solve on host copies.
 
     Returns
     -------
@@ -639,11 +500,11 @@ def nystrom_sketch_kpca(
     q = Omega.shape[1]
     k = min(n_components, q)
     placement = placement_of(N)
-    # On a device ``N Y`` is formed there and the (r, q) solve runs on host copies.
     NY, Omega_host = to_host(N @ sketch.Y), to_host(Omega)
     with one_blas_thread():  # (r, q) products, QR and SVD
         evals, U = fixed_rank_psd(NY, Omega_host, k, eps=sketch.eps, scale=scale)
-    return _padded(evals, U, n_components, placement) + (N @ sketch.mean,)
+    evals, U = placement.asarray(evals), placement.asarray(U)
+    return _padded(evals, U, n_components) + (N @ sketch.mean,)
 
 
 def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
@@ -653,6 +514,7 @@ def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
     ``N = diag(lambda)^{-1/2} alpha^T`` (k x n), identity components and ``mean = N K 1 / n``
     give ``(N k(X, x) - mean)`` = exact KPCA's centered projections (alpha is orthogonal to the
     constant vector, so the other centering terms vanish); zero eigenvalues give zero rows.
+    The arrays are of the eigenvectors' namespace.
 
     Returns
     -------
@@ -661,12 +523,10 @@ def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
     mean : (k,) float64
     """
     placement = placement_of(eigenvectors)
-    values = np.asarray(to_host(eigenvalues), dtype=np.float64)
-    scale = np.zeros_like(values)
-    scale[values > 0] = 1.0 / np.sqrt(values[values > 0])
-    if not placement.host:
-        N = (placement.asarray(eigenvectors, dtype=np.float64) * placement.asarray(scale)).T
-        identity = placement.asarray(np.eye(values.shape[0]))
-        return N, identity, N @ placement.asarray(to_host(col_means), dtype=np.float64)
-    N = (np.asarray(eigenvectors, dtype=np.float64) * scale).T
-    return N, np.eye(values.shape[0]), N @ np.asarray(col_means, dtype=np.float64)
+    xp = placement.xp
+    values = placement.asarray(eigenvalues, dtype=np.float64)
+    positive = values > 0
+    scale = xp.where(positive, 1.0 / xp.sqrt(xp.where(positive, values, 1.0)), 0.0)
+    N = (as_float64(eigenvectors) * scale).T
+    identity = xp.eye(values.shape[0], dtype=xp.float64, device=placement.device)
+    return N, identity, N @ placement.asarray(col_means, dtype=np.float64)
