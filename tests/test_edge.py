@@ -83,12 +83,6 @@ FLOAT32_INSIDE = {"RandomFeatureKPCA", "StreamingKPCA"}
 #: amplification on these small spectra (2e-6 observed).
 F32_INSIDE_TOL = 1e-5
 
-#: Where array_api_strict arrays fail today, in modules being rewritten over the namespace
-#: (issue 31, "Numerics once"); the edge itself takes them (see test_strict_arrays_are_a_namespace).
-STRICT_PENDING = {
-    "ReducedSetKPCA": "kernels.py / execution/tiles.py: row slices without a trailing ellipsis",
-    "SparsifiedKPCA": "decomposition/sparsified.py: row slices without a trailing ellipsis",
-}
 
 _RNG = np.random.default_rng(7)
 X = _RNG.normal(size=(80, 5))
@@ -465,10 +459,8 @@ def test_strict_rows_are_validated_in_their_namespace():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_every_estimator_over_namespaces(name, namespace, request):
+def test_every_estimator_over_namespaces(name, namespace):
     """fit / transform on every namespace return that namespace's arrays, equal to numpy's."""
-    if namespace.name == "array_api_strict" and name in STRICT_PENDING:
-        request.applymarker(pytest.mark.xfail(strict=False, reason=STRICT_PENDING[name]))
     model = ESTIMATORS[name]().fit(namespace.to_ns(X))
     Z = model.transform(namespace.to_ns(X_NEW))
     assert namespace.is_native(Z)

@@ -56,26 +56,6 @@ ESTIMATORS = {
 }
 NAMES = sorted(ESTIMATORS)
 
-#: Where ``array_api_strict`` arrays fail today, in modules being rewritten over the namespace
-#: (issue 31, "Numerics once"): the first standard-breaking step each one reaches.
-_ROW_SLICES = "row slices without a trailing ellipsis"
-STRICT_PENDING = {
-    "nystrom": "statistics/kernel_moments.py: fancy-index assignment",
-    "nystrom_randomized": "statistics/kernel_moments.py: fancy-index assignment",
-    "rf_exact": f"features.py: {_ROW_SLICES}",
-    "rf_randomized": f"features.py: {_ROW_SLICES}",
-    "streaming": f"features.py: {_ROW_SLICES}",
-    "reduced_set": f"decomposition/compress.py (its transform): {_ROW_SLICES}",
-    "sparsified": f"decomposition/sparsified.py: {_ROW_SLICES}",
-    "compress": f"decomposition/compress.py: {_ROW_SLICES}",
-}
-
-
-def _pending(request, namespace, name):
-    if namespace.name == "array_api_strict" and name in STRICT_PENDING:
-        request.applymarker(pytest.mark.xfail(strict=False, reason=STRICT_PENDING[name]))
-
-
 RTOL = {np.float64: 1e-8, np.float32: 2e-4}
 #: Models whose float64 fit computes float32 features or kernel rows (as on the host).
 FLOAT32_INSIDE = {"rf_exact", "rf_randomized", "streaming", "nystrom", "nystrom_randomized"}
@@ -106,8 +86,7 @@ def _public_arrays(model) -> dict:
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", NAMES)
-def test_fit_and_transform_equal_numpy(name, dtype, data, namespace, request):
-    _pending(request, namespace, name)
+def test_fit_and_transform_equal_numpy(name, dtype, data, namespace):
     X, X_new = (a.astype(dtype) for a in data)
     host = ESTIMATORS[name]().fit(X)
     model = ESTIMATORS[name]().fit(namespace.to_ns(X))
@@ -125,8 +104,7 @@ def test_fit_and_transform_equal_numpy(name, dtype, data, namespace, request):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_fitted_arrays_live_in_the_namespace(name, data, namespace, request):
-    _pending(request, namespace, name)
+def test_fitted_arrays_live_in_the_namespace(name, data, namespace):
     X, _ = data
     model = ESTIMATORS[name]().fit(namespace.to_ns(X))
     arrays = _public_arrays(model)
@@ -136,10 +114,7 @@ def test_fitted_arrays_live_in_the_namespace(name, data, namespace, request):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_model_fitted_in_a_namespace_saves_and_loads_on_the_host(
-    name, data, tmp_path, namespace, request
-):
-    _pending(request, namespace, name)
+def test_model_fitted_in_a_namespace_saves_and_loads_on_the_host(name, data, tmp_path, namespace):
     X, X_new = data
     model = ESTIMATORS[name]().fit(namespace.to_ns(X))
     path = tmp_path / "model.npz"
@@ -162,8 +137,7 @@ def test_host_model_transforms_rows_of_a_namespace_there(data, namespace):
     assert rel_err(host.transform(X_new), namespace.from_ns(Z)) < 1e-10
 
 
-def test_compressed_model_on_rows_of_a_namespace(data, namespace, request):
-    _pending(request, namespace, "compress")
+def test_compressed_model_on_rows_of_a_namespace(data, namespace):
     X, X_new = data
     model = NystromKPCA(4, n_landmarks=60, gamma=0.05, random_state=0).fit(X)
     fast = compress_expansion(model, rounding=0.5, random_state=0)
@@ -172,8 +146,7 @@ def test_compressed_model_on_rows_of_a_namespace(data, namespace, request):
     assert rel_err(fast.transform(X_new), namespace.from_ns(Z)) < 1e-10
 
 
-def test_partial_fit_with_blocks_of_a_namespace(data, namespace, request):
-    _pending(request, namespace, "streaming")
+def test_partial_fit_with_blocks_of_a_namespace(data, namespace):
     X, _ = data
     host = StreamingKPCA(4, n_features=128, sketch_size=16, gamma=0.05, random_state=0)
     model = StreamingKPCA(4, n_features=128, sketch_size=16, gamma=0.05, random_state=0)

@@ -9,6 +9,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from fastkpca import ExactKPCA, ReducedSetKPCA
 from fastkpca.kernels import Kernel
 from fastkpca.metrics import embedding_error, mmd
+from tests.test_compress import RTOL, assert_same_model, noisy_split
 
 
 def clusters(seed=0, n=600, d=5, k=5):
@@ -294,3 +295,49 @@ def test_bad_input(split):
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+# --- array namespaces (numpy, PyTorch's CPU, array_api_strict; CUDA under ``gpu``) --------------
+# Tolerances as in tests/test_compress.py (RTOL): the densities run on host copies with the host
+# generator, so every namespace gets the same centres; only the kernel values' rounding differs.
+
+
+@pytest.fixture(scope="module")
+def noisy():
+    """tests/test_compress.py's data."""
+    return noisy_split()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("density", ["shadow", "kmeans", "paring", "herding", "uniform"])
+def test_every_namespace_gives_the_numpy_model(density, dtype, namespace, noisy):
+    X, X_new = (a.astype(dtype) for a in noisy)
+    params = dict(gamma=0.1, density=density, n_centers=40, random_state=0)
+    host = ReducedSetKPCA(3, **params).fit(X)
+    model = ReducedSetKPCA(3, **params).fit(namespace.to_ns(X))
+    assert_same_model(host, model, X_new, namespace, RTOL[dtype])
+    assert model.n_centers_ == host.n_centers_
+    np.testing.assert_allclose(namespace.from_ns(model.centers_), host.centers_, rtol=1e-12)
+    np.testing.assert_allclose(namespace.from_ns(model.weights_), host.weights_, rtol=1e-12)
+    # the diagonal and the mean-embedding probe ran where the rows are: rounding apart
+    assert model.total_variance_ == pytest.approx(host.total_variance_, rel=RTOL[dtype])
+
+
+def test_scale_gamma_on_every_namespace(namespace, noisy):
+    X, X_new = noisy
+    host = ReducedSetKPCA(3, gamma="scale", ell=3.0).fit(X)
+    model = ReducedSetKPCA(3, gamma="scale", ell=3.0).fit(namespace.to_ns(X))
+    assert model.kernel_.gamma == pytest.approx(host.kernel_.gamma, rel=1e-12)
+    assert_same_model(host, model, X_new, namespace, RTOL[np.float64])
+
+
+@pytest.mark.parametrize("kernel", ["laplacian", "polynomial", "matern"])
+def test_other_kernels_on_every_namespace(kernel, namespace, noisy):
+    """Kernels with namespace math, and one without (Matern nu = 0.7: its host blocks are moved
+    to the rows' namespace), give the numpy model."""
+    X, X_new = noisy
+    params = dict(kernel=kernel, gamma=0.1, nu=0.7, degree=2, random_state=0)
+    params.update(density="kmeans", n_centers=40)
+    host = ReducedSetKPCA(3, **params).fit(X)
+    model = ReducedSetKPCA(3, **params).fit(namespace.to_ns(X))
+    assert_same_model(host, model, X_new, namespace, RTOL[np.float64])

@@ -603,6 +603,8 @@ FITTED_SCHEMAS: dict[str, Schema] = {
         {
             **_KPCA,
             **_DUAL,
+            # estimates of exact KPCA's eigenvalues (files written before them load without)
+            "debiased_eigenvalues_": Array(("n_components_",), optional=True),
             "max_entry_": Real(low=0.0),
             "n_kept_": Int(),
             "noise_norm_": Real(low=0.0),
@@ -624,7 +626,7 @@ FITTED_SCHEMAS: dict[str, Schema] = {
             "projection_": Array(("n_features_in_", "point_dim"), none=True),
             "rounding_s_": Real(low=0.0, none=True),
             "source_model_": OneOf(
-                ("ExactKPCA", "NystromKPCA", "ReducedSetKPCA", "SparsifiedKPCA")
+                ("ExactKPCA", "KernelPCA", "NystromKPCA", "ReducedSetKPCA", "SparsifiedKPCA")
             ),
         },
         checks=(_points_match_projection,),

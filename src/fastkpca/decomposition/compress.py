@@ -24,17 +24,20 @@ per new x.  :func:`compress_expansion` makes both factors smaller, at random and
 The protocol
 ------------
 A model is expansion-based when :func:`kernel_expansion` can read it: either it has a method
-``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA; what Nystrom and
-reduced-set models should provide), or it is an :class:`~fastkpca.ExactKPCA` (read from its
-``X_fit_``, ``eigenvectors_``, ``eigenvalues_``, ``gram_col_means_``, ``gram_total_mean_``).
+``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA, NystromKPCA,
+ReducedSetKPCA), or it holds a dual expansion over its training rows, as
+:class:`~fastkpca.ExactKPCA` and :class:`~fastkpca.KernelPCA` do (read from its
+:data:`DUAL_EXPANSION` attributes ``X_fit_``, ``eigenvectors_``, ``eigenvalues_``,
+``gram_col_means_``, ``gram_total_mean_`` and ``kernel_``).
 
-Devices
--------
-An expansion whose arrays live on a device (PyTorch, CuPy) is evaluated there by
-:func:`expansion_on_device`: row tiles sized from the device's free memory, each tile's kernel
-rows (:func:`fastkpca.execution.kernel_ops.kernel_block`) projected at once.  The models of this
-package use it for their device transforms (SparsifiedKPCA, ReducedSetKPCA, CompressedKPCA), with
-the centering folded into the coefficients (:func:`centered_expansion`).
+Array namespaces
+----------------
+Written once over the array namespace: an expansion whose arrays are PyTorch tensors, CuPy or
+``array_api_strict`` arrays is compressed and evaluated where they live
+(:func:`evaluate_expansion`: kernel rows folded block by block by
+:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`, threads over cache-sized chunks on the
+host, tiles sized from the free memory on a device).  The random draws (rounding coins, the
+projection) come from the host generator, so every namespace gets the same terms.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._centering import normalize_weights
 from .._utils import as_generator, check_float, check_int, require_memory_parts
-from ..execution import kernel_ops, one_blas_thread
-from ..execution.arrays import HOST, Placement, placement_of, to_host
-from ..execution.budget import tile_rows
-from ..execution.kernel_ops import kernel_block, prepare_columns
-from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial, chunk_rows
+from ..execution import one_blas_thread
+from ..execution.arrays import Placement, placement_of, row_range, take_rows, to_host
+from ..execution.budget import chunk_rows
+from ..execution.elementwise import as_float64, astype_name, float_name, matmul
+from ..execution.feature_ops import block_rows
+from ..execution.kernel_ops import fold_kernel_rows
+from ..kernels import RBF, Cosine, Kernel, Linear, Matern, Polynomial
 from ._base import BaseKPCA
 
 __all__ = [
@@ -62,12 +67,21 @@ __all__ = [
     "centered_expansion",
     "round_coefficients",
     "sign_projection",
-    "expansion_on_device",
-    "transform_on_device",
+    "evaluate_expansion",
     "inverse_sqrt_or_zero",
-    "kernel_diag",
     "fitted_arrays_to",
 ]
+
+#: The fitted attributes of a dual expansion over the training rows (ExactKPCA, KernelPCA): the
+#: centered ``k(x, X_fit_) @ eigenvectors_ / sqrt(eigenvalues_)``.
+DUAL_EXPANSION = (
+    "X_fit_",
+    "eigenvectors_",
+    "eigenvalues_",
+    "gram_col_means_",
+    "gram_total_mean_",
+    "kernel_",
+)
 
 #: Kernels that depend on the inputs only through Euclidean distances and dot products, which
 #: random projections preserve (section 5).  The Laplacian kernel (L1 distance) is not one.
@@ -102,32 +116,17 @@ def centered_expansion(points, alphas, col_means, total_mean, kernel, weights=No
     col_means : (m,) c; total_mean : t; kernel : Kernel; weights : (m,) or None.
     """
     placement = placement_of(alphas)
-    if not placement.host:
-        return _centered_expansion_xp(
-            placement, points, alphas, col_means, total_mean, kernel, weights
-        )
-    A = np.asarray(alphas, dtype=np.float64)
+    xp = placement.xp
+    A = as_float64(alphas)
     m = A.shape[0]
     w = normalize_weights(weights, m)
-    w = np.full(m, 1.0 / m) if w is None else w
-    colsum = A.sum(axis=0)
-    coef = A - np.outer(w, colsum)
-    offset = float(total_mean) * colsum - np.asarray(col_means, dtype=np.float64) @ A
-    points = points if sp.issparse(points) else np.asarray(points)
-    return KernelExpansion(points=points, coef=coef, offset=offset, kernel=kernel)
-
-
-def _centered_expansion_xp(placement, points, alphas, col_means, total_mean, kernel, weights):
-    """:func:`centered_expansion` of a model whose arrays live on a device: the same formulas in
-    the arrays' namespace (the m weights are checked on a host copy)."""
-    xp = placement.xp
-    A = xp.astype(alphas, xp.float64)
-    m = A.shape[0]
-    w = normalize_weights(None if weights is None else to_host(weights), m)
-    w = placement.asarray(np.full(m, 1.0 / m) if w is None else w, dtype=np.float64)
+    if w is None:
+        w = xp.full((m,), 1.0 / m, dtype=xp.float64, device=placement.device)
+    else:
+        w = placement.asarray(w, dtype=np.float64)
     colsum = xp.sum(A, axis=0)
     coef = A - w[:, None] * colsum[None, :]
-    col_means = xp.astype(placement.asarray(col_means), xp.float64)
+    col_means = placement.asarray(col_means, dtype=np.float64)
     offset = float(total_mean) * colsum - col_means @ A
     return KernelExpansion(points=points, coef=coef, offset=offset, kernel=kernel)
 
@@ -135,107 +134,58 @@ def _centered_expansion_xp(placement, points, alphas, col_means, total_mean, ker
 def inverse_sqrt_or_zero(values):
     """``1 / sqrt(v)`` where ``v > 0`` and 0 elsewhere, in the values' namespace: the scaling of
     dual coefficients ``alpha / sqrt(lambda)`` (a component with lambda <= 0 projects to 0)."""
-    placement = placement_of(values)
-    if placement.host:
-        scale = np.zeros_like(values)
-        positive = values > 0
-        scale[positive] = 1.0 / np.sqrt(values[positive])
-        return scale
-    xp = placement.xp
+    xp = placement_of(values).xp
     positive = values > 0
     return xp.where(positive, 1.0 / xp.sqrt(xp.where(positive, values, 1.0)), 0.0)
 
 
-def kernel_diag(kernel, X):
-    """``k(x_i, x_i)`` for the rows of X, on X's placement
-    (:func:`fastkpca.execution.kernel_ops.kernel_diag`)."""
-    return kernel_ops.kernel_diag(kernel, X)
-
-
-def transform_on_device(expansion: KernelExpansion, X):
-    """A model's projections of device rows X from its kernel expansion: float64 tiles on X's
-    device (the host transforms also compute float64 kernel rows), returned in X's float dtype."""
-    out = expansion_on_device(
-        X, expansion.points, expansion.coef, expansion.offset, expansion.kernel, np.float64
-    )
-    if _dtype_name(X) == "float32":
-        placement = placement_of(X)
-        out = placement.xp.astype(out, placement.dtype(np.float32))
-    return out
-
-
 def fitted_arrays_to(model, placement: Placement) -> None:
-    """Move a model's fitted arrays (public attributes ending in ``_`` that are numpy arrays;
-    scipy.sparse matrices stay on the host) to the placement: the end of a fit whose solver ran
-    on host copies of small device results."""
-    if placement.host:
-        return
+    """Move a model's fitted numpy arrays (public attributes ending in ``_``; scipy.sparse
+    matrices stay as they are) to the placement: what a fit computed on the host (the solver's
+    small results, a pre-image map) joins the model where its rows live."""
     for name, value in list(vars(model).items()):
         if name.endswith("_") and not name.startswith("_") and isinstance(value, np.ndarray):
             setattr(model, name, placement.asarray(value))
 
 
-def _dtype_name(a) -> str:
-    return str(a.dtype).rsplit(".", 1)[-1]
+def evaluate_expansion(X, points, coef, offset, kernel, projection=None):
+    """``kernel(X P, points) @ coef + offset`` for rows X of any placement, an ``(len(X), k)``
+    float64 array there (P = ``projection``, or none).
 
-
-def _as_dtype(xp, a, dtype):
-    return a if a.dtype == dtype else xp.astype(a, dtype)
-
-
-def _dense_points(placement: Placement, points):
-    """The expansion points on the placement, dense: a model fitted on scipy.sparse rows keeps
-    them sparse on the host, and its device transform densifies them (after a memory check)."""
-    if sp.issparse(points):
-        m, d = points.shape
-        require_memory_parts(
-            [(m * d * 8, f"the {m} x {d} expansion points made dense for the device")],
-            hint="compress the model first (fastkpca.compress_expansion with rounding)",
-        )
-        points = points.toarray()
-    return placement.asarray(points)
-
-
-def expansion_on_device(X, points, coef, offset, kernel, dtype, projection=None):
-    """``kernel(X P, points) @ coef + offset`` for rows X on a device, shape
-    ``(len(X), coef.shape[1])`` in ``dtype`` (np.float32 or np.float64).
-
-    The device half of the expansion models' transforms (the host paths fold kernel rows in
-    threaded chunks): row tiles of X sized from the device's free memory
-    (:func:`fastkpca.execution.budget.tile_rows`), each tile's kernel rows against the points
-    (:func:`fastkpca.execution.kernel_ops.kernel_block`, in ``dtype``) projected at once.  ``P`` is
-    ``projection`` (the random +-1 projection, applied in float64 as on the host) or none.
+    The kernel rows of a block of X are computed and projected while in cache
+    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: chunks on all cores on the host,
+    tiles sized from the free memory on a device), in float64 against ``points`` in X's float
+    dtype; ``X P`` is formed a block of rows at a time, in float64.  ``points``, ``coef`` and
+    ``offset`` live where X does (scipy.sparse points on the host).  Every product runs with
+    BLAS held to one thread on the host: the limit is process-wide, so a product outside it
+    would sum in another order whenever another thread holds it.
     """
     placement = placement_of(X)
     xp = placement.xp
-    name = np.dtype(dtype).name
-    xdtype = placement.dtype(np.dtype(dtype))
-    points = _as_dtype(xp, _dense_points(placement, points), xdtype)
-    coef = _as_dtype(xp, placement.asarray(coef), xdtype)
-    offset = _as_dtype(xp, placement.asarray(offset), xdtype)
-    if projection is not None:
-        projection = _as_dtype(xp, placement.asarray(projection), xp.float64)
-    n = int(X.shape[0])
-    out = xp.empty((n, int(coef.shape[1])), dtype=xdtype, device=placement.device)
-    step = tile_rows(placement, int(points.shape[0]), np.dtype(dtype).itemsize)
-    columns = prepare_columns(kernel, points, name)
-    for start in range(0, n, step):
-        Xb = X[start : start + step]
-        if projection is not None:
-            Xb = _as_dtype(xp, Xb, xp.float64) @ projection
-        K = kernel_block(kernel, _as_dtype(xp, Xb, xdtype), columns=columns)
-        out[start : start + step, ...] = K @ coef + offset
+    n, k = int(X.shape[0]), int(coef.shape[1])
+    points = astype_name(points, float_name(X.dtype))
+    coef, offset = as_float64(coef), as_float64(offset)
+    out = xp.empty((n, k), dtype=xp.float64, device=placement.device)
+    step = block_rows(X, chunk_rows(max(1, int(points.shape[0]))), int(points.shape[0]), 8)
+    with one_blas_thread():
+        for start in range(0, n, step):
+            rows = row_range(X, start, start + step)
+            if projection is not None:
+                rows = astype_name(matmul(as_float64(rows), projection), float_name(X.dtype))
+
+            def project(state, lo, hi, K, base=start):
+                out[base + lo : base + hi, ...] = K @ coef + offset
+
+            fold_kernel_rows(kernel, rows, points, project, _no_state)
     return out
 
 
 def kernel_expansion(model) -> KernelExpansion:
     """Read the kernel expansion of a fitted model (see the module's protocol)."""
-    from .exact import ExactKPCA
-
     check_is_fitted(model)
     if callable(getattr(model, "kernel_expansion", None)):
         return model.kernel_expansion()
-    if isinstance(model, ExactKPCA):
+    if all(hasattr(model, name) for name in DUAL_EXPANSION):
         return centered_expansion(
             model.X_fit_,
             model.eigenvectors_ * inverse_sqrt_or_zero(model.eigenvalues_),
@@ -245,8 +195,8 @@ def kernel_expansion(model) -> KernelExpansion:
         )
     raise ValueError(
         f"{type(model).__name__} is not an expansion-based model: "
-        "compress_expansion needs ExactKPCA or a model with a kernel_expansion() "
-        "method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)"
+        "compress_expansion needs ExactKPCA (or fastkpca.KernelPCA) or a model with a "
+        "kernel_expansion() method (NystromKPCA, ReducedSetKPCA, SparsifiedKPCA)"
     )
 
 
@@ -393,39 +343,12 @@ class CompressedKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """The compressed expansion: an unbiased estimate of the source model's projections
-        (on X's device for device rows: :func:`expansion_on_device`)."""
-        if not placement_of(X).host:
-            dtype = np.float32 if _dtype_name(X) == "float32" else np.float64
-            return expansion_on_device(
-                X,
-                self.points_,
-                self.coef_,
-                self.offset_,
-                self.kernel_,
-                dtype,
-                projection=self.projection_,
-            )
-        dtype = np.float32 if X.dtype == np.float32 else np.float64
-        points = self.points_.astype(dtype, copy=False)
-        coef = self.coef_.astype(dtype, copy=False)
-        offset = self.offset_.astype(dtype, copy=False)
-        out = np.empty((X.shape[0], self.n_components_), dtype=dtype)
-        step = chunk_rows(max(1, points.shape[0]))
-        # Every product at one BLAS thread: the limit is process-wide, so a product outside it
-        # would sum in another order whenever another thread holds it (see centered_projection).
-        with one_blas_thread():
-            for start in range(0, X.shape[0], step):
-                Xb = X[start : start + step]
-                if self.projection_ is not None:
-                    Xb = np.asarray(Xb @ self.projection_).astype(dtype, copy=False)
-
-                def project(state, lo, hi, K, base=start):
-                    out[base + lo : base + hi] = K @ coef + offset
-
-                # kernel rows in small chunks on the call's threads, projected while in cache
-                self.kernel_.fold_rows(Xb, points, project, _no_state)
-        return out
+        """The compressed expansion, an unbiased estimate of the source model's projections,
+        where X lives (:func:`evaluate_expansion`), in X's float dtype."""
+        out = evaluate_expansion(
+            X, self.points_, self.coef_, self.offset_, self.kernel_, self.projection_
+        )
+        return astype_name(out, float_name(X.dtype))
 
 
 def compress_expansion(model, rounding=None, projection_dim=None, random_state=None):
@@ -472,20 +395,17 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
         rounding = out.rounding = float(rounding)
     rng = as_generator(random_state)
     expansion = kernel_expansion(model)
-    if getattr(expansion.kernel, "name", None) == "precomputed":
+    if expansion.kernel is None or getattr(expansion.kernel, "name", None) == "precomputed":
         raise ValueError(
             "compress_expansion needs a model that evaluates its kernel at new points; a "
             "kernel='precomputed' model is given kernel values against all training points"
         )
-    # A model fitted on a device keeps its expansion there: the random draws (rounding coins,
-    # the projection) are made on the host from host copies of the m x k coefficients, and only
-    # the kept points are gathered and projected on the device.
+    # The expansion stays where it lives: the random draws (rounding coins, the projection)
+    # are made on the host from host copies of the m x k coefficients, and only the kept points
+    # are gathered and projected there.  The training rows of a model fitted on sparse input
+    # stay sparse until the kept terms are known (rounding) or projected (projection_dim).
     points = expansion.points
-    placement = HOST if sp.issparse(points) else placement_of(points)
-    # The training rows of a model fitted on sparse input stay sparse until the kept terms are
-    # known (rounding) or projected (projection_dim): only those are made dense.
-    if placement.host and not sp.issparse(points):
-        points = np.asarray(points)
+    placement = placement_of(points)
     kernel = expansion.kernel
     if projection_dim is not None and not isinstance(kernel, PROJECTABLE_KERNELS):
         raise ValueError(
@@ -508,15 +428,11 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     s = None
     if rounding is not None:
         keep, coef, s, _ = round_coefficients(coef, rounding, rng)
-        points = points[keep] if placement.host else _take_rows(placement, points, keep)
+        points = take_rows(points, keep)
     projection = None
     if projection_dim is not None:
         projection = sign_projection(d, projection_dim, rng)
-        if placement.host:
-            points = np.asarray(points @ projection)
-        else:
-            xp = placement.xp
-            points = _as_dtype(xp, points, xp.float64) @ placement.asarray(projection)
+        points = matmul(as_float64(points), placement.asarray(projection))
     elif sp.issparse(points):
         kept = points.shape[0]
         require_memory_parts(
@@ -530,7 +446,7 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
             hint="give rounding < 1 (fewer points) or projection_dim (narrower points)",
         )
         points = points.toarray()
-    out.points_ = np.ascontiguousarray(points) if placement.host else points
+    out.points_ = points
     out.coef_ = np.ascontiguousarray(coef)
     out.offset_ = np.asarray(to_host(expansion.offset), dtype=np.float64)
     out.projection_ = projection
@@ -544,12 +460,6 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
     out.rounding_s_ = s
     out.source_model_ = type(model).__name__
     return out
-
-
-def _take_rows(placement: Placement, points, indices):
-    """Rows ``indices`` (host integers) of device points, gathered on their device."""
-    xp = placement.xp
-    return xp.take(points, placement.asarray(np.asarray(indices, dtype=np.int64)), axis=0)
 
 
 def _no_state():

@@ -24,12 +24,14 @@ of the centered n x n training Gram (``KernelPCA.eigenvalues_``), and a new poin
 with ``k~`` centered by the weighted mean embedding ``sum_j p_j phi(c_j)``.  When every data point
 is its own centre (duplicates merged) this is exact KPCA, to rounding.
 
-Rows on a device (PyTorch tensors, CuPy arrays, or ``device=``): the density estimates (shadow
-sets, k-means, paring, herding, uniform draws) run on a host copy of the rows, with the host
-generator of ``random_state``, so every device gets the same centres; the m x m eigenproblem is
-small and solved on the host too.  The passes over all n rows that use the kernel (its diagonal,
-the mean-embedding probe of ``total_variance_``) run on the device, the (m-row) model is moved
-there, and ``transform`` evaluates its kernel expansion there.
+One implementation for rows of every array namespace (numpy and scipy.sparse on the host,
+PyTorch, CuPy, ``array_api_strict``): the density estimates (shadow sets, k-means, paring,
+herding, uniform draws) are host algorithms (sequential passes, scikit-learn's k-means) and read
+a host copy of the rows, with the host generator of ``random_state``, so every namespace gets the
+same centres; the m x m eigenproblem is small and solved on the host too.  The passes over all n
+rows that use the kernel (its diagonal, the mean-embedding probe of ``total_variance_``) run
+where the rows live, the (m-row) model is moved there, and ``transform`` evaluates its kernel
+expansion there (:func:`~fastkpca.decomposition.exact.centered_projection`).
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ from .._density import (
     uniform_density,
 )
 from .._utils import check_float, check_int, require_memory_parts
-from ..execution.arrays import placement_of, to_host
+from ..execution.arrays import float_dtype, to_host
+from ..execution.kernel_ops import kernel_diag
 from ..solvers import SOLVERS, eigh_topk, flip_signs
 from ._base import DEFAULT_N_PROBE, BaseKPCA, mean_embedding_probe
-from .compress import centered_expansion, fitted_arrays_to, kernel_diag, transform_on_device
+from .compress import centered_expansion, fitted_arrays_to
 from .exact import centered_projection, resolve_eigen_solver
 
 __all__ = ["ReducedSetKPCA", "reduced_set_kpca"]
@@ -206,10 +209,10 @@ class ReducedSetKPCA(BaseKPCA):
     device : None, str or torch.device, default None
         Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
         a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.  On a device the
-        density estimate and the m x m eigenproblem run on host copies (see the module notes):
-        the same model as numpy.
+        there block by block.  Fitted arrays have the type and device of the data given to
+        fit; ``transform`` returns the input's array type, device and dtype.  Needs PyTorch for
+        a device.  The density estimate and the m x m eigenproblem run on host copies (see the
+        module notes): the same model as numpy.
 
     Attributes
     ----------
@@ -353,10 +356,10 @@ class ReducedSetKPCA(BaseKPCA):
                 hint="lower n_centers",
             )
         rng = self._make_rng()
-        kernel = self._resolve_kernel(X if placement.host else source, rng)
+        kernel = self._resolve_kernel(source, rng)
         # The density estimates are host algorithms (sequential shadow sets, k-means, herding):
-        # on a device they read a host copy of the rows (see the module notes).
-        rs = self._reduced_set(X if placement.host else to_host(X), kernel, rng)
+        # they read host rows (a copy of rows of another namespace; see the module notes).
+        rs = self._reduced_set(to_host(X), kernel, rng)
         m = rs.n_centers
         if (
             self.density == "shadow"
@@ -384,9 +387,9 @@ class ReducedSetKPCA(BaseKPCA):
         self.gram_total_mean_ = stats.total_mean
         # The probe draws from its own generator: the model does not depend on it.
         mean_sq = mean_embedding_probe(X, kernel, DEFAULT_N_PROBE, self._make_rng())
-        diag_sum = to_host(kernel_diag(kernel, X)).sum(dtype=np.float64)
-        # On a device the (host) results move there before the model is finished, so the
-        # pre-image map projects its anchors there; the map's own arrays follow.
+        diag_sum = float(np.sum(to_host(kernel_diag(kernel, X)), dtype=np.float64))
+        # The (host) results join the rows before the model is finished, so the pre-image map
+        # projects its anchors there; the map's own arrays (solved on the host) follow.
         fitted_arrays_to(self, placement)
         self._finish_fit(diag_sum, *mean_sq, self.centers_)
         fitted_arrays_to(self, placement)
@@ -409,13 +412,14 @@ class ReducedSetKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """``k~(X, centers_) @ dual_coef_`` (weighted centering), O(m) per row; on a device the
-        same expansion with the centering folded into its coefficients (:meth:`kernel_expansion`),
-        evaluated in float64 tiles there."""
-        if not placement_of(X).host:
-            return transform_on_device(self.kernel_expansion(), X)
-        dtype = np.float32 if X.dtype == np.float32 else np.float64
+        """``k~(X, centers_) @ dual_coef_`` (weighted centering), O(m) per row, where X lives."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         return centered_projection(
-            X, self.centers_, self.kernel_, stats, self.dual_coef_, dtype, weights=self.weights_
+            X,
+            self.centers_,
+            self.kernel_,
+            stats,
+            self.dual_coef_,
+            float_dtype(X.dtype),
+            weights=self.weights_,
         )

@@ -16,13 +16,19 @@ variance, and by Davis-Kahan (Theorems 2-4) the top eigenvectors of K^ are close
 K^ (``fastkpca._centering.centered_operator``) with Lanczos (the default) or orthogonal iteration
 (the paper's exposition); each product costs O(nnz) instead of O(n^2).
 
-Rows on a device (PyTorch tensors, CuPy arrays, or ``device=``): the kept entries are read off
-dense kernel tiles computed on the device (:func:`fastkpca.execution.kernel_ops.kernel_block`),
-and only the kept values come to the host.  The sampling decisions, the scipy.sparse matrix and its
+The eigenvalues of K^ are biased upwards by the noise (a top eigenvalue lambda of K becomes about
+``lambda + v / lambda``, v the noise variance along its eigenvector); ``explained_variance_ratio_``
+uses estimates of exact KPCA's eigenvalues with that bias removed
+(:func:`debiased_eigenvalues`).
+
+One implementation for rows of every array namespace (numpy and scipy.sparse on the host,
+PyTorch, CuPy, ``array_api_strict``): the kept entries are computed where the rows live
+(:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`: on a device read off dense tiles there,
+only the kept values coming to the host).  The sampling decisions, the scipy.sparse matrix and its
 eigensolver (ARPACK or orthogonal iteration) stay on the host: a sparse eigensolver on the device
 is a project of its own, and the matrix holds ``sample_prob n^2 / 2`` entries, not the rows.  The
-same ``random_state`` therefore gives the same model on every device, up to the rounding of the
-kernel values; the (n x k) results are moved to the device, and ``transform`` runs there.
+same ``random_state`` therefore gives the same model on every namespace, up to the rounding of the
+kernel values; the (n x k) results are moved to the rows' placement, and ``transform`` runs there.
 """
 
 from __future__ import annotations
@@ -32,41 +38,30 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
+from scipy.optimize import brentq
 from scipy.sparse.linalg import LinearOperator
+from sklearn.utils.validation import check_is_fitted
 
 from .._centering import CenteringStats, centered_operator
 from .._utils import as_generator, check_float, require_memory_parts
-from ..execution import progress_bar
-from ..execution.arrays import placement_of, to_host
-from ..execution.budget import tile_rows
-from ..execution.kernel_ops import kernel_block
-from ..kernels import _Radial, chunk_rows
+from ..execution.arrays import float_dtype, get_namespace, row_range, to_host
+from ..execution.kernel_ops import kernel_at_pairs, kernel_diag
+from ..kernels import _Radial
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA, _is_fraction, check_solver_stopping
-from .compress import (
-    centered_expansion,
-    fitted_arrays_to,
-    inverse_sqrt_or_zero,
-    kernel_diag,
-    transform_on_device,
-)
-from .exact import ExactKPCA, resolve_eigen_solver
+from .compress import centered_expansion, fitted_arrays_to, inverse_sqrt_or_zero
+from .exact import centered_projection, resolve_eigen_solver
 
-__all__ = ["SparsifiedKPCA", "SparsifiedGram", "sparsify_gram", "sparsified_kpca", "EIGEN_SOLVERS"]
+__all__ = [
+    "SparsifiedKPCA",
+    "SparsifiedGram",
+    "sparsify_gram",
+    "sparsified_kpca",
+    "debiased_eigenvalues",
+    "EIGEN_SOLVERS",
+]
 
 EIGEN_SOLVERS = ("lanczos", "orthogonal")
-
-
-def _pairwise_is_cheaper(sample_prob, n_features):
-    """Rough cost model for evaluating the kept Gram entries (measured on a 2-core machine).
-
-    Pair by pair, a kept entry costs about ``100 + 4 d + 0.01 d^2`` ns (gathering the kept rows
-    of X, which leaves the cache for large d); read off a dense Gram row block (one BLAS product
-    for all entries), every entry costs about ``100 + d / 4`` ns.  Pairs win below
-    ``sample_prob ~ 0.7`` for d = 10, 0.37 for d = 50, 0.03 for d = 784.
-    """
-    d = n_features
-    return sample_prob * (100.0 + 4.0 * d + 0.01 * d * d) <= 100.0 + 0.25 * d
 
 
 @dataclass
@@ -76,7 +71,10 @@ class SparsifiedGram:
     ``upper`` holds the kept entries strictly above the diagonal (CSR; the lower triangle is its
     mirror image, because (i, j) and (j, i) are one random decision); ``diag`` is the exact
     diagonal.  Quantized entries are stored as +-1 (float32 holds them exactly) with the level
-    ``b / sample_prob`` in ``scale``.
+    ``b / sample_prob`` in ``scale``.  ``kept_sq[i]`` is the sum of ``K_ij^2`` over the kept
+    entries of row i (both triangles, the kernel values before quantization), float64, and
+    ``kept_quartic`` the sum of ``K_ij^4`` over the kept pairs i < j: what the noise's variances
+    are estimated from.
     """
 
     upper: sp.csr_matrix
@@ -84,6 +82,8 @@ class SparsifiedGram:
     scale: float
     sample_prob: float = 1.0
     quantized: bool = False
+    kept_sq: np.ndarray | None = None
+    kept_quartic: float | None = None
 
     @property
     def shape(self):
@@ -114,6 +114,14 @@ class SparsifiedGram:
             dtype=np.float64,
         )
 
+    def _kept_sq(self) -> np.ndarray:
+        if self.kept_sq is None:  # a matrix built by hand: from the stored (unquantized) values
+            U = self.upper
+            self.kept_sq, self.kept_quartic = _row_sums_of_squares(
+                U.indptr, U.indices, U.data, self.shape[0]
+            )
+        return self.kept_sq
+
     def noise_norm(self) -> float:
         """Estimate of ``||K^ - K||_2``: ``2 sqrt(max_i sum_j Var(K^_ij))``.
 
@@ -122,7 +130,7 @@ class SparsifiedGram:
         Bandeira & van Handel 2016 for unequal ones): sharper than the Furedi-Komlos bound of
         the paper, which uses the largest variance for every entry.  Sampling has
         ``Var = (1/p - 1) K_ij^2``, estimated without bias from the kept entries; quantization
-        ``Var = b^2 / p - K_ij^2``, bounded by ``b^2 / p`` (K_ij is not stored).
+        ``Var = b^2 / p - K_ij^2``, bounded by ``b^2 / p``.
         """
         n = self.shape[0]
         if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
@@ -132,17 +140,57 @@ class SparsifiedGram:
             level = self.scale * self.sample_prob  # b
             row_var = (n - 1) * s * level**2
         else:
-            U = self.upper
-            kept_sq = np.zeros(n)
-            for start, stop in _entry_chunks(U.indptr):
-                lo, hi = U.indptr[start], U.indptr[stop]
-                sq = np.square(U.data[lo:hi], dtype=np.float64)
-                kept_sq += np.bincount(U.indices[lo:hi], weights=sq, minlength=n)  # columns
-                rows = np.repeat(np.arange(start, stop), np.diff(U.indptr[start : stop + 1]))
-                kept_sq += np.bincount(rows, weights=sq, minlength=n)  # rows
             # E[sum over kept j of s K_ij^2] = sum_j K_ij^2
-            row_var = float(np.max((s - 1.0) * s * kept_sq))
+            row_var = float(np.max((s - 1.0) * s * self._kept_sq()))
         return 2.0 * float(np.sqrt(row_var))
+
+    def row_noise_variances(self) -> np.ndarray:
+        """``v_i = sum_j Var(K^_ij)`` for every row i, estimated without bias from the kept
+        entries: ``(1/p - 1) sum_j K_ij^2`` when sampling, ``(n - 1) b^2 / p - sum_j K_ij^2``
+        when quantizing, with ``sum_j K_ij^2`` estimated by ``(1/p) sum over kept j``."""
+        n = self.shape[0]
+        if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
+            return np.zeros(n)
+        s = 1.0 / self.sample_prob
+        row_sq = s * self._kept_sq()
+        if self.quantized:
+            level = self.scale * self.sample_prob  # b
+            return np.maximum((n - 1) * s * level**2 - row_sq, 0.0)
+        return (s - 1.0) * row_sq
+
+    def centered_frobenius_sq(self, row_means=None) -> float:
+        """An unbiased estimate of ``||H K H||_F^2`` (H the centering matrix, K the exact Gram),
+        in O(n) from the kept values; ``row_means`` (:meth:`row_means`) when already known.
+
+        ``||H K H||_F^2 = ||K||_F^2 - 2 ||K 1||^2 / n + (1^T K 1)^2 / n^2``: the off-diagonal
+        ``sum K_ij^2`` estimated by ``(1/p)`` times its kept part (before quantization), and the
+        two sums of ``K^ 1`` corrected by their noise, ``E ||K^ 1||^2 = ||K 1||^2 + sum_i v_i``
+        and ``E (1^T K^ 1)^2 = (1^T K 1)^2 + 2 sum_i v_i`` (:meth:`row_noise_variances`).
+        """
+        n = self.shape[0]
+        noise = float(np.sum(self.row_noise_variances()))
+        frob = float(self.diag @ self.diag) + float(np.sum(self._kept_sq())) / self.sample_prob
+        sums = (self.row_means() if row_means is None else row_means) * n
+        rows_sq = float(sums @ sums) - noise
+        total_sq = float(np.sum(sums)) ** 2 - 2.0 * noise
+        return frob - 2.0 / n * rows_sq + total_sq / n**2
+
+    def centered_frobenius_sq_error(self, row_means=None) -> float:
+        """The standard error of :meth:`centered_frobenius_sq`, to first order: the sampling of
+        ``sum K_ij^2`` (``4 (1/p - 1) sum_{i<j} K_ij^4 / p``, estimated from the kept pairs)
+        and the noise of the row sums ``K^ 1`` and of their total (``Var ||K^ 1||^2 ~ sum_i
+        (4 (K 1)_i^2 v_i + 2 v_i^2)``, ``Var (1^T K^ 1)^2 ~ 8 (1^T K 1)^2 sum_i v_i``)."""
+        n = self.shape[0]
+        if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
+            return 0.0
+        s = 1.0 / self.sample_prob
+        self._kept_sq()
+        sampled = 4.0 * s * s * (1.0 - self.sample_prob) * float(self.kept_quartic or 0.0)
+        v = self.row_noise_variances()
+        sums = (self.row_means() if row_means is None else row_means) * n
+        rows = float(np.sum(4.0 * sums**2 * v + 2.0 * v**2)) * 4.0 / n**2
+        total = 8.0 * float(np.sum(sums)) ** 2 * float(np.sum(v)) * 4.0 / n**4
+        return float(np.sqrt(sampled + rows + total))
 
     def total_mean_error(self) -> float:
         """Standard error of the total mean ``1^T K^ 1 / n^2`` (an unbiased estimate of
@@ -181,6 +229,21 @@ def _entry_chunks(indptr, max_entries=1 << 20):
         start = stop
 
 
+def _row_sums_of_squares(indptr, indices, values, n) -> tuple[np.ndarray, float]:
+    """``sum_j K_ij^2`` over the stored entries of each row of the symmetric matrix whose strict
+    upper triangle is the CSR structure ``(values, indices, indptr)`` (float64), and the sum of
+    ``K_ij^4`` over the stored entries."""
+    out, quartic = np.zeros(n), 0.0
+    for start, stop in _entry_chunks(indptr):
+        lo, hi = indptr[start], indptr[stop]
+        sq = np.square(values[lo:hi], dtype=np.float64)
+        out += np.bincount(indices[lo:hi], weights=sq, minlength=n)  # columns
+        rows = np.repeat(np.arange(start, stop), np.diff(indptr[start : stop + 1]))
+        out += np.bincount(rows, weights=sq, minlength=n)  # rows
+        quartic += float(sq @ sq)
+    return out, quartic
+
+
 def _kept_columns(n, sample_prob, rng):
     """CSR structure of the kept pairs i < j: each pair is kept independently w.p. sample_prob.
 
@@ -203,64 +266,6 @@ def _kept_columns(n, sample_prob, rng):
     return indptr, indices
 
 
-def _kernel_at_kept(X, kernel, indptr, indices, data, pairwise):
-    """Fill ``data`` with k(x_i, x_j) at the kept pairs, a row block at a time."""
-    n = X.shape[0]
-    if pairwise:
-        # Only the kept entries are evaluated: sum of kept * n_features work in all.
-        for i in range(n - 1):
-            lo, hi = indptr[i], indptr[i + 1]
-            if hi > lo:
-                data[lo:hi] = kernel(X[i : i + 1], X[indices[lo:hi]])[0]
-        return
-    # A memory-budgeted row block, and never more than a quarter of the rows: no n x n array.
-    step = max(1, min(chunk_rows(n), -(-n // 4)))
-    with progress_bar(total=n, desc="sampled Gram") as bar:
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            lo, hi = indptr[start], indptr[stop]
-            bar.update(stop - start)
-            if hi == lo:
-                continue
-            # Rows start..stop-1 only need columns > start: the upper part of the row block,
-            # filled in small row chunks on the call's threads (Kernel.blocks).
-            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
-            cols = indices[lo:hi] - start
-            for s, e, K in kernel.blocks(X[start:stop], X[start:]):
-                a, b = indptr[start + s] - lo, indptr[start + e] - lo
-                data[lo + a : lo + b] = K[rows[a:b] - s, cols[a:b]]
-
-
-def _host_dtype(X) -> np.dtype:
-    """The numpy dtype of a device array's float dtype (float32 or float64)."""
-    return np.dtype(np.float32) if str(X.dtype).endswith("float32") else np.dtype(np.float64)
-
-
-def _kernel_at_kept_on_device(X, kernel, indptr, indices, data):
-    """:func:`_kernel_at_kept` for rows on a device: dense row tiles of the upper triangle
-    computed there (sized from the device's free memory), the kept entries gathered there and
-    only they copied into ``data`` on the host."""
-    placement = placement_of(X)
-    xp = placement.xp
-    n = X.shape[0]
-    dtype = _host_dtype(X)
-    step = tile_rows(placement, n, dtype.itemsize)
-    with progress_bar(total=n, desc="sampled Gram") as bar:
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            lo, hi = indptr[start], indptr[stop]
-            bar.update(stop - start)
-            if hi == lo:
-                continue
-            # Rows start..stop-1 against columns start.., read at the kept (row, column) pairs
-            # through the flat index of the tile.
-            rows = np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1]))
-            flat = rows * (n - start) + (indices[lo:hi] - start)
-            K = kernel_block(kernel, X[start:stop], X[start:], dtype=dtype.name)
-            kept = xp.take(xp.reshape(K, (-1,)), placement.asarray(flat), axis=0)
-            data[lo:hi] = to_host(kept)
-
-
 def sparsify_gram(
     X, kernel, sample_prob=1.0, *, quantize=False, rng=None, pairwise=None
 ) -> SparsifiedGram:
@@ -278,27 +283,22 @@ def sparsify_gram(
     quantize : bool
     rng : numpy Generator or seed
     pairwise : bool or None
-        Evaluate the kernel only at the kept pairs (True) or read them off dense row blocks of
-        the upper triangle (False); None picks the cheaper by a rough cost model.
+        Host rows: evaluate the kernel only at the kept pairs (True) or read them off dense row
+        blocks of the upper triangle (False); None picks the cheaper by a rough cost model.
         Both give the same matrix for the same seed.  Rows on a device always use dense tiles
-        (the kept values gathered on the device; the matrix itself is built on the host).
+        (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`; the matrix itself is built on
+        the host).
 
     Returns
     -------
     SparsifiedGram
     """
     rng = as_generator(rng, name="rng")
-    n, d = X.shape
-    on_host = placement_of(X).host
+    n = X.shape[0]
     diag = np.asarray(to_host(kernel_diag(kernel, X)), dtype=np.float64)
     indptr, indices = _kept_columns(n, sample_prob, rng)
-    if pairwise is None:
-        pairwise = _pairwise_is_cheaper(sample_prob, d)
-    values = np.empty(indices.size, dtype=X.dtype if on_host else _host_dtype(X))
-    if on_host:
-        _kernel_at_kept(X, kernel, indptr, indices, values, pairwise)
-    else:
-        _kernel_at_kept_on_device(X, kernel, indptr, indices, values)
+    values = kernel_at_pairs(kernel, X, indptr, indices, sample_prob=sample_prob, pairwise=pairwise)
+    kept_sq, kept_quartic = _row_sums_of_squares(indptr, indices, values, n)
     scale = 1.0 / sample_prob
     if quantize:
         # b = max |K_ij| = max_i K_ii for a positive-definite kernel (Cauchy-Schwarz), so it
@@ -313,8 +313,118 @@ def sparsify_gram(
         values, scale = signs, b / sample_prob
     upper = sp.csr_matrix((values, indices, indptr), shape=(n, n))
     return SparsifiedGram(
-        upper=upper, diag=diag, scale=scale, sample_prob=sample_prob, quantized=quantize
+        upper=upper,
+        diag=diag,
+        scale=scale,
+        sample_prob=sample_prob,
+        quantized=quantize,
+        kept_sq=kept_sq,
+        kept_quartic=kept_quartic,
     )
+
+
+def debiased_eigenvalues(vals, vecs, gram: SparsifiedGram, row_means) -> np.ndarray:
+    """Estimates of the exact centered Gram's eigenvalues from the top eigenpairs of the centered
+    K^ (``vals`` descending, unit ``vecs``; ``row_means`` of K^).
+
+    The noise ``E = K^ - K`` has independent mean-zero entries, and it pushes the top eigenvalues
+    of K^ up.  An eigenvalue lambda of the centered Gram K~ whose unit eigenvector u carries the
+    noise variance ``v = sum_i u_i^2 v_i`` (``v_i = sum_j Var(E_ij)``,
+    :meth:`SparsifiedGram.row_noise_variances`) is, in K^, ``lambda^ = lambda + v / lambda`` when
+    ``lambda > sqrt(v)``; below that threshold it is lost in the noise's bulk, whose edge is
+    ``2 sqrt(v)`` (the BBP phase transition of a deformed Wigner matrix: Feral & Peche 2007;
+    Benaych-Georges & Nadakuditi 2011, Theorem 2.1 with the semicircle law).  So:
+
+    - the leading components with ``lambda^ > 2 sqrt(v)`` (v read along their eigenvectors of
+      K^), and estimates that do not increase, are resolved:
+      ``lambda = (lambda^ + sqrt(lambda^2 - 4 v)) / 2``;
+    - the rest cannot be read off K^.  The variance they leave, ``tr(K~)`` minus the resolved
+      ones, and the same for ``||K~||_F^2`` and their squares (estimated without bias,
+      :meth:`SparsifiedGram.centered_frobenius_sq`) are spread over them as a stretched
+      exponential ``a exp(-c sqrt(j))`` with these two moments (the second at least its
+      standard error), its first term at most the last resolved estimate and the threshold
+      ``sqrt(v)`` (:func:`_tail_model`).
+
+    Over all n components the estimates sum to at most ``tr(K~)`` (the estimate of
+    ``total_variance_``), so ratios sum to at most 1 and a fraction of the variance is reached
+    with about as many components as exact KPCA needs: within a factor of 2 or so on the
+    spectra of ``tests/test_sparsified.py``, since below the noise the spectrum is a model
+    (raise ``sample_prob`` to resolve more of it).
+    Without noise (``sample_prob=1``, no quantization) they are the eigenvalues themselves.
+    """
+    vals = np.asarray(vals, dtype=np.float64)
+    k, n = vals.size, int(gram.shape[0])
+    out = np.zeros(k)
+    total = float(np.sum(gram.diag)) - n * float(np.mean(row_means)) if n else 0.0
+    if k == 0 or not total > 0:
+        return out
+    v_rows = gram.row_noise_variances()
+    v = np.square(np.asarray(vecs, dtype=np.float64)).T @ v_rows
+    root = np.sqrt(np.maximum(vals * vals - 4.0 * v, 0.0))
+    estimates = np.where(v > 0, (vals + root) / 2.0, vals)
+    # The resolved run ends at the first component below its noise edge, or whose estimate
+    # exceeds the one before (a noise direction whose own variance happens to be low).
+    previous = np.concatenate([[np.inf], estimates[:-1]])
+    resolved = (vals > 2.0 * np.sqrt(v)) & (estimates <= previous)
+    r = k if resolved.all() else int(np.argmin(resolved))
+    out[:r] = estimates[:r]
+    rest = total - float(np.sum(out[:r]))
+    if r == k or rest <= 0:
+        return out
+    span = max(1, n - 1 - r)  # the centered Gram has rank n - 1 at most
+    # The tail's sum of squares, at least its standard error: the Frobenius estimate's, and
+    # each resolved estimate's fluctuation sigma_j^2 ~ 2 v_j sum_i u_ij^4 (the variance of
+    # u^T E u) carried into its square.
+    second = gram.centered_frobenius_sq(row_means) - float(np.sum(out[:r] ** 2))
+    fluctuation = 2.0 * v[:r] * np.sum(np.asarray(vecs[:, :r], dtype=np.float64) ** 4, axis=0)
+    error = np.hypot(
+        gram.centered_frobenius_sq_error(row_means),
+        float(np.sqrt(np.sum(4.0 * out[:r] ** 2 * fluctuation))),
+    )
+    second = max(second, float(error))
+    cap = float(np.sqrt(v[r])) if v[r] > 0 else rest
+    if r:
+        cap = min(cap, float(out[r - 1]))
+    tail = _tail_model(rest, second, span, cap)[: k - r]
+    out[r : r + tail.size] = tail
+    return out
+
+
+def _tail_shape(rate: float, span: int) -> np.ndarray:
+    return np.exp(-rate * np.sqrt(np.arange(span)))
+
+
+def _tail_model(total: float, second: float, span: int, cap: float) -> np.ndarray:
+    """``span`` values ``a exp(-c sqrt(j))`` that sum to ``total``, with the sum of squares
+    ``second`` where it can be met, and a first value at most ``cap``.
+
+    The stretched exponential sits between the geometric decay of a smooth kernel's spectrum
+    on low-dimensional data and the slower decay in more dimensions (the Gaussian kernel's on
+    d-dimensional data falls like ``exp(-c j^(1/d))``, Widom 1963); the two moments fix a and c.
+    """
+    # The participation ratio (sum w)^2 / sum w^2 falls from span (c = 0) towards 1 as c grows.
+    target = total**2 / second if second > 0 else float(span)
+    if target >= span:
+        shape = np.ones(span)
+    elif target <= 1.0:
+        shape = np.eye(1, span)[0]
+    else:
+
+        def excess(log_rate):
+            w = _tail_shape(np.exp(log_rate), span)
+            return float(np.sum(w) ** 2 / np.sum(w * w)) - target
+
+        shape = _tail_shape(float(np.exp(brentq(excess, -30.0, 10.0))), span)
+    values = total * shape / np.sum(shape)
+    if values[0] <= cap:
+        return values
+    if total / cap >= span:  # too steep for the cap: the flattest shape under it, same sum
+        return np.full(span, total / span)
+
+    def short(log_rate):
+        return float(np.sum(_tail_shape(np.exp(log_rate), span))) - total / cap
+
+    return cap * _tail_shape(float(np.exp(brentq(short, -30.0, 10.0))), span)
 
 
 def noise_norm_bound(n, sample_prob, max_entry, quantize) -> float:
@@ -364,14 +474,11 @@ def _gram_is_constant(X, kernel) -> bool:
     ~1e-300), so that every distance the kernel computes is below its rounding."""
     if X.shape[0] <= 1:
         return True
-    placement = placement_of(X)
-    if placement.host:
-        lo, hi = X.min(axis=0), X.max(axis=0)
-    else:  # the column ranges on the device, two d-vectors to the host
-        lo = to_host(placement.xp.min(X, axis=0))
-        hi = to_host(placement.xp.max(X, axis=0))
-    if sp.issparse(lo):
-        lo, hi = lo.toarray(), hi.toarray()
+    if sp.issparse(X):
+        lo, hi = X.min(axis=0).toarray(), X.max(axis=0).toarray()
+    else:  # the column ranges where the rows live, two d-vectors to the host
+        xp = get_namespace(X)
+        lo, hi = to_host(xp.min(X, axis=0)), to_host(xp.max(X, axis=0))
     lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
     if np.array_equal(lo, hi):
         return True
@@ -390,14 +497,21 @@ def _constant_gram_kpca(X, kernel, n_components, rng):
     eigenvalues are 0, the dual coefficients any orthonormal vectors orthogonal to 1.
     """
     n = X.shape[0]
-    c = float(np.asarray(kernel.diag(to_host(X[:1])), dtype=np.float64)[0])
+    c = float(np.asarray(to_host(kernel_diag(kernel, row_range(X, 0, 1))), dtype=np.float64)[0])
     # A zero matrix has every vector as eigenvector; 1 / sqrt(n) comes last (only if k = n).
     basis = np.column_stack([np.ones(n), rng.standard_normal((n, n_components))])
     Q = la.qr(basis, mode="economic")[0]
     vecs = np.roll(Q, -1, axis=1)[:, :n_components]
     vals = np.zeros(n_components)
     stats = CenteringStats(col_means=np.full(n, c), total_mean=c)
-    info = {"n_kept": 0, "n_iter": 0, "max_entry": abs(c), "noise_norm": 0.0, "mean_sq_error": 0.0}
+    info = {
+        "n_kept": 0,
+        "n_iter": 0,
+        "max_entry": abs(c),
+        "noise_norm": 0.0,
+        "mean_sq_error": 0.0,
+        "debiased_eigenvalues": np.zeros(n_components),
+    }
     return vals, flip_signs(vecs), stats, info
 
 
@@ -421,7 +535,9 @@ def sparsified_kpca(
     eigenvectors : (n, k) float64, orthonormal (dual coefficients)
     stats : CenteringStats of K^ (unbiased estimates of the Gram row means)
     info : dict with ``n_kept`` (pairs i < j kept), ``n_iter`` (eigensolver work),
-        ``max_entry`` (b) and ``noise_norm`` (estimate of ``||K^ - K||_2``)
+        ``max_entry`` (b), ``noise_norm`` (estimate of ``||K^ - K||_2``), ``mean_sq_error``
+        (standard error of the total mean) and ``debiased_eigenvalues`` (estimates of the
+        exact centered Gram's eigenvalues, :func:`debiased_eigenvalues`)
     """
     rng = as_generator(rng, name="rng")
     if _gram_is_constant(X, kernel):
@@ -462,6 +578,7 @@ def sparsified_kpca(
         "n_iter": n_iter,
         "max_entry": max_entry,
         "noise_norm": gram.noise_norm(),
+        "debiased_eigenvalues": debiased_eigenvalues(vals, vecs, gram, row_means),
     }
     return vals, vecs, stats, info
 
@@ -485,7 +602,10 @@ class SparsifiedKPCA(BaseKPCA):
     leading eigenvectors are recovered when the eigenvalues kept, and the gap after the last one,
     stand well above that norm (Davis-Kahan, Theorems 2-4): e.g. well-separated clusters, whose
     eigenvalues grow like n while the noise grows like ``sqrt(n / sample_prob)``.  Compare
-    ``eigenvalues_`` with ``noise_norm_``: components below it are noise.  When the spectrum
+    ``eigenvalues_`` with ``noise_norm_``: components below it are noise.  The noise also pushes
+    the eigenvalues of K^ up (by about ``v / lambda``, v its variance along the component), so
+    ``explained_variance_ratio_`` is computed from ``debiased_eigenvalues_``, estimates of exact
+    KPCA's eigenvalues (:func:`debiased_eigenvalues`).  When the spectrum
     decays slowly (no dominant structure) use :class:`~fastkpca.NystromKPCA` or random features.
     Quantization adds variance ``b^2 / p - K_ij^2`` even where ``K_ij ~ 0`` (sampling adds
     ``(1/p - 1) K_ij^2``, nothing there), so it needs a larger margin.
@@ -513,8 +633,9 @@ class SparsifiedKPCA(BaseKPCA):
     n_components : int, float in (0, 1) or None
         Number of components; None gives min(10, n_samples) (scikit-learn's ``KernelPCA``
         keeps all nonzero components).  A float keeps the smallest number whose
-        ``explained_variance_ratio_`` reaches that fraction; it computes all n eigenpairs of K^
-        (orthogonal iteration with n vectors), so use it for moderate n only.
+        ``explained_variance_ratio_`` (estimates of exact KPCA's ratios) reaches that
+        fraction; it computes all n eigenpairs of K^ (orthogonal iteration with n vectors), so
+        use it for moderate n only.
     kernel, gamma, degree, coef0, nu :
         Kernel spec, as for :class:`~fastkpca.ExactKPCA`.
     sample_prob : float in (0, 1], default 0.1
@@ -556,15 +677,18 @@ class SparsifiedKPCA(BaseKPCA):
     device : None, str or torch.device, default None
         Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
         a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.  On a device the
-        kept Gram entries are computed there, while the sampled matrix (scipy.sparse) and its
-        eigensolver stay on the host (see the module notes): the same model as numpy.
+        there block by block.  Fitted arrays have the type and device of the data given to fit;
+        ``transform`` returns the input's array type, device and dtype.  Needs PyTorch for a
+        device.  The kept Gram entries are computed where the rows are, while the sampled
+        matrix (scipy.sparse) and its eigensolver stay on the host (see the module notes): the
+        same model as numpy.
 
     Attributes
     ----------
-    eigenvalues_ : (n_components,) eigenvalues of the centered K^, estimates of those of the
-        centered training Gram.
+    eigenvalues_ : (n_components,) eigenvalues of the centered K^: the scale of the dual
+        coefficients of ``transform``; biased upwards by the sampling noise.
+    debiased_eigenvalues_ : (n_components,) estimates of the centered training Gram's
+        eigenvalues (exact KPCA's), the noise's bias removed (:func:`debiased_eigenvalues`).
     eigenvectors_ : (n_samples, n_components) unit-norm dual coefficients.
     X_fit_ : training data; gram_col_means_, gram_total_mean_ : centering statistics.
     kernel_, n_components_ : resolved kernel and number of components.
@@ -578,7 +702,7 @@ class SparsifiedKPCA(BaseKPCA):
         mean embedding term unbiased from K^).
     total_variance_error_ : float
         Its standard error (see :meth:`SparsifiedGram.total_mean_error`).
-    explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
+    explained_variance_ratio_ : ``debiased_eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
     See Also
@@ -682,7 +806,7 @@ class SparsifiedKPCA(BaseKPCA):
         placement = source.placement
         self._require_fit_memory(X.shape[0], source.dtype)
         rng = self._make_rng()
-        kernel = self._resolve_kernel(X if placement.host else source, rng)
+        kernel = self._resolve_kernel(source, rng)
         k = self._resolve_n_components(X.shape[0])
         vals, vecs, stats, info = sparsified_kpca(
             X,
@@ -695,10 +819,12 @@ class SparsifiedKPCA(BaseKPCA):
             tol=self.tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = X.copy() if placement.host else placement.xp.asarray(X, copy=True)
-        self.eigenvalues_ = vals
-        self.eigenvectors_ = vecs
-        self.gram_col_means_ = stats.col_means
+        self.X_fit_ = _copied(X)
+        # The solver's (host) results where the rows live: the model is computed there.
+        self.eigenvalues_ = placement.asarray(vals)
+        self.eigenvectors_ = placement.asarray(vecs)
+        self.debiased_eigenvalues_ = placement.asarray(info["debiased_eigenvalues"])
+        self.gram_col_means_ = placement.asarray(stats.col_means)
         self.gram_total_mean_ = stats.total_mean
         self.n_kept_ = info["n_kept"]
         self.n_iter_ = info["n_iter"]
@@ -709,32 +835,52 @@ class SparsifiedKPCA(BaseKPCA):
                 X.shape[0], float(self.sample_prob), info["max_entry"], bool(self.quantize)
             )
         )
-        diag_sum = to_host(kernel_diag(kernel, X)).sum(dtype=np.float64)
-        # On a device the solver's (host) results move there before the model is finished, so
-        # the pre-image map projects its anchors there; the map's own arrays follow.
-        fitted_arrays_to(self, placement)
+        diag_sum = float(np.sum(to_host(kernel_diag(kernel, X)), dtype=np.float64))
         self._finish_fit(diag_sum, stats.total_mean, info["mean_sq_error"], self.X_fit_)
-        fitted_arrays_to(self, placement)
+        fitted_arrays_to(self, placement)  # the pre-image map, solved on the host
         return self
 
-    # The fitted model is a kernel expansion over X_fit_ exactly like ExactKPCA's (same fitted
-    # attributes), so the out-of-sample transform is shared rather than repeated.
-    _scaled_alphas = ExactKPCA._scaled_alphas
+    @property
+    def explained_variance_ratio_(self):
+        """Estimated fraction of the total variance ``tr(H K H)`` of the training Gram that
+        exact KPCA's components of the same rank explain: ``debiased_eigenvalues_ /
+        total_variance_`` (:func:`debiased_eigenvalues`; a model file written before they were
+        stored gives ``eigenvalues_ / total_variance_``)."""
+        check_is_fitted(self)
+        if not hasattr(self, "total_variance_"):
+            raise AttributeError("SparsifiedKPCA has no total variance for this model")
+        values = getattr(self, "debiased_eigenvalues_", self.eigenvalues_)
+        return np.asarray(to_host(values), dtype=np.float64) / self.total_variance_
+
+    def _truncate_components(self, k: int) -> None:
+        super()._truncate_components(k)
+        if hasattr(self, "debiased_eigenvalues_"):
+            self.debiased_eigenvalues_ = self.debiased_eigenvalues_[:k, ...]
+
+    @property
+    def _scaled_alphas(self):
+        """The dual coefficients ``alpha / sqrt(lambda)`` (0 where lambda <= 0)."""
+        return self.eigenvectors_ * inverse_sqrt_or_zero(self.eigenvalues_)
 
     def _transform_rows(self, X):
-        """Centered ``k(X, X_fit_) @ alpha / sqrt(lambda)``: ExactKPCA's on the host; on a
-        device the same expansion with the centering folded into its coefficients
-        (:meth:`kernel_expansion`), evaluated in float64 tiles there."""
-        if placement_of(X).host:
-            return ExactKPCA._transform_rows(self, X)
-        return transform_on_device(self.kernel_expansion(), X)
+        """Centered ``k(X, X_fit_) @ alpha / sqrt(lambda)`` where X lives
+        (:func:`~fastkpca.decomposition.exact.centered_projection`, as ExactKPCA's)."""
+        stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
+        return centered_projection(
+            X, self.X_fit_, self.kernel_, stats, self._scaled_alphas, float_dtype(X.dtype)
+        )
 
     def kernel_expansion(self):
         """``transform(X) = kernel_(X, points) @ coef + offset``: see :mod:`.compress`."""
         return centered_expansion(
             self.X_fit_,
-            self.eigenvectors_ * inverse_sqrt_or_zero(self.eigenvalues_),
+            self._scaled_alphas,
             self.gram_col_means_,
             self.gram_total_mean_,
             self.kernel_,
         )
+
+
+def _copied(X):
+    """A copy of the rows X (scipy.sparse, numpy or another namespace's array)."""
+    return X.copy() if sp.issparse(X) else get_namespace(X).asarray(X, copy=True)

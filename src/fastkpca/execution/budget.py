@@ -12,6 +12,8 @@ that use a number import it from here.
 
 from __future__ import annotations
 
+import math
+
 # --- the process's memory ---------------------------------------------------------------------
 
 # --- host threads and chunks ------------------------------------------------------------------
@@ -142,6 +144,26 @@ def matrix_free_auto_max_n(placement) -> int | None:
     :data:`MATRIX_FREE_AUTO_MAX_N` in host memory (read when called), None (no bound) on a GPU,
     whose passes are fast enough for n = 10^6."""
     return MATRIX_FREE_AUTO_MAX_N if placement.in_host_memory else None
+
+
+#: Row blocks of the upper triangle read at sampled pairs take at most this fraction of the rows
+#: (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`): the lower halves of the diagonal
+#: blocks, computed and not read, then add at most half of it to the triangle's work.
+PAIR_BLOCK_FRACTION = 1 / 16
+
+
+#: Entries of one block of the kernel at sampled pairs evaluated row group by row group (a group's
+#: rows against the union of their kept columns): enough to share a block's fixed cost, few
+#: enough that the entries computed and not kept stay cheap.
+PAIR_GROUP_ENTRIES = 4096
+
+
+def pair_block_rows(n: int) -> int:
+    """Rows per row block of an n-row Gram's upper triangle read at sampled pairs on the host:
+    :data:`PAIR_BLOCK_FRACTION` of the rows, at least :data:`KERNEL_STRIP_MIN_ROWS`, within the
+    working-memory budget (:func:`chunk_rows`)."""
+    rows = max(KERNEL_STRIP_MIN_ROWS, math.ceil(n * PAIR_BLOCK_FRACTION))
+    return max(1, min(chunk_rows(n), rows))
 
 
 # --- eigensolvers ------------------------------------------------------------------------------
