@@ -900,6 +900,11 @@ class _Unread:
         raise _RowsReached
 
 
+#: (class, parameter name in older model files) -> its name now: the eigensolvers' tolerance
+#: became ``eigen_tol`` where ``tol`` now only means an error target.
+RENAMED_PARAMS = {("ExactKPCA", "tol"): "eigen_tol", ("SparsifiedKPCA", "tol"): "eigen_tol"}
+
+
 def check_params(cls, params: Mapping[str, Any]):
     """An unfitted ``cls(**params)``, once the parameters passed the estimator's own checks.
 
@@ -918,6 +923,7 @@ def check_params(cls, params: Mapping[str, Any]):
     ``fit`` may change them, and ``transform`` reads only the fitted attributes.
     """
     names = set(cls._get_param_names())
+    params = {RENAMED_PARAMS.get((cls.__name__, name), name): v for name, v in params.items()}
     unknown = sorted(set(params) - names)
     if unknown:
         raise ValueError(f"parameter {unknown[0]!r} is not a parameter of {cls.__name__}")

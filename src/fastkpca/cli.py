@@ -93,9 +93,10 @@ _METHOD_OPTIONS = [
         "--tol",
         "tol",
         float,
-        "exact, sparsified: iterative eigensolver tolerance; nystrom, random-features, "
-        "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL",
+        "grow the model until its relative rank-k error is at most 1 + TOL (the estimate plus "
+        "1.645 standard errors)",
     ),
+    ("--eigen-tol", "eigen_tol", float, "iterative eigensolver tolerance"),
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
 ]
 
@@ -134,8 +135,8 @@ def _none_defaults() -> dict:
         ("StreamingKPCA", "sketch_size"): f"max({streaming.DEFAULT_SKETCH_SIZE}, 2 k)",
         ("NystromKPCA", "sketch_size"): f"{nystrom.SKETCH_FACTOR} k + {nystrom.SKETCH_EXTRA}",
         ("ReducedSetKPCA", "n_centers"): f"min({reduced_set.DEFAULT_N_CENTERS}, rows)",
-        ("ExactKPCA", "tol"): solver_default,
-        ("SparsifiedKPCA", "tol"): solver_default,
+        ("ExactKPCA", "eigen_tol"): solver_default,
+        ("SparsifiedKPCA", "eigen_tol"): solver_default,
         ("NystromKPCA", "tol"): no_growth,
         ("RandomFeatureKPCA", "tol"): no_growth,
         ("StreamingKPCA", "tol"): no_growth,
