@@ -10,8 +10,8 @@ from fastkpca.features import draw_feature_map
 from fastkpca.kernels import RBF
 from fastkpca.metrics import relative_rank_k_error
 from fastkpca.source import as_source
-from fastkpca.statistics.feature_moments import feature_moments
 from fastkpca.statistics import growth
+from fastkpca.statistics.feature_moments import feature_moments
 from fastkpca.statistics.growth import (
     DEFAULT_TOL,
     GrowingFourierMoments,

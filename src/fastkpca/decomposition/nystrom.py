@@ -190,16 +190,18 @@ class NystromKPCA(BaseKPCA):
     random_state : int, Generator or None
         Landmark selection and gamma heuristics.
     tol : float or None
-        Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above
-        ``2 n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
-        the relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
-        exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
-        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform
-        sample of 2000 training rows, cross-fitted on its halves) plus 1.645 standard errors
-        (a one-sided 95 % bound) is at most ``1 + tol``.  None (default) with an integer or None ``n_landmarks`` fits that size;
-        ``n_landmarks="auto"`` without ``tol`` uses ``tol=0.05``.  The sizes share one seed,
-        so uniform landmark sets are nested; each size recomputes the kernel-row moments (a
-        pass over the data).  Needs an array or a re-iterable block source.
+        Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above ``2
+        n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
+        relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc -
+        (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error taken
+        into account: the estimate of the error probe
+        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
+        rows, cross-fitted on its halves) plus 1.645 standard errors (a one-sided 95 %
+        bound) is at most ``1 + tol``. None (default) with an integer or None
+        ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
+        ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each
+        size recomputes the kernel-row moments (a pass over the data).  Needs an array or a
+        re-iterable block source.
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform` on the landmarks: kernel ridge
         regression from the landmarks' projections to the landmarks, as ``KernelPCA`` does on

@@ -246,17 +246,18 @@ class RandomFeatureKPCA(BaseKPCA):
         Draws the features (and the CountSketch hash); the same seed gives the same model, and
         the same features as ``StreamingKPCA`` with equal parameters.
     tol : float or None
-        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above
-        ``2 n_components``), 512, 1024, ... up to 2^14 and stop at the first whose
-        the relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
+        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above ``2
+        n_components``), 512, 1024, ... up to 2^14 and stop at the first whose relative
+        rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
         exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
-        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform
-        sample of 2000 training rows, cross-fitted on its halves) plus 1.645 standard errors
-        (a one-sided 95 % bound) is at most ``1 + tol``.  None (default) with an integer ``n_features`` fits that size;
-        ``n_features="auto"`` without ``tol`` uses ``tol=0.05``.  ``rff`` / ``orf`` with the
-        exact solver reuse the features already drawn at each doubling (the whole search costs
-        about one fit at the final size plus the probe estimates); other maps refit.  Needs an
-        array or a re-iterable block source (a pass per size).
+        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a
+        uniform sample of 2000 training rows, cross-fitted on its halves) plus 1.645
+        standard errors (a one-sided 95 % bound) is at most ``1 + tol``. None (default) with
+        an integer ``n_features`` fits that size; ``n_features="auto"`` without ``tol`` uses
+        ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features already
+        drawn at each doubling (the whole search costs about one fit at the final size plus
+        the probe estimates); other maps refit.  Needs an array or a re-iterable block
+        source (a pass per size).
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform`: kernel ridge regression (as
         ``KernelPCA``) from the projections of ``n_inverse_samples`` training rows drawn

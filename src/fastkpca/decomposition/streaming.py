@@ -129,14 +129,15 @@ class StreamingKPCA(BaseKPCA):
     tol : float or None
         Size by tolerance (needs ``n_features`` None or ``"auto"``): fit at ``n_features`` =
         256 (or the power of 2 above ``2 n_components``), 512, ... up to 2^14, with
-        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the first
-        whose the relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
-        exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
-        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform
-        sample of 2000 training rows, cross-fitted on its halves) plus 1.645 standard errors
-        (a one-sided 95 % bound) is at most ``1 + tol``.  ``n_features="auto"`` without
-        ``tol`` uses ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit``
-        needs an array or a re-iterable block source; ``partial_fit`` refuses it.
+        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the
+        first whose relative rank-k error on all training rows (``||Kc - T T^T||_F /
+        ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error
+        taken into account: the estimate of the error probe
+        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
+        rows, cross-fitted on its halves) plus 1.645 standard errors (a one-sided 95 %
+        bound) is at most ``1 + tol``. ``n_features="auto"`` without ``tol`` uses
+        ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit`` needs an
+        array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False
         ``fit`` learns the pre-image map of :meth:`inverse_transform` (kernel ridge regression
         as ``KernelPCA``) on ``n_inverse_samples`` training rows drawn uniformly (one more pass
