@@ -713,10 +713,12 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
             "method": method,
         }
         excess = {
-            key: (value - 1.0 if key in ("estimate", "bound") else value)
-            for key, value in rel.items()
+            "estimate": estimate.estimate - 1.0,
+            "stderr": estimate.stderr,
+            "interval": [lo - 1.0, hi - 1.0],
+            "bound": estimate.upper() - 1.0,
+            "method": method,
         }
-        excess["interval"] = [lo - 1.0, hi - 1.0]
         per_row, se = probe.eigenvalues(k)
         result = {
             "relative_rank_k_error": rel,

@@ -561,7 +561,7 @@ class _Run:
         self.source = None  # the data's source and the probe's generator, to draw the probe
         self.probe_rng = np.random.default_rng(0)
         self.bar = None
-        self.probe: ErrorProbe | None = None
+        self.probe: ErrorProbe | None = None  # drawn by draw_probe (exact KPCA needs none)
         self.pilot_rows = None
         self.report: list[dict] = []
         self.chosen_method: str | None = None
@@ -577,6 +577,12 @@ class _Run:
 
     def left(self) -> float:
         return math.inf if self.deadline is None else self.deadline - self.elapsed()
+
+    @property
+    def drawn(self) -> ErrorProbe:
+        """The error probe (drawn)."""
+        assert self.probe is not None
+        return self.probe
 
     def fit_budget(self) -> int:
         """The memory budget left to a fit beside the probe it is judged by."""
@@ -623,7 +629,7 @@ class _Run:
         if self._probe_grown or not self.profile.random_access or n is None:
             return False
         self._probe_grown = True
-        p = min(MAX_PROBE_ROWS, 2 * self.probe.size)
+        p = min(MAX_PROBE_ROWS, 2 * self.drawn.size)
         if p > n // 2:
             return False
         return self.draw_probe(
@@ -846,7 +852,7 @@ class _Run:
 
         growth = grow_until(
             fit_at,
-            lambda model: self.probe.error(model),
+            lambda model: self.drawn.error(model),
             sizes[0],
             lambda size, estimate: self.next_size(method, size, sizes, estimate),
             self.tol,
@@ -1003,7 +1009,7 @@ class _Run:
         return "uniform"
 
     def probe_landmark_sizes(self) -> list[int]:
-        half = self.probe.parts[0].size
+        half = self.drawn.parts[0].size
         top = max(MIN_LANDMARKS, int(PROBE_MAX_LANDMARK_FRACTION * half))
         start = max(MIN_LANDMARKS, 1 << math.ceil(math.log2(2 * self.k)))
         return [s for s in doubling_sizes(start, top) if s <= top]
@@ -1014,7 +1020,7 @@ class _Run:
         target = 1.0 + PREDICTION_MARGIN * self.tol
         if landmarks not in self.probe_sizes:
             self.probe_sizes[landmarks] = nystrom_errors(
-                self.probe,
+                self.drawn,
                 self.k,
                 self.probe_landmark_sizes(),
                 landmarks,
@@ -1036,7 +1042,7 @@ class _Run:
             cap = MAX_LANDMARKS if n is None else min(MAX_LANDMARKS, n)
             if not self.profile.multi_pass:
                 # landmarks from the first rows, one size (see fit_at)
-                return [min(start, self.probe.size)]
+                return [min(start, self.drawn.size)]
             return doubling_sizes(self.cheapest_landmarks(min(start, cap), cap, params), cap)
         start = max(MIN_FEATURES, 1 << math.ceil(math.log2(4 * self.k)))
         if not self.profile.multi_pass:
@@ -1065,7 +1071,7 @@ class _Run:
                 random_state=self.seed,
                 features=params.get("features", "auto"),
             ).fit(self.pilot_rows)
-            if self.probe.error(pilot).upper() <= 1.0 + self.tol:
+            if self.drawn.error(pilot).upper() <= 1.0 + self.tol:
                 break
         return size
 
@@ -1086,7 +1092,7 @@ class _Run:
             own = dict(params, n_landmarks=int(size))
             if not self.profile.multi_pass:
                 # one pass: given landmarks, uniform among the first rows
-                rows = self.probe.X[: int(size)]
+                rows = self.drawn.X[: int(size)]
                 own = {"landmarks": rows.toarray() if sp.issparse(rows) else np.asarray(rows)}
         elif method == "exact":
             own = {}

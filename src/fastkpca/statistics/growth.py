@@ -316,6 +316,7 @@ def grow_estimator(estimator, source, probe, fit_at, sizes: list[int], what: str
     ``fit_at(size)`` returns a fitted copy of the estimator at that size (``tol=None``).
     """
     tol = check_tol(estimator.tol, auto=True)
+    assert tol is not None  # auto: DEFAULT_TOL for None
     current = [probe]
 
     def refine(estimate) -> bool:

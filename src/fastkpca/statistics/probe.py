@@ -123,11 +123,11 @@ def bootstrap_stderr(statistic, arrays, rng, n_boot: int = N_BOOTSTRAP) -> np.nd
     """Standard deviation of ``statistic(*arrays)`` over ``n_boot`` bootstrap resamples of
     the arrays' rows (the same rows drawn for all of them)."""
     p = arrays[0].shape[0]
-    reps = []
+    drawn = []
     for _ in range(n_boot):
         i = rng.integers(0, p, size=p)
-        reps.append(statistic(*(a[i] for a in arrays)))
-    reps = np.array(reps, dtype=np.float64)
+        drawn.append(statistic(*(a[i] for a in arrays)))
+    reps = np.array(drawn, dtype=np.float64)
     finite = np.all(np.isfinite(reps.reshape(n_boot, -1)), axis=1)
     if np.count_nonzero(finite) < 2:
         return np.full(reps.shape[1:], np.nan)
