@@ -59,7 +59,7 @@ def test_tol_fit_meets_tolerance(digits, small_probe, index):
     sizes = [size for size, _ in model.size_history_]
     estimates = [err for _, err in model.size_history_]
     # Doubling sizes (the last one may be the cap), stopped at the first whose bound
-    # (estimate + 1.645 stderr) is within 1 + tol: its estimate is too.
+    # (estimate + 2 stderr) is within 1 + tol: its estimate is too.
     assert all(a < b <= 2 * a for a, b in zip(sizes[:-1], sizes[1:], strict=True))
     assert estimates[-1] <= 1 + tol
     assert _chosen_size(model) == sizes[-1]

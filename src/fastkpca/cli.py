@@ -94,7 +94,7 @@ _METHOD_OPTIONS = [
         "tol",
         float,
         "grow the model until its relative rank-k error is at most 1 + TOL (the estimate plus "
-        "1.645 standard errors)",
+        "2 standard errors)",
     ),
     ("--eigen-tol", "eigen_tol", float, "iterative eigensolver tolerance"),
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),

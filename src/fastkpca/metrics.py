@@ -657,7 +657,7 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
 
         ``"relative_rank_k_error"``
             ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` on the N rows.  ``interval``: ``estimate
-            -+ 1.96 stderr`` (95 %); ``"bound"``: the one-sided 95 % bound ``estimate + 1.645
+            -+ 1.96 stderr`` (95 %); ``"bound"``: the one-sided bound ``estimate + 2
             stderr`` that a size chosen by ``tol`` meets.  ``method`` ``"exact"``: X is all N
             rows, stderr 0 and the interval one point, the value itself.
         ``"excess_error"``

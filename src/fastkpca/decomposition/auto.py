@@ -381,10 +381,10 @@ class AutoKPCA(BaseKPCA):
         The allowed relative excess of the rank-k error over exact KPCA's optimum: the model
         chosen has a relative rank-k error on all rows (``||Kc - T T^T||_F / ||Kc -
         (Kc)_k||_F``) of at most ``1 + tol`` with its standard error taken into account, i.e.
-        the error probe's estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 1.645
-        standard errors (a one-sided 95 % bound) is at most ``1 + tol``; exact KPCA meets any
-        tol.  When the probe cannot resolve tol (its estimate levels off above that), the most
-        accurate fit is kept with a ``RuntimeWarning``.
+        the error probe's estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 2
+        standard errors (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``;
+        exact KPCA meets any tol.  When the probe cannot resolve tol (its estimate levels off
+        above that), the most accurate fit is kept with a ``RuntimeWarning``.
     memory : int, str or None
         Memory budget of the fit in bytes (or ``"2GB"``, ``"512M"``); None: 80 % of what is
         available (:func:`fastkpca.execution.available_memory_bytes`).  A method whose arrays
@@ -410,7 +410,7 @@ class AutoKPCA(BaseKPCA):
         ``method``, ``size`` (rows for exact, landmarks, output features) and ``size_name``,
         ``params`` (the estimator's parameters that were chosen), ``reason`` (the rule that
         made it a candidate), ``error``, ``error_stderr`` and ``error_bound`` (the relative
-        rank-k error estimated on the probe, its standard error and the bound ``error + 1.645
+        rank-k error estimated on the probe, its standard error and the bound ``error + 2
         error_stderr`` that tol is compared with; None when not fitted; 1 and 0 for exact KPCA),
         ``fit_seconds``, ``memory_bytes`` (needed at that size, by the cost model),
         ``predicted_seconds``, ``status`` (``"chosen"``, ``"tried"`` for a size or method

@@ -196,8 +196,8 @@ class NystromKPCA(BaseKPCA):
         (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error taken
         into account: the estimate of the error probe
         (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
-        rows, cross-fitted on its halves) plus 1.645 standard errors (a one-sided 95 %
-        bound) is at most ``1 + tol``. None (default) with an integer or None
+        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
+        docs/auto.md) is at most ``1 + tol``. None (default) with an integer or None
         ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
         ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each
         size recomputes the kernel-row moments (a pass over the data).  Needs an array or a

@@ -251,8 +251,8 @@ class RandomFeatureKPCA(BaseKPCA):
         rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
         exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
         estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a
-        uniform sample of 2000 training rows, cross-fitted on its halves) plus 1.645
-        standard errors (a one-sided 95 % bound) is at most ``1 + tol``. None (default) with
+        uniform sample of 2000 training rows, cross-fitted on its halves) plus 2 standard errors
+        (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``. None (default) with
         an integer ``n_features`` fits that size; ``n_features="auto"`` without ``tol`` uses
         ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features already
         drawn at each doubling (the whole search costs about one fit at the final size plus

@@ -134,8 +134,8 @@ class StreamingKPCA(BaseKPCA):
         ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error
         taken into account: the estimate of the error probe
         (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
-        rows, cross-fitted on its halves) plus 1.645 standard errors (a one-sided 95 %
-        bound) is at most ``1 + tol``. ``n_features="auto"`` without ``tol`` uses
+        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
+        docs/auto.md) is at most ``1 + tol``. ``n_features="auto"`` without ``tol`` uses
         ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit`` needs an
         array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False

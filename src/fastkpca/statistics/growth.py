@@ -4,7 +4,7 @@
 ``StreamingKPCA(tol=...)`` and ``AutoKPCA(tol=...)`` fit a model at growing sizes and stop at the
 first whose relative rank-k error on all training rows, ``||Kc - T T^T||_F / ||Kc -
 (Kc)_k||_F`` (1 = exact KPCA), is at most ``1 + tol`` with the estimate's standard error taken
-into account: its one-sided bound ``estimate + z stderr`` (z = 1.645, 95 %) from the error probe
+into account: its one-sided bound ``estimate + z stderr`` (z = 2, calibrated) from the error probe
 (:class:`fastkpca.statistics.probe.ErrorProbe`, unbiased to the probe's noise) is at most ``1 +
 tol`` (:func:`grow_until`).  The estimators' sizes double (:func:`doubling_sizes`); AutoKPCA's
 landmarks grow by a factor read from the bound.  Doubling makes the whole search cost at most
@@ -234,7 +234,8 @@ def grow_until(
     tol : float
         The allowed relative excess error.
     z : float
-        The bound's normal quantile (one-sided 95 %).
+        The bound's multiple of the standard error
+        (:data:`~fastkpca.statistics.probe.CONFIDENCE_Z`).
     is_exact : callable, optional
         Whether a fitted model is exact KPCA (its error is 1 by construction: growth ends).
         Default: ``solver_ == "exact_kpca"`` (``NystromKPCA``'s own exact path).

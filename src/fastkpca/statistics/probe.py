@@ -17,8 +17,7 @@ rows (all of them: ``e`` itself, exactly) it is estimated as follows.
   U-statistic, Hoeffding 1948) weighs the probe's diagonal entries ``w = (p - 1) / (N - 1)``
   times as much as its off-diagonal ones.  Without that weight the diagonal, whose residuals
   sit near the optimum's for any model (``k(x, x) - ||t(x)||^2`` is the unexplained variance of
-  x), is ``N / p`` times too heavy in the ratio, which reads large excesses low (mnist,
-  10,000 rows, 800-row probe: 1.04 for a true 1.06, 1.08 for 1.18).
+  x), is ``N / p`` times too heavy in the ratio, which reads large excesses low.
 * **The reference, cross-fitted.**  The best rank-k residual of the N rows is not that of the
   probe's own optimum, which is fitted to those very rows (in-sample optimism: exact KPCA would
   score above 1).  The probe is split in two halves H, H' of m rows; on each half the
@@ -36,7 +35,8 @@ rows (all of them: ``e`` itself, exactly) it is estimated as follows.
   model's and the reference's residual rows resampled together, Efron & Tibshirani 1993,
   chapter 6) holds the halves' fitted references fixed; half the difference of the two halves'
   own ratios (two estimates from disjoint rows) adds the spread of those fits, combined as
-  ``sqrt(bootstrap^2 + (e_1 - e_2)^2 / 4)`` (:func:`bootstrap_stderr`).
+  ``sqrt(bootstrap^2 + (e_1 - e_2)^2 / 4)`` (:func:`bootstrap_stderr`), the latter averaged
+  over :data:`SPLITS` ways of halving the probe.
 
 :meth:`ErrorEstimate.upper` is the one-sided bound ``estimate + z stderr`` (z =
 :data:`CONFIDENCE_Z`) that sizes by ``tol`` must meet.  Bias and coverage measured on the real
@@ -71,21 +71,22 @@ __all__ = [
 PROBE_ROWS = 2000
 
 #: A probe whose standard error is too large for tol is drawn again, once, with twice its rows,
-#: up to this many (AutoKPCA on kddcup's 494,020 rows: 4000 rows for 0.6 s more).
+#: up to this many.
 MAX_PROBE_ROWS = 2 * PROBE_ROWS
 
 #: Bootstrap replicates behind every standard error.
 N_BOOTSTRAP = 200
 
-#: The one-sided normal quantile of the bound a size chosen by ``tol`` meets: ``estimate + z
-#: stderr <= 1 + tol`` (95 % one-sided).
-CONFIDENCE_Z = 1.645
+#: The bound a size chosen by ``tol`` meets: ``estimate + z stderr <= 1 + tol``, z chosen from
+#: the probe's measured coverage on real data (``benchmarks/bench_estimate_error.py --probes``;
+#: docs/auto.md): the normal one-sided 95 % quantile, 1.645, covered too rarely.
+CONFIDENCE_Z = 2.0
 
 #: The two-sided 95 % normal quantile of the reported intervals.
 INTERVAL_Z = 1.96
 
-#: Expectation-maximization steps of each half's weighted rank-k fit (one step changed the
-#: estimates by up to 0.015, a second by less than 3e-4: mnist, 800-row probes).
+#: Expectation-maximization steps of each half's weighted rank-k fit (a second step changes
+#: the estimates by a tenth of their standard error or less: docs/auto.md).
 WEIGHTED_FIT_STEPS = 1
 
 #: The probe is split in halves this many ways (module notes): the estimate's spread over the
@@ -93,7 +94,7 @@ WEIGHTED_FIT_STEPS = 1
 SPLITS = 2
 
 #: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
-#: eigenpairs); above, Lanczos (0.3-0.7x the dense time from 362 rows on, k = 10).
+#: eigenpairs); above, Lanczos, faster there.
 DENSE_EIGH_ROWS = 250
 
 
