@@ -248,7 +248,7 @@ def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: flo
     """
     own = probe.reference(k).own[0][0]
     half = probe.parts[0]
-    K = probe.gram[half.rows, half.rows]  # the first half's rows are a slice: a view
+    K = half.kernel_block()
     m = half.size
     if method == "rpcholesky":
         order = rpcholesky_of_gram(K, min(max(sizes), m), rng)

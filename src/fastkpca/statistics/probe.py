@@ -35,8 +35,8 @@ rows (all of them: ``e`` itself, exactly) it is estimated as follows.
   model's and the reference's residual rows resampled together, Efron & Tibshirani 1993,
   chapter 6) holds the halves' fitted references fixed; half the difference of the two halves'
   own ratios (two estimates from disjoint rows) adds the spread of those fits, combined as
-  ``sqrt(bootstrap^2 + (e_1 - e_2)^2 / 4)`` (:func:`bootstrap_stderr`), the latter averaged
-  over :data:`SPLITS` ways of halving the probe.
+  ``sqrt(bootstrap^2 + max((e_1 - e_2)^2 / 4, bootstrap^2))`` (:func:`bootstrap_stderr`), the
+  difference's square averaged over :data:`SPLITS` ways of halving the probe.
 
 :meth:`ErrorEstimate.upper` is the one-sided bound ``estimate + z stderr`` (z =
 :data:`CONFIDENCE_Z`) that sizes by ``tol`` must meet.  Bias and coverage measured on the real
@@ -89,9 +89,9 @@ INTERVAL_Z = 1.96
 #: the estimates by a tenth of their standard error or less: docs/auto.md).
 WEIGHTED_FIT_STEPS = 1
 
-#: The probe is split in halves this many ways (module notes): the estimate's spread over the
-#: halves' fits gets as many degrees of freedom.
-SPLITS = 2
+#: The probe is split in halves this many ways, the pairings of its quarters (module notes): the
+#: estimate's spread over the halves' fits gets as many degrees of freedom.
+SPLITS = 3
 
 #: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
 #: eigenpairs); above, Lanczos, faster there.
@@ -114,10 +114,11 @@ class ErrorEstimate(NamedTuple):
 
 
 def probe_memory_bytes(p: int) -> int:
-    """Bytes a probe of p rows holds at its peak: its p x p Gram, the halves' centered
-    Grams and their weighted copies, a cross block and the eigensolver's copy (float64; measured
-    with ``tracemalloc``: 16.3 p^2 at p = 1000 and 2000), and its rows' small arrays."""
-    return int(8 * p * p * 2.75 + 1024 * p)
+    """Bytes a probe of p rows takes at its peak (float64): its p x p Gram, held, and the
+    kernel's temporaries while it is computed (``tracemalloc``: 16.3 p^2 bytes at p = 1000 and
+    2000; held, 8 p^2 and a part's centered Gram while it is fitted), and its rows' small
+    arrays."""
+    return int(8 * p * p * 2.1 + 1024 * p)
 
 
 def bootstrap_stderr(statistic, arrays, rng, n_boot: int = N_BOOTSTRAP) -> np.ndarray:
@@ -154,35 +155,59 @@ def _top_eigen(G, k: int):
         return eigh_topk(G.copy(), k, method="lanczos", rng=0, overwrite=True)
 
 
-def _block(gram, a, b):
-    """``gram[a][:, b]`` for parts' rows (slices give a view, index arrays a copy)."""
-    if isinstance(a, slice) and isinstance(b, slice):
-        return gram[a, b]
-    a = np.arange(gram.shape[0])[a] if isinstance(a, slice) else a
-    b = np.arange(gram.shape[1])[b] if isinstance(b, slice) else b
-    return gram[np.ix_(a, b)]
+def _block(gram, a: tuple, b: tuple):
+    """The block of ``gram`` on the rows of the slices ``a`` and the columns of the slices
+    ``b`` (a view for one slice each, else a copy assembled from views)."""
+    if len(a) == 1 and len(b) == 1:
+        return gram[a[0], b[0]]
+    return np.block([[gram[i, j] for j in b] for i in a])
+
+
+def _slices(quarters, size: int) -> tuple:
+    """The row slices of a union of quarters of ``size`` rows (adjacent ones merged)."""
+    out: list[list[int]] = []
+    for q in sorted(quarters):
+        if out and out[-1][1] == q * size:
+            out[-1][1] = (q + 1) * size
+        else:
+            out.append([q * size, (q + 1) * size])
+    return tuple(slice(a, b) for a, b in out)
 
 
 class _Part:
-    """A set of the probe's rows: their centered Gram G, and residual rows of the weighted loss
-    ``sum_{i != j} (G - T T^T)_ij^2 + w sum_i (G - T T^T)_ii^2`` (module notes)."""
+    """A set of the probe's rows and residual rows of the weighted loss ``sum_{i != j} (G -
+    T T^T)_ij^2 + w sum_i (G - T T^T)_ii^2`` on their centered Gram G (module notes).  G is
+    not kept: products with it are the uncentered block's, centered (``G T = H K T`` for T
+    centered), and G itself is formed only to fit the part's optimum."""
 
-    def __init__(self, gram, rows, weight: float):
-        self.rows = rows  # the part's rows among the probe's (a slice or indices)
-        G = np.array(_block(gram, rows, rows), dtype=np.float64)
-        self.col_means = G.mean(axis=0)  # the uncentered kernel rows' mean
-        center_gram_inplace(G)
-        self.G = G
+    def __init__(self, gram, rows: tuple, weight: float):
+        self.gram = gram  # the probe's uncentered Gram
+        self.slices = rows  # the part's rows among the probe's: slices
+        self.rows = np.concatenate([np.arange(r.start, r.stop) for r in rows])
+        G = self.centered()
+        self.col_means = self.kernel_block().mean(axis=0)  # the uncentered rows' mean
         self.diag = np.diagonal(G).copy()
         self.gram_rows = np.einsum("ij,ij->i", G, G)
         self.weight = weight
         self.size = G.shape[0]
+        self._top: dict[int, tuple] = {}
+
+    def kernel_block(self) -> np.ndarray:
+        """The part's uncentered Gram (a view of the probe's for contiguous rows)."""
+        return _block(self.gram, self.slices, self.slices)
+
+    def centered(self) -> np.ndarray:
+        """A new copy of the part's centered Gram G."""
+        G = np.array(self.kernel_block(), dtype=np.float64)
+        center_gram_inplace(G)
+        return G
 
     def residual_rows(self, T) -> np.ndarray:
         """Weighted squared row norms of ``G - T T^T``, T (the part's rows) centered on it."""
         T = T - T.mean(axis=0)
         with one_blas_thread():
-            GT = self.G @ T
+            GT = self.kernel_block() @ T
+            GT -= GT.mean(axis=0)
             TtT = T.T @ T
         rows = self.gram_rows - 2.0 * np.einsum("ij,ij->i", GT, T)
         rows += np.einsum("ij,ij->i", T @ TtT, T)
@@ -192,28 +217,46 @@ class _Part:
     def optimum(self, k: int, weighted: bool = True):
         """The rank-k minimizer of the weighted loss on the part (module notes): eigenpairs
         ``(vals, vecs)`` of G with its diagonal re-weighted, ``T = vecs sqrt(vals)``; with
-        ``weighted=False`` G's own top-k eigenpairs."""
-        vals, vecs = _top_eigen(self.G, k)
+        ``weighted=False`` G's own top-k eigenpairs.  Each re-weighting step starts from the
+        last pairs (:func:`_rayleigh_ritz`)."""
+        G = None
+        if k not in self._top:
+            G = self.centered()
+            self._top[k] = _top_eigen(G, k)
+        vals, vecs = self._top[k]
         if self.weight >= 1.0 or not weighted:
             return vals, vecs
-        G = self.G.copy()
+        G = self.centered() if G is None else G
         for _ in range(WEIGHTED_FIT_STEPS):
             fitted = np.einsum("ij,ij->i", vecs * np.maximum(vals, 0.0), vecs)
             np.fill_diagonal(G, self.weight * self.diag + (1.0 - self.weight) * fitted)
-            vals, vecs = _top_eigen(G, k)
+            vals, vecs = _rayleigh_ritz(G, vecs, k)
         return vals, vecs
 
-    def projections(self, other: _Part, gram, vals, vecs):
+    def projections(self, other: _Part, vals, vecs):
         """``other``'s rank-k fit applied to this part's rows: ``Kc(this, other) V / sqrt(vals)``
-        with the kernel rows (of the probe's uncentered ``gram``) centered in ``other``'s
-        feature mean."""
+        with the kernel rows centered in ``other``'s feature mean."""
         keep = vals > 1e-12 * max(float(vals[0]), 1e-300)
-        K = _block(gram, self.rows, other.rows)
+        K = _block(self.gram, self.slices, other.slices)
         Kc = K - other.col_means
         Kc -= K.mean(axis=1)[:, None]
         Kc += other.col_means.mean()
         with one_blas_thread():
             return Kc @ (vecs[:, keep] / np.sqrt(vals[keep]))
+
+
+def _rayleigh_ritz(G, V, k: int):
+    """The top-k Ritz pairs of G on the Krylov space ``span(V, G V, G^2 V)``: G's top-k
+    eigenpairs from those of a matrix that differs from it on the diagonal (a step of the
+    weighted fit, :meth:`_Part.optimum`), for two products instead of a Lanczos run (on mnist
+    probes the estimates moved by 1e-4 at most, a fiftieth of their standard error)."""
+    with one_blas_thread():
+        blocks = [V]
+        for _ in range(2):
+            blocks.append(G @ blocks[-1])
+        Q, _ = scipy.linalg.qr(np.hstack(blocks), mode="economic")
+        vals, W = scipy.linalg.eigh(Q.T @ G @ Q)
+    return vals[::-1][:k], (Q @ W[:, ::-1])[:, :k]
 
 
 def _cross_fitted(own, fresh, share):
@@ -242,8 +285,8 @@ class _Reference:
             else:
                 a, b = parts
                 share = 0.5 * (1.0 - probe.sampled_fraction(a.size))
-                fresh_a = a.residual_rows(a.projections(b, probe.gram, *fits[1]))
-                fresh_b = b.residual_rows(b.projections(a, probe.gram, *fits[0]))
+                fresh_a = a.residual_rows(a.projections(b, *fits[1]))
+                fresh_b = b.residual_rows(b.projections(a, *fits[0]))
                 ref[a.rows] = _cross_fitted(own[0], fresh_a, share)
                 ref[b.rows] = _cross_fitted(own[1], fresh_b, share)
             self.rows.append(ref)
@@ -268,12 +311,13 @@ class ErrorProbe:
 
     Notes
     -----
-    The probe is split in halves :data:`SPLITS` ways (the first: its first and second half in
-    a random order of its rows); the estimate sums the model's and the reference's residual
+    The probe, in a random order of its rows, is split in halves :data:`SPLITS` ways (the
+    pairings of its quarters); the estimate sums the model's and the reference's residual
     rows over the splits, and the spread of the halves' own ratios is pooled over them (as
-    many degrees of freedom).  Cost: p^2 kernel values, ``2 SPLITS (1 + WEIGHTED_FIT_STEPS)``
-    top-k eigenproblems of ``p / 2`` rows per rank k (once per k), then per model its
-    transform of the probe and ``O(SPLITS p^2 k)``; memory :func:`probe_memory_bytes`.
+    many degrees of freedom).  Cost: p^2 kernel values, ``2 SPLITS`` top-k eigenproblems of
+    ``p / 2`` rows per rank k (once per k) and their re-weighting steps (``O(p^2 k)`` each),
+    then per model its transform of the probe and ``O(SPLITS p^2 k)``; memory
+    :func:`probe_memory_bytes`.
     """
 
     def __init__(self, X, kernel, rng, n_rows: int | None = None):
@@ -300,29 +344,23 @@ class ErrorProbe:
         del self._rows
 
     def _split(self, halves: bool) -> None:
-        """The parts: :data:`SPLITS` splits in two halves, or one part of all the rows."""
+        """The parts: the :data:`SPLITS` ways of pairing the probe's quarters into halves (the
+        first: its first and second half), or one part of all the rows."""
         p = self.size
         if not halves:
             self.used_rows = p
-            self.splits = [[_Part(self.gram, slice(0, p), self._diagonal_weight(p))]]
+            self.splits = [[_Part(self.gram, (slice(0, p),), self._diagonal_weight(p))]]
         else:
-            m = p // 2
-            self.used_rows = 2 * m
-            weight = self._diagonal_weight(m)
-            orders = [np.arange(2 * m)] + [self.rng.permutation(2 * m) for _ in range(SPLITS - 1)]
-            self.splits = []
-            for i, order in enumerate(orders):
-                first, second = (
-                    (slice(0, m), slice(m, 2 * m))
-                    if i == 0
-                    else (
-                        np.sort(order[:m]),
-                        np.sort(order[m:]),
-                    )
-                )
-                self.splits.append(
-                    [_Part(self.gram, first, weight), _Part(self.gram, second, weight)]
-                )
+            q = p // 4
+            self.used_rows = 4 * q
+            weight = self._diagonal_weight(2 * q)
+            self.splits = [
+                [
+                    _Part(self.gram, _slices(first, q), weight),
+                    _Part(self.gram, _slices({0, 1, 2, 3} - set(first), q), weight),
+                ]
+                for first in ((0, 1), (0, 2), (0, 3))[:SPLITS]
+            ]
         self._references = {}
 
     def _diagonal_weight(self, m: int) -> float:
@@ -353,7 +391,7 @@ class ErrorProbe:
         small for a rank-k fit of each (fewer than ``2 k + 2`` rows), are one part: exact for
         all rows, else the probe's own optimum (the in-sample ratio, which reads high)."""
         if k not in self._references:
-            halves = not self.exact and self.size // 2 >= 2 * k + 2
+            halves = not self.exact and 2 * (self.size // 4) >= 2 * k + 2
             if not self.splits or (len(self.parts) == 2) != halves:
                 self._split(halves)
             if k >= self.parts[0].size:
@@ -395,45 +433,65 @@ class ErrorProbe:
         if spread and math.isfinite(stderr):
             # The bootstrap holds the halves' fitted references fixed; each split's two halves'
             # own ratios are two estimates from disjoint rows: half their difference adds the
-            # spread of those fits (one degree of freedom per split).
-            stderr = math.hypot(stderr, math.sqrt(float(np.mean(spread))))
+            # spread of those fits (one degree of freedom per split), taken at least as large
+            # as the bootstrap's (the fits vary with their rows as much as the rows do; with
+            # few degrees of freedom the difference alone is often far too small).
+            stderr = math.hypot(stderr, max(math.sqrt(float(np.mean(spread))), stderr))
         return ErrorEstimate(estimate, stderr)
 
     def eigenvalues(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The top-k eigenvalues per row, ``lambda_i / N`` of the N rows' centered Gram, and
         their standard errors (0 when exact).
 
-        Each half's own eigenvalues over its rows read high (fitted to them), the variance of
-        the other half's components on its rows reads low (fitted elsewhere): they are combined
-        over both halves and the splits as the error's reference is (module notes)."""
+        Each half's own eigenvalues over its rows read high (fitted to them), the variances of
+        its rows along the other half's top-k subspace (its principal values there) read low
+        (fitted elsewhere): they are combined over both halves and the splits as the error's
+        reference is (module notes), and bootstrapped over each half's rows."""
         self.reference(k)  # the parts for rank k
-        rows = np.zeros((self.used_rows, k))
-        halves = []
-        for parts in self.splits:
-            fits = [part.optimum(k, weighted=False) for part in parts]
-            if len(parts) == 1:
-                vals = np.sort(np.maximum(fits[0][0], 0.0))[::-1] / self.size
-                return vals, np.zeros(k) if self.exact else np.full(k, np.nan)
-            a, b = parts
+        if len(self.parts) == 1:
+            vals = np.sort(np.maximum(self.parts[0].optimum(k, weighted=False)[0], 0.0))[::-1]
+            return vals / self.size, np.zeros(k) if self.exact else np.full(k, np.nan)
+        scores = []  # per part: its rows' own and fresh component scores, and the mix
+        for a, b in self.splits:
+            fits = [a.optimum(k, weighted=False), b.optimum(k, weighted=False)]
             share = 0.5 * (1.0 - self.sampled_fraction(a.size))
-            split_rows = np.zeros((self.used_rows, k))
-            for this, other, (vals, vecs), fit in (
-                (a, b, fits[0], fits[1]),
-                (b, a, fits[1], fits[0]),
-            ):
-                own = (vecs * np.sqrt(np.maximum(vals, 0.0))) ** 2
-                S = this.projections(other, self.gram, *fit)
-                fresh = np.zeros((this.size, k))
-                fresh[:, : S.shape[1]] = (S - S.mean(axis=0)) ** 2
-                split_rows[this.rows] = _cross_fitted(own, fresh, share)
-            rows += split_rows / len(self.splits)
-            halves.append([_per_row(split_rows[q.rows]) for q in parts])
-        estimate = _per_row(rows)
-        boot = bootstrap_stderr(_per_row, (rows,), self.rng)
-        spread = np.mean([0.25 * (a - b) ** 2 for a, b in halves], axis=0)
-        return estimate, np.sqrt(boot**2 + spread)
+            for this, other, (vals, vecs), fit in ((a, b, fits[0], fits[1]), (b, a, *fits[::-1])):
+                fresh = this.projections(other, *fit)
+                scores.append((vecs * np.sqrt(np.maximum(vals, 0.0)), fresh, share))
+
+        def estimate(parts) -> tuple[np.ndarray, list]:
+            per_part = [
+                _principal(own, k) + share * (_principal(fresh, k) - _principal(own, k))
+                for own, fresh, share in parts
+            ]
+            return np.mean(per_part, axis=0), per_part
+
+        value, per_part = estimate(scores)
+        reps = []
+        for _ in range(N_BOOTSTRAP):
+            drawn = []
+            for own, fresh, share in scores:
+                i = self.rng.integers(0, own.shape[0], size=own.shape[0])
+                drawn.append((own[i], fresh[i], share))
+            reps.append(estimate(drawn)[0])
+        boot = np.std(reps, axis=0, ddof=1)
+        spread = np.mean(
+            [0.25 * (per_part[2 * s] - per_part[2 * s + 1]) ** 2 for s in range(len(self.splits))],
+            axis=0,
+        )
+        # The halves' spread, at least the bootstrap's (as for the error) and at least the
+        # first-order sampling spread of the rows' squared scores (Anderson 1963), whose
+        # heavy tails (clusters of few rows) a bootstrap of m rows underrates.
+        own = np.concatenate([t**2 for t, _, _ in scores[:2]])
+        sampling = np.var(own, axis=0, ddof=1) / own.shape[0]
+        return value, np.sqrt(boot**2 + np.maximum(np.maximum(spread, boot**2), sampling))
 
 
-def _per_row(rows) -> np.ndarray:
-    """Eigenvalues per row from rows of squared component scores, largest first."""
-    return np.sort(rows.mean(axis=0))[::-1]
+def _principal(scores, k: int) -> np.ndarray:
+    """The variances per row along the principal axes of rows of scores (centered), the
+    largest k first (zeros beyond the scores' width)."""
+    S = scores - scores.mean(axis=0)
+    vals = np.zeros(k)
+    top = np.linalg.eigvalsh(S.T @ S / S.shape[0])[::-1][:k]
+    vals[: top.size] = np.maximum(top, 0.0)
+    return vals
