@@ -30,7 +30,8 @@ rows (all of them: ``e`` itself, exactly) it is estimated as follows.
   minimizes the same weighted loss as it is judged by: the rank-k fit of a matrix with entry
   weights in [0, 1] by expectation-maximization (Srebro & Jaakkola 2003, "Weighted low-rank
   approximations", section 3: the diagonal replaced by ``w G_ii + (1 - w) (T T^T)_ii``, then
-  the top-k eigenpairs, :data:`WEIGHTED_FIT_STEPS` times).
+  the top-k eigenpairs, :data:`WEIGHTED_FIT_STEPS` times, each by Rayleigh-Ritz from the
+  last).
 * **Standard error.**  A bootstrap over the probe's rows (:data:`N_BOOTSTRAP` replicates; the
   model's and the reference's residual rows resampled together, Efron & Tibshirani 1993,
   chapter 6) holds the halves' fitted references fixed; half the difference of the two halves'
