@@ -4,6 +4,8 @@ For each data set (pendigits, cpu_act, adult (a9a, sparse), mnist, kddcup, Rando
 ``tol`` in (0.05, 0.01) the script measures, each fit in its own process (``_harness.measure``):
 
 - ``AutoKPCA(10, tol=tol)``: its time, peak memory, the method and size it chose;
+- ``NystromKPCA(10, n_landmarks="auto", tol=tol)`` and ``RandomFeatureKPCA(10,
+  n_features="auto", tol=tol)``: the size each chose and its time;
 - a grid per method (exact where its Gram fits; Nystrom with uniform and with randomly pivoted
   Cholesky landmarks at 32, 64, ... landmarks; random features and random features + Frequent
   Directions at 128, 256, ... features), walked up each method's sizes until the true error
@@ -19,8 +21,9 @@ it is in the grid).  Times are of ``fit`` alone (the projection of the evaluatio
 follows, untimed), the best of up to REPEATS runs in a process whose imports were warmed by a
 fit on WARMUP_ROWS rows.  The
 hindsight-best of a tol is the fastest grid fit whose true error is at most ``1 + tol``.
-Goals: AutoKPCA's true error <= 1 + 2 tol in every case, its time <= 1.5x the hindsight-best in
-at least 80 % of the cases, and its peak memory within the default budget (80 % of the memory
+Goals (issue 31): the true error of AutoKPCA and of both estimators' sizes by tol <= 1 + tol in
+every case; AutoKPCA's time <= max(1.5x the hindsight-best, the hindsight-best + 0.3 s) in at
+least 10 of the 12 cases; its peak memory within the default budget (80 % of the memory
 available).
 
     .venv/bin/python benchmarks/bench_auto.py            # full sizes (RandomNoisy 10^6 rows)
@@ -65,6 +68,9 @@ REPEAT_BELOW_SECONDS = 5.0
 EXACT_GRID_ROWS = 12_000
 LANDMARK_GRID = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 FEATURE_GRID = (128, 256, 512, 1024, 2048, 4096, 8192)
+#: The time goal: AutoKPCA within max(TIME_FACTOR x, + TIME_SLACK_SECONDS) of the hindsight-best.
+TIME_FACTOR = 1.5
+TIME_SLACK_SECONDS = 0.3
 #: A method's walk up its sizes ends at a fit slower than this many times AutoKPCA's slowest
 #: (larger sizes are slower still: none of them can be within 1.5x of AutoKPCA's time).
 GRID_TIME_FACTOR = 2.0
@@ -128,7 +134,14 @@ def fit(data, *, cls_name, params, eval_idx):
             size=chosen["size"],
             params=chosen["params"],
             estimate=chosen["error"],
+            stderr=chosen["error_stderr"],
             report=model.report_,
+        )
+    elif params.get("tol") is not None:  # a size chosen by tol: what was chosen and tried
+        out.update(
+            method="nystrom" if cls_name == "NystromKPCA" else "random-features",
+            size=int(getattr(model, "n_landmarks_", None) or model.n_features_),
+            size_history=[[int(c), float(e)] for c, e in model.size_history_],
         )
     return out
 
@@ -186,7 +199,7 @@ def grid_params(method, size, gamma, sparse_wide):
     return params
 
 
-def run_set(name, n, tols, log):
+def run_set(name, n, tols, log, tol_fit_timeout=3600):
     X = load_data(name, n)
     n, d = X.shape
     gamma = 1.0 / d
@@ -203,13 +216,13 @@ def run_set(name, n, tols, log):
     }
     log(f"{name}: {n} x {d}{' sparse' if sparse else ''}, gamma = 1/{d}")
 
-    def timed(cls_name, params):
+    def timed(cls_name, params, timeout=3600):
         res = measure(
             warmed_data,
             fit,
             setup_kwargs={"name": setup["name"], "n": setup["n"]},
             work_kwargs={"cls_name": cls_name, "params": params, "eval_idx": idx},
-            timeout=3600,
+            timeout=timeout,
         )
         if not res.get("ok"):
             return {"ok": False, "error": res.get("error")}
@@ -236,6 +249,25 @@ def run_set(name, n, tols, log):
         else:
             log(f"  auto tol={tol}: failed: {r['error']}")
     out["auto"] = autos
+    #: the estimators' own sizes by tol, on the same rows
+    tol_fits: dict = {}
+    for tol in tols:
+        for cls_name, size_param in (
+            ("NystromKPCA", "n_landmarks"),
+            ("RandomFeatureKPCA", "n_features"),
+        ):
+            params = {"n_components": K, "gamma": gamma, "tol": tol, "random_state": 0}
+            params[size_param] = "auto"
+            r = timed(cls_name, params, timeout=tol_fit_timeout)
+            tol_fits[f"{cls_name} {tol}"] = r
+            if r["ok"]:
+                log(
+                    f"  {cls_name}(tol={tol}): {r['size']} true {r['true_error']:.4f} in "
+                    f"{r['seconds']:.2f} s"
+                )
+            else:
+                log(f"  {cls_name}(tol={tol}): failed: {r['error']}")
+    out["tol_fits"] = tol_fits
     slowest_auto = max((r["seconds"] for r in autos.values() if r["ok"]), default=60.0)
     fits = []
     methods = ["nystrom", "nystrom-rpcholesky", "random-features", "streaming"]
@@ -275,10 +307,23 @@ def run_set(name, n, tols, log):
             "best_seconds": best and best["seconds"],
             "best_true_error": best and best["true_error"],
         }
+        for cls_name, key in (("NystromKPCA", "nystrom_tol"), ("RandomFeatureKPCA", "rf_tol")):
+            r = tol_fits[f"{cls_name} {tol}"]
+            case[f"{key}_size"] = r.get("size")
+            case[f"{key}_true_error"] = r.get("true_error")
+            case[f"{key}_seconds"] = r.get("seconds")
+            case[f"{key}_failure"] = r.get("error")
         if a["ok"]:
-            case["error_goal_met"] = a["true_error"] <= 1 + 2 * tol
+            case["error_goal_met"] = a["true_error"] <= 1 + tol
+        case["estimators_error_goal_met"] = all(
+            case[f"{key}_true_error"] is not None and case[f"{key}_true_error"] <= 1 + tol
+            for key in ("nystrom_tol", "rf_tol")
+        )
         if a["ok"] and best:
             case["time_ratio"] = a["seconds"] / best["seconds"]
+            case["time_goal_met"] = a["seconds"] <= max(
+                TIME_FACTOR * best["seconds"], best["seconds"] + TIME_SLACK_SECONDS
+            )
         elif a["ok"]:
             # no grid fit meeting tol within GRID_TIME_FACTOR x AutoKPCA's time: none faster
             case["time_ratio"] = None
@@ -290,12 +335,20 @@ def _seconds(x):
     return "-" if x is None else f"{x:.2f}"
 
 
+def _tol_fit(c, key) -> str:
+    """``size: true error`` of an estimator's own size by tol, for the table."""
+    if c.get(f"{key}_true_error") is None:
+        failure = str(c.get(f"{key}_failure") or "")
+        return "not done in the time allowed" if "no result within" in failure else "failed"
+    return f"{c[f'{key}_size']}: {c[f'{key}_true_error']:.4f}"
+
+
 def table(results) -> str:
     """The markdown table of docs/auto.md from a results file's contents."""
     lines = [
         "| data (n x d) | tol | AutoKPCA chose | true error | s | hindsight-best | its true "
-        "error | s | time ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "error | s | time ratio | NystromKPCA(tol) | RandomFeatureKPCA(tol) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in results["sets"]:
         for c in s["cases"]:
@@ -304,7 +357,7 @@ def table(results) -> str:
                 shape += f"; {s['eval_rows']}-row evaluation"
             shape += ")"
             if not c["auto_ok"]:
-                lines.append(f"| {shape} | {c['tol']} | failed | | | | | | |")
+                lines.append(f"| {shape} | {c['tol']} | failed | | | | | | | | |")
                 continue
             best = (
                 f"{c['best_method']} {c['best_size']}"
@@ -320,22 +373,25 @@ def table(results) -> str:
             lines.append(
                 f"| {shape} | {c['tol']} | {chosen} {c['auto_size']} | "
                 f"{c['auto_true_error']:.4f} | {_seconds(c['auto_seconds'])} | {best} | "
-                f"{best_error} | {_seconds(c['best_seconds'])} | {ratio} |"
+                f"{best_error} | {_seconds(c['best_seconds'])} | {ratio} | "
+                f"{_tol_fit(c, 'nystrom_tol')} | {_tol_fit(c, 'rf_tol')} |"
             )
     return "\n".join(lines)
 
 
 def summarize(results) -> dict:
-    """The goals, counted over the cases: true error <= 1 + 2 tol; time <= 1.5x the
-    hindsight-best, over the cases that have one (no grid fit meeting tol within
-    GRID_TIME_FACTOR x AutoKPCA's time: no reference, counted apart); peak memory within the
-    budget."""
+    """The goals, counted over the cases: true error <= 1 + tol (AutoKPCA, and the estimators'
+    own sizes by tol); AutoKPCA's time <= max(TIME_FACTOR x the hindsight-best, the
+    hindsight-best + TIME_SLACK_SECONDS), over the cases that have one (no grid fit meeting tol
+    within GRID_TIME_FACTOR x AutoKPCA's time: no reference, counted apart); peak memory within
+    the budget."""
     cases = [c for s in results["sets"] for c in s["cases"]]
     timed = [c for c in cases if c.get("time_ratio") is not None]
     return {
         "cases": len(cases),
         "error_goal_met": sum(bool(c.get("error_goal_met")) for c in cases),
-        "time_goal_met": sum(c["time_ratio"] <= 1.5 for c in timed),
+        "estimators_error_goal_met": sum(bool(c.get("estimators_error_goal_met")) for c in cases),
+        "time_goal_met": sum(bool(c.get("time_goal_met")) for c in timed),
         "time_cases": len(timed),
         "no_hindsight_reference": sum(
             1 for c in cases if c["auto_ok"] and c.get("time_ratio") is None
@@ -355,6 +411,13 @@ def main(argv=None):
     parser.add_argument("--tols", nargs="+", type=float, default=list(TOLS))
     parser.add_argument("--output", default=None, help="the JSON file to write")
     parser.add_argument("--table", default=None, help="print the table of a results file")
+    parser.add_argument(
+        "--tol-fit-timeout",
+        type=float,
+        default=3600,
+        help="seconds each estimator's size by tol may take (random features at 2^14 on 10^6 "
+        "rows take hours)",
+    )
     args = parser.parse_args(argv)
     if args.table:
         with open(args.table) as f:
@@ -381,7 +444,7 @@ def main(argv=None):
 
     for name in args.sets:
         n = min(QUICK_ROWS, FULL_ROWS.get(name, QUICK_ROWS)) if args.quick else FULL_ROWS.get(name)
-        results["sets"].append(run_set(name, n, args.tols, log))
+        results["sets"].append(run_set(name, n, args.tols, log, args.tol_fit_timeout))
         save_json(results, path)  # after each set: a partial run keeps what it measured
     results["summary"] = summarize(results)
     save_json(results, path)

@@ -9,13 +9,23 @@ approximate method at two model sizes, the script fits the model, computes
 - the estimate: ``estimate_error(model, X, n_probe=..., random_state=0)``;
 
 and reports whether the estimate of ``err - 1`` is within a factor 2 of the truth or within
-0.01 of it (the acceptance criterion), and whether the stated 95 % interval covers the truth.
+0.01 of it (the acceptance criterion), whether the stated 95 % interval covers the truth, and
+whether the one-sided bound that sizes by ``tol`` use (estimate + 2 stderr) is above it.
 ExactKPCA itself is a sanity row (truth 1.0 and 0.0), not counted in the fraction.
 
     .venv/bin/python benchmarks/bench_estimate_error.py            # n = 6000, ~20 min here
     .venv/bin/python benchmarks/bench_estimate_error.py --quick    # n = 2500, n_probe = 1000
     .venv/bin/python benchmarks/bench_estimate_error.py --n-samples 20000 --datasets mnist \
         --methods NystromKPCA,RandomFeatureKPCA,StreamingKPCA,ReducedSetKPCA --tag mnist20000
+    .venv/bin/python benchmarks/bench_estimate_error.py --probes 16   # the probe's calibration
+
+``--probes N``: on the sets of ``bench_auto.py --quick`` (their first 20,000 rows, gamma = 1 /
+d), N independent error probes (:class:`fastkpca.statistics.probe.ErrorProbe`) of AutoKPCA's
+size (8 sqrt(n)) and of the estimators' (2000) for Nystrom and random-feature models from poor
+to exact KPCA's limit, against the exact error on all rows: the estimate's bias near the
+optimum, the root mean square of ``(estimate - truth) / stderr``, and how often the bound
+``estimate + 2 stderr`` is below the truth (2.3 % for a normal estimate); writes
+``bench_estimate_error_probes.json``.
 
 Writes ``benchmarks/results/bench_estimate_error[_quick].json``.  Wall times are measured in
 this process on a shared machine: indicative only (the estimate against the exact truth).
@@ -149,6 +159,8 @@ def run_dataset(name, n, n_probe, quick, methods=None):
             "est_excess_interval": list(ex["interval"]),
             "within_criterion": within(ex["estimate"], true_excess),
             "interval_covers": bool(lo - 1e-9 <= true_excess <= hi + 1e-9),
+            "est_excess_bound": ex["bound"],
+            "bound_covers": bool(true_excess <= ex["bound"] + 1e-9),
             "true_eigenvalue_error": true_eig,
             "est_eigenvalue_error": eg["estimate"],
             "est_eigenvalue_error_stderr": eg["stderr"],
@@ -172,6 +184,87 @@ def run_dataset(name, n, n_probe, quick, methods=None):
     return rows, {"dataset": name, "n": n, "exact_fit_seconds": t_exact}
 
 
+#: ``--probes``: the sets and rows of ``bench_auto.py --quick`` (its preprocessing and gamma =
+#: 1 / d), the probe sizes AutoKPCA draws there (8 sqrt(n)) and the estimators' 2000, and the
+#: models: Nystrom (uniform, pivoted) and random Fourier features at several sizes.
+PROBE_SETS = ("mnist", "random_noisy", "kddcup", "pendigits", "cpu_act", "adult")
+PROBE_SET_ROWS = 20_000
+PROBE_MODELS = [("nystrom", c) for c in (32, 64, 128, 256, 512, 1024, 2048)]
+PROBE_MODELS += [("rpcholesky", c) for c in (64, 128, 256)]
+PROBE_MODELS += [("rff", m) for m in (256, 1024, 4096)]
+
+
+def probe_calibration(name, n_probes):
+    """Bias and coverage of the error probe: ``n_probes`` independent probes of each size
+    against the exact relative rank-k error of each model on all rows (one explicit Gram)."""
+    import bench_auto
+
+    from fastkpca import NystromKPCA, RandomFeatureKPCA
+    from fastkpca._centering import center_gram_inplace
+    from fastkpca.kernels import RBF
+    from fastkpca.solvers import eigh_topk
+    from fastkpca.statistics.probe import CONFIDENCE_Z, ErrorProbe
+
+    X = bench_auto.load_data(name, PROBE_SET_ROWS)
+    n = X.shape[0]
+    kernel = RBF(1.0 / X.shape[1])
+    G = np.asarray(kernel(X.toarray() if hasattr(X, "toarray") else X), dtype=np.float64)
+    center_gram_inplace(G)
+    fro2 = float(np.einsum("ij,ij->", G, G))
+    vals, _ = eigh_topk(G.copy(), K, method="lanczos", rng=0, overwrite=True)
+    tail2 = fro2 - float(np.sum(vals**2))
+    models, truths = {}, {}
+    for kind, size in PROBE_MODELS:
+        if kind == "rff":
+            model = RandomFeatureKPCA(K, kernel=kernel, n_features=size, features="rff")
+        else:
+            landmarks = "rpcholesky" if kind == "rpcholesky" else "uniform"
+            model = NystromKPCA(K, kernel=kernel, n_landmarks=size, landmarks=landmarks)
+        label = f"{kind} {size}"
+        models[label] = model.set_params(random_state=0).fit(X)
+        T = np.asarray(models[label].transform(X), dtype=np.float64)
+        T = T - T.mean(axis=0)
+        num2 = fro2 - 2.0 * float(np.sum(T * (G @ T))) + float(np.sum((T.T @ T) ** 2))
+        truths[label] = float(np.sqrt(max(num2, 0.0) / tail2))
+    del G
+    out = {"name": name, "n": n, "truth": truths, "probes": {}}
+    for p in sorted({min(bench_auto_probe_size(n), n // 2), min(2000, n // 2)}):
+        estimates = {label: [] for label in models}
+        for seed in range(n_probes):
+            rng = np.random.default_rng(1000 + seed)
+            probe = ErrorProbe(X[rng.choice(n, p, replace=False)], kernel, rng, n_rows=n)
+            for label, model in models.items():
+                estimates[label].append(list(probe.error(model)))
+        z = np.concatenate(
+            [
+                (np.array(e)[:, 0] - truths[label]) / np.array(e)[:, 1]
+                for label, e in estimates.items()
+            ]
+        )
+        near = [label for label in models if truths[label] <= 1.05]
+        bias = [np.mean(np.array(estimates[label])[:, 0]) - truths[label] for label in near]
+        out["probes"][str(p)] = {
+            "estimates": estimates,
+            "bias_near_optimum": [float(min(bias)), float(max(bias))],
+            "rms_z": float(np.sqrt(np.mean(z**2))),
+            "bound_below_truth": float(np.mean(z < -CONFIDENCE_Z)),
+        }
+        print(
+            f"{name:13s} n {n:6d} p {p:5d}: bias (truth <= 1.05) {min(bias):+.4f} to "
+            f"{max(bias):+.4f}, rms z {out['probes'][str(p)]['rms_z']:.2f}, bound below the "
+            f"truth {out['probes'][str(p)]['bound_below_truth']:.1%}",
+            flush=True,
+        )
+    return out
+
+
+def bench_auto_probe_size(n):
+    """AutoKPCA's probe rows for n rows (:func:`fastkpca.decomposition.auto.probe_size`)."""
+    from fastkpca.decomposition.auto import probe_size
+
+    return probe_size(n)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="n = 2500, n_probe = 1000")
@@ -180,7 +273,19 @@ def main(argv=None):
     parser.add_argument("--datasets", default="pendigits,cpu_act,mnist")
     parser.add_argument("--methods", default="", help="comma-separated class names (all if empty)")
     parser.add_argument("--tag", default="", help="results file bench_estimate_error_TAG.json")
+    parser.add_argument(
+        "--probes",
+        type=int,
+        default=0,
+        help="instead: bias and coverage of the error probe over this many probes per size",
+    )
     args = parser.parse_args(argv)
+    if args.probes:
+        sets = [probe_calibration(name, args.probes) for name in PROBE_SETS]
+        out = {"benchmark": "bench_estimate_error --probes", "sets": sets}
+        out["machine"] = machine_info()
+        save_json(out, os.path.join(RESULTS, "bench_estimate_error_probes.json"))
+        return out
     n = args.n_samples or (2500 if args.quick else 6000)
     n_probe = args.n_probe or (1000 if args.quick else 2000)
     rows, info = [], []
@@ -191,6 +296,7 @@ def main(argv=None):
     counted = [r for r in rows if r["method"] != "ExactKPCA"]
     frac = float(np.mean([r["within_criterion"] for r in counted]))
     cover = float(np.mean([r["interval_covers"] for r in counted]))
+    bound = float(np.mean([r["bound_covers"] for r in counted]))
     frac_eig = float(np.mean([r["eigenvalue_within"] for r in counted]))
     print(
         f"\n{len(counted)} cases: err-1 estimate within factor 2 or 0.01 in {frac:.1%}; "
@@ -204,6 +310,7 @@ def main(argv=None):
         "n_components": K,
         "fraction_within_criterion": frac,
         "fraction_interval_covers": cover,
+        "fraction_bound_covers": bound,
         "fraction_eigenvalue_within": frac_eig,
         "datasets": info,
         "rows": rows,

@@ -58,7 +58,7 @@ CONFIGS = [
     ("ours randomized", "ours", "randomized", "float64", {}),
     ("ours randomized float32", "ours", "randomized", "float32", {}),
     ("ours auto", "ours", "auto", "float64", {}),
-    ("ours orthogonal tol=1e-5", "ours", "orthogonal", "float64", {"tol": 1e-5}),
+    ("ours orthogonal tol=1e-5", "ours", "orthogonal", "float64", {"eigen_tol": 1e-5}),
     ("ours matrix_free", "ours", "matrix_free", "float64", {}),
 ]
 

@@ -136,7 +136,9 @@ def test_memory_budget_excludes_the_exact_path():
     """300 rows need an exact Gram of 720 kB (950 kB with the eigensolver's workspace); with a
     600 kB budget the exact path is refused and an approximation within it is chosen."""
     X = _clusters(300)
-    model = AutoKPCA(K, memory=600 * 1024, random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a probe of 100 rows: a coarse one
+        model = AutoKPCA(K, memory=600 * 1024, random_state=0).fit(X)
     assert model.method_ != "exact"
     rejected = [e for e in model.report_ if e["method"] == "exact"]
     assert rejected[0]["status"] == "rejected" and "memory budget" in rejected[0]["why"]
@@ -271,27 +273,25 @@ def test_cuda_tensors_and_device_parameter(small):
     assert sent.method_ == host.method_
 
 
-def test_probe_on_a_gpu_gives_the_host_estimates(small, monkeypatch):
-    # On a GPU the probe's Gram and its halves' eigenpairs are computed there: CPU tensors
-    # taken down that path (as the GPU tests of NystromKPCA do) give the host's estimates, up
-    # to float64 rounding of the Gram and of a dense eigh against Lanczos (amplified by the
-    # eigengap, here ~1e2).
+def test_probe_of_tensor_rows_gives_the_host_estimates(small, monkeypatch):
+    # The probe's Gram is computed where the rows are (a GPU's rows on the GPU): CPU tensors
+    # give the host's choices and estimates, up to float64 rounding of the Gram (amplified by
+    # the eigengap, here ~1e2).
     torch = pytest.importorskip("torch")
-    from fastkpca.execution.arrays import Placement
+    from fastkpca.statistics.probe import ErrorProbe
 
     X = _clusters(1200)
     host = AutoKPCA(K, random_state=0).fit(X)
-    monkeypatch.setattr(Placement, "in_host_memory", property(lambda self: self.host))
-    placements = []
-    top_eigen = auto._top_eigen
+    seen = []
+    compute = ErrorProbe._compute_gram
 
-    def spy(G, k, placement=None):
-        placements.append(placement)
-        return top_eigen(G, k, placement)
+    def spy(self, kernel):
+        seen.append(type(self._rows))
+        return compute(self, kernel)
 
-    monkeypatch.setattr(auto, "_top_eigen", spy)
+    monkeypatch.setattr(ErrorProbe, "_compute_gram", spy)
     on_device = AutoKPCA(K, random_state=0).fit(torch.from_numpy(X))
-    assert placements and all(p is not None and p.is_torch for p in placements)
+    assert seen and all(t is torch.Tensor for t in seen)
 
     def fits(model):
         return [(e["method"], e["size"], e["error"], e["error_stderr"]) for e in model.report_[1:]]
@@ -310,3 +310,87 @@ def test_non_finite_rows_are_refused_whatever_the_layout(layout):
     data = X if layout == "array" else [X[:3000], X[3000:]]
     with pytest.raises(ValueError, match="NaN"):
         AutoKPCA(3, random_state=0).fit(data)
+
+
+def test_the_probe_counts_in_the_memory_budget():
+    """Issue 32: AutoKPCA(memory=8 MiB) peaked at 62.5 MiB, its probe not counted.  The probe
+    now takes its rows within the budget (PROBE_MEMORY_SHARE), the fits the rest: the peak of
+    the fit, above the rows, stays within 8 MiB (tracemalloc counts numpy's buffers).  (Rows
+    on which only random features reach tol would not: their fits' feature blocks are sized by
+    the execution layer, not by AutoKPCA's budget.)"""
+    import tracemalloc
+
+    X = _clusters(30000)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = AutoKPCA(5, memory="8MiB", random_state=0).fit(X)
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    probe = model.report_[0]
+    assert probe["method"] == "probe" and probe["memory_bytes"] <= auto.PROBE_MEMORY_SHARE * 2**23
+    assert peak <= 8 * 2**20, peak / 2**20
+
+
+@pytest.mark.parametrize(
+    "k, rows, match",
+    [(1, 1, "n_components=1 must be less than the number of rows \\(1\\)"), (650, 600, "650")],
+)
+def test_too_few_rows_for_the_components(k, rows, match):
+    # Formerly scipy's "Requested eigenvalue indices" (one row) and "needs more than 500 rows"
+    # (550 components of 600 rows, which exact KPCA can fit: it now does).
+    X = _clusters(600)
+    with pytest.raises(ValueError, match=match):
+        AutoKPCA(n_components=k).fit(X[:rows])
+    assert AutoKPCA(n_components=550).fit(X).method_ == "exact"
+
+
+def test_exact_kpca_chosen_for_a_fine_tol_does_not_warn():
+    # Exact KPCA has error 1 by construction: no probe, no "the true error may be larger".
+    X = _clusters(600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = AutoKPCA(K, tol=0.001, random_state=0).fit(X)
+    assert model.method_ == "exact"
+    assert _chosen(model)["error"] == 1.0 and _chosen(model)["error_stderr"] == 0.0
+
+
+def test_verbose_shows_candidates_estimates_and_growth(small, monkeypatch):
+    # verbose=True: a progress bar (fastkpca.execution.progress) whose text follows the probe,
+    # each candidate's fits and their estimates.
+    from fastkpca.execution import progress
+
+    shown = []
+
+    class Bar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def set_postfix_str(self, text, refresh=True):
+            shown.append(text)
+
+        def update(self, n=1):
+            pass
+
+    real = progress.progress_bar
+
+    def bar(*args, **kwargs):
+        return (
+            Bar()
+            if progress.verbosity() > 0 and kwargs.get("desc") == "AutoKPCA"
+            else real(*args, **kwargs)
+        )
+
+    monkeypatch.setattr(auto, "progress_bar", bar)
+    AutoKPCA(K, verbose=True, random_state=0).fit(_clusters(1200))
+    assert shown[0].startswith("probe of 400 rows")
+    assert any(t.startswith("nystrom") and "error" in t and "+-" in t for t in shown)
+    shown.clear()
+    AutoKPCA(K, random_state=0).fit(_clusters(1200))
+    assert shown == []

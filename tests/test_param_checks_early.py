@@ -66,6 +66,7 @@ BAD = {
     "n_inverse_samples": [0, -3, 2.5, "x"],
     "eigen_solver": ["x", None],
     "tol": [-1.0, "x", _NAN],
+    "eigen_tol": [-1.0, "x", _NAN],
     "max_iter": [0, 1.5, "x"],
     "n_landmarks": [0, -1, 1.5, "x"],
     "landmarks": ["x", 5, [1.0, 2.0]],

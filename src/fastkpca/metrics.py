@@ -18,16 +18,22 @@ R of a fitted model, estimated on held-out data).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.linalg as la
 from scipy.sparse.linalg import LinearOperator, eigsh
+from sklearn.utils.validation import check_array
 
+from ._centering import center_gram_inplace
 from ._utils import as_generator
+from .decomposition._base import BaseKPCA, execution_context
+from .execution.arrays import to_host
 from .kernels import Kernel, chunk_rows, make_kernel
 from .solvers import eigh_topk
+from .statistics.probe import ErrorProbe
 
 __all__ = [
     "gram_spectral_error",
@@ -92,8 +98,6 @@ def _centered_gram(X, kernel, center):
     G = kernel(np.asarray(X, dtype=np.float64) if not hasattr(X, "tocsr") else X)
     G = np.asarray(G, dtype=np.float64)
     if center:
-        from ._centering import center_gram_inplace
-
         center_gram_inplace(G)
     return G
 
@@ -333,19 +337,6 @@ def mmd(X, centers, weights, kernel) -> float:
 # ------------------------------------------------------------------------------------------------
 # error estimates without exact KPCA
 # ------------------------------------------------------------------------------------------------
-#: Fraction of the probe rows used as Nystrom landmarks for the reference eigenspace; the rest
-#: estimate the Nystrom residual (see :func:`estimate_error`).
-PROBE_LANDMARK_FRACTION = 0.75
-
-#: Bootstrap replicates behind the stated uncertainties (each costs two small eigenproblems).
-N_BOOTSTRAP = 200
-
-#: Nystrom eigenvectors added to the model's k axes for Rayleigh-Ritz, per component.
-REFERENCE_VECTORS = 2
-
-#: Eigenvalues of ``k(L, L)`` below this fraction of the largest are dropped (pseudo-inverse).
-_W_FLOOR = 1e-10
-
 #: scikit-learn's kernel names (``sklearn.decomposition.KernelPCA(kernel=...)``, with its
 #: ``gamma_``, ``degree`` and ``coef0``) -> the fastkpca kernel that computes the same function.
 SKLEARN_KERNELS = {
@@ -563,18 +554,12 @@ def _check_fitted_model(model) -> None:
         raise ValueError("model.kernel_ is not a fastkpca.kernels.Kernel")
 
 
-def _check_model_and_data(fitted: _FittedKPCA, X, n_probe):
-    """Validated ``(Xk, T)``: the rows the kernel sees and the projections, float64."""
-    from sklearn.utils.validation import check_array
-
+def _check_rows(fitted: _FittedKPCA, X, n_probe):
+    """Validated host rows X (float, finite, the model's width) and ``n_probe``."""
     if not isinstance(n_probe, int | np.integer) or isinstance(n_probe, bool) or n_probe < 2:
         raise ValueError(f"n_probe must be an integer >= 2, got {n_probe!r}")
-    from .execution.arrays import is_host_array, to_host
-
-    if not is_host_array(X):
-        # Rows on a device (a PyTorch tensor): the estimate's pass runs on the host, on a host
-        # copy of X (O(n d) host memory); the model's transform runs there too.
-        X = to_host(X)
+    # Rows on a device (a PyTorch tensor): the estimate runs on a host copy of X.
+    X = to_host(X)
     n_in = getattr(fitted.model, "n_features_in_", None)
     if not fitted.before_kernel:
         X = check_array(
@@ -582,72 +567,18 @@ def _check_model_and_data(fitted: _FittedKPCA, X, n_probe):
         )
         if n_in is not None and X.shape[1] != n_in:
             raise ValueError(f"X has {X.shape[1]} features, but the model was fitted on {n_in}")
-    Xk = check_array(
-        fitted.kernel_rows(X),
-        accept_sparse="csr",
-        dtype=[np.float64, np.float32],
-        ensure_min_samples=2,
-    )
-    T = np.asarray(fitted.model.transform(X), dtype=np.float64)
-    if T.ndim != 2 or T.shape[0] != Xk.shape[0]:
-        raise ValueError(f"model.transform(X) has shape {T.shape}, expected ({Xk.shape[0]}, k)")
-    if T.shape[1] >= Xk.shape[0]:
-        raise ValueError(
-            f"the model has {T.shape[1]} components for {Xk.shape[0]} rows: a rank-k error "
-            "needs k < n_samples"
-        )
-    return Xk, T
+    return X
 
 
-def _summary(estimate, replicates, method):
-    """``{"estimate", "stderr", "interval", "method"}`` from bootstrap replicates."""
-    reps = np.asarray(replicates, dtype=np.float64)
-    finite = reps[np.isfinite(reps)]
-    if finite.size < 2:
-        return {
-            "estimate": float(estimate),
-            "stderr": float("nan"),
-            "interval": [float("nan"), float("nan")],
-            "method": method,
-        }
-    lo, hi = np.percentile(finite, [2.5, 97.5])
-    return {
-        "estimate": float(estimate),
-        "stderr": float(np.std(finite, ddof=1)),
-        "interval": [float(min(lo, estimate)), float(max(hi, estimate))],
-        "method": method,
-    }
+def _as_rows(X):
+    """Kernel rows as float64 (dense) or float64 CSR."""
+    return X.astype(np.float64) if hasattr(X, "tocsr") else np.asarray(X, dtype=np.float64)
 
 
-def _excess(num_minus_den, den):
-    """``sqrt(1 + x) - 1`` for ``x = num_minus_den / den``, without cancellation."""
-    if den <= 0:
-        return float("inf") if num_minus_den > 0 else 0.0
-    x = max(num_minus_den / den, 0.0)
-    return x / (np.sqrt(1.0 + x) + 1.0)
-
-
-def _eigenvalue_estimates(fitted: _FittedKPCA, n, vals, vals_se, scores, method):
-    """``"eigenvalues_per_row"``, ``"eigenvalue_error"``, ``"model_eigenvalues_per_row"``.
-
-    ``vals`` are the top eigenvalues of X's centered Gram (exact, or Ritz values from the
-    probe) with ``vals_se`` their probe standard errors, ``scores`` the centered coordinates of
-    rows of X (all of them, or the probe's residual rows) on the matching eigenvectors.
-
-    Per row, ``vals / n`` estimates the training rows' ``lambda_i / n_train``.  If X is a uniform
-    sample (without replacement) of the training rows, ``lambda_i(X) / n - lambda_i / n_train``
-    is to first order the mean over X of ``s_i^2`` minus its mean over the training rows (s_i
-    the rows' coordinates on the i-th eigenvector; simple eigenvalues), with variance
-    ``var(s_i^2) / n (1 - n / n_train)``; 0 when X is all the training rows.  Without
-    ``n_train`` the sample is taken as drawn from an unlimited population (factor 1).
-    """
-    k = vals.size
-    per_row = vals / n
-    fpc = 1.0 if fitted.n_train is None else max(0.0, 1.0 - n / fitted.n_train)
-    sampling_var = np.zeros(k)
-    if scores.shape[0] > 1 and fpc > 0:
-        sampling_var = np.var(scores**2, axis=0, ddof=1) / n * fpc
-    se = np.sqrt((vals_se / n) ** 2 + sampling_var)
+def _eigenvalue_estimates(fitted: _FittedKPCA, per_row, se, method):
+    """``"eigenvalues_per_row"``, ``"eigenvalue_error"``, ``"model_eigenvalues_per_row"``:
+    the N rows' top eigenvalues per row (``per_row``, with standard errors ``se``) against the
+    model's ``eigenvalues_ / n_train``."""
     out: dict = {
         "eigenvalues_per_row": {"estimate": per_row, "stderr": se, "method": method},
         "eigenvalue_error": None,
@@ -655,7 +586,7 @@ def _eigenvalue_estimates(fitted: _FittedKPCA, n, vals, vals_se, scores, method)
     }
     if fitted.eigenvalues is None or fitted.n_train is None:
         return out
-    mine = (fitted.eigenvalues / fitted.n_train)[:k]
+    mine = (fitted.eigenvalues / fitted.n_train)[: per_row.size]
     j = mine.size
     out["model_eigenvalues_per_row"] = mine
     estimate = eigenvalue_error(mine, per_row[:j])
@@ -672,94 +603,25 @@ def _eigenvalue_estimates(fitted: _FittedKPCA, n, vals, vals_se, scores, method)
     return out
 
 
-def _exact_errors(fitted: _FittedKPCA, X, T):
-    """The exact relative rank-k error and X's exact spectrum (one explicit n x n Gram)."""
-    n, k = T.shape
-    G = _centered_gram(X, fitted.kernel, True)
-    num2 = 0.0
-    step = chunk_rows(n)
-    for start in range(0, n, step):
-        D = G[start : start + step] - T[start : start + step] @ T.T
-        num2 += float(np.einsum("ij,ij->", D, D))
-    fro2 = float(np.einsum("ij,ij->", G, G))
-    vals, vecs = eigh_topk(G, k, method="dense" if n <= 3000 else "lanczos", rng=0, overwrite=True)
-    den2 = max(fro2 - float(np.sum(vals**2)), 0.0)
-    scale = max(fro2, np.finfo(float).tiny)
-    if den2 <= 1e-12 * scale:  # a Gram of rank <= k: as relative_rank_k_error decides
-        excess = 0.0 if num2 <= 1e-10 * scale else float("inf")
-    else:
-        excess = _excess(num2 - den2, den2)
-    exact = {"stderr": 0.0, "method": "exact"}
-    scores = vecs * np.sqrt(np.maximum(vals, 0.0))
-    return {
-        "relative_rank_k_error": {
-            "estimate": 1.0 + excess,
-            "interval": [1.0 + excess] * 2,
-            **exact,
-        },
-        "excess_error": {"estimate": excess, "interval": [excess, excess], **exact},
-        **_eigenvalue_estimates(fitted, n, vals, np.zeros(k), scores, "exact"),
-        "n_samples": n,
-        "n_probe": n,
-    }
-
-
-def _probe_pass(X, kernel, XP, Tc):
-    """One pass over Gram column blocks ``K[:, P]``: ``K[P,:] K[:,P]``, row means, ``K[P,:] Tc``.
-
-    Costs ``n p (d + p / 2 + k)`` flops and O(p^2 + p k) memory (the p x n block is never held).
-    """
-    n, k = Tc.shape
-    p = XP.shape[0]
-    gram2 = np.zeros((p, p))
-    row_sums = np.zeros(p)
-    KT = np.zeros((p, k))
-    for start, stop, Kb in kernel.blocks(X, XP):
-        Kb = np.asarray(Kb, dtype=np.float64)
-        gram2 += Kb.T @ Kb
-        row_sums += Kb.sum(axis=0)
-        KT += Kb.T @ Tc[start:stop]
-    return (gram2 + gram2.T) / 2, row_sums / n, KT
-
-
-def _ritz(H, YtY, k, vectors=False):
-    """Top-k Ritz values of the pencil ``(H, YtY)`` (zero-padded to k), and with ``vectors``
-    their coefficient vectors C (``Y C`` has orthonormal columns)."""
-    s, Q = la.eigh(YtY)
-    keep = s > 1e-12 * s[-1]
-    R = Q[:, keep] / np.sqrt(s[keep])
-    if vectors:
-        theta, W = la.eigh(R.T @ H @ R)
-        theta, C = theta[::-1][:k], (R @ W[:, ::-1])[:, :k]
-    else:
-        theta = la.eigvalsh(R.T @ H @ R)[::-1][:k]
-    theta = np.maximum(theta, 0.0)
-    if theta.size < k:
-        theta = np.concatenate([theta, np.zeros(k - theta.size)])
-        if vectors:
-            C = np.hstack([C, np.zeros((C.shape[0], k - C.shape[1]))])
-    return (theta, C) if vectors else theta
-
-
 def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
     """Estimate a fitted model's relative rank-k error and eigenvalue error without exact KPCA.
 
-    Every number has one meaning whatever the size of X: the Gram errors are those of the
-    embedding of the rows X (``relative_rank_k_error`` on X's own Gram), the eigenvalue errors
-    compare eigenvalues per row, ``lambda / n`` (the eigenvalues of the centered kernel
-    covariance, which do not grow with n), so that the model's (from its ``n_train`` training
-    rows) and X's (from ``n`` rows) are the same quantity.  With ``T = model.transform(X)``,
-    ``Kc = H K H`` the centered Gram of X and ``lambda_i`` its eigenvalues:
+    The estimates are those of the error probe that sizes by ``tol`` use
+    (:class:`fastkpca.statistics.probe.ErrorProbe`): X is taken to be the model's training rows
+    or a uniform sample of them, and every number refers to the N training rows (N =
+    ``n_train``, the model's training size; X's own n when the model does not tell it), with
+    ``T = model.transform``, ``Kc`` the centered Gram of the N rows and ``lambda_i`` its
+    eigenvalues:
 
     - ``relative_rank_k_error`` = ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` (1.0 is exact KPCA's
-      optimum on X);
+      optimum);
     - ``eigenvalue_error`` = ``||m - l||_2 / ||l||_2`` with ``m = model.eigenvalues_[:k] /
-      n_train`` and l the training rows' per-row eigenvalues, estimated by ``lambda_i / n``
-      (X is taken to be the training rows or a uniform sample of them: then the estimate is
-      consistent whatever n, and on all the training rows it is exact).
+      n_train`` and ``l = lambda_{1..k} / N`` (eigenvalues per row, which do not grow with N).
 
-    For ``n <= n_probe`` X's Gram is computed exactly; above, its quantities are estimated from
-    a uniform probe of ``n_probe`` rows in one pass over Gram column blocks (never n x n).
+    When X holds all N rows and ``N <= n_probe`` both are computed exactly (standard error 0);
+    otherwise from a uniform probe of ``min(n_probe, n)`` rows of X, cross-fitted on its two
+    halves, with a bootstrap standard error (the probe's Notes): a 2000-row sample of the
+    training rows gives the same estimate, with its own uncertainty, as all of them.
 
     Parameters
     ----------
@@ -775,12 +637,11 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
         (``n_samples_seen_``, ``n_samples_fit_``, or the rows of ``eigenvectors_`` /
         ``X_fit_``); without them they are None.
     X : array, CSR matrix or tensor of shape (n_samples, n_features)
-        The rows the errors refer to: the training rows or a uniform sample of them (for the
-        eigenvalue error); any rows for the relative rank-k error.  Rows on a device (a
-        PyTorch tensor) are copied to the host, where the estimate runs.
+        The training rows or a uniform sample of them.  Rows on a device (a PyTorch tensor)
+        are copied to the host, where the estimate runs.
     n_probe : int
-        Probe rows p; cost ``O(n p (d + p + k))`` time, ``O(n k + p^2)`` memory.  At least
-        ``max(40, (2 k + 1) / 0.75)``.
+        Probe rows p; cost ``O(p^2 (d + k))`` time plus the model's transform of the probe,
+        ``O(p^2)`` memory.  At least ``2 k + 2``.
     random_state : int, Generator or None
         Draws the probe (and the bootstrap).
     kernel : fastkpca.kernels.Kernel or None
@@ -792,76 +653,81 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
     dict
         Plain Python values only (``float``, ``int``, ``str``, ``None``, ``list``, ``dict``:
         ``json.dumps`` writes it as it is).  Each error entry is a dict ``{"estimate": float,
-        "stderr": float, "interval": [low, high], "method": "exact" | "probe"}``; ``"method"``
-        says how X's Gram was handled (computed exactly, or a probe of ``n_probe`` rows).
+        "stderr": float, "interval": [low, high], "method": "exact" | "probe"}``.
 
         ``"relative_rank_k_error"``
-            ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` on X.  ``stderr``: bootstrap over the
-            probe's residual rows (0 when exact); ``interval``: 95 % bootstrap percentile
-            interval, widened to contain the estimate.
+            ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` on the N rows.  ``interval``: ``estimate
+            -+ 1.96 stderr`` (95 %); ``"bound"``: the one-sided bound ``estimate + 2
+            stderr`` that a size chosen by ``tol`` meets.  ``method`` ``"exact"``: X is all N
+            rows, stderr 0 and the interval one point, the value itself.
         ``"excess_error"``
-            ``relative_rank_k_error - 1``, estimated without cancellation, same uncertainty.
+            ``relative_rank_k_error - 1``, same uncertainty.
         ``"eigenvalue_error"``
             ``||m - l||_2 / ||l||_2`` (see above), or None when the model has no eigenvalues or
             training size.  ``stderr`` bounds the root-mean-square error of the estimate from the
             uncertainty of l (``"eigenvalues_per_row"``'s stderr, propagated by the triangle
             inequality: ``(1 + estimate) ||stderr|| / ||l||``); ``interval``: estimate +- 2
-            stderr, clipped at 0.  When the model is more accurate than l is known, the estimate
-            is about ``||stderr|| / ||l||`` and the interval reaches down to 0.
+            stderr, clipped at 0.
         ``"eigenvalues_per_row"``
-            ``{"estimate": [k floats], "stderr": [k floats], "method"}``: the training rows'
-            top-k eigenvalues per row, ``lambda_i / n`` of X's Gram (Ritz values for the
-            probe).  ``stderr``: the probe's bootstrap and, when X is a sample of fewer than all
-            ``n_train`` training rows, the sampling of X (first order, with the finite
-            population factor ``1 - n / n_train``; factor 1 when ``n_train`` is unknown).
+            ``{"estimate": [k floats], "stderr": [k floats], "method"}``: ``l``, cross-fitted
+            on the probe's halves as the error's reference is.
         ``"model_eigenvalues_per_row"``
             ``[k floats]``, ``model.eigenvalues_[:k] / n_train`` (m above), or None.
         ``"n_samples"``, ``"n_probe"``, ``"n_train"``
-            int: n, the rows whose Gram was computed (p, or n when exact), the model's
-            training rows (None when unknown).
+            int: n (X's rows), p (the rows whose Gram was computed), the model's training rows
+            (None when unknown).
         ``"certificates"``
             :func:`method_certificates`: the error certificates the model's method gives.
-
-    Notes
-    -----
-    With ``Tc`` the column-centered T (``T = Tc + 1 t^T``) and ``F = ||Kc||_F^2``,
-
-        ``N = ||Kc - T T^T||_F^2 = F - 2 tr(Tc^T K Tc) + ||Tc^T Tc||_F^2 + c_t``,
-        ``D = ||Kc - (Kc)_k||_F^2 = F - sum_{i<=k} lambda_i^2``,
-
-    (``c_t = 2 n ||Tc t||^2 + n^2 ||t||^4``, exact), so ``N - D = sum lambda_i^2 - 2 tr(Tc^T K
-    Tc) + ||Tc^T Tc||^2 + c_t`` does not involve F, and ``err - 1 = sqrt(1 + (N - D) / D) - 1``
-    needs F only to the relative accuracy wanted for ``err - 1``.  The probe P (uniform, without
-    replacement) is split into landmarks S (:data:`PROBE_LANDMARK_FRACTION` of it) and residual
-    rows R; one pass over Gram column blocks gives ``K[P,:] K[:,P]``, the row means ``r_P`` and
-    ``K[P,:] Tc``.  ``K~ = K[:, S] W^+ K[S, :]`` (W = K[S, S]) is the Nystrom approximation with
-    S as landmarks (``K~ <= K``); its centered top-2k eigenvectors V are exact functions of
-    those statistics.  On the basis ``Y = [Tc, V]`` (centered, so ``Y^T Kc Y = Y^T K Y``),
-    ``Y^T K Y = Y^T K~ Y + Y^T E Y`` with ``E = K - K~ >= 0``: the first term is exact, the
-    second vanishes on the rows of S and is estimated without bias from the rows R
-    (``(n - |S|) / |R| sum_{i in R} Y_i^T (E Y)_i``).  Rayleigh-Ritz on span(Y) gives
-    ``theta_1..theta_k``, the eigenvalue estimates, and the block ``tr(Tc^T K Tc)``.  F uses
-    the Nystrom Gram as a control variate: ``F = sum_j h_j + n^2 rbar^2`` with ``h_j =
-    ||K_j||^2 - 2 n r_j^2``; the same sum for ``K~`` is exact (its eigenvalues), and ``h -
-    h~``, ``r - r~`` vanish on S, so only these small differences are estimated from R.
-
-    Uncertainty: the probe's part comes from a bootstrap over the residual rows R
-    (:data:`N_BOOTSTRAP` replicates), the landmarks held fixed.  It covers the sampling noise,
-    not the one-sided bias of the reference subspace: Ritz values are lower bounds of the
-    ``lambda_i``, which makes ``err - 1`` too small by about ``sum (lambda_i^2 - theta_i^2) /
-    (2 D)`` (noticeable only when the model is about as good as a Nystrom model on
-    ``3/4 n_probe`` landmarks; see ``benchmarks/bench_estimate_error.py``).
-
-    Cost: ``n p (d + p / 2 + k)`` flops for the pass (kernel evaluations plus the p x p
-    product), ``O(p^3)`` for the p x p eigenproblems, plus ``model.transform(X)``; memory
-    ``O(n k + p^2)``.
     """
     with _model_threads(model):
         fitted = _fitted_kpca(model, kernel)
-        X, T = _check_model_and_data(fitted, X, n_probe)
+        X = _check_rows(fitted, X, n_probe)
+        n = X.shape[0]
+        N = fitted.n_train if fitted.n_train is not None and n <= fitted.n_train else n
         rng = as_generator(random_state)
-        result = _probe_errors(fitted, X, T, n_probe, rng)
-        result["n_train"] = fitted.n_train
+        p = min(int(n_probe), n)
+        rows = np.sort(rng.choice(n, size=p, replace=False)) if p < n else np.arange(n)
+        XP = X[rows]
+        probe = ErrorProbe(_as_rows(fitted.kernel_rows(XP)), fitted.kernel, rng, n_rows=N)
+        T = np.asarray(to_host(fitted.model.transform(XP)), dtype=np.float64)
+        if T.ndim != 2 or T.shape[0] != p:
+            raise ValueError(f"model.transform(X) has shape {T.shape}, expected ({p}, k)")
+        k = T.shape[1]
+        if k >= n:
+            raise ValueError(
+                f"the model has {k} components for {n} rows: a rank-k error needs k < n_samples"
+            )
+        if not probe.exact and p < 2 * k + 2:
+            raise ValueError(
+                f"n_probe={n_probe} is too small for {k} components: it needs {2 * k + 2} or "
+                "more rows"
+            )
+        estimate = probe.error_of(T[probe.order])
+        method = "exact" if probe.exact else "probe"
+        lo, hi = estimate.interval()
+        rel = {
+            "estimate": estimate.estimate,
+            "stderr": estimate.stderr,
+            "interval": [lo, hi],
+            "bound": estimate.upper(),
+            "method": method,
+        }
+        excess = {
+            "estimate": estimate.estimate - 1.0,
+            "stderr": estimate.stderr,
+            "interval": [lo - 1.0, hi - 1.0],
+            "bound": estimate.upper() - 1.0,
+            "method": method,
+        }
+        per_row, se = probe.eigenvalues(k)
+        result = {
+            "relative_rank_k_error": rel,
+            "excess_error": excess,
+            **_eigenvalue_estimates(fitted, per_row, se, method),
+            "n_samples": n,
+            "n_probe": p,
+            "n_train": fitted.n_train,
+        }
         result["certificates"] = (
             method_certificates(
                 fitted.final, X, n_probe=n_probe, random_state=rng, kernel=fitted.kernel
@@ -878,10 +744,6 @@ def _model_threads(model):
     :func:`estimate_error` run on as many threads as the model's own calls.  Other models
     (scikit-learn's, whose ``n_jobs=None`` means one job of joblib's) leave the context as it
     is."""
-    import contextlib
-
-    from .decomposition._base import BaseKPCA, execution_context
-
     return execution_context(model) if isinstance(model, BaseKPCA) else contextlib.nullcontext()
 
 
@@ -898,119 +760,6 @@ def _plain(value):
     if isinstance(value, float | np.floating):
         return float(value)
     return value
-
-
-def _probe_errors(fitted: _FittedKPCA, X, T, n_probe, rng) -> dict:
-    """The estimates of :func:`estimate_error`: exact for ``n <= n_probe``, else from a probe."""
-    n, k = T.shape
-    if n <= n_probe:
-        return _exact_errors(fitted, X, T)
-    p = int(n_probe)
-    p1 = int(round(PROBE_LANDMARK_FRACTION * p))
-    p2 = p - p1
-    # At least 2k + 1 landmarks (k reference vectors beyond the model's k) and 10 residual rows.
-    need = max(40, int(np.ceil((2 * k + 1) / PROBE_LANDMARK_FRACTION)))
-    if p < need:
-        raise ValueError(
-            f"n_probe={n_probe} is too small for {k} components: it needs {need} or more rows"
-        )
-    probe = rng.choice(n, size=p, replace=False)
-    XP = X[probe]
-    XP = XP.astype(np.float64) if hasattr(XP, "tocsr") else np.asarray(XP, dtype=np.float64)
-
-    tbar = T.mean(axis=0)
-    Tc = T - tbar
-    TtT = Tc.T @ Tc
-    extra = 2 * n * float(tbar @ TtT @ tbar) + n**2 * float(tbar @ tbar) ** 2
-
-    gram2, r, KT = _probe_pass(X, fitted.kernel, XP, Tc)
-    KPP = np.asarray(fitted.kernel(XP), dtype=np.float64)
-    from .execution import one_blas_thread
-
-    # p x p factorizations and many tiny eigenproblems: latency-bound, and on a busy machine
-    # idle BLAS threads' spin-waits made them 10x slower (see fastkpca._landmarks).
-    with one_blas_thread():
-        return _probe_estimates(fitted, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng)
-
-
-def _probe_estimates(fitted, n, k, p1, p2, probe, Tc, TtT, extra, gram2, r, KT, KPP, rng):
-    """The estimates of :func:`estimate_error` from the probe pass's statistics."""
-    p = p1 + p2
-    S, R = slice(0, p1), slice(p1, p)
-
-    # Nystrom on the landmarks S: W^{-1/2} = Bw Bw^T-style factor over W's kept eigenpairs.
-    w, Vw = la.eigh(KPP[S, S])
-    keep = w > _W_FLOOR * max(w[-1], 0.0)
-    Bw = Vw[:, keep] / np.sqrt(w[keep])
-    C1HC1 = gram2[S, S] - n * np.outer(r[S], r[S])  # K[S,:] H K[:,S]
-    M_ny = Bw.T @ C1HC1 @ Bw  # the centered Nystrom Gram in its r x r feature form
-    lam_ny, U = la.eigh(M_ny)
-    q = min(REFERENCE_VECTORS * k, int(np.sum(lam_ny > 1e-12 * max(lam_ny[-1], 1e-300))))
-    lam_ny, U = lam_ny[::-1][:q], U[:, ::-1][:, :q]
-    A = Bw @ U / np.sqrt(lam_ny)  # V = H K[:, S] A, orthonormal columns
-
-    # Y = [Tc, V]; the pieces of Y^T Y, Y^T K~ Y and (E Y) on the residual rows.
-    VtT = A.T @ KT[S]
-    YtY = np.block([[TtT, VtT.T], [VtT, np.eye(q)]])
-    C1tY = np.hstack([KT[S], C1HC1 @ A])
-    Z = Bw.T @ C1tY
-    H_ny = Z.T @ Z
-    Y_R = np.hstack([Tc[probe[R]], (KPP[R, S] - r[S]) @ A])
-    KY_R = np.hstack([KT[R], (gram2[R, S] - n * np.outer(r[R], r[S])) @ A])
-    EY_R = KY_R - (KPP[R, S] @ Bw) @ Z
-    scale_R = (n - p1) / p2
-
-    # F = ||Kc||_F^2 = sum_j h_j + n^2 rbar^2 with h_j = ||K_j||^2 - 2 n r_j^2; the same sum for
-    # K~ is known exactly (its eigenvalues), and h - h~, r - r~ vanish on the landmarks, so only
-    # the (small) differences are estimated from the residual rows: a control variate.
-    F_ny = float(np.sum(M_ny**2))
-    b = Bw.T @ r[S]
-    rbar_ny = float(b @ b)  # mean of K~ = r_S^T W^+ r_S
-    a_R = KPP[R, S] @ Bw
-    G_ny = Bw.T @ gram2[S, S] @ Bw
-    h_R = np.diag(gram2)[R] - 2 * n * r[R] ** 2
-    r_ny_R = a_R @ b
-    h_ny_R = np.sum((a_R @ G_ny) * a_R, axis=1) - 2 * n * r_ny_R**2
-    dh_R = h_R - h_ny_R
-    dr_R = r[R] - r_ny_R
-
-    def ritz_block(idx_res):
-        E_hat = scale_R * (Y_R[idx_res].T @ EY_R[idx_res])
-        return H_ny + (E_hat + E_hat.T) / 2
-
-    def estimate(idx_res, H, theta):
-        trace = float(np.trace(H[:k, :k]))
-        delta = float(np.sum(theta**2)) - 2 * trace + float(np.sum(TtT**2)) + extra
-        rbar = rbar_ny + (n - p1) / n * float(dr_R[idx_res].mean())
-        F = F_ny + (n - p1) * float(dh_R[idx_res].mean()) + n**2 * (rbar**2 - rbar_ny**2)
-        return _excess(delta, F - float(np.sum(theta**2)))
-
-    all_rows = np.arange(p2)
-    H = ritz_block(all_rows)
-    theta, C = _ritz(H, YtY, k, vectors=True)
-    excess = estimate(all_rows, H, theta)
-    boot_rng = np.random.default_rng(rng.integers(2**63))
-    reps_ex, reps_theta = [], []
-    for _ in range(N_BOOTSTRAP):
-        idx_r = boot_rng.integers(0, p2, p2)
-        H_b = ritz_block(idx_r)
-        theta_b = _ritz(H_b, YtY, k)
-        reps_ex.append(estimate(idx_r, H_b, theta_b))
-        reps_theta.append(theta_b)
-    excess_summary = _summary(excess, reps_ex, "probe")
-    rel = dict(excess_summary)
-    rel["estimate"] = 1.0 + excess
-    rel["interval"] = [1.0 + v for v in excess_summary["interval"]]
-    # The residual rows' coordinates on the Ritz vectors (unit vectors Y C of R^n).
-    scores = (Y_R @ C) * np.sqrt(theta)
-    theta_se = np.std(np.asarray(reps_theta), axis=0, ddof=1)
-    return {
-        "relative_rank_k_error": rel,
-        "excess_error": excess_summary,
-        **_eigenvalue_estimates(fitted, n, theta, theta_se, scores, "probe"),
-        "n_samples": n,
-        "n_probe": p,
-    }
 
 
 def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
@@ -1037,8 +786,6 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=Non
     Other models give an empty mapping.  ``kernel`` is the model's kernel (None: its
     ``kernel_``).  The values are plain Python floats, ints and lists.
     """
-    from sklearn.utils.validation import check_array
-
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
     rng = as_generator(random_state)
     out: dict = {}
@@ -1185,8 +932,6 @@ def reconstruction_error(
     ``model.transform(X)``; memory ``O(batch_size^2 + n_samples l)``: no n_samples x
     n_samples array unless ``batch_size=None``.
     """
-    from sklearn.utils.validation import check_array
-
     _check_fitted_model(model)
     if estimator not in RECONSTRUCTION_ESTIMATORS:
         raise ValueError(f"estimator must be one of {RECONSTRUCTION_ESTIMATORS}, got {estimator!r}")

@@ -60,9 +60,10 @@ _METHOD_OPTIONS = [
         "--tol",
         "tol",
         float,
-        "exact, sparsified: iterative eigensolver tolerance; nystrom, random-features, "
-        "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL",
+        "grow the model until its relative rank-k error is at most 1 + TOL (the estimate plus "
+        "2 standard errors)",
     ),
+    ("--eigen-tol", "eigen_tol", float, "iterative eigensolver tolerance"),
     ("--max-iter", "max_iter", int, "iterative eigensolver iteration limit"),
 ]
 
@@ -124,11 +125,13 @@ METHOD_OPTION_HELP: dict[str, tuple[str, tuple | None]] = {
         None,
     ),
     "tol": (
-        "exact, sparsified: iterative eigensolver tolerance; nystrom, random-features, "
-        "streaming: grow the model until the estimated relative rank-k error <= 1 + TOL "
-        "[exact, nystrom, random-features, streaming, sparsified]; default: the solver's own "
-        "(by dtype) (exact, sparsified); none (the size given) (nystrom, random-features, "
-        "streaming)",
+        "grow the model until its relative rank-k error is at most 1 + TOL (the estimate plus "
+        "2 standard errors) [nystrom, random-features, streaming]; default: none (the size "
+        "given)",
+        None,
+    ),
+    "eigen_tol": (
+        "iterative eigensolver tolerance [exact, sparsified]; default: the solver's own (by dtype)",
         None,
     ),
     "max_iter": (

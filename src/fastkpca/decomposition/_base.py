@@ -730,11 +730,12 @@ def check_n_components(k):
     return int(k)
 
 
-def check_solver_stopping(tol, max_iter) -> None:
-    """An iterative eigensolver's ``tol`` (a number >= 0, or None: the solver's default for the
-    dtype) and ``max_iter`` (a positive integer, or None); ValueError naming the parameter."""
-    if tol is not None:
-        check_float("tol", tol, low=0.0)
+def check_solver_stopping(eigen_tol, max_iter) -> None:
+    """An iterative eigensolver's ``eigen_tol`` (a number >= 0, or None: the solver's default
+    for the dtype) and ``max_iter`` (a positive integer, or None); ValueError naming the
+    parameter."""
+    if eigen_tol is not None:
+        check_float("eigen_tol", eigen_tol, low=0.0)
     check_int("max_iter", max_iter, low=1, allow_none=True)
 
 

@@ -4,28 +4,29 @@ The choice is a pipeline of cheap looks before any full fit:
 
 1. what the rows are (:func:`profile_source`): n, d, sparsity, whether they can be read more
    than once (an array, a memory map, a list of blocks, a reader, a dask array) or once (a
-   generator of blocks), their dtype;
-2. a probe of the spectrum on a uniform sample of :func:`probe_size` rows (among the first
-   rows of a one-pass stream): its centered Gram, top eigenvalues and the Nystrom approximations of
-   uniform and randomly pivoted Cholesky landmarks at doubling sizes (:class:`SpectrumProbe`),
-   whose relative rank-k errors on the sample predict the size the full fit needs and which
+   generator of blocks), their dtype; rows few enough for exact KPCA (:data:`EXACT_MAX_ROWS`)
+   whose Gram fits the memory budget are fitted exactly at once (error 1 by construction);
+2. the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`) on a uniform sample of
+   :func:`probe_size` rows (among the first rows of a one-pass stream; fewer when the memory
+   budget asks it, :func:`probe_rows_within`), whose first half also gives the relative rank-k
+   errors of Nystrom approximations with uniform and randomly pivoted Cholesky landmarks at
+   doubling sizes (:func:`nystrom_errors`): they predict the size the full fit needs and which
    landmark method gets there first;
 3. the candidates in order (:func:`candidate_methods`, the rules table of ``docs/auto.md``),
-   each refused up front when its memory at the predicted size exceeds the budget or its
-   predicted time (a flop count over a rate measured on the probe, then on the fits themselves)
-   exceeds what is left of the time budget;
-4. growth: the first candidate is fitted at growing sizes from the predicted one (landmarks by
-   a factor read from the estimated excess, :meth:`_Run.next_size`; features doubling) until
-   the relative rank-k error on all rows, estimated on the probe (:meth:`SpectrumProbe.error`,
-   cross-fitted on its two halves), is at most ``1 + tol``, or within the estimate's noise of
-   1 (:data:`RESOLUTION_STDERRS`; kept with a warning); when the budget stops its growth
-   first, the next candidate is tried.  An estimate whose standard error exceeds ``tol``
-   draws the probe again, once, with :data:`PROBE_GROWTH` times its rows
-   (:meth:`_Run.grow_probe`).
+   each refused up front when its memory at the predicted size exceeds what the budget leaves
+   beside the probe, or its predicted time (a flop count over a rate measured on the probe, then
+   on the fits themselves) exceeds what is left of the time budget;
+4. growth (:func:`fastkpca.statistics.growth.grow_until`, the one growth loop): the first
+   candidate is fitted at growing sizes from the predicted one (landmarks by a factor read from
+   the error bound, :meth:`_Run.next_size`; features doubling) until the bound ``estimate + z
+   stderr`` of its relative rank-k error on all rows is at most ``1 + tol``; a standard error
+   too large for tol draws the probe again, once, with twice its rows; when the budget stops
+   its growth first, the next candidate is tried.
 
 No candidate within the budgets is a ``ValueError`` that names each candidate and why it was
 refused; candidates fitted but short of ``tol`` leave the most accurate one, with a
-``RuntimeWarning``.  Everything considered is in ``report_``.
+``RuntimeWarning``.  Everything considered is in ``report_``; with ``verbose`` the candidates,
+estimates and growth steps show on a progress bar.
 """
 
 from __future__ import annotations
@@ -36,27 +37,40 @@ import time
 import warnings
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 import sklearn
 from sklearn.utils.validation import check_is_fitted
 
-from .._centering import center_gram_inplace
 from .._landmarks import rpcholesky_of_gram
-from ..execution import available_memory_bytes, format_bytes, one_blas_thread
+from ..execution import available_memory_bytes, format_bytes, one_blas_thread, progress_bar
 from ..execution.arrays import to_host
 from ..execution.memory import MEMORY_FRACTION, parse_bytes
-from ..solvers import eigh_topk
 from ..source import uniform_indices
-from ..statistics.growth import PROBE_ROWS, check_tol, doubling_sizes
+from ..statistics.growth import (
+    LARGEST,
+    PLATEAU,
+    RESOLUTION,
+    check_tol,
+    doubling_sizes,
+    grow_until,
+)
+from ..statistics.probe import (
+    CONFIDENCE_Z,
+    MAX_PROBE_ROWS,
+    PROBE_ROWS,
+    ErrorProbe,
+    probe_memory_bytes,
+)
+from . import estimator_class
 from . import nystrom as nystrom_module
 from ._base import DEFAULT_N_COMPONENTS, BaseKPCA
+from .random_features import RandomFeatureKPCA
 
 __all__ = [
     "AutoKPCA",
     "DataProfile",
-    "SpectrumProbe",
     "candidate_methods",
+    "nystrom_errors",
     "parse_memory",
     "probe_size",
     "profile_source",
@@ -64,14 +78,6 @@ __all__ = [
 
 #: The probe has at least this many rows (all of them below).
 MIN_PROBE_ROWS = 500
-
-#: A probe whose error estimate has a standard error above ``tol`` is drawn again, once, with
-#: this many times its rows (at most :data:`MAX_PROBE_ROWS`; rows taken by index only): on
-#: kddcup's 494,020 rows, whose repeated rows make a 2000-row probe's estimate noisy and low
-#: (0.96-0.99 +- 0.016-0.021 for Nystrom fits of true error 1.004-1.013, two seeds), 4000 rows
-#: read 0.978-1.011 +- 0.003-0.007 and cost 0.6 s (8000: 4 s).
-PROBE_GROWTH = 2
-MAX_PROBE_ROWS = 2 * PROBE_ROWS
 
 #: Exact KPCA is a candidate up to this many rows (if its Gram fits the memory budget): below,
 #: a Gram of at most 72 MB takes a second or two and has no approximation error at all.
@@ -98,21 +104,13 @@ RPCHOLESKY_SELECTION_COST = 1.5
 #: ... but only where uniform landmarks need more than this many on the probe (the smallest
 #: size it tries: nothing to save below).  A higher bar (128) kept uniform landmarks on kddcup,
 #: where the probe's pivots reach tol with 64 and uniform ones need 128-256, and where the
-#: error estimate of a uniform fit reads low (rare, far-apart rows: SpectrumProbe's notes).
+#: error estimate of a uniform fit is noisy (rare, far-apart rows).
 CHEAP_LANDMARKS = 32
 
 #: The probe's Nystrom sizes go up to this fraction of the rows they are fitted and judged on
 #: (a half of the probe): beyond, the landmarks are most of those rows and the error says
 #: nothing about a fit on all rows.
 PROBE_MAX_LANDMARK_FRACTION = 0.25
-
-#: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
-#: eigenpairs, ``syevr``); above, Lanczos.  Measured on halves of 250 to 884 rows of all six
-#: benchmark sets (k = 10, one BLAS thread, 2 cores): Lanczos took 0.3-0.7x the dense time from
-#: 362 rows on (pendigits 2.7 against 6.1 ms at 419 rows, 15 against 46 ms at 884; RandomNoisy,
-#: the slowest to converge, 4.9 against 6.2 ms and 27 against 47 ms) and tied at 250 rows; the
-#: eigenvalues agreed to 3e-15 relative.
-DENSE_EIGH_ROWS = 250
 
 #: Sparse probe rows are made dense when that copy takes at most this many bytes: the probe's
 #: Gram is then a dense GEMM (adult, 1131 rows of 123: 10 ms dense, 50 ms sparse).
@@ -138,29 +136,12 @@ MAX_FEATURES = 2**14
 KERNEL_VALUE_FLOPS = 30
 EXACT_EIGEN_FLOPS = 300
 
-#: A fit whose estimate is above ``1 + tol`` by less than its standard error is kept (the probe
-#: cannot tell it from one that meets tol), but by at most this fraction of tol: the estimate
-#: reads large excesses low by a quarter to a half, so a stop at ``1 + 1.5 tol`` estimated
-#: stays within ``1 + 2 tol``.  (Uncapped, kddcup at tol = 0.01 stopped at an estimate of
-#: 1.0178 +- 0.0079 for a true 1.0248.)
-STDERR_ALLOWANCE = 0.5
-
-#: Growth also stops (with a warning) where the estimate stops falling (by less than its
-#: standard error from one size to the next) within this many standard errors of 1: exact
-#: KPCA's own estimate is there, and no larger size can be told apart from it by the probe.
-RESOLUTION_STDERRS = 2.0
-
-#: ... and, above that, after this many growth steps in a row in which it fell by less than its
-#: standard error, keeping the most accurate fit (with a warning) rather than growing to the cap
-#: (kddcup's first 20,000 rows: estimates 1.038, 1.035, 1.033 from 1128 to 4512 landmarks with
-#: tol = 0.01; grown to 8192 landmarks, that fit took 11 s).
-PLATEAU_STEPS = 2
-
 #: Landmarks grow by at least this factor from one fit to the next (:meth:`_Run.next_size`).
 MIN_GROWTH_FACTOR = 1.5
 
-#: Bootstrap replicates of the probe error's standard error.
-N_BOOTSTRAP = 200
+#: The probe takes at most this fraction of the memory budget (its rows are fewer when it
+#: asks it, :func:`probe_rows_within`); the fits get the rest.
+PROBE_MEMORY_SHARE = 0.4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -252,241 +233,45 @@ def profile_source(source) -> DataProfile:
 # ------------------------------------------------------------------------------------------------
 # the probe of the spectrum
 # ------------------------------------------------------------------------------------------------
-class SpectrumProbe:
-    """p probe rows, their Gram and its two halves' KPCA: error estimates and size predictions.
+def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: float = 0.0):
+    """The relative rank-k error of Nystrom KPCA with c landmarks on the probe's first half,
+    for each c of ``sizes`` in order until one is at most ``stop``: landmarks among the half's
+    rows (``"uniform"``: a random order, prefixes nested; ``"rpcholesky"``: the pivots in order,
+    any prefix the RPCholesky result with that many, Chen et al. 2024), the KPCA of their
+    Nystrom features fitted on the half and judged on its rows against the half's own optimum
+    (the probe's weighted loss, :mod:`fastkpca.statistics.probe`).
 
-    :meth:`error` estimates a fitted model's relative rank-k error on *all* the rows,
-    ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, from the probe, cross-fitted.  The plain probe
-    ratio ``||G - T T^T||_F / ||G - G_k||_F`` (G the probe's centered Gram) is biased up: its
-    reference ``G_k`` is the probe's own KPCA, fitted to those very rows, so it sits below the
-    residual of the all-rows optimum on them (in-sample optimism), and the ratio's floor,
-    reached by exact KPCA itself, is well above 1 (measured 1.02-1.06 with p = 724-1131 on
-    pendigits, cpu_act, adult, mnist and RandomNoisy, with T centered on the probe; 1.06 on
-    kddcup).  Here the probe is split in two halves H, H' of m rows; on each half the
-    reference is the mean of the half's own optimum residual (fitted on H: too small) and the
-    residual of the other half's optimum (fitted on H': too large).  To first order in 1 / m
-    the optimism of an m-row fit on its rows equals its excess on fresh rows, so the mean is
-    the residual, on H, of the optimum of many rows; the model's residual on H (T centered on
-    H) is divided by it, summed over both halves.
-
-    Measured against the exact error on all n rows (as ``benchmarks/bench_auto.py`` evaluates
-    it; Nystrom at 32 to 2048 uniform landmarks, the six sets of that benchmark at their first
-    20,000 rows or fewer, one probe each): at true errors of at
-    most 1.02 the estimate is within 0.007 of the truth (below 1 by at most 0.005 at exact
-    KPCA's limit, 0.018 on kddcup); above, it is low by a quarter to a half of the excess
-    (mnist 1.036 for 1.050, RandomNoisy 1.041 for 1.056, kddcup 1.045 for 1.093), which is
-    why AutoKPCA's stated goal is ``1 + 2 tol`` for a stop at ``1 + tol``.
-
-    The standard error combines a bootstrap over the probe's rows (the model's and the
-    reference's squared residual row sums resampled together) with half the difference of the
-    two halves' own ratios, as ``sqrt(bootstrap^2 + (r_1 - r_2)^2 / 4)``.  The bootstrap alone
-    holds the halves' fitted references fixed and read 2-3x too small: over six probes each
-    (Nystrom fits on the first 20,000 rows, p = 838-1131), the estimates of one fit spread with
-    a standard deviation of 0.013 on pendigits (bootstrap 0.004-0.007) and 0.025 on kddcup
-    (0.010-0.024), while the root mean square of ``|r_1 - r_2| / 2`` was 0.013 and 0.027 (on
-    mnist, 0.003 spread, 0.002 bootstrap, 0.004 halves).  One difference is one degree of
-    freedom, so a single probe's value is noisy; together the two are about right on average
-    and conservative where the bootstrap is not small.
-
-    :meth:`nystrom_errors` is the in-sample ratio of the KPCA of the first half's Nystrom
-    approximations (landmarks among its rows), from which the size a fit on all rows needs is
-    predicted.
-
-    Parameters
-    ----------
-    X : array or CSR matrix (p, d)
-        The probe rows (a uniform sample of the training rows, or a stream's first rows).
-    kernel : Kernel
-    k : int
-        The number of components.
-    placement : Placement, optional
-        A GPU where the data are: the probe's Gram and its halves' eigendecompositions are
-        computed there (the rest, O(p^2 k), stays on the host).  On an H200 with 10^6 rows of
-        100 on it: a probe of 2000 rows in 0.079 s against 0.162 s on the host, AutoKPCA at
-        ``tol = 0.05`` in 0.177 s against 0.243 s, the same choice and estimate.
+    Fitted to the rows it is judged on, this reads optimistic as a prediction for a fit on all
+    rows (measured with a 2000-row probe: RandomNoisy at 10^6 rows 1.119 / 1.079 / 1.041 / 1.015
+    at 32 / 64 / 128 / 250 landmarks, where fits on all rows have 1.136 / 1.103 / 1.067 /
+    1.031): the growth that follows corrects it.
     """
-
-    def __init__(self, X, kernel, k: int, rng, placement=None):
-        start = time.perf_counter()
-        # The rows in a random order, the halves' split: each half's Gram block and the cross
-        # blocks are then views of one Gram, with no reordered copy of it (19 ms at p = 2000).
-        self.X = X[rng.permutation(X.shape[0])]
-        self.kernel = kernel
-        self.rng = rng
-        on_gpu = placement is not None and not placement.in_host_memory and not sp.issparse(X)
-        self.placement = placement if on_gpu else None
-        if self.placement is not None:
-            K = to_host(kernel(self.placement.asarray(self.X, np.float64)))
-        else:
-            K = np.asarray(kernel(self.X), dtype=np.float64)
-        self.gram_seconds = time.perf_counter() - start
-        self.uncentered = K
-        self.scale = float(np.trace(K))
-        p = K.shape[0]
-        self.k = min(int(k), p - 1)
-        self.halves = self._halves()
-
-    def _halves(self) -> list[_Half]:
-        """The two halves of the probe, each with its reference residual rows (class notes):
-        the mean of its own optimum's and of the other half's optimum's.  A probe too small to
-        halve for k (fewer than ``2 (2 k + 2)`` rows) is one part, with its own optimum's
-        residual as reference (the in-sample ratio, biased up)."""
-        p = self.n_rows
-        m = p // 2
-        if m < 2 * self.k + 2:
-            return [_Half(self, np.arange(p), self.uncentered)]
-        K = self.uncentered  # rows already in a random order (see __init__)
-        first = _Half(self, np.arange(m), K[:m, :m])
-        second = _Half(self, np.arange(m, 2 * m), K[m : 2 * m, m : 2 * m])
-        first.cross_fit(second, K[:m, m : 2 * m])
-        second.cross_fit(first, K[m : 2 * m, :m])
-        return [first, second]
-
-    @property
-    def n_rows(self) -> int:
-        return int(self.uncentered.shape[0])
-
-    def error(self, model) -> tuple[float, float]:
-        """(estimate, standard error) of a fitted model's relative rank-k error on all rows,
-        cross-fitted on the probe's halves (class notes)."""
-        T = np.asarray(to_host(model.transform(self.X)), dtype=np.float64)
-        model_rows, reference_rows = [], []
-        for half in self.halves:
-            model_rows.append(half.residual_rows(T[half.rows]))
-            reference_rows.append(half.reference)
-        estimate, bootstrap = _ratio_of_rows(
-            np.concatenate(model_rows), np.concatenate(reference_rows), self.scale, self.rng
-        )
-        if len(self.halves) < 2 or not math.isfinite(bootstrap):
-            return estimate, bootstrap
-        # The bootstrap holds the halves' fitted references fixed, so it misses how they move
-        # with the rows drawn; the two halves' own ratios are two estimates from disjoint rows,
-        # and half their difference estimates that spread too (one degree of freedom).
-        first, second = (
-            _ratio_of_rows(rows, reference, self.scale, None)[0]
-            for rows, reference in zip(model_rows, reference_rows, strict=True)
-        )
-        if not (math.isfinite(first) and math.isfinite(second)):
-            return estimate, bootstrap
-        return estimate, math.hypot(bootstrap, 0.5 * (first - second))
-
-    def nystrom_errors(self, sizes, method: str, stop: float = 0.0) -> dict[int, float]:
-        """The relative rank-k error of Nystrom KPCA with c landmarks on the probe's first half,
-        for each c of ``sizes`` in order until one is at most ``stop``: landmarks among the
-        half's rows (``"uniform"``: a random order, prefixes nested; ``"rpcholesky"``: the
-        pivots in order, any prefix the RPCholesky result with that many, Chen et al. 2024),
-        the KPCA of their Nystrom features fitted on the half and judged on its rows against
-        their own optimum.
-
-        Fitted to the rows it is judged on, this reads optimistic as a prediction for a fit on
-        all rows (measured with a 2000-row probe: RandomNoisy at 10^6 rows 1.119 / 1.079 /
-        1.041 / 1.015 at 32 / 64 / 128 / 250 landmarks, where fits on all rows have 1.136 /
-        1.103 / 1.067 / 1.031; mnist at 70,000 rows 1.269 / 1.140 / 1.059 / 1.011 for 1.325 /
-        1.172 / 1.056 / 1.019): the growth that follows corrects it.  Judging the same fit on
-        the other half instead is no better: it tends to the probe's own floor, not 1, as c
-        grows (a fit of m rows, not n), which hides the advantage of pivoted landmarks on
-        data with far-apart clusters (kddcup).
-        """
-        half = self.halves[0]
-        m = half.rows.size
-        K_h = half.K
-        if method == "rpcholesky":
-            order = rpcholesky_of_gram(K_h, min(max(sizes), m), self.rng)
-        else:
-            order = self.rng.permutation(m)
-        errors = {}
-        for c in sizes:
-            idx = order[: min(c, order.size)]
-            with one_blas_thread():
-                w, V = np.linalg.eigh(K_h[np.ix_(idx, idx)])
-            keep = w > 1e-10 * max(w[-1], 1e-300)
-            F = K_h[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
-            Fc = F - F.mean(axis=0)
-            # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top
-            # eigenvectors of the c x c scatter (cheaper than an SVD of the m x c Fc).
-            with one_blas_thread():
-                s, U = np.linalg.eigh(Fc.T @ Fc)
-            T = Fc @ U[:, ::-1][:, : min(self.k, s.size)]
-            rows = half.residual_rows(T)
-            errors[int(c)] = _ratio_of_rows(rows, half.own, self.scale, None)[0]
-            if errors[int(c)] <= stop:
-                break
-        return errors
-
-
-class _Half:
-    """One half H of the probe: its rows, centered Gram G_H, its own top-k KPCA and squared
-    residual row norms ``own``, and (after :meth:`cross_fit`) ``reference``, the mean of
-    ``own`` and of the residual of the other half's KPCA on H."""
-
-    def __init__(self, probe: SpectrumProbe, rows, K_h):
-        self.rows = rows
-        self.K = K_h  # the half's uncentered Gram (a view of the probe's)
-        G = np.array(K_h, dtype=np.float64)
-        center_gram_inplace(G)
-        self.G = G
-        self.gram_rows = np.einsum("ij,ij->i", G, G)
-        self.vals, self.vecs = _top_eigen(G, probe.k, probe.placement)
-        self.own = self.residual_rows(self.vecs * np.sqrt(np.maximum(self.vals, 0)))
-        self.reference = self.own
-
-    def residual_rows(self, T) -> np.ndarray:
-        """Squared row norms of ``G_H - T T^T`` with T (H's rows) centered on H."""
-        T = T - T.mean(axis=0)
-        return np.maximum(_residual_rows(self.G, self.gram_rows, T), 0.0)
-
-    def cross_fit(self, other: _Half, K_ho) -> None:
-        """``reference``: the mean of H's own optimum residual and that of ``other``'s KPCA
-        projections of H's rows (``K_ho = k(H, other)``, centered in ``other``'s feature
-        mean, then on H)."""
-        keep = other.vals > 1e-12 * max(float(other.vals[0]), 1e-300)
-        means = other.K.mean(axis=0)
-        Kc_ho = K_ho - means
-        Kc_ho -= K_ho.mean(axis=1)[:, None]
-        Kc_ho += means.mean()
-        fresh = self.residual_rows(Kc_ho @ (other.vecs[:, keep] / np.sqrt(other.vals[keep])))
-        self.reference = 0.5 * (self.own + fresh)
-
-
-def _top_eigen(G, k: int, placement=None):
-    """The top-k eigenpairs of a probe's (symmetric, centered) Gram, largest first (on the
-    host; with a GPU ``placement``, a dense ``eigh`` there)."""
-    if placement is not None:
-        vals, vecs = eigh_topk(placement.asarray(G, np.float64), k, method="dense", rng=0)
-        return to_host(vals), to_host(vecs)
-    if G.shape[0] <= DENSE_EIGH_ROWS:
-        with one_blas_thread():  # LAPACK's threads cost more than they save at this size
-            vals, vecs = scipy.linalg.eigh(
-                G, subset_by_index=[G.shape[0] - k, G.shape[0] - 1], driver="evr"
-            )
-        return vals[::-1], vecs[:, ::-1]
-    # No ``scale``: its round-off clean-up of tiny eigenvalues is not needed here, and with it
-    # the check of the Ritz pairs took 2-2.5x as long (mnist and RandomNoisy, 1000 rows).
-    with one_blas_thread():  # ARPACK's matrix-vector products and Ritz vectors: small BLAS-2
-        return eigh_topk(G.copy(), k, method="lanczos", rng=0, overwrite=True)
-
-
-def _residual_rows(G, gram_rows, T) -> np.ndarray:
-    """Squared row norms of ``G - T T^T``: ``||g_i||^2 - 2 (G T)_i . t_i + t_i (T^T T)
-    t_i^T``, O(p^2 k) without forming the p x p residual."""
-    with one_blas_thread():
-        GT = G @ T
-    return gram_rows - 2.0 * np.einsum("ij,ij->i", GT, T) + np.einsum("ij,ij->i", T @ (T.T @ T), T)
-
-
-def _ratio_of_rows(rows, reference, scale, rng) -> tuple[float, float]:
-    """``sqrt(sum rows / sum reference)`` and, with ``rng``, its bootstrap standard error over
-    the rows (the two resampled together; nan without ``rng``)."""
-    total = float(reference.sum())
-    if total <= 0.0:
-        return (1.0 if rows.sum() <= 1e-12 * scale**2 else math.inf), 0.0
-    estimate = math.sqrt(rows.sum() / total)
-    if rng is None:
-        return float(estimate), math.nan
-    p = rows.size
-    idx = rng.integers(0, p, size=(N_BOOTSTRAP, p))
-    boot = np.sqrt(rows[idx].sum(axis=1) / np.maximum(reference[idx].sum(axis=1), 1e-300))
-    return float(estimate), float(np.std(boot, ddof=1))
+    own = probe.reference(k).own[0][0]
+    half = probe.parts[0]
+    K = half.kernel_block()
+    m = half.size
+    if method == "rpcholesky":
+        order = rpcholesky_of_gram(K, min(max(sizes), m), rng)
+    else:
+        order = rng.permutation(m)
+    errors = {}
+    for c in sizes:
+        idx = order[: min(c, order.size)]
+        with one_blas_thread():
+            w, V = np.linalg.eigh(K[np.ix_(idx, idx)])
+        keep = w > 1e-10 * max(w[-1], 1e-300)
+        F = K[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
+        Fc = F - F.mean(axis=0)
+        # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top eigenvectors of
+        # the c x c scatter (cheaper than an SVD of the m x c Fc).
+        with one_blas_thread():
+            _, U = np.linalg.eigh(Fc.T @ Fc)
+        T = Fc @ U[:, ::-1][:, : min(k, U.shape[1])]
+        rows = half.residual_rows(T)
+        errors[int(c)] = math.sqrt(rows.sum() / own.sum()) if own.sum() > 0 else 1.0
+        if errors[int(c)] <= stop:
+            break
+    return errors
 
 
 def probe_size(n) -> int:
@@ -501,8 +286,18 @@ def probe_size(n) -> int:
     return int(min(PROBE_ROWS, max(MIN_PROBE_ROWS, 8 * math.sqrt(n))))
 
 
+def probe_rows_within(budget: int) -> int:
+    """The most probe rows whose memory (:func:`~fastkpca.statistics.probe.probe_memory_bytes`)
+    is at most :data:`PROBE_MEMORY_SHARE` of the memory budget."""
+    room = PROBE_MEMORY_SHARE * budget
+    p = int(math.sqrt(room / probe_memory_bytes(1)))  # from above: the bytes grow as p^2 + p
+    while p > 0 and probe_memory_bytes(p) > room:
+        p -= 1 + p // 64
+    return max(p, 0)
+
+
 def _probe_rows(source, profile: DataProfile, rng, p: int | None = None):
-    """Uniform probe rows on the host (``p``, default :func:`probe_size`, of them; sparse rows
+    """Uniform probe rows (``p``, default :func:`probe_size`, of them; sparse rows
     stay sparse unless a dense copy takes at most :data:`PROBE_DENSE_BYTES`), and for a stream
     read once (then uniform among its first rows) its first rows, on which the size is piloted
     (None for several passes)."""
@@ -515,7 +310,7 @@ def _probe_rows(source, profile: DataProfile, rng, p: int | None = None):
             if rows.shape[0] * rows.shape[1] * 8 <= PROBE_DENSE_BYTES:
                 return rows.toarray(), None
             return rows, None
-        return to_host(source.sample_rows(p, rng)), None
+        return source.sample_rows(p, rng), None  # where the rows are: the probe's Gram there
     head = to_host(source.head())
     idx = uniform_indices(head.shape[0], p, rng)
     return head[idx], head
@@ -583,7 +378,13 @@ class AutoKPCA(BaseKPCA):
         rows (the first rows of a stream), and the same resolved kernel is given to the
         method chosen.
     tol : float, default 0.05
-        The allowed relative excess of the rank-k error over exact KPCA's optimum.
+        The allowed relative excess of the rank-k error over exact KPCA's optimum: the model
+        chosen has a relative rank-k error on all rows (``||Kc - T T^T||_F / ||Kc -
+        (Kc)_k||_F``) of at most ``1 + tol`` with its standard error taken into account, i.e.
+        the error probe's estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 2
+        standard errors (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``;
+        exact KPCA meets any tol.  When the probe cannot resolve tol (its estimate levels off
+        above that), the most accurate fit is kept with a ``RuntimeWarning``.
     memory : int, str or None
         Memory budget of the fit in bytes (or ``"2GB"``, ``"512M"``); None: 80 % of what is
         available (:func:`fastkpca.execution.available_memory_bytes`).  A method whose arrays
@@ -608,9 +409,9 @@ class AutoKPCA(BaseKPCA):
         One entry per candidate, in the order considered, with plain values:
         ``method``, ``size`` (rows for exact, landmarks, output features) and ``size_name``,
         ``params`` (the estimator's parameters that were chosen), ``reason`` (the rule that
-        made it a candidate), ``error`` and ``error_stderr`` (the relative rank-k error
-        estimated on the probe and its standard error, :class:`SpectrumProbe`; None when not
-        fitted),
+        made it a candidate), ``error``, ``error_stderr`` and ``error_bound`` (the relative
+        rank-k error estimated on the probe, its standard error and the bound ``error + 2
+        error_stderr`` that tol is compared with; None when not fitted; 1 and 0 for exact KPCA),
         ``fit_seconds``, ``memory_bytes`` (needed at that size, by the cost model),
         ``predicted_seconds``, ``status`` (``"chosen"``, ``"tried"`` for a size or method
         given up, ``"rejected"`` when not fitted) and ``why``.
@@ -723,36 +524,23 @@ class AutoKPCA(BaseKPCA):
         probe_rng = np.random.default_rng(int(rng.integers(2**63)))
         source = self._fit_source(X)
         profile = profile_source(source)
+        k = int(self.n_components or DEFAULT_N_COMPONENTS)
+        if profile.n is not None and k >= profile.n:
+            raise ValueError(
+                f"n_components={k} must be less than the number of rows ({profile.n}): a "
+                "rank-k error needs more rows than components"
+            )
         # The kernel, resolved once: on all rows where they can be taken by index, else on the
         # first rows; the methods tried all get this very kernel.
         kernel = self._resolve_kernel(
             source if profile.random_access else to_host(source.head()), rng
         )
-        k = int(self.n_components or DEFAULT_N_COMPONENTS)
-        probe_rows, pilot_rows = _probe_rows(source, profile, probe_rng)
-        probe = SpectrumProbe(probe_rows, kernel, k, probe_rng, self._placement(X))
-        if probe.n_rows <= k:
-            raise ValueError(
-                f"n_components={k} needs more than {probe.n_rows} rows to choose a method"
-            )
-        run = _Run(
-            self,
-            X if profile.multi_pass else source,
-            profile,
-            probe,
-            tol,
-            budget,
-            deadline,
-            started,
-            seed,
-            kernel,
-            k,
-        )
-        run.pilot_rows = pilot_rows
-        run.source = source
-        run.probe_rng = probe_rng
-        run.describe_probe()
-        model = run.choose()
+        run = _Run(self, X if profile.multi_pass else source, profile, tol, budget, kernel, k)
+        run.deadline, run.started, run.seed = deadline, started, seed
+        run.source, run.probe_rng = source, probe_rng
+        with progress_bar(desc="AutoKPCA", unit="fit") as bar:
+            run.bar = bar
+            model = run.choose()
         # The kernel is the estimator's (the same object): read through, not kept twice.
         del self.kernel_
         self.estimator_ = model
@@ -780,45 +568,102 @@ class AutoKPCA(BaseKPCA):
 class _Run:
     """One AutoKPCA fit: the candidates, their growth and the report."""
 
-    def __init__(self, auto, X, profile, probe, tol, budget, deadline, started, seed, kernel, k):
+    def __init__(self, auto, X, profile, tol, budget, kernel, k):
         self.auto = auto
         self.X = X
         self.profile = profile
-        self.probe = probe
         self.tol = tol
         self.budget = budget
-        self.deadline = deadline
-        self.started = started
-        self.seed = seed
         self.kernel = kernel
         self.k = k
+        self.deadline: float | None = None
+        self.started = time.perf_counter()
+        self.seed = 0
+        self.source = None  # the data's source and the probe's generator, to draw the probe
+        self.probe_rng = np.random.default_rng(0)
+        self.bar = None
+        self.probe: ErrorProbe | None = None  # drawn by draw_probe (exact KPCA needs none)
+        self.pilot_rows = None
         self.report: list[dict] = []
         self.chosen_method: str | None = None
-        # flops per second: first from the probe's Gram, then from each fit
         d = profile.d if not profile.sparse else max(1.0, profile.d * profile.density)
         self.d_eff = float(d)
-        flops = probe.n_rows**2 * (2 * self.d_eff + KERNEL_VALUE_FLOPS)
-        self.rate = flops / max(probe.gram_seconds, 1e-4)
+        self.rate = 1e9  # flops per second: from the probe's Gram, then from each fit
         self.probe_sizes: dict[str, dict[int, float]] = {}
-        self.pilot_rows = None
-        self._best: tuple | None = None
-        self._chosen_entry: dict | None = None
-        self._warned = False  # a stop that warned already (resolution, plateau, one pass)
-        self.source = None  # the data's source and the probe's generator, to grow the probe
-        self.probe_rng = None
         self._probe_grown = False
 
-    # --- clock and memory -----------------------------------------------------------------------
+    # --- clock, memory and progress ------------------------------------------------------------
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
     def left(self) -> float:
         return math.inf if self.deadline is None else self.deadline - self.elapsed()
 
+    @property
+    def drawn(self) -> ErrorProbe:
+        """The error probe (drawn)."""
+        assert self.probe is not None
+        return self.probe
+
+    def fit_budget(self) -> int:
+        """The memory budget left to a fit beside the probe it is judged by."""
+        held = 0 if self.probe is None else probe_memory_bytes(self.probe.size)
+        return max(self.budget - held, 0)
+
+    def say(self, text: str) -> None:
+        """A progress step (``verbose``): the bar's text, and one more step done."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text)
+            self.bar.update(1)
+
+    # --- the probe --------------------------------------------------------------------------------
+    def draw_probe(self, p: int | None = None, reason: str | None = None) -> bool:
+        """Draw the error probe (``p`` rows, default :func:`probe_size`, fewer when the memory
+        budget asks it) and describe it in the report; False when the budget allows no probe
+        that can estimate a rank-k error."""
+        start = time.perf_counter()
+        wanted = probe_size(self.profile.n) if p is None else p
+        wanted = max(wanted, 4 * self.k + 4)  # two halves of more than 2 k + 1 rows
+        if self.profile.n is not None:
+            wanted = min(wanted, self.profile.n)
+        p = min(wanted, probe_rows_within(self.budget))
+        if p <= 2 * self.k + 1 or (self.probe is not None and p <= self.probe.size):
+            return False
+        rows, pilot = _probe_rows(self.source, self.profile, self.probe_rng, p)
+        self.probe = ErrorProbe(rows, self.kernel, self.probe_rng, self.profile.n)
+        self.probe.reference(self.k)
+        if self.pilot_rows is None:
+            self.pilot_rows = pilot
+        seconds = time.perf_counter() - start
+        flops = self.probe.size**2 * (2 * self.d_eff + KERNEL_VALUE_FLOPS)
+        self.rate = flops / max(seconds, 1e-4)
+        self.probe_sizes = {}  # size predictions from this probe
+        self.describe_probe(reason, seconds)
+        self.say(f"probe of {self.probe.size} rows")
+        return True
+
+    def grow_probe(self, estimate) -> bool:
+        """Draw the probe again with twice its rows (once, at most
+        :data:`~fastkpca.statistics.probe.MAX_PROBE_ROWS`, from rows taken by index): the
+        estimates from here on, the one that asked included, are the larger probe's."""
+        n = self.profile.n
+        if self._probe_grown or not self.profile.random_access or n is None:
+            return False
+        self._probe_grown = True
+        p = min(MAX_PROBE_ROWS, 2 * self.drawn.size)
+        if p > n // 2:
+            return False
+        return self.draw_probe(
+            p,
+            f"the estimate's standard error ({estimate.stderr:.4f}) was too large for tol: the "
+            f"probe drawn again with {p} rows",
+        )
+
     def describe_probe(self, reason=None, seconds=None) -> None:
+        size = None if self.probe is None else self.probe.size
         entry = {
             "method": "probe",
-            "size": self.probe.n_rows,
+            "size": size,
             "size_name": "rows",
             "params": {
                 "kernel": self.kernel.to_config() if hasattr(self.kernel, "to_config") else None
@@ -827,11 +672,12 @@ class _Run:
             "data": self.profile.describe(),
             "error": None,
             "error_stderr": None,
+            "error_bound": None,
             "fit_seconds": round(self.elapsed() if seconds is None else seconds, 4),
-            "memory_bytes": int(8 * 2 * self.probe.n_rows**2),
+            "memory_bytes": 0 if size is None else probe_memory_bytes(size),
             "predicted_seconds": None,
             "status": "done",
-            "why": "",
+            "why": "" if size is not None else "no probe: exact KPCA fits the budgets",
         }
         self.report.append(_plain(entry))
 
@@ -912,6 +758,26 @@ class _Run:
     def choose(self):
         candidates = candidate_methods(self.profile, self.kernel)
         n = self.profile.n
+        failures = []
+        exact_first = (
+            candidates[0][0] == "exact" and self.memory("exact", int(n or 0), {}) <= self.budget
+        )
+        if exact_first:
+            # Few rows and a Gram within the budget: exact KPCA at once, no probe (its error
+            # is 1 by construction).
+            self.describe_probe()
+            model, why = self.try_method(*candidates.pop(0))
+            if model is not None:
+                self.chosen_method = "exact"
+                return model
+            failures.append(f"exact: {why}")
+        if not self.draw_probe():
+            raise ValueError(
+                f"AutoKPCA: no method fits the budgets (memory {format_bytes(self.budget)}, "
+                f"tol={self.tol}): the memory budget leaves no room for an error probe of more "
+                f"than {2 * self.k + 1} rows (n_components={self.k}); raise memory or lower "
+                "n_components" + ("" if not failures else "; " + "; ".join(failures))
+            )
         names = [m for m, _ in candidates]
         if (
             "nystrom" in names
@@ -927,30 +793,26 @@ class _Run:
                     "as much and has no error"
                 )
                 candidates.insert(0, ("exact", reason))
-        failures = []
         best = None
         for method, reason in candidates:
             model, why = self.try_method(method, reason)
             if model is not None:
                 self.chosen_method = method
-                self._chosen_entry["status"] = "chosen"
-                if not self._warned:
-                    self.warn_if_unresolved(self._chosen_entry)
                 return model
             failures.append(f"{method}: {why}")
             if self._best is not None and (best is None or self._best[0] < best[0]):
                 best = self._best
         if best is not None:
             # Nothing met tol within the budgets: the most accurate fit is kept, and said so.
-            err, model, method, entry = best
+            bound, model, method, entry = best
             warnings.warn(
                 f"tol={self.tol}: no method reached it within the budgets; the most accurate "
-                f"fit ({method}, estimated relative rank-k error {err:.4f}) is kept",
+                f"fit ({method}, relative rank-k error bound {bound:.4f}) is kept",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
             entry["status"] = "chosen"
-            entry["why"] = f"estimated error {err:.4f} > 1 + tol, the best within the budgets"
+            entry["why"] = f"error bound {bound:.4f} > 1 + tol, the best within the budgets"
             self.chosen_method = method
             return model
         raise ValueError(
@@ -962,207 +824,127 @@ class _Run:
         )
 
     def try_method(self, method, reason):
-        """Fit ``method`` at growing sizes; (model, "") when it reaches tol, else (None, why)."""
+        """Fit ``method`` at growing sizes (:func:`~fastkpca.statistics.growth.grow_until`);
+        (model, "") when it reaches tol or as close as the probe can tell, else (None, why)."""
         self._best = None
-        self._chosen_entry = None
         params = self.base_params(method)
         sizes = self.sizes(method, params)
         if not sizes:
             why = self.reject(method, None, params, reason, "no size fits the memory budget")
             return None, why
-        last_err = None
-        previous = None
-        level_steps = 0
-        size = sizes[0]
-        while True:
+        entries: dict[int, dict] = {}
+        refused: list[str] = []
+        last: dict = {}
+
+        def fit_at(size):
             need = self.memory(method, size, params)
             predicted = self.flops(method, size, params) / self.rate
-            if need > self.budget:
-                why = self.reject(
-                    method,
-                    size,
-                    params,
-                    reason,
-                    f"needs {format_bytes(need)} > memory budget {format_bytes(self.budget)}",
+            budget = self.fit_budget()
+            if need > budget:
+                why = f"needs {format_bytes(need)} > memory budget {format_bytes(budget)}"
+                if self.probe is not None:
+                    why += " (beside the probe's)"
+            elif predicted > self.left():
+                why = (
+                    f"predicted {predicted:.3g} s > {max(self.left(), 0):.3g} s left of the "
+                    "time budget"
                 )
-                return None, why if last_err is None else f"{why} (reached {last_err:.4f})"
-            if predicted > self.left():
-                why = self.reject(
-                    method,
-                    size,
-                    params,
-                    reason,
-                    f"predicted {predicted:.3g} s > {max(self.left(), 0):.3g} s "
-                    "left of the time budget",
-                )
-                return None, why if last_err is None else f"{why} (reached {last_err:.4f})"
-            model, seconds = self.fit_at(method, size, params)
-            self.rate = max(self.flops(method, size, params) / max(seconds, 1e-4), 1.0)
-            err, stderr = self.probe.error(model)
-            if math.isfinite(stderr) and stderr > self.tol and self.grow_probe(stderr):
-                err, stderr = self.probe.error(model)
-            entry = self.entry(method, size, params, reason, err, stderr, seconds, need, predicted)
-            last_err = err
-            if self._best is None or err < self._best[0]:
-                self._best = (err, model, method, entry)
-            if method == "exact" or getattr(model, "solver_", None) == "exact_kpca":
-                # NystromKPCA computes exact KPCA itself where that is cheaper (c near n)
-                entry["why"] = "exact KPCA: the optimum itself (error 1 on all rows)"
-                self._chosen_entry = entry
-                return model, ""
-            # A standard error above tol (the probe grown already) cannot vouch for tol: an
-            # estimate below 1 + tol is then not taken as met while a larger size can be fitted,
-            # and growth goes on until the estimate levels off (the rules below: one more fit,
-            # in practice).  kddcup's first 20,000 rows, tol = 0.01: 64 pivoted landmarks read
-            # 0.995 +- 0.026 for a true error of 1.028; 128 have 1.002.
-            unresolved = (
-                self.profile.multi_pass
-                and math.isfinite(stderr)
-                and stderr > self.tol
-                and size < sizes[-1]
-            )
-            if err <= 1.0 + self.tol and not unresolved:
-                entry["why"] = f"estimated error {err:.4f} <= 1 + tol"
-                self._chosen_entry = entry
-                return model, ""
-            allowance = min(stderr, STDERR_ALLOWANCE * self.tol)
-            if not unresolved and math.isfinite(stderr) and err <= 1.0 + self.tol + allowance:
-                # Above 1 + tol by less than its standard error: the probe cannot tell it from
-                # a fit that meets tol, and a larger one would cost another 1.5x.
-                entry["why"] = (
-                    f"estimated error {err:.4f} within one standard error ({stderr:.4f}, at "
-                    f"most {STDERR_ALLOWANCE:g} tol) of 1 + tol"
-                )
-                self._chosen_entry = entry
-                return model, ""
-            level = previous is not None and previous[0] - err < max(previous[1], stderr)
-            level_steps = level_steps + 1 if level else 0
-            if level and err <= 1.0 + RESOLUTION_STDERRS * stderr:
-                # The estimate stopped falling within its noise of exact KPCA's optimum: no
-                # larger size can be told apart from this one by the probe, so growth stops
-                # here (tol is finer than the probe resolves), and says so.
-                entry["why"] = (
-                    f"estimated error {err:.4f}, level with the last size's "
-                    f"{previous[0]:.4f} and within {RESOLUTION_STDERRS:g} standard errors "
-                    f"({stderr:.4f}) of 1: the finest the probe resolves"
-                )
-                self._chosen_entry = entry
-                self._warned = True
-                warnings.warn(
-                    f"tol={self.tol} is finer than the probe resolves: the estimated relative "
-                    f"rank-k error of {method} at size {size}, {err:.4f}, is within "
-                    f"{RESOLUTION_STDERRS:g} standard errors ({stderr:.4f}) of exact KPCA's; "
-                    "that fit is kept",
-                    RuntimeWarning,
-                    stacklevel=5,
-                )
-                return model, ""
-            if level_steps >= PLATEAU_STEPS:
-                # Level for PLATEAU_STEPS growth steps in a row above 1 + tol: a plateau of the
-                # estimate (far-apart repeated rows make it noisy) that larger sizes are not
-                # seen to leave; the most accurate fit is kept rather than growing to the cap.
-                return self.keep_best_on_plateau(err), ""
-            previous = (err, stderr)
-            if not self.profile.multi_pass:
-                # One pass: no second fit.  Kept, and said so.
-                entry["why"] = (
-                    f"estimated error {err:.4f} > 1 + tol on the first rows; a one-pass stream "
-                    "allows no larger refit"
-                )
-                self._chosen_entry = entry
-                self._warned = True
-                warnings.warn(
-                    f"tol={self.tol}: the one-pass fit ({method}, size {size}) has an estimated "
-                    f"relative rank-k error of {err:.4f}; it is kept",
-                    RuntimeWarning,
-                    stacklevel=5,
-                )
-                return model, ""
-            entry["status"] = "tried"
-            if size >= sizes[-1]:
-                entry["why"] = f"estimated error {err:.4f} > 1 + tol at the largest size"
-                break
-            size = self.next_size(method, size, sizes, err)
-            entry["why"] = (
-                f"estimated error {err:.4f} +- {stderr:.4f}: a standard error above tol, grow "
-                f"to {size}"
-                if unresolved and err <= 1.0 + self.tol
-                else f"estimated error {err:.4f} > 1 + tol: grow to {size}"
-            )
-        return None, f"reached {last_err:.4f} at the largest size ({sizes[-1]})"
+            else:
+                self.say(f"{method} {size}: fitting")
+                model, seconds = self.fit_at(method, size, params)
+                self.rate = max(self.flops(method, size, params) / max(seconds, 1e-4), 1.0)
+                last.update(seconds=seconds, need=need, predicted=predicted)
+                return model
+            refused.append(self.reject(method, size, params, reason, why))
+            return None
 
-    def next_size(self, method, size, sizes, err) -> int:
+        def on_fit(size, model, estimate):
+            entries[size] = self.entry(
+                method,
+                size,
+                params,
+                reason,
+                *estimate,
+                last["seconds"],
+                last["need"],
+                last["predicted"],
+            )
+            self.say(f"{method} {size}: error {estimate.estimate:.4f} +- {estimate.stderr:.4f}")
+
+        growth = grow_until(
+            fit_at,
+            lambda model: self.drawn.error(model),
+            sizes[0],
+            lambda size, estimate: self.next_size(method, size, sizes, estimate),
+            self.tol,
+            is_exact=lambda model: (
+                method == "exact" or getattr(model, "solver_", None) == "exact_kpca"
+            ),
+            refine=self.grow_probe if self.profile.multi_pass else None,
+            on_fit=on_fit,
+        )
+        for size, entry in entries.items():
+            if size != growth.size or not (growth.met or growth.status in _KEPT):
+                entry["why"] = self.grown_past(entry, size, sizes, growth)
+        if growth.model is None:
+            return None, refused[-1] if refused else "no size could be fitted"
+        chosen = entries[growth.size]
+        if growth.met or growth.status in _KEPT or not self.profile.multi_pass:
+            chosen["status"] = "chosen"
+            chosen["why"] = self.kept_why(growth, method)
+            return growth.model, ""
+        self._best = (growth.estimate.upper(), growth.model, method, chosen)
+        why = (
+            refused[-1]
+            if growth.status not in (LARGEST, PLATEAU) and refused
+            else (f"reached {growth.estimate.upper():.4f} at the largest size ({growth.size})")
+        )
+        return None, why
+
+    def kept_why(self, growth, method) -> str:
+        """The chosen fit's ``why`` (and, short of tol, its warning)."""
+        est, se = growth.estimate
+        if growth.status == "exact":
+            return "exact KPCA: the optimum itself (error 1 on all rows)"
+        if growth.met:
+            return f"error bound {est:.4f} + {CONFIDENCE_Z:g} x {se:.4f} <= 1 + tol"
+        if growth.status in _KEPT:
+            text = growth.shortfall(self.tol, _SIZE_NAMES.get(method, "n_features"))
+        else:
+            text = (
+                f"tol={self.tol}: the one-pass fit ({method}, size {growth.size}) has an error "
+                f"bound of {growth.estimate.upper():.4f} on the first rows; a one-pass stream "
+                "allows no larger refit, and it is kept"
+            )
+        warnings.warn(text, RuntimeWarning, stacklevel=6)
+        return text
+
+    def grown_past(self, entry, size, sizes, growth) -> str:
+        """The ``why`` of a size fitted and not kept."""
+        later = [s for s, _ in growth.history if s > size]
+        bound = entry["error"] + CONFIDENCE_Z * entry["error_stderr"]
+        if later:
+            return f"error bound {bound:.4f} > 1 + tol: grow to {later[0]}"
+        return f"error bound {bound:.4f} > 1 + tol at the largest size"
+
+    def next_size(self, method, size, sizes, estimate) -> int | None:
         """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
-        by a factor from the estimated excess: ``(err - 1) / tol`` within
+        by a factor from the error bound: ``(bound - 1) / tol`` within
         [:data:`MIN_GROWTH_FACTOR`, 2].
 
         Where the excess rank-k error falls as 1 / c (faster on a fast-decaying spectrum),
-        ``c (err - 1) / tol`` landmarks suffice; the factor is capped at the doubling (the
-        1 / c rate is a bound, not a law) and at least 1.5 (the estimate reads large excesses
-        low, :class:`SpectrumProbe`), so an excess just above ``tol`` costs a step of 1.5x.
+        ``c (bound - 1) / tol`` landmarks suffice; the factor is capped at the doubling (the
+        1 / c rate is a bound, not a law) and at least 1.5, so a bound just above ``1 + tol``
+        costs a step of 1.5x.
         """
         later = [s for s in sizes if s > size]
+        if not later:
+            return None
         if method != "nystrom" or not self.profile.multi_pass:
             return later[0]
-        factor = min(2.0, max(MIN_GROWTH_FACTOR, (err - 1.0) / self.tol))
+        factor = min(2.0, max(MIN_GROWTH_FACTOR, (estimate.upper() - 1.0) / self.tol))
         grown = int(min(sizes[-1], max(size + 1, math.ceil(size * factor))))
         return self.cheapest_landmarks(grown, sizes[-1], {"landmarks": self.landmark_method()})
-
-    def grow_probe(self, stderr: float) -> bool:
-        """Draw the probe again with :data:`PROBE_GROWTH` times its rows (once, at most
-        :data:`MAX_PROBE_ROWS`, from rows taken by index); whether it grew.  The estimates from
-        here on, the one that asked included, are the larger probe's."""
-        p = min(MAX_PROBE_ROWS, PROBE_GROWTH * self.probe.n_rows)
-        n = self.profile.n
-        if self._probe_grown or not self.profile.random_access or n is None or p > n // 2:
-            return False
-        if p <= self.probe.n_rows or 16 * p * p > self.budget:  # its Gram and a centred copy
-            return False
-        self._probe_grown = True
-        start = time.perf_counter()
-        rows, _ = _probe_rows(self.source, self.profile, self.probe_rng, p)
-        self.probe = SpectrumProbe(rows, self.kernel, self.k, self.probe_rng, self.probe.placement)
-        self.probe_sizes = {}  # size predictions from the larger probe, if asked again
-        self.describe_probe(
-            f"the estimate's standard error ({stderr:.4f}) exceeded tol: the probe drawn "
-            f"again with {p} rows",
-            time.perf_counter() - start,
-        )
-        return True
-
-    def warn_if_unresolved(self, entry) -> None:
-        """A ``RuntimeWarning`` when the chosen fit's estimate has a standard error above
-        ``tol``: the probe cannot vouch for tol there (rows repeated across its halves, far
-        apart, make the estimate noisy and can bias it low: kddcup's full 494,020 rows read
-        0.971 +- 0.020 for a true 1.025)."""
-        stderr = entry.get("error_stderr")
-        if stderr is not None and math.isfinite(stderr) and stderr > self.tol:
-            warnings.warn(
-                f"tol={self.tol}: the estimated relative rank-k error of the fit kept, "
-                f"{entry['error']:.4f}, has a standard error of {stderr:.4f}, more than tol: "
-                "the probe cannot resolve tol on these rows, and the true error may be larger",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-
-    def keep_best_on_plateau(self, err) -> object:
-        """The most accurate fit so far, with a ``RuntimeWarning``: the estimate stopped
-        falling above ``1 + tol`` (:data:`PLATEAU_STEPS`)."""
-        assert self._best is not None
-        best_err, best_model, method, best_entry = self._best
-        best_entry["why"] = (
-            f"estimated error {best_err:.4f} > 1 + tol, the lowest: the estimate stopped "
-            f"falling ({PLATEAU_STEPS} sizes in a row within its standard error, last {err:.4f})"
-        )
-        self._chosen_entry = best_entry
-        self._warned = True
-        warnings.warn(
-            f"tol={self.tol}: the estimated relative rank-k error of {method} stopped falling "
-            f"at {best_err:.4f} > 1 + tol; the most accurate fit is kept",
-            RuntimeWarning,
-            stacklevel=5,
-        )
-        return best_model
 
     def reject(self, method, size, params, reason, why) -> str:
         entry = self.entry(
@@ -1178,18 +960,19 @@ class _Run:
         )
         entry["status"] = "rejected"
         entry["why"] = why
+        self.say(f"{method}: {why}")
         return why
 
     def entry(self, method, size, params, reason, err, stderr, seconds, need, predicted):
-        names = {"exact": "rows", "nystrom": "n_landmarks"}
         entry = {
             "method": method,
             "size": None if size is None else int(size),
-            "size_name": names.get(method, "n_features"),
+            "size_name": _SIZE_NAMES.get(method, "n_features"),
             "params": _plain(dict(params)),
             "reason": reason,
             "error": None if err is None else float(err),
             "error_stderr": None if stderr is None else float(stderr),
+            "error_bound": None if err is None else float(err + CONFIDENCE_Z * stderr),
             "fit_seconds": None if seconds is None else round(float(seconds), 4),
             "memory_bytes": None if need is None else int(need),
             "predicted_seconds": None if predicted is None else float(f"{predicted:.4g}"),
@@ -1217,8 +1000,6 @@ class _Run:
         """The random-feature parameters for sparse, wide rows: the input sketch of the
         Gaussian frequencies (``input_sketch="auto"``: features in O(nnz(x) + t m) a row) for
         rbf and matern kernels, else the CountSketch solver (Musco & Woodruff)."""
-        from .random_features import RandomFeatureKPCA
-
         if "input_sketch" in RandomFeatureKPCA._get_param_names() and self.kernel.name in (
             "rbf",
             "matern",
@@ -1249,7 +1030,7 @@ class _Run:
         return "uniform"
 
     def probe_landmark_sizes(self) -> list[int]:
-        half = self.probe.halves[0].rows.size
+        half = self.drawn.parts[0].size
         top = max(MIN_LANDMARKS, int(PROBE_MAX_LANDMARK_FRACTION * half))
         start = max(MIN_LANDMARKS, 1 << math.ceil(math.log2(2 * self.k)))
         return [s for s in doubling_sizes(start, top) if s <= top]
@@ -1259,8 +1040,13 @@ class _Run:
         PREDICTION_MARGIN tol`` (the doubling above the probe's largest when none is)."""
         target = 1.0 + PREDICTION_MARGIN * self.tol
         if landmarks not in self.probe_sizes:
-            self.probe_sizes[landmarks] = self.probe.nystrom_errors(
-                self.probe_landmark_sizes(), landmarks, stop=target
+            self.probe_sizes[landmarks] = nystrom_errors(
+                self.drawn,
+                self.k,
+                self.probe_landmark_sizes(),
+                landmarks,
+                self.probe_rng,
+                stop=target,
             )
         errors = self.probe_sizes[landmarks]
         for c in sorted(errors):
@@ -1277,7 +1063,7 @@ class _Run:
             cap = MAX_LANDMARKS if n is None else min(MAX_LANDMARKS, n)
             if not self.profile.multi_pass:
                 # landmarks from the first rows, one size (see fit_at)
-                return [min(start, self.probe.n_rows)]
+                return [min(start, self.drawn.size)]
             return doubling_sizes(self.cheapest_landmarks(min(start, cap), cap, params), cap)
         start = max(MIN_FEATURES, 1 << math.ceil(math.log2(4 * self.k)))
         if not self.profile.multi_pass:
@@ -1295,11 +1081,9 @@ class _Run:
     def pilot_features(self, method, params, start) -> int:
         """A one-pass stream: the size by growth on the probe rows alone (fits of the probe,
         cheap), then one fit of the stream at that size."""
-        from .random_features import RandomFeatureKPCA
-
         size = start
         for size in doubling_sizes(start, MAX_FEATURES):
-            if self.memory(method, size, params) > self.budget:
+            if self.memory(method, size, params) > self.fit_budget():
                 break
             pilot = RandomFeatureKPCA(
                 self.k,
@@ -1308,14 +1092,11 @@ class _Run:
                 random_state=self.seed,
                 features=params.get("features", "auto"),
             ).fit(self.pilot_rows)
-            err, _ = self.probe.error(pilot)
-            if err <= 1.0 + self.tol:
+            if self.drawn.error(pilot).upper() <= 1.0 + self.tol:
                 break
         return size
 
     def fit_at(self, method, size, params):
-        from . import estimator_class
-
         cls = estimator_class(method)
         auto = self.auto
         common = {
@@ -1332,7 +1113,7 @@ class _Run:
             own = dict(params, n_landmarks=int(size))
             if not self.profile.multi_pass:
                 # one pass: given landmarks, uniform among the first rows
-                rows = self.probe.X[: int(size)]
+                rows = self.drawn.X[: int(size)]
                 own = {"landmarks": rows.toarray() if sp.issparse(rows) else np.asarray(rows)}
         elif method == "exact":
             own = {}
@@ -1350,6 +1131,13 @@ class _Run:
         if not hasattr(model, "n_features_in_"):  # fitted on the source itself (a stream)
             model.n_features_in_ = self.auto.n_features_in_
         return model, seconds
+
+
+#: Growth outcomes short of tol whose fit is kept (with a warning): the probe cannot tell a
+#: larger size apart, or the estimate stopped falling.
+_KEPT = (RESOLUTION, PLATEAU)
+
+_SIZE_NAMES = {"exact": "rows", "nystrom": "n_landmarks"}
 
 
 def _plain(value):

@@ -385,7 +385,8 @@ class ExactKPCA(BaseKPCA):
         fit is recomputed in every pass whatever n (``matrix_free``, strips sized from the free
         memory: n = 10^6 needs O(n (k + 40)) vectors, no n x n array).  ``lanczos``
         (ARPACK, host-only) is block Krylov there.
-    tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
+    eigen_tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults;
+        scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
     fit_inverse_transform : bool, default False
@@ -460,7 +461,7 @@ class ExactKPCA(BaseKPCA):
         coef0=1.0,
         nu=1.5,
         eigen_solver="auto",
-        tol=None,
+        eigen_tol=None,
         max_iter=None,
         random_state=None,
         fit_inverse_transform=False,
@@ -476,7 +477,7 @@ class ExactKPCA(BaseKPCA):
         self.coef0 = coef0
         self.nu = nu
         self.eigen_solver = eigen_solver
-        self.tol = tol
+        self.eigen_tol = eigen_tol
         self.max_iter = max_iter
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
@@ -498,11 +499,11 @@ class ExactKPCA(BaseKPCA):
         return output_like(xp.astype(out, getattr(xp, result_dtype(rows).__name__)), X)
 
     def _check_params(self):
-        """The shared checks, the eigensolver, its ``tol`` and ``max_iter``, and what a
+        """The shared checks, the eigensolver, its ``eigen_tol`` and ``max_iter``, and what a
         precomputed kernel cannot do; returns the resolved eigensolver."""
         super()._check_params()
         eigen_solver = resolve_eigen_solver(self.eigen_solver, EXACT_SOLVERS)
-        check_solver_stopping(self.tol, self.max_iter)
+        check_solver_stopping(self.eigen_tol, self.max_iter)
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             if eigen_solver == "matrix_free":
                 raise ValueError(
@@ -535,7 +536,7 @@ class ExactKPCA(BaseKPCA):
             k,
             eigen_solver=eigen_solver,
             rng=rng,
-            tol=self.tol,
+            tol=self.eigen_tol,
             max_iter=self.max_iter,
         )
         self.X_fit_ = own_copy(X)  # the caller's rows (a CSR matrix too) are copied

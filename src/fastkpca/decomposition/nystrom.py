@@ -37,13 +37,11 @@ from ..execution.kernel_ops import kernel_diag, kernel_matmat
 from ..kernels import warn_if_degenerate
 from ..source import check_block
 from ..statistics.growth import (
-    PROBE_ROWS,
-    ProbeError,
-    adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
-    grow_until,
+    draw_probe,
+    grow_estimator,
 )
 from ..statistics.kernel_moments import (
     landmark_gram,
@@ -196,13 +194,17 @@ class NystromKPCA(BaseKPCA):
     random_state : int, Generator or None
         Landmark selection and gamma heuristics.
     tol : float or None
-        Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above
-        ``2 n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
-        estimated relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a uniform
-        probe of 2000 training rows) is at most ``1 + tol``.  None (default) with an integer or
-        None ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
-        ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each size
-        recomputes the kernel-row moments (a pass over the data).  Needs an array or a
+        Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above ``2
+        n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
+        relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc -
+        (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error taken
+        into account: the estimate of the error probe
+        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
+        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
+        docs/auto.md) is at most ``1 + tol``. None (default) with an integer or None
+        ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
+        ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each
+        size recomputes the kernel-row moments (a pass over the data).  Needs an array or a
         re-iterable block source.
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform` on the landmarks: kernel ridge
@@ -650,7 +652,7 @@ class NystromKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_landmarks`` = 128, 256, ... until the estimated relative rank-k error on a
+        """Fit at ``n_landmarks`` = 128, 256, ... until the relative rank-k error bound from a
         probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
 
         Every size is a fit with the same seed, so the uniform landmark sets are nested (the
@@ -661,20 +663,16 @@ class NystromKPCA(BaseKPCA):
         source.require_passes(2, f"tol={tol} (a pass per model size)")
         rng = self._make_rng()
         seed = int(rng.integers(2**31))
-        # The probe (2000 rows) on the host: its Gram and eigenvalues are computed once there,
-        # and a model fitted on a device transforms it with a host copy of its arrays.
-        X_probe = to_host(source.sample_rows(PROBE_ROWS, rng))
+        probe = draw_probe(source, rng)
         n = source.n_samples
         k = self.n_components or 1
         start = max(TOL_START_LANDMARKS, 1 << int(np.ceil(np.log2(2 * k))))
         sizes = doubling_sizes(min(start, n), min(n, TOL_MAX_LANDMARKS))
 
         def fit_at(c):
-            fixed = clone(self).set_params(n_landmarks=c, tol=None, random_state=seed)
-            return adopt_fitted(self, fixed.fit(X))
+            return clone(self).set_params(n_landmarks=c, tol=None, random_state=seed).fit(X)
 
-        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
-        self.size_history_ = history
+        grow_estimator(self, source, probe, fit_at, sizes, "n_landmarks")
         return self
 
     def _mean_embedding(self, h, method):

@@ -45,6 +45,7 @@ their results where the rows are; the test matrix is drawn on the host, as the f
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import numpy as np
@@ -77,14 +78,12 @@ from ..statistics.feature_moments import (
     rf_kpca_randomized,
 )
 from ..statistics.growth import (
-    PROBE_ROWS,
     GrowingFourierMoments,
-    ProbeError,
-    adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
-    grow_until,
+    draw_probe,
+    grow_estimator,
 )
 from ._base import (
     DEFAULT_N_COMPONENTS,
@@ -246,14 +245,18 @@ class RandomFeatureKPCA(BaseKPCA):
         Draws the features (and the CountSketch hash); the same seed gives the same model, and
         the same features as ``StreamingKPCA`` with equal parameters.
     tol : float or None
-        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above
-        ``2 n_components``), 512, 1024, ... up to 2^14 and stop at the first whose estimated
-        relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a uniform probe of 2000
-        training rows) is at most ``1 + tol``.  None (default) with an integer ``n_features``
-        fits that size; ``n_features="auto"`` without ``tol`` uses ``tol=0.05``.  ``rff`` /
-        ``orf`` with the exact solver reuse the features already drawn at each doubling (the
-        whole search costs about one fit at the final size plus the probe estimates); other
-        maps refit.  Needs an array or a re-iterable block source (a pass per size).
+        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above ``2
+        n_components``), 512, 1024, ... up to 2^14 and stop at the first whose relative
+        rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
+        exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
+        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a
+        uniform sample of 2000 training rows, cross-fitted on its halves) plus 2 standard errors
+        (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``. None (default) with
+        an integer ``n_features`` fits that size; ``n_features="auto"`` without ``tol`` uses
+        ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features already
+        drawn at each doubling (the whole search costs about one fit at the final size plus
+        the probe estimates); other maps refit.  Needs an array or a re-iterable block
+        source (a pass per size).
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform`: kernel ridge regression (as
         ``KernelPCA``) from the projections of ``n_inverse_samples`` training rows drawn
@@ -560,7 +563,7 @@ class RandomFeatureKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_features`` = 256, 512, ... until the estimated relative rank-k error on a
+        """Fit at ``n_features`` = 256, 512, ... until the relative rank-k error bound from a
         probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
 
         ``rff`` / ``orf`` with ``solver="exact"`` draw the frequencies in blocks, so each
@@ -576,7 +579,7 @@ class RandomFeatureKPCA(BaseKPCA):
         probe_rng = np.random.default_rng(int(rng.integers(2**63)))
         kernel = self._resolve_kernel(first[:DEFAULT_BLOCK_ROWS], rng)
         kind = resolve_features(self.features, kernel)
-        X_probe = source.sample_rows(PROBE_ROWS, probe_rng)
+        probe = draw_probe(source, probe_rng, kernel=kernel)
         k = self.n_components or DEFAULT_N_COMPONENTS
         start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
         sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
@@ -604,15 +607,14 @@ class RandomFeatureKPCA(BaseKPCA):
                 self.mean_ = moments.mean
                 self.components_ = comps
                 self.eigenvalues_ = vals
-                return self
+                return copy.copy(self)  # this size's fitted attributes (later sizes rebind them)
         else:
             seed = int(rng.integers(2**31))
 
             def fit_at(m):
-                fixed = clone(self).set_params(n_features=m, tol=None, random_state=seed)
-                return adopt_fitted(self, fixed.fit(X))
+                return clone(self).set_params(n_features=m, tol=None, random_state=seed).fit(X)
 
-        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
+        grow_estimator(self, source, probe, fit_at, sizes, "n_features")
         if grows:
             # The grown moments are small (m x m) host totals of features computed where the
             # rows live: the model's arrays move there, as a fit's.
@@ -626,7 +628,6 @@ class RandomFeatureKPCA(BaseKPCA):
                 *feature_mean_embedding(self.feature_map_, self.mean_),
                 self._inverse_anchor_sampler(source),
             )
-        self.size_history_ = history
         self.n_features_ = self.n_output_features_
         return self
 

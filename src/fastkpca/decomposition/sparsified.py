@@ -654,8 +654,9 @@ class SparsifiedKPCA(BaseKPCA):
         iterations of 10 vectors against 74 Lanczos products for the same answer).  For
         ``n_components >= n_samples``, where ARPACK cannot run, orthogonal iteration is used,
         which is then exact.
-    tol, max_iter :
-        Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`).
+    eigen_tol, max_iter :
+        Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`;
+        scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
     random_state : int, Generator or None
         Sampling, quantization and solver start vectors.
     fit_inverse_transform : bool, default False
@@ -736,7 +737,7 @@ class SparsifiedKPCA(BaseKPCA):
         sample_prob=0.1,
         quantize=False,
         eigen_solver="lanczos",
-        tol=None,
+        eigen_tol=None,
         max_iter=None,
         random_state=None,
         fit_inverse_transform=False,
@@ -754,7 +755,7 @@ class SparsifiedKPCA(BaseKPCA):
         self.sample_prob = sample_prob
         self.quantize = quantize
         self.eigen_solver = eigen_solver
-        self.tol = tol
+        self.eigen_tol = eigen_tol
         self.max_iter = max_iter
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
@@ -770,7 +771,7 @@ class SparsifiedKPCA(BaseKPCA):
         check_float("sample_prob", self.sample_prob, low=0.0, high=1.0, low_open=True)
         if not isinstance(self.quantize, bool | np.bool_):
             raise ValueError(f"quantize must be True or False, got {self.quantize!r}")
-        check_solver_stopping(self.tol, self.max_iter)
+        check_solver_stopping(self.eigen_tol, self.max_iter)
         return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
     def _require_fit_memory(self, n, dtype) -> None:
@@ -816,7 +817,7 @@ class SparsifiedKPCA(BaseKPCA):
             quantize=bool(self.quantize),
             eigen_solver=eigen_solver,
             rng=rng,
-            tol=self.tol,
+            tol=self.eigen_tol,
             max_iter=self.max_iter,
         )
         self.X_fit_ = _copied(X)

@@ -51,13 +51,11 @@ from ..statistics.feature_sketch import (
     skpca_eigen,
 )
 from ..statistics.growth import (
-    PROBE_ROWS,
-    ProbeError,
-    adopt_fitted,
     check_auto_size,
     check_tol,
     doubling_sizes,
-    grow_until,
+    draw_probe,
+    grow_estimator,
 )
 from ._base import (
     DEFAULT_N_COMPONENTS,
@@ -175,11 +173,15 @@ class StreamingKPCA(BaseKPCA):
     tol : float or None
         Size by tolerance (needs ``n_features`` None or ``"auto"``): fit at ``n_features`` =
         256 (or the power of 2 above ``2 n_components``), 512, ... up to 2^14, with
-        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the first
-        whose estimated relative rank-k error (:func:`fastkpca.metrics.estimate_error` on a
-        uniform probe of 2000 training rows) is at most ``1 + tol``.  ``n_features="auto"``
-        without ``tol`` uses ``tol=0.05``.  Each size re-sketches (a pass over the data), so
-        ``fit`` needs an array or a re-iterable block source; ``partial_fit`` refuses it.
+        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the
+        first whose relative rank-k error on all training rows (``||Kc - T T^T||_F /
+        ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error
+        taken into account: the estimate of the error probe
+        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
+        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
+        docs/auto.md) is at most ``1 + tol``. ``n_features="auto"`` without ``tol`` uses
+        ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit`` needs an
+        array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False
         ``fit`` learns the pre-image map of :meth:`inverse_transform` (kernel ridge regression
         as ``KernelPCA``) on ``n_inverse_samples`` training rows drawn uniformly (one more pass
@@ -480,7 +482,7 @@ class StreamingKPCA(BaseKPCA):
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
         """Fit at ``n_features`` = 256, 512, ... (and ``sketch_size`` = ``max(default,
-        n_features / 8)`` unless given) until the estimated relative rank-k error on a probe of
+        n_features / 8)`` unless given) until the relative rank-k error bound from a probe of
         the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
 
         A Frequent Directions sketch of m features cannot be extended by new feature columns,
@@ -491,20 +493,20 @@ class StreamingKPCA(BaseKPCA):
         source.require_passes(2, f"tol={tol} (a pass per model size)")
         rng = self._make_rng()
         seed = int(rng.integers(2**31))
-        X_probe = source.sample_rows(PROBE_ROWS, rng)
+        probe = draw_probe(source, rng)
         k = self.n_components or DEFAULT_N_COMPONENTS
         start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))
         sizes = doubling_sizes(start, max(start, TOL_MAX_FEATURES))
 
         def fit_at(m):
             ell = self.sketch_size or max(self._sketch_rows(), m // TOL_FEATURES_PER_ROW)
-            fixed = clone(self).set_params(
-                n_features=m, sketch_size=ell, tol=None, random_state=seed
+            return (
+                clone(self)
+                .set_params(n_features=m, sketch_size=ell, tol=None, random_state=seed)
+                .fit(X)
             )
-            return adopt_fitted(self, fixed.fit(X))
 
-        _, history = grow_until(fit_at, ProbeError(X_probe), sizes, tol)
-        self.size_history_ = history
+        grow_estimator(self, source, probe, fit_at, sizes, "n_features")
         self.n_features_ = self.n_output_features_
         return self
 

@@ -1,58 +1,70 @@
-"""Model sizes chosen by tolerance: grow a model until its estimated error is small enough.
+"""Model sizes chosen by tolerance: one growth loop, stopped by the error probe.
 
-``NystromKPCA(n_landmarks="auto", tol=...)``, ``RandomFeatureKPCA(n_features="auto", tol=...)``
-and ``StreamingKPCA(tol=...)`` fit at doubling sizes ``s0, 2 s0, 4 s0, ...`` (up to a cap) and
-stop at the first size whose estimated relative rank-k error ``||Kc - T T^T||_F / ||Kc -
-(Kc)_k||_F`` is at most ``1 + tol`` (:func:`grow_until`).  Doubling makes the whole search cost
-at most ``sum_j (s / 2^j)^a <= 2`` fits at the final size s for a fit cost growing like ``s^a``,
-a >= 1 (4/3 for the ``n s^2`` of the covariance passes), and less where work is reused:
+``NystromKPCA(n_landmarks="auto", tol=...)``, ``RandomFeatureKPCA(n_features="auto", tol=...)``,
+``StreamingKPCA(tol=...)`` and ``AutoKPCA(tol=...)`` fit a model at growing sizes and stop at the
+first whose relative rank-k error on all training rows, ``||Kc - T T^T||_F / ||Kc -
+(Kc)_k||_F`` (1 = exact KPCA), is at most ``1 + tol`` with the estimate's standard error taken
+into account: its one-sided bound ``estimate + z stderr`` (z = 2, calibrated) from the error probe
+(:class:`fastkpca.statistics.probe.ErrorProbe`, unbiased to the probe's noise) is at most ``1 +
+tol`` (:func:`grow_until`).  The estimators' sizes double (:func:`doubling_sizes`); AutoKPCA's
+landmarks grow by a factor read from the bound.  Doubling makes the whole search cost at most
+``sum_j (s / 2^j)^a <= 2`` fits at the final size s for a fit cost growing like ``s^a``,
+a >= 1, and less where work is reused:
 
 * random Fourier features (``rff``, ``orf``) are drawn in blocks of frequencies, so the map of
   size 2m is the map of size m plus m new columns, and the m x m block of the feature moments
   stays valid (:class:`GrowingFourierMoments`): a doubling pass only computes the new columns'
-  products with all columns, so the feature-Gram GEMMs of the whole search add up to those of
-  one fit at the final size (the features of the old columns are recomputed on each pass, an
-  O(n d m) trig cost, not their O(n m^2) products);
+  products with all columns;
 * the other estimators refit at each size: Nystrom's uniform landmark sets are nested (a larger
   set is a superset drawn from the same uniform keys, :func:`fastkpca.source.uniform_indices`)
   but the kernel-row moments are recomputed; Frequent Directions sketches of m features cannot
   be extended by columns, so ``StreamingKPCA`` re-sketches.
 
-The error is estimated on a uniform probe of :data:`PROBE_ROWS` training rows
-(``source.sample_rows``, the only rows held in memory) as :func:`fastkpca.metrics.estimate_error`
-does for ``n <= n_probe`` (:class:`ProbeError`, which computes the probe's Gram and eigenvalues
-once for all sizes): the exact relative error of the model on the probe's own centered Gram.
-Its rank-k optimum is the probe's own KPCA, fitted to those very rows, so the probe error is
-biased *up* against the error on all n rows (measured on pendigits, n = 3000-4000, every
-method: probe 1.010-1.036 where the truth is 1.004-1.029; ``benchmarks/bench_tolerance.py``),
-which makes the plain estimate a conservative stopping rule: no margin is added to it.
+Growth also ends, short of ``tol``, where the probe cannot tell larger sizes apart (the estimate
+level with the last one and within :data:`RESOLUTION_STDERRS` standard errors of 1), where the
+estimate stops falling above it (:data:`PLATEAU_STEPS`), at the largest size, or where a size
+is refused (a budget): :class:`Growth` says which, and :meth:`Growth.shortfall` how.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._utils import DEFAULT_TOL, check_auto_size, check_tol
 from ..execution.arrays import is_host_array, placement_of, to_host
-from ..features import FeatureMap, FourierFeatureMap
+from ..features import FeatureMap, FourierFeatureMap, feature_blocks
+from .feature_moments import FeatureMoments
+from .probe import CONFIDENCE_Z, MAX_PROBE_ROWS, PROBE_ROWS, ErrorEstimate, ErrorProbe
 
 __all__ = [
     "DEFAULT_TOL",
-    "PROBE_ROWS",
+    "RESOLUTION_STDERRS",
+    "PLATEAU_STEPS",
     "check_tol",
     "doubling_sizes",
-    "ProbeError",
+    "Growth",
     "grow_until",
+    "grow_estimator",
+    "draw_probe",
     "adopt_fitted",
     "check_auto_size",
     "GrowingFourierMoments",
 ]
 
-#: Training rows the error is estimated on (an exact p x p computation: ~1 s at p = 2000).
-PROBE_ROWS = 2000
+#: Growth stops (short of tol) where the estimate stopped falling (by less than its standard
+#: error from one size to the next) within this many standard errors of 1: exact KPCA's own
+#: estimate is there, and no larger size can be told apart from it by the probe.
+RESOLUTION_STDERRS = 2.0
+
+#: ... and, above that, after this many growth steps in a row in which it fell by less than its
+#: standard error, keeping the most accurate fit rather than growing to the cap (kddcup's first
+#: 20,000 rows: estimates 1.038, 1.035, 1.033 from 1128 to 4512 landmarks with tol = 0.01).
+PLATEAU_STEPS = 2
 
 
 def adopt_fitted(target, fitted):
@@ -78,104 +90,224 @@ def doubling_sizes(start: int, cap: int) -> list[int]:
     return sizes
 
 
-class ProbeError:
-    """The relative rank-k error of fitted models on fixed probe rows (exact on them).
+def next_in(sizes: list[int]) -> Callable[[int, ErrorEstimate], int | None]:
+    """``next_size`` for :func:`grow_until` walking a list of increasing sizes."""
 
-    The value is that of :func:`fastkpca.metrics.estimate_error` with ``n_probe`` = the probe's
-    size (its exact branch: ``||G - T T^T||_F / ||G - G_k||_F`` with G the probe's centered
-    Gram and ``T = model.transform(probe)``; see the module notes for why it errs on the high
-    side of the error on all rows), but G, ``||G||_F`` and G's top-k eigenvalues are computed
-    once for all the sizes tried: each model then costs its transform of the probe plus
-    ``O(p^2 k)`` (``||G - T T^T||^2 = ||G||^2 - 2 tr(T^T G T) + ||T^T T||^2``), not an
-    ``O(p^3)`` eigendecomposition.
+    def next_size(size, estimate):
+        later = [s for s in sizes if s > size]
+        return later[0] if later else None
 
-    Parameters
+    return next_size
+
+
+#: What ended a growth, for :meth:`Growth.shortfall`: "met" and "exact" reached tol.
+MET, EXACT, RESOLUTION, PLATEAU, LARGEST, REFUSED = (
+    "met",
+    "exact",
+    "resolution",
+    "plateau",
+    "largest",
+    "refused",
+)
+
+
+@dataclass
+class Growth:
+    """The outcome of :func:`grow_until`.
+
+    Attributes
     ----------
-    X_probe : array (p, d)
-        The probe rows (a uniform sample of the training rows).
+    model : the fitted model kept (None when the first size was refused)
+    size : its size
+    estimate : ErrorEstimate or None
+        Its estimated error (``(1, 0)`` for exact KPCA).
+    status : str
+        ``"met"`` (the bound is at most ``1 + tol``), ``"exact"`` (the fit is exact KPCA: error
+        1 by construction), ``"resolution"`` (the probe cannot resolve tol: the estimate level
+        within its noise of 1), ``"plateau"`` (the estimate stopped falling above tol: the
+        most accurate fit is kept), ``"largest"`` (short of tol at the largest size) or
+        ``"refused"`` (``fit_at`` refused the next size: a budget).
+    history : list of (size, ErrorEstimate), the sizes fitted, in order.
+    z : float
+        The bound's quantile.
     """
 
-    def __init__(self, X_probe):
-        # Device rows are scored on the host (a host copy of the probe, at most PROBE_ROWS
-        # rows; a device model transforms them through its host copy): the kernel's n_probe^2
-        # Gram and the error arithmetic are the host's.
-        X_probe = to_host(X_probe)
-        self.X_probe = X_probe
-        self._gram = None
-        self._tail2: dict[int, float] = {}
+    model: object = None
+    size: int | None = None
+    estimate: ErrorEstimate | None = None
+    status: str = REFUSED
+    history: list = field(default_factory=list)
+    z: float = CONFIDENCE_Z
 
-    def __call__(self, model) -> float:
-        from .._centering import center_gram_inplace
-        from ..solvers import eigh_topk
+    @property
+    def met(self) -> bool:
+        """Whether the model kept reached tol (or is exact KPCA)."""
+        return self.status in (MET, EXACT)
 
-        T = np.asarray(model.transform(self.X_probe), dtype=np.float64)
-        k = T.shape[1]
-        if self._gram is None:
-            G = np.asarray(model.kernel_(self.X_probe), dtype=np.float64)
-            self._scale = float(np.trace(G))  # the rounding threshold's scale (uncentered)
-            center_gram_inplace(G)
-            self._gram = G
-            self._fro2 = float(np.einsum("ij,ij->", self._gram, self._gram))
-        G = self._gram
-        if k not in self._tail2:
-            p = G.shape[0]
-            method = "dense" if p <= 3000 and 5 * k >= p else "lanczos"
-            vals, _ = eigh_topk(
-                G.copy(), min(k, p), method=method, rng=0, overwrite=True, scale=self._scale
+    def shortfall(self, tol: float, what: str = "size") -> str:
+        """Why the model kept did not reach tol, in words ("" when it did)."""
+        if self.met or self.estimate is None:
+            return ""
+        est, se = self.estimate
+        bound = f"{est:.4f} + {self.z:g} x {se:.4f}"
+        if self.status == RESOLUTION:
+            return (
+                f"tol={tol} is finer than the probe resolves: the estimated relative rank-k "
+                f"error at {what} {self.size}, {est:.4f}, stopped falling within "
+                f"{RESOLUTION_STDERRS:g} standard errors ({se:.4f}) of exact KPCA's; that fit "
+                "is kept, and the true error may be larger than 1 + tol"
             )
-            self._tail2[k] = max(self._fro2 - float(np.sum(vals**2)), 0.0)
-        TtT = T.T @ T
-        num2 = self._fro2 - 2.0 * float(np.sum(T * (G @ T))) + float(np.sum(TtT * TtT))
-        den2 = self._tail2[k]
-        if den2 <= 0.0:
-            return 1.0 if num2 <= 1e-12 * self._fro2 else float("inf")
-        return float(np.sqrt(max(num2, 0.0) / den2))
+        if self.status == PLATEAU:
+            return (
+                f"tol={tol}: the estimated relative rank-k error stopped falling at {bound} > "
+                f"1 + tol ({PLATEAU_STEPS} sizes in a row within its standard error); the most "
+                f"accurate fit ({what} {self.size}) is kept"
+            )
+        return (
+            f"tol={tol}: the estimated relative rank-k error is still {bound} > 1 + tol at the "
+            f"largest {what} tried ({self.size}); the most accurate fit is kept"
+        )
 
 
 def grow_until(
     fit_at: Callable[[int], object],
-    error: Callable[[object], float],
-    sizes: list[int],
+    error: Callable[[object], ErrorEstimate],
+    first: int,
+    next_size: Callable[[int, ErrorEstimate], int | None],
     tol: float,
-    what: str = "size",
-):
-    """Fit at each of ``sizes`` until ``error(fit_at(size)) <= 1 + tol``.
+    *,
+    z: float = CONFIDENCE_Z,
+    is_exact: Callable[[object], bool] | None = None,
+    refine: Callable[[ErrorEstimate], bool] | None = None,
+    on_fit: Callable[[int, object, ErrorEstimate], None] | None = None,
+) -> Growth:
+    """Fit at growing sizes until the error bound ``estimate + z stderr`` is at most ``1 + tol``.
 
     Parameters
     ----------
     fit_at : callable
         ``fit_at(size)`` fits the model at that size (reusing earlier work where it can) and
-        returns it.
+        returns it, or None to refuse the size (a budget): growth then ends.
     error : callable
-        The estimated relative rank-k error of what ``fit_at`` returned.
-    sizes : list of int
-        Increasing sizes; the last one is the cap.
+        The estimated relative rank-k error of a fitted model, an
+        :class:`~fastkpca.statistics.probe.ErrorEstimate` (the probe's :meth:`error`).
+    first : int
+        The first size.
+    next_size : callable
+        ``next_size(size, estimate)``: the size after ``size`` (larger), or None at the largest.
     tol : float
         The allowed relative excess error.
-    what : str
-        The size's name, for the warning given when the cap does not reach ``tol``.
+    z : float
+        The bound's multiple of the standard error
+        (:data:`~fastkpca.statistics.probe.CONFIDENCE_Z`).
+    is_exact : callable, optional
+        Whether a fitted model is exact KPCA (its error is 1 by construction: growth ends).
+        Default: ``solver_ == "exact_kpca"`` (``NystromKPCA``'s own exact path).
+    refine : callable, optional
+        Called once at most, when a standard error exceeds ``tol / z`` (no estimate of at least 1
+        can then meet tol): it may draw a larger probe and return True, and the estimate is
+        taken again.
+    on_fit : callable, optional
+        ``on_fit(size, model, estimate)`` after each size (reports, progress).
 
     Returns
     -------
-    model : what the last ``fit_at`` returned
-    history : list of (size, estimated error), one per size tried, in order
+    Growth
+        The model kept: the first that meets tol; else the last fitted when the probe cannot
+        resolve tol, or the one with the lowest bound.
     """
-    history: list[tuple[int, float]] = []
-    model = None
-    for size in sizes:
+    if is_exact is None:
+        is_exact = _solved_exactly
+    out = Growth(z=z)
+    best: tuple | None = None
+    previous: ErrorEstimate | None = None
+    level_steps = 0
+    refined = refine is None
+    size: int | None = int(first)
+    while size is not None:
         model = fit_at(size)
-        err = error(model)
-        history.append((int(size), float(err)))
-        if err <= 1.0 + tol:
+        if model is None:
+            out.status = REFUSED
             break
-    else:
-        warnings.warn(
-            f"tol={tol}: the estimated relative rank-k error is still {history[-1][1]:.4f} at "
-            f"the largest {what} tried ({history[-1][0]}); the model of that size is kept",
-            RuntimeWarning,
-            stacklevel=3,
+        if is_exact(model):
+            estimate = ErrorEstimate(1.0, 0.0)
+        else:
+            estimate = error(model)
+            if not refined and math.isfinite(estimate.stderr) and z * estimate.stderr > tol:
+                refined = True
+                if refine(estimate):  # type: ignore[misc]
+                    estimate = error(model)
+        out.history.append((int(size), estimate))
+        if on_fit is not None:
+            on_fit(int(size), model, estimate)
+        bound = estimate.upper(z) if math.isfinite(estimate.stderr) else estimate.estimate
+        if best is None or bound < best[0]:
+            best = (bound, model, int(size), estimate)
+        if is_exact(model) or bound <= 1.0 + tol:
+            return _kept(out, model, size, estimate, EXACT if is_exact(model) else MET)
+        level = previous is not None and previous.estimate - estimate.estimate < max(
+            previous.stderr, estimate.stderr
         )
-    return model, history
+        level_steps = level_steps + 1 if level else 0
+        if level and estimate.estimate <= 1.0 + RESOLUTION_STDERRS * estimate.stderr:
+            return _kept(out, model, size, estimate, RESOLUTION)
+        if level_steps >= PLATEAU_STEPS:
+            out.status = PLATEAU
+            break
+        previous = estimate
+        following = next_size(int(size), estimate)
+        if following is None or following <= size:
+            out.status = LARGEST
+            break
+        size = following
+    if best is not None:
+        _, out.model, out.size, out.estimate = best
+    return out
+
+
+def draw_probe(source, rng, p: int | None = None, kernel=None) -> ErrorProbe:
+    """An error probe of ``p`` (default :data:`~fastkpca.statistics.probe.PROBE_ROWS`) uniform
+    rows of a source (all of them when it has fewer: the errors are then exact)."""
+    rows = source.sample_rows(PROBE_ROWS if p is None else p, rng)
+    return ErrorProbe(rows, kernel, rng, source.n_samples)
+
+
+def grow_estimator(estimator, source, probe, fit_at, sizes: list[int], what: str) -> Growth:
+    """An estimator's size chosen by its ``tol``: :func:`grow_until` over ``sizes`` with an error
+    probe of the training rows (:func:`draw_probe`; drawn again once with twice its rows when
+    its standard error is too large for tol), a ``RuntimeWarning`` when tol is not reached, the
+    chosen fit's attributes adopted and ``size_history_`` (size, estimate) set.
+
+    ``fit_at(size)`` returns a fitted copy of the estimator at that size (``tol=None``).
+    """
+    tol = check_tol(estimator.tol, auto=True)
+    assert tol is not None  # auto: DEFAULT_TOL for None
+    current = [probe]
+
+    def refine(estimate) -> bool:
+        p = min(MAX_PROBE_ROWS, 2 * current[0].size)
+        if p <= current[0].size or current[0].exact:
+            return False
+        current[0] = draw_probe(source, current[0].rng, p, current[0].kernel)
+        return True
+
+    growth = grow_until(
+        fit_at, lambda model: current[0].error(model), sizes[0], next_in(sizes), tol, refine=refine
+    )
+    if not growth.met:
+        warnings.warn(growth.shortfall(tol, what), RuntimeWarning, stacklevel=4)
+    adopt_fitted(estimator, growth.model)
+    estimator.size_history_ = [(size, float(est.estimate)) for size, est in growth.history]
+    return growth
+
+
+def _kept(out: Growth, model, size, estimate, status) -> Growth:
+    out.model, out.size, out.estimate, out.status = model, int(size), estimate, status
+    return out
+
+
+def _solved_exactly(model) -> bool:
+    return getattr(model, "solver_", None) == "exact_kpca"
 
 
 class GrowingFourierMoments:
@@ -242,8 +374,6 @@ class GrowingFourierMoments:
 
     def moments(self):
         """:class:`~fastkpca.statistics.feature_moments.FeatureMoments` of :meth:`feature_map`."""
-        from .feature_moments import FeatureMoments
-
         order, s = self._order_and_scale()
         out = FeatureMoments(order.shape[0], self.shift[order] * s)
         out.n = self.n
@@ -279,8 +409,6 @@ def _cross_moments(blocks, old, new, shift_old, shift_new) -> _CrossMoments:
     same memory budget as :func:`fastkpca.features.feature_blocks`; the products are summed in
     float64.
     """
-    from ..features import feature_blocks
-
     m_old, m_new = shift_old.shape[0], new.n_output_features
     stat = _CrossMoments(m_new, m_old + m_new)
     maps = [FourierFeatureMap(W, new.kind) for W in old] + [new]
