@@ -262,16 +262,13 @@ class CompressedKPCA(BaseKPCA):
     ----------------------------------------
     rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
     n_jobs : int or None, default None
-        Threads of ``transform`` (scikit-learn's meaning; None: what the context gives, every
-        usable core outside ``joblib.parallel_config`` or a joblib worker, as for the other
-        estimators); :func:`compress_expansion` takes the source model's.
+        Threads of ``transform`` (scikit-learn's meaning); :func:`compress_expansion` takes the
+        source model's.
     verbose : int, default 0
         Kept for the shared estimator interface (``transform`` shows no progress bar).
     device : None, str or torch.device, default None
-        Where ``transform`` computes: None where the data live, or a PyTorch device that host
-        rows are sent to; :func:`compress_expansion` takes the source model's.  The fitted
-        arrays live where the source model's expansion does (a model fitted on tensors gives a
-        compressed model on their device).
+        Where ``transform`` computes (None: where the data live); :func:`compress_expansion`
+        takes the source model's.  The fitted arrays live where the source's expansion does.
 
     Attributes
     ----------
