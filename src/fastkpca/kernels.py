@@ -945,6 +945,7 @@ def warn_if_degenerate(
     = S - T / n <= CONSTANT_TOL S``.  An estimated mean counts as degenerate within three of its
     standard errors.  Nothing is checked for fewer than two rows, an unknown trace or mean, or a
     mean whose three standard errors exceed half the trace.
+
     Parameters
     ----------
     kernel : Kernel
