@@ -27,12 +27,8 @@ uniform     m rows drawn without replacement; equal weights n / m (the    O(m d)
             "subsampled KPCA" baseline of the paper)
 =========== ============================================================= ==================
 
-Nothing here holds an n x n or n x m array: distances and kernel values are computed in row
-blocks whose size comes from :func:`fastkpca.kernels.chunk_rows`.
-
-These are host algorithms on numpy rows (the shadow sets are a sequential pass, k-means and
-herding chains of small steps whose distance comparisons decide the centres): for rows on a
-device, :class:`fastkpca.ReducedSetKPCA` gives them a host copy, so that the same
+Nothing here holds an n x n or n x m array.  These are host algorithms on numpy rows:
+:class:`fastkpca.ReducedSetKPCA` gives them a host copy of device rows, so the same
 ``random_state`` gives the same centres on every device.
 """
 
@@ -176,12 +172,8 @@ def shadow_density(
     """Shadow density estimate: one pass, centres eps = ``radius`` apart (Kingravi et al., Alg. 2).
 
     Algorithm 2 repeatedly takes the first remaining point as a centre and removes its shadow
-    set, the remaining points within ``radius`` of it.  A point is therefore taken by the
-    *earliest* centre within ``radius`` of it, and becomes a centre itself if there is none; since
-    every centre precedes the points it takes, this can be decided in data order, one block of
-    rows at a time: distances from the block to the centres found so far (in chunks of centres),
-    then Algorithm 2 among the block's points no earlier centre took.  O(m n d) time, no
-    n x n distance matrix.
+    set; a point is therefore taken by the *earliest* centre within ``radius`` of it, which is
+    decided in data order one block of rows at a time.  O(m n d) time, no n x n distances.
 
     Parameters
     ----------
@@ -193,9 +185,8 @@ def shadow_density(
         The distance the kernel is a function of (see :func:`kernel_bandwidth`).
     center : {"centroid", "first"}
         Represent a shadow set by the mean of its points or, as in the paper, by the point that
-        opened it.  The sets (and so m and the weights) are the same either way; the centroid
-        cancels the first-order term of the quantisation error ``phi(x) - phi(c)`` and
-        approximates exact KPCA better (measured in :class:`fastkpca.ReducedSetKPCA`'s notes).
+        opened it (the same sets and weights); the centroid cancels the first-order term of the
+        quantisation error ``phi(x) - phi(c)``.
     block_rows : int
         Rows per block.
 
@@ -341,20 +332,12 @@ def paring_density(
 
     The KDE ``(1/n) sum_i k(x_i, .)`` is a mixture of n kernels with equal weights; paring
     (Freedman & Kisilev, "KDE paring and a faster mean shift algorithm", SIAM J. Imaging Sci.
-    2010) replaces it by the KDE of m draws from it.  Kingravi et al. (section 6) describe it as
-    "subsamples from the original dataset and computes the estimate from the reduced set, at an
-    O(m) cost", which is what is implemented by default: draw m mixture components (rows of X)
-    uniformly *with* replacement; a row drawn c times gets weight c n / m.  The pared KDE
-    ``sum_j w_j k(c_j, .) / n`` is then an unbiased estimate of the data's KDE.  (This differs
-    from ``uniform_density`` only in sampling with replacement.)
-
-    ``bandwidth > 0`` draws points from the KDE as a density instead, as Freedman & Kisilev do
-    for mean shift: each drawn row plus Gaussian noise of standard deviation ``bandwidth`` per
-    coordinate (pass sigma = 1 / sqrt(2 gamma) for the rbf KDE itself).  Those samples follow the
-    data density smoothed by the kernel, and evaluated again with the same kernel they are
-    smoothed twice: the noise has norm about ``bandwidth * sqrt(d)``, so in 16-24 dimensions
-    the KPCA embedding is lost (measured on german and pendigits with bandwidth = sigma: about
-    0.5 relative embedding error, against 0.07-0.14 without noise).
+    2010) replaces it by the KDE of m draws from it, as Kingravi et al. (section 6) describe it:
+    m mixture components (rows of X) drawn uniformly *with* replacement, a row drawn c times
+    weighted c n / m, an unbiased estimate of the data's KDE.  ``bandwidth > 0`` adds Gaussian
+    noise of that standard deviation per coordinate (draws from the KDE as a density, as for mean
+    shift); evaluated with the same kernel the samples are smoothed twice, which loses the KPCA
+    embedding in more than a few dimensions.
 
     Parameters
     ----------

@@ -38,11 +38,8 @@ random Fourier features), whatever the distance.  Unlike the Monte-Carlo error, 
 error is one draw of S shared by all entries (a Johnson-Lindenstrauss-type distortion of the
 distances), not independent noise.  ``tests/test_input_sketch.py`` checks these moments.
 
-Cost.  ``X S^T`` touches each non-zero once (a sparse product with a d x t matrix of one
-non-zero a row); the dense ``(X S^T) G`` is a BLAS GEMM of n t D flops in float32, and cos / sin
-O(n D) as for every Fourier map.  Compared with ``X W`` (nnz(X) D flops, which scipy runs as a
-single-threaded sparse product), the sketched map's cost does not grow with the non-zeros per
-row beyond the O(nnz(X)) hashing.
+Cost.  ``X S^T`` touches each non-zero once; the dense ``(X S^T) G`` is a GEMM of n t D flops in
+float32, and cos / sin O(n D) as for every Fourier map.
 """
 
 from __future__ import annotations

@@ -28,19 +28,11 @@ how much of the data each landmark stands for (non-negative, summing to 1):
     certificate: ``tr(K - C W^+ C^T)`` of the landmarks' Nystrom approximation, and a stopping
     rule (``tol``).  Weights ``1 / c``.
 
-Every selector is written once over the rows' array namespace (numpy, PyTorch, CuPy,
-``array_api_strict``).  ``rpcholesky``'s kernel columns, n x c factor and residual diagonal live
-with the rows; each round copies only the residual diagonal (n floats) and the proposals' b x b
-residual kernel to the host, where the draws come from the host generator (the same pivots on
-every namespace, up to rounding) and the rejection sampler runs.  ``rls`` likewise: each level's
-kernel rows and leverage scores with the rows, the scores (one float per row of the level) copied
-to the host for the draws.  ``kmeans`` runs on a host copy of the rows (scikit-learn's k-means)
-and its centres move to the rows' namespace.
-
-Sparse rows (scipy.sparse CSR) of more than
-:data:`~fastkpca.execution.budget.SPARSE_LANDMARKS_MIN_FEATURES` features chosen as landmarks stay
-sparse (:func:`keeps_sparse`): every method but ``kmeans`` needs only their kernel values, which
-sparse products give.
+Every selector is written once over the rows' array namespace; the random draws come from the
+host generator (each round or level copies its scores to the host), so every namespace gets the
+same landmarks up to rounding.  ``kmeans`` runs on a host copy of the rows.  Sparse rows of more
+than :data:`~fastkpca.execution.budget.SPARSE_LANDMARKS_MIN_FEATURES` features stay sparse as
+landmarks (:func:`keeps_sparse`).
 """
 
 from __future__ import annotations
@@ -235,15 +227,11 @@ def rls_indices(
 
     The practical fixed-size form of their RECURSIVE-RLS-NYSTROM: nested uniform halvings
     ``S_0 = [n] > S_1 > ... > S_L`` with ``|S_L| <= c``; the deepest level is kept whole; each
-    level above re-samples its points independently with probability ``min(1, log(c) * l_i)``
-    where ``l_i`` are the ridge leverage scores estimated from the sample of the level below,
-    with lambda set for target rank ``k = max(target_rank, c / (4 log c))``: Musco & Musco's
-    ``c / (4 log c)`` keeps the expected level samples O(c); ``target_rank`` (the number of
-    principal components wanted) lowers lambda to the rank-k setting of their guarantee, so
-    that every structure among the top k eigenvectors gets a high score even when c is small.
-    The top level draws exactly c distinct rows with probabilities proportional to the scores
-    (successive sampling, via exponential keys).  Kernel evaluations: sum over levels of
-    ``|S_l| * |sample|`` = O(n c); only O(c^2 + block * c) memory.
+    level above re-samples its points with probability ``min(1, log(c) * l_i)``, ``l_i`` the
+    ridge leverage scores estimated from the sample of the level below, with lambda set for
+    target rank ``k = max(target_rank, c / (4 log c))``.  The top level draws exactly c
+    distinct rows with probabilities proportional to the scores (successive sampling).  O(n c)
+    kernel evaluations, O(c^2 + block * c) memory.
 
     Returns
     -------
@@ -370,11 +358,8 @@ def _append_pivot_columns(X, new, kernel: Kernel, F, i: int, L, d, floor):
     ``F[:, i:i+l] = (K[:, new] - F[:, :i] F[new, :i]^T) L^{-T}`` (the residual columns times
     the inverse transposed Cholesky factor of the accepted block, CETW eq. 2.2) and
     ``d -= |F[:, i:i+l]|^2`` row-wise, chunk by chunk of rows in the worker threads
-    (:meth:`Kernel.fold_rows`), while each chunk's kernel block is in cache: the kernel
-    columns, the residual GEMM, the l x l product and the diagonal update, which one after
-    another made four passes over n x l arrays, the triangular solve on one thread (measured in
-    ``benchmarks/bench_landmarks.py``).  On a device the same step runs on large tiles.
-    ``L^{-1}`` is explicit (l x l): the pivots accepted have residuals above the round-off floor.
+    (:meth:`Kernel.fold_rows`) while each chunk's kernel block is in cache (large tiles on a
+    device).  ``L^{-1}`` is explicit (l x l): the accepted pivots' residuals are above the floor.
     """
     placement = placement_of(F)
     xp = placement.xp

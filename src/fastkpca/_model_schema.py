@@ -1,24 +1,17 @@
 """What a fitted model holds: the declared fitted state of every class a model file may store.
 
 A model file is checked against these declarations when it is loaded
-(:func:`fastkpca.persistence.load`), so that a file whose checksums were recomputed after an
-edit still cannot give a model that ``transform`` would trip over (a numpy error deep inside) or,
-worse, run with quietly (the wrong number of columns):
+(:func:`fastkpca.persistence.load`), so that an edited file whose checksums were recomputed still
+cannot give a model that ``transform`` would trip over or run with quietly:
 
-- :data:`FITTED_SCHEMAS`: for each saveable estimator class, every fitted attribute ``fit`` may
-  set, with its kind (an array of a given shape and dtype, finite; an integer in a range; one of
-  some strings; a kernel; a registered state object), whether every fitted model has it, and the
-  checks that tie attributes together.  Array shapes are written with dimension names: a name
-  that is also an integer attribute (``n_components_``, ``n_features_in_``, ``n_landmarks_``)
-  stands for that attribute's value, any other name (``n_samples``, ``rank``) for the size the
-  first array using it has; every later use must agree.
-- :data:`STATE_SCHEMAS`: the same for the ``to_state()`` dict of each registered state class
-  (:mod:`fastkpca._state`), checked before its ``from_state`` runs.
+- :data:`FITTED_SCHEMAS`: for each saveable class, every fitted attribute ``fit`` may set, with
+  its kind, whether every fitted model has it, and the checks that tie attributes together.
+  Array shapes use dimension names: an integer attribute's name (``n_components_``) stands for
+  its value, any other name for the size its first use has; later uses must agree.
+- :data:`STATE_SCHEMAS`: the same for the ``to_state()`` dict of each registered state class.
 - :func:`check_params`: the constructor parameters, through the estimator's own checks.
 
-Each check raises ``ValueError`` naming the attribute (or parameter) and what is wrong.  A new
-estimator class, fitted attribute or state class is declared here; the tests fit every class in
-several configurations and check that what ``fit`` sets is declared and passes.
+Each check raises ``ValueError`` naming the attribute (or parameter) and what is wrong.
 """
 
 from __future__ import annotations
@@ -928,19 +921,13 @@ class _Unread:
 def check_params(cls, params: Mapping[str, Any]):
     """An unfitted ``cls(**params)``, once the parameters passed the estimator's own checks.
 
-    The checks are the estimator's own code, never a copy of it: the names are the
-    constructor's; the constructor stores each value unchanged (``get_params`` round trip);
-    scikit-learn's ``_validate_params`` where the class declares ``_parameter_constraints``;
-    then ``fit`` itself, on a stand-in for the rows that stops it at its first look at them
-    (:class:`_Unread`): every estimator's ``fit`` begins with its ``_check_params`` (STYLE.md:
-    validate, then derive, then compute), so everything it checks of the parameters alone runs
-    (a class not fitted on rows, ``CompressedKPCA``: its ``_check_params``, which its builder
-    runs first).  Then, again, what ``fit`` checks once it has rows: the kernel spec through
-    ``_resolve_kernel`` (on a 2 x 1 array of zeros: a data-dependent gamma resolves to a number
-    there, a bad one raises), ``n_components`` through ``_resolve_n_components`` and
-    ``random_state`` through ``_make_rng``.  A parameter the file does not name keeps its
-    default.  Parameters are not compared with the fitted attributes: ``set_params`` after
-    ``fit`` may change them, and ``transform`` reads only the fitted attributes.
+    The checks are the estimator's own code, never a copy of it: the constructor's names and a
+    ``get_params`` round trip; scikit-learn's ``_validate_params`` where the class declares
+    ``_parameter_constraints``; then ``fit`` itself on a stand-in for the rows that stops it at
+    its first look at them (:class:`_Unread`), so everything its ``_check_params`` checks of the
+    parameters alone runs; then the kernel spec (``_resolve_kernel`` on a 2 x 1 array of zeros),
+    ``n_components`` and ``random_state``.  A parameter the file does not name keeps its
+    default; parameters are not compared with the fitted attributes.
     """
     names = set(cls._get_param_names())
     unknown = sorted(set(params) - names)

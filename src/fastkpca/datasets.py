@@ -4,11 +4,9 @@ RandomNoisy.
 :func:`fetch` downloads a data set's files from their public source (:data:`SOURCES`), checks
 each file's size and SHA-256, and caches it under the data home; :func:`load` reads the cached
 files.  The data home is, as in scikit-learn, the ``data_home`` argument, else the
-``FASTKPCA_DATA`` environment variable, else ``~/fastkpca_data`` (:func:`get_data_home`).  Without
-an explicit ``data_home`` or ``FASTKPCA_DATA``, :func:`load` also finds files laid out the same way
-in a ``shared/data`` folder next to the current directory or next to the source checkout
-fastkpca is imported from (the layout of a development checkout).  The files are never bundled
-with fastkpca.
+``FASTKPCA_DATA`` environment variable, else ``~/fastkpca_data`` (:func:`get_data_home`);
+without an explicit one, :func:`load` also looks in the ``shared/data`` folder of a development
+checkout.  The files are never bundled with fastkpca.
 
 :func:`load_demo` reads the small pendigits sample shipped inside the package (``data/``), so the
 demo runs anywhere without a download.
@@ -400,10 +398,8 @@ def fetch(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None
     """Download a real data set if it is not cached yet, then load it as ``(X, y)``.
 
     Each missing file of the data set (of ``subset``) is downloaded from its public source
-    (:data:`SOURCES`) into :func:`get_data_home`: to a temporary file in the same folder,
-    whose size and SHA-256 are checked against those of the file as distributed before it is
-    renamed into place, so a failed or corrupted download leaves no file behind.  A file that
-    :func:`load` already finds is not downloaded again.
+    (:data:`SOURCES`) into :func:`get_data_home`, checked against the size and SHA-256 of the
+    file as distributed before it is renamed into place; a file :func:`load` finds is kept.
 
     Parameters
     ----------

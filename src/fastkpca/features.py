@@ -26,42 +26,24 @@ columns the pair has lower variance for smooth kernels such as the Gaussian (Sut
 Schneider, "On the error of random Fourier features", UAI 2015, section 2): per entry, for the
 Gaussian, ``(1 - k^2)^2 / m`` against ``(1 + k^4 / 2 - k^2) / m``.
 
-Caveat measured for kernel PCA: the double centering ``H K H`` removes most of the phase noise
-when the bandwidth is wide next to the data (that term is then nearly additive in x and y), while
-the pair spends two columns per frequency.  On digits and pendigits with the usual bandwidths the
-*centered* Gram error of pairs is then up to ~10% larger than the random-phase one at equal m,
-and the relative rank-k KPCA error 0-3% larger (e.g. 1.152 vs 1.124 on pendigits, m = 500); for
-narrow bandwidths the two are equal.  ``orf`` (orthogonal frequencies, also cos / sin pairs)
-beats both by 5-15% on the same problems.
+For kernel PCA the double centering ``H K H`` removes most of the phase noise when the bandwidth
+is wide next to the data, so the pairs' advantage shrinks there; ``orf`` (orthogonal
+frequencies, also cos / sin pairs) beats both.
 
 All maps are small objects holding their random parameters (registered for model files without
 pickle); ``__call__`` keeps float32 input in float32 and accepts CSR input where noted.
 
 Precision: the Fourier maps (``rff``, ``orf``, ``fastfood``) compute in float32 for any input
-    Random features are Monte-Carlo estimates whose error, ~1/sqrt(m) (3e-2 for m = 1000), dwarfs
-    float32's 6e-8 rounding of a cosine, while numpy's float64 ``cos`` / ``sin`` have no SIMD path
-    (many times slower than float32's) and a float32 ``X @ W`` runs at about 3x the speed of a
-    float64 one.  So ``feature_blocks`` (what every
-    fit reads) gets float32 features, which the statistics accumulate in float64; ``__call__``
-    and the transforms still return float64 for float64 input.  The one place where float32
-    would lose more than its 6e-8 is the phase ``w . x`` of rows far from the origin (data
-    offset by 1e4: the phase is ~1e4 radians, known in float32 only to ~1e-3).  There each row
-    chunk is shifted by its own mean c (rounded to float32, subtracted in the input's precision
-    before the cast), so the float32 phases ``theta = w . (x - c)`` stay small, and the offset
-    phase ``phi = w . c``, computed in float64 and reduced modulo 2 pi, is added back by the
-    rotation ``cos(theta + phi) = cos theta cos phi - sin theta sin phi`` (and the same for
-    sin): the features are those of the formula above, to float32 rounding, whatever the offset
-    and whatever the chunking.  Chunks whose offset phases are all below one radian skip the
-    shift (the float32 phase error is then already ~1e-7).  Where the float32 phases could
-    overflow (rows or frequencies beyond ~1e30 in size) float64 phases, reduced modulo 2 pi, are
-    used instead.  This arithmetic is written once over the rows' array namespace
-    (:class:`fastkpca._feature_map.FourierMap`): numpy on the host (chunks of 256 rows on every
-    core, cos / sin in place), PyTorch or CuPy on a device (larger chunks), the same features to
-    float32 rounding.  No user switch: no realistic m brings
-    the Monte-Carlo error near float32's rounding, and the statistics keep float64 accumulations
-    (``tests/test_features_precision.py`` measures the held-out accuracy of float32 and float64
-    features).
-    The tensorsketch map keeps the input's precision (its FFTs are not the bottleneck).
+    Their Monte-Carlo error, ~1/sqrt(m), dwarfs float32's rounding of a cosine, so
+    ``feature_blocks`` (what every fit reads) gets float32 features, which the statistics
+    accumulate in float64; ``__call__`` and the transforms return float64 for float64 input.
+    Rows far from the origin would lose the phase ``w . x`` in float32, so each row chunk is
+    shifted by its own mean c and the offset phase ``phi = w . c`` (float64, reduced modulo
+    2 pi) is added back by the rotation ``cos(theta + phi) = cos theta cos phi - sin theta sin
+    phi``: the features of the formula above, to float32 rounding, whatever the offset and the
+    chunking.  Where float32 phases could overflow, float64 phases are used.  Written once over
+    the rows' array namespace (:class:`fastkpca._feature_map.FourierMap`).  The tensorsketch map
+    keeps the input's precision.
 """
 
 from __future__ import annotations
@@ -120,7 +102,7 @@ __all__ = [
 #: The feature-map kinds accepted by ``features=`` everywhere.
 FEATURES = ("rff", "orf", "fastfood", "tensorsketch")
 #: ``features="auto"`` keeps ``orf`` up to this input width even with fewer frequencies than
-#: columns (its d x d Haar draw then costs < ~0.05 s); see :func:`resolve_features`.
+#: columns; see :func:`resolve_features`.
 AUTO_ORF_MAX_WIDTH = 512
 
 #: ``n_features=None`` means this many output columns.  It does not depend on n: random features
@@ -171,8 +153,8 @@ def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
 
 def column_sums(Z):
     """Column sums of a feature chunk, as float64.  For float32: partial sums of 16 rows in
-    float32 (rounding ~16 eps32 of the rows' spread), their sum in float64; a float64 sum of
-    the whole chunk cost 6x more (0.4 us a row at m = 1000)."""
+    float32 (rounding ~16 eps32 of the rows' spread), their sum in float64 (cheaper than a
+    float64 sum of the chunk)."""
     xp = placement_of(Z).xp
     b, m = Z.shape
     if Z.dtype == xp.float64 or b % 16:
@@ -433,13 +415,9 @@ def _feature_block_rows(m: int, itemsize: int) -> int:
     per worker thread where there are more than 8, within ~2 block copies in the memory budget
     (:data:`~fastkpca.execution.budget.FEATURE_BLOCK_MB`).
 
-    Blocks of a few thousand rows keep SYRK / GEMM near peak speed; more only costs memory,
-    except that a block's products are shared out to the threads a share of at least
-    SHARE_ROWS rows each.  Rounded down to whole shares (to whole
-    :data:`~fastkpca.execution.CHUNK_ROWS`-row chunks below one share), so that the chunks the
-    maps compute (each centered on its own mean, see the module notes) and the shares of the
-    products start at the same rows whatever the block size: the block size changes the
-    grouping of the float64 sums only.
+    Rounded down to whole shares (whole :data:`~fastkpca.execution.CHUNK_ROWS`-row chunks below
+    one share), so the chunks and shares start at the same rows whatever the block size: it
+    changes the grouping of the float64 sums only.
     """
     wanted = max(DEFAULT_BLOCK_ROWS, SHARE_ROWS * n_workers())
     budget = max(1, int(FEATURE_BLOCK_MB * 2**20 // (max(1, m) * itemsize * 2)))
@@ -472,15 +450,10 @@ def feature_blocks(blocks, fmap: FeatureMap):
 def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> list:
     """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators.
 
-    ``add(accumulator, Z)`` runs for every row chunk's features Z (float32 for the Fourier maps,
-    at most 256 rows, overwritable; see :meth:`FeatureMap.feed_chunks`) in the thread that
-    computed them, so a chunk is reduced while it is still in cache and no feature block is
-    ever held; each worker thread has its own accumulator, made by ``new_accumulator()`` on
-    first use.  Returns the accumulators (one per worker that ran, at most
-    :func:`~fastkpca.execution.n_workers`), in worker order, for the caller to combine: what the
-    statistics of one pass over the data (a ``RowSource.reduce`` statistic, one dask chunk) are
-    built from.  Which rows an accumulator saw depends on the thread count; combined by
-    addition, the accumulators differ between thread counts only by the order of the sums.
+    ``add(accumulator, Z)`` runs for every row chunk's features Z (at most 256 rows,
+    overwritable) in the thread that computed them, while in cache; each worker thread has its
+    own accumulator (``new_accumulator()``).  Returns the accumulators in worker order, for the
+    caller to combine by addition.
     """
     accumulators: dict[int, object] = {}
 
@@ -500,18 +473,10 @@ def feature_projection(X, fmap: FeatureMap, mean, components):
     """``(z(X) - mean) @ components.T``, in X's float dtype, namespace and device.
 
     The transform of every model that lives in a random feature space (RandomFeatureKPCA,
-    StreamingKPCA).  The features are computed in the map's computing dtype; the mean is removed
-    from them before projecting (float32 rounding then stays relative to the centered
-    features), and the part of the mean that rounding drops is projected in float64.  ``mean``
-    and ``components`` may live on the host or on X's device (moved).
-
-    Row chunk by row chunk (``execution.feature_ops.map_rows``): on the host each
-    chunk's features are written into a buffer of its worker thread and projected there while
-    in cache, so z(X) is never held for more than a chunk of rows per core, and every product
-    of the transform runs with BLAS held to one thread, so its result does not depend on what
-    other threads do (a BLAS thread limit is process-wide: a GEMM run outside it by one thread
-    while another holds it would sum in another order, ~1e-7 relative for these float32
-    products).
+    StreamingKPCA).  The mean is removed from the features before projecting (float32 rounding
+    then stays relative to the centered features), and the part of the mean that rounding drops
+    is projected in float64.  Row chunk by row chunk (``execution.feature_ops.map_rows``), with
+    BLAS held to one thread so the result does not depend on other threads.
     """
     X = fmap._rows(X)
     placement = placement_of(X)
@@ -620,21 +585,11 @@ def resolve_features(
 ) -> str:
     """The feature-map kind for ``features="auto"`` (or a named kind, validated).
 
-    ``auto`` picks the most accurate map the kernel admits: ``orf`` for rbf and matern (it beats
-    scikit-learn's ``RBFSampler`` at the same number of features, where cos/sin ``rff`` is
-    0-3 % behind it on the *centered* Gram of digits and pendigits: centering removes most of
-    the random-phase noise that the pairs avoid), ``rff`` for laplacian (whose L1 spectral
-    density is not rotation-invariant, so orthogonal directions do not apply) and
-    ``tensorsketch`` for polynomial.  Other kernels have no random feature map here.
-
-    Wide input is the exception: ``orf`` draws whole d x d Haar blocks, O(d^3) time and 8 d^2
-    bytes even for fewer than d frequencies, so when the input has more columns than there are
-    frequencies (``d > ceil(n_features / 2)``) and more than :data:`AUTO_ORF_MAX_WIDTH` (when
-    ``n_input_features`` and ``n_features`` are given), ``auto`` picks ``rff`` (O(d m)).
-    Measured draw + transform of 200 rows, m = 1000 (500 frequencies), rff / orf: d = 500:
-    0.019 / 0.029 s; d = 750: 0.013 / 6.1 s; d = 1000: 0.026 / 1.0 s; d = 2000: 0.032 / 5.6 s
-    (2 shared cores, noisy, but past d = 500 orf is 40-400x slower); below 512 columns the
-    Haar block costs under ~0.05 s and orf's accuracy is kept.
+    ``auto`` picks the most accurate map the kernel admits: ``orf`` for rbf and matern,
+    ``rff`` for laplacian (its L1 spectral density is not rotation-invariant) and
+    ``tensorsketch`` for polynomial.  Wide input is the exception: ``orf`` draws whole d x d
+    Haar blocks (O(d^3) time, 8 d^2 bytes), so when the input has more columns than there are
+    frequencies and more than :data:`AUTO_ORF_MAX_WIDTH`, ``auto`` picks ``rff`` (O(d m)).
     """
     if features == "auto":
         if kernel.name in ("rbf", "matern"):
@@ -756,13 +711,8 @@ def frequency_bytes(features: str, n_frequencies: int, d: int) -> int:
 
 
 def _check_frequency_range(fmap, kernel) -> None:
-    """ValueError naming gamma when the drawn frequencies exceed float32's range.
-
-    The features are computed in float32 (module notes); frequencies beyond 3.4e38 do not even
-    exist there, and the phases ``w . x`` of any data are then so large (float64 knows them to
-    ``|w . x| eps``, far more than 2 pi) that cos / sin of them are rounding noise.  At such a
-    gamma the kernel matrix of any data is numerically the identity anyway.
-    """
+    """ValueError naming gamma when the drawn frequencies exceed float32's range (the features
+    are float32; at such a gamma the kernel matrix of any data is numerically the identity)."""
     size = fmap.frequency_norm
     limit = float(np.finfo(FOURIER_DTYPE).max)
     if np.isfinite(size) and size <= limit:
@@ -810,10 +760,9 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
         fmap = draw_feature_map(estimator.features, kernel,
                                 resolve_n_features(estimator.n_features), d, rng)
 
-    Data-dependent ``gamma`` (None is 1 / d and needs no data; ``"scale"`` and ``"median"`` do)
-    is resolved on at most the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of
-    ``X_first``, an in-memory array or the first block of a stream, so an array and the same
-    rows streamed in blocks of that size give the same kernel.
+    Data-dependent ``gamma`` is resolved on at most the first
+    :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of ``X_first``, so an array and the same rows
+    streamed in blocks of that size give the same kernel.
 
     Parameters
     ----------

@@ -18,21 +18,12 @@ sigmoid    tanh(gamma <x, y> + coef0)                             (not PSD in ge
 The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(gamma), and
 Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
 
-Each kernel's math is written once, over the array namespace of its rows (numpy, scipy.sparse
-rows on the host, PyTorch, CuPy, any array-API library): :meth:`Kernel._prepare` computes what
-every block needs of the columns' rows once, :meth:`Kernel._block` computes one block, and
-:meth:`Kernel.diag` the diagonal.  Where and in what pieces the blocks are computed (threads over
-cache-sized chunks on the host, large tiles on a device) is the execution layer's
-(:mod:`fastkpca.execution.kernel_ops`), which :meth:`Kernel.__call__`, :meth:`Kernel.blocks`
-and :meth:`Kernel.fold_rows` call; the steps whose fast form differs by library (``exp`` in
-place, sparse rows, L1 distances, scipy's Bessel function) are the primitives of
-:mod:`fastkpca.execution.elementwise`.
-
-Blocks are float64, or float32 when asked (``dtype=np.float32``: rbf from a float32 GEMM within
-:data:`FLOAT32_BLOCK_ATOL`, the others rounded from float64).  Squared distances are
-accumulated in float64 and about the columns' mean: ``|x|^2 + |y|^2 - 2 x.y`` cancels
-catastrophically for nearby points far from the origin (the reason
-``sklearn.metrics.pairwise.euclidean_distances`` upcasts float32).
+Each kernel's math is written once, over the array namespace of its rows: :meth:`Kernel._prepare`
+computes what every block needs of the columns' rows once, :meth:`Kernel._block` one block and
+:meth:`Kernel.diag` the diagonal; where and in what pieces blocks are computed is the execution
+layer's (:mod:`fastkpca.execution.kernel_ops`).  Blocks are float64, or float32 when asked.
+Squared distances are accumulated in float64 about the columns' mean: ``|x|^2 + |y|^2 - 2 x.y``
+cancels catastrophically for nearby points far from the origin.
 """
 
 from __future__ import annotations
@@ -222,35 +213,19 @@ class Kernel:
     def blocks(self, X, Y=None, *, working_memory_mb=None, dtype=None) -> Iterator[tuple]:
         """Yield ``(start, stop, K[start:stop])`` row blocks of the Gram matrix, in float64.
 
-        ``dtype=np.float32`` yields float32 blocks instead (whatever X's dtype), for callers
-        whose own error dwarfs float32 rounding: the rbf kernel then computes them in float32
-        (about twice as fast; entries within :data:`FLOAT32_BLOCK_ATOL` of the float64 ones), the
-        other kernels in float64, rounded.  On the host each block is filled in small row chunks
-        on all cores, as :meth:`fold_rows` computes them; device rows come in large tiles (see
-        :func:`fastkpca.execution.kernel_ops.kernel_blocks`).
+        ``dtype=np.float32`` yields float32 blocks instead: the rbf kernel then computes them in
+        float32 (entries within :data:`FLOAT32_BLOCK_ATOL` of the float64 ones), the other
+        kernels in float64, rounded (:func:`fastkpca.execution.kernel_ops.kernel_blocks`).
         """
         return kernel_ops.kernel_blocks(
             self, X, Y, dtype=dtype, working_memory_mb=working_memory_mb
         )
 
     def fold_rows(self, X, Y, step: Callable, init: Callable, *, dtype=None) -> list:
-        """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)``.
-
-        On the host: small chunks (about 1 MiB) in threads, one state ``init()`` per share of
-        the rows, each chunk handed to ``step`` while in cache and overwritten after it returns;
-        on a device: large tiles, one state.  See
-        :func:`fastkpca.execution.kernel_ops.fold_kernel_rows` for the contract of ``step``.
-
-        Parameters
-        ----------
-        X, Y : arrays (X may be sparse)
-        step : callable ``step(state, start, stop, K)``
-        init : callable returning a new state
-        dtype : None or np.float32, as for :meth:`blocks`
-
-        Returns
-        -------
-        list of the shares' states in row order.
+        """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)``: small chunks
+        in threads on the host (one state ``init()`` per share), large tiles on a device
+        (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`).  ``dtype`` as for
+        :meth:`blocks`; returns the shares' states in row order.
         """
         return kernel_ops.fold_kernel_rows(self, X, Y, step, init, dtype=dtype)
 
@@ -344,13 +319,10 @@ class _Radial(Kernel):
     the profile f is applied in place (rbf: ``exp``).  Sparse rows are not centered (it would
     make them dense): their GEMM uses the uncentered factor.
 
-    float32 blocks of rbf (``_float32_blocks``): the GEMM's rounding is about ``eps32`` times the
-    sum of the terms' magnitudes, ``gamma (|x - c| + |y - c|)^2 <= 2 gamma |x - y|^2 + 8 gamma
-    |y - c|^2``, and scaled by the value ``exp(-gamma |x - y|^2)`` the first part stays below
-    ``2 / e`` whatever x: the error of K is bounded by the columns' spread alone
-    (:data:`FLOAT32_MAX_SPREAD`, :data:`FLOAT32_BLOCK_ATOL`).  Wider columns, sparse rows and
-    rows far enough to overflow a float32 GEMM (:data:`_MAX_SQ_NORM32`) take the float64 GEMM,
-    rounded.
+    float32 blocks of rbf: the GEMM's rounding, scaled by the value ``exp(-gamma |x - y|^2)``, is
+    bounded by the columns' spread alone (:data:`FLOAT32_MAX_SPREAD`,
+    :data:`FLOAT32_BLOCK_ATOL`).  Wider columns, sparse rows and rows that would overflow a
+    float32 GEMM take the float64 GEMM, rounded.
     """
 
     parallel_safe = True
@@ -415,7 +387,7 @@ class _Radial(Kernel):
         E = matmul(with_columns(Xs, 1.0, -s * x_sq, dtype=float_name(B.dtype)), B, out=out)
         if not low:
             # No clamp of a float32 GEMM's exponent: a rounding-positive one is within the
-            # bound of FLOAT32_BLOCK_ATOL, and the clamp would cost 5 % of a Nystrom pass.
+            # bound of FLOAT32_BLOCK_ATOL.
             E = clip_(E, high=0.0)
         return store(self._profile(E), out, ctx.dtype)
 
@@ -887,19 +859,15 @@ class DegenerateKernelWarning(UserWarning):
 
 
 #: :func:`warn_if_degenerate`: the kernel matrix is "the identity" when the kernel values of
-#: the rows with each other sum to at most this fraction of their values with themselves (on
-#: average less than 1e-3 of a neighbour per row: the top centered eigenvalue then exceeds a
-#: point's own k(x, x) by about that much, and every component is one isolated point) ...
+#: the rows with each other sum to at most this fraction of their values with themselves ...
 IDENTITY_TOL = 1e-3
 #: ... and "constant" when its centered trace ``tr(H K H)`` is at most this fraction of its trace:
 #: about sqrt(eps) of float64, so that what distinguishes the rows is in the last half of the
 #: digits of the kernel's values, where the rounding of every entry of K lives.
 CONSTANT_TOL = 1e-8
-#: Where a model knows the mean of the training kernel matrix only as an estimate (random
-#: features, landmarks, probes), whether it is degenerate is decided from the exact Gram of at
-#: most this many first training rows (:func:`first_rows_gram`): the decision exact KPCA makes
-#: on up to that many rows, at the cost of one such Gram (only when the estimate leaves the
-#: question open: :func:`may_be_degenerate`), scaled to the n rows (:func:`scaled_gram`).
+#: Where a model knows the mean of the training kernel matrix only as an estimate, whether it is
+#: degenerate is decided from the exact Gram of at most this many first training rows
+#: (:func:`first_rows_gram`, only when :func:`may_be_degenerate`), scaled to the n rows.
 DEGENERATE_CHECK_ROWS = 2000
 
 
@@ -973,15 +941,10 @@ def warn_if_degenerate(
     identity or constant, from its trace and its mean: no extra pass over the data.
 
     With ``S = sum_i k(x_i, x_i)`` and ``T = sum_ij k(x_i, x_j) = n^2 ||mu||^2``: the identity
-    when ``T - S <= IDENTITY_TOL S`` (only for kernels with values >= 0, where small row sums
-    mean small entries; e.g. rbf with a gamma so large that every point is far from every other
-    one), constant when ``tr(H K H) = S - T / n <= CONSTANT_TOL S`` (identical rows, or a gamma
-    so small that every point is close to every other one).  An estimated mean counts as
-    degenerate within three of its standard errors; the estimators decide from exact numbers
-    instead (the mean when they have it, else the first rows' Gram: :func:`first_rows_gram`),
-    so that every method agrees with exact KPCA.  Nothing is checked for fewer than two rows,
-    an unknown trace or mean, or a mean whose three standard errors exceed half the trace (it
-    cannot tell these cases apart).
+    when ``T - S <= IDENTITY_TOL S`` (kernels with values >= 0 only), constant when ``tr(H K H)
+    = S - T / n <= CONSTANT_TOL S``.  An estimated mean counts as degenerate within three of its
+    standard errors.  Nothing is checked for fewer than two rows, an unknown trace or mean, or a
+    mean whose three standard errors exceed half the trace.
 
     Parameters
     ----------

@@ -626,19 +626,13 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
     Parameters
     ----------
     model : fitted transformer
-        Anything fitted whose ``transform`` gives kernel PCA projections: a fastkpca estimator,
-        a ``sklearn.decomposition.KernelPCA``, a ``sklearn.pipeline.Pipeline`` (e.g.
-        ``StandardScaler`` then ``KernelPCA``, or ``Nystroem`` then ``PCA``).  The kernel is
-        that of the last step that names one (fastkpca's ``kernel_``; scikit-learn's ``kernel``
-        name, :data:`SKLEARN_KERNELS`, with ``gamma_``, else ``gamma``, else ``1 /
-        n_features_in_``, and ``degree``, ``coef0``), evaluated on the rows that step receives;
-        a precomputed, callable or unknown kernel needs ``kernel=``.  The eigenvalue entries
-        need the last step's ``eigenvalues_`` and number of training rows
-        (``n_samples_seen_``, ``n_samples_fit_``, or the rows of ``eigenvectors_`` /
-        ``X_fit_``); without them they are None.
+        A fastkpca estimator, a ``sklearn.decomposition.KernelPCA`` or a
+        ``sklearn.pipeline.Pipeline``; the kernel is that of the last step naming one (fastkpca's
+        ``kernel_``, or scikit-learn's name, :data:`SKLEARN_KERNELS`, with its parameters), on
+        the rows that step receives (a precomputed, callable or unknown kernel needs ``kernel=``).
+        The eigenvalue entries need the last step's ``eigenvalues_`` and training size (else None).
     X : array, CSR matrix or tensor of shape (n_samples, n_features)
-        The training rows or a uniform sample of them.  Rows on a device (a PyTorch tensor)
-        are copied to the host, where the estimate runs.
+        The training rows or a uniform sample of them (device rows are copied to the host).
     n_probe : int
         Probe rows p; cost ``O(p^2 (d + k))`` time plus the model's transform of the probe,
         ``O(p^2)`` memory.  At least ``2 k + 2``.
@@ -739,11 +733,9 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
 
 
 def _model_threads(model):
-    """A fastkpca model's ``n_jobs`` (and ``verbose``) for the work done on its behalf
-    (:func:`fastkpca.decomposition._base.execution_context`): the Gram passes of
-    :func:`estimate_error` run on as many threads as the model's own calls.  Other models
-    (scikit-learn's, whose ``n_jobs=None`` means one job of joblib's) leave the context as it
-    is."""
+    """A fastkpca model's ``n_jobs`` and ``verbose`` for the work done on its behalf
+    (:func:`fastkpca.decomposition._base.execution_context`); other models leave the context as
+    it is."""
     return execution_context(model) if isinstance(model, BaseKPCA) else contextlib.nullcontext()
 
 
@@ -766,24 +758,19 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=Non
     """The error certificates a fitted model gives for free, on the rows X.
 
     ``NystromKPCA`` (and any model with ``landmarks_`` and ``normalization_``)
-        ``"nystrom_residual_trace"``: ``tr(K - K~)`` over X, ``K~ = C W^+ C^T`` the Nystrom
-        approximation, from one pass over the kernel diagonal and the landmark columns
-        (``sum_i k(x_i, x_i) - ||W^{+1/2} k(L, x_i)||^2``); ``K - K~`` is positive
-        semi-definite, so it bounds ``||K - K~||_2`` and ``||K - K~||_F`` (the RPCholesky
-        papers' measure).  With ``"relative"`` = it over ``tr(K)``.  Not given for a model
-        that took the exact-KPCA path (``solver_ == "exact_kpca"``: no approximation of the
-        training Gram).
+        ``"nystrom_residual_trace"``: ``tr(K - K~)`` over X, ``K~ = C W^+ C^T``, from one pass
+        over the kernel diagonal and the landmark columns; ``K - K~`` is PSD, so it bounds
+        ``||K - K~||_2`` and ``||K - K~||_F``.  ``"relative"``: it over ``tr(K)``.  Not given on
+        the exact-KPCA path (``solver_ == "exact_kpca"``).
     ``StreamingKPCA``
-        ``"fd_eigenvalue_bounds"``: the sketch's rigorous lower / upper bounds on the
-        eigenvalues of the same features' centered covariance (``eigenvalue_bounds_``, lists
-        of k floats) and ``"max_relative_width"``, the largest ``(upper - lower) /
-        eigenvalue``: a bound on the relative error of ``eigenvalues_`` against exact PCA of the
-        features (RNCA), not against exact KPCA (the features' Monte-Carlo error comes on top).
+        ``"fd_eigenvalue_bounds"``: the sketch's lower / upper bounds on the eigenvalues of the
+        features' centered covariance (``eigenvalue_bounds_``) and ``"max_relative_width"``: a
+        bound against exact PCA of the features (RNCA), not against exact KPCA.
     random-feature models (``feature_map_``)
         ``"feature_gram_error"``: ``||K_PP - Z_P Z_P^T||_F / ||K_PP||_F`` on a probe P of at
-        most ``min(n_probe, 1000)`` rows, the Monte-Carlo error of the features' Gram.
+        most ``min(n_probe, 1000)`` rows.
 
-    Other models give an empty mapping.  ``kernel`` is the model's kernel (None: its
+    Other models give an empty mapping.  ``kernel``: the model's kernel (None: its
     ``kernel_``).  The values are plain Python floats, ints and lists.
     """
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
@@ -863,18 +850,13 @@ def reconstruction_error(
 
         R = E_X || J k~(., X) - sum_{i <= l} <J k~(., X), a_i>_{L2(P)} a_i ||^2_{L2(P)}.
 
-    For exact KPCA ``phi_i`` are the eigenfunctions of the empirical covariance operator in H
-    (slides' ``R_{n,l} = ||Sigma - Sigma^{1/2} g_l(Sigma^) Sigma^{3/2}||_HS^2``, ``g_l(Sigma^)
-    = sum_{i <= l} phi_i (x) phi_i / lambda_i``); for random-feature KPCA they are the
-    eigenvectors ``beta_i`` of the m-dimensional feature covariance, which are not in H (the
-    features span ``H_m``), and ``a_i = U beta_i / sqrt(lambda_i)`` with ``U beta = <beta,
-    Phi_m(.) - E Phi_m>`` (slides' ``R_{m,n,l}``).  Both are computed from the model's own
-    projections: ``a_i(x) = model.transform(x)_i / sqrt(lambda_i)`` with ``lambda_i =
-    eigenvalues_[i] / n_train`` (the variance of the i-th projection over the training rows),
-    so any fastkpca estimator with a kernel works (``ExactKPCA``, ``KernelPCA``,
-    ``RandomFeatureKPCA``, ``NystromKPCA``, ...).  For the population eigenspace ``R =
-    sum_{i > l} lambda_i^2`` (slides' ``||Sigma - Sigma_l||_HS^2``); the slides' rates are for
-    this quantity.
+    For exact KPCA ``phi_i`` are the eigenfunctions of the empirical covariance operator (slides'
+    ``R_{n,l}``); for random-feature KPCA the eigenvectors ``beta_i`` of the m-dimensional
+    feature covariance, ``a_i = U beta_i / sqrt(lambda_i)`` (slides' ``R_{m,n,l}``).  Both are
+    computed from the model's projections: ``a_i(x) = model.transform(x)_i / sqrt(lambda_i)``
+    with ``lambda_i = eigenvalues_[i] / n_train``, so any fastkpca estimator with a kernel
+    works.  For the population eigenspace ``R = sum_{i > l} lambda_i^2`` (slides'
+    ``||Sigma - Sigma_l||_HS^2``).
 
     Parameters
     ----------

@@ -2,48 +2,33 @@
 
 :func:`save_model` (``model.save(path)``) and :func:`load` (``fastkpca.load(path)``) store a fitted
 estimator as an ``.npz`` archive: one array per fitted array, plus a JSON metadata string
-(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, fastkpca version, estimator class, ``get_params()``,
-kernel config, the fitted attributes and their kinds, a SHA-256 of every array) and a SHA-256 of
-that metadata.  The checksums detect damage (truncation, flipped bytes, hand edits); they are not
-a signature against a deliberate forger, who could recompute them.  So :func:`load` treats every
+(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, versions, estimator class, ``get_params()``, kernel
+config, the fitted attributes and their kinds, a SHA-256 of every array) and a SHA-256 of that
+metadata.  The checksums detect damage, not a deliberate forger, so :func:`load` treats every
 file as untrusted and checks, in this order, before any estimator exists:
 
-1. The archive, from its zip directory alone: a regular file; a zip directory of at most
-   :data:`MAX_MEMBERS` members (its size is read from the end record before the directory is
-   parsed); member names that are plain ``name.npy`` (no folders), none twice; none encrypted;
-   stored or deflated only; the metadata member present.
-2. The metadata: at most :data:`MAX_METADATA_BYTES`, valid JSON whose checksum matches, of the
-   right format and a known version; every key of the expected type (value trees at most
-   :data:`MAX_DEPTH` levels deep, strings at most :data:`MAX_STRING` characters), every array
-   it names declared once in its array table.
-3. The arrays, before their data is read: each member's ``.npy`` header (at most
-   :data:`MAX_NPY_HEADER` bytes) and stored size agree with the metadata, and all members
-   together expand to at most :data:`MAX_EXPANSION` times the file's size plus
-   :data:`EXPANSION_SLACK`.  So the work and memory of a load are proportional to the file's size
-   (or the caps above), whatever the file declares; then each array's checksum.
-4. The model: the class is one of the whitelisted estimators
-   (:data:`fastkpca.decomposition.SAVEABLE`) and a state class one of the declared ones
-   (:data:`fastkpca._model_schema.STATE_SCHEMAS`): no other module is ever imported.  Every
-   parameter is a constructor parameter and passes the estimator's own checks
-   (:func:`fastkpca._model_schema.check_params`: ``fit`` itself, stopped before it reads a
-   row).  Every fitted attribute is one that class declares
-   (:data:`fastkpca._model_schema.FITTED_SCHEMAS`), is present when the class always has it,
-   and has the declared kind, dtype, shape (consistent with ``n_features_in_``,
-   ``n_components_``, ``n_landmarks_``, ... and with the other arrays) and finite values; a
-   state object (feature map, sketch) passes its declaration before its ``from_state`` runs,
-   and the memory ``from_state`` allocates beyond the file's arrays (a sketch's buffer) is
-   refused up front when it does not fit (:func:`fastkpca.execution.require_memory`); a
-   kernel is one of fastkpca's own, with valid parameters.  A file of an earlier release that
-   holds an attribute the class no longer keeps (``NystromKPCA``'s ``normalization_``) is
-   checked against that earlier declaration and converted
-   (:data:`fastkpca._model_schema.LEGACY_FITTED`), and a parameter an earlier release named
-   otherwise (``ExactKPCA``'s and ``SparsifiedKPCA``'s eigensolver tolerance ``tol``, now
-   ``eigen_tol``) is renamed (:data:`fastkpca._model_schema.RENAMED_PARAMS`).
+1. The archive, from its zip directory alone (its size read from the end record first): a
+   regular file of at most :data:`MAX_MEMBERS` members named plain ``name.npy``, none twice,
+   none encrypted, stored or deflated only, the metadata member present.
+2. The metadata: at most :data:`MAX_METADATA_BYTES` of valid JSON whose checksum matches, of a
+   known format version; every key of the expected type (trees at most :data:`MAX_DEPTH` deep,
+   strings at most :data:`MAX_STRING` characters), every array declared once.
+3. The arrays, before their data is read: each ``.npy`` header (at most :data:`MAX_NPY_HEADER`
+   bytes) and stored size agree with the metadata, and all together expand to at most
+   :data:`MAX_EXPANSION` times the file's size plus :data:`EXPANSION_SLACK`; then each checksum.
+4. The model: a whitelisted estimator class (:data:`fastkpca.decomposition.SAVEABLE`) and
+   declared state classes (:data:`fastkpca._model_schema.STATE_SCHEMAS`), so no other module is
+   imported; parameters that pass the estimator's own checks
+   (:func:`fastkpca._model_schema.check_params`); fitted attributes the class declares
+   (:data:`fastkpca._model_schema.FITTED_SCHEMAS`) with the declared kind, dtype, shape and
+   finite values; state objects checked before ``from_state`` runs, and their extra memory
+   refused up front when it does not fit; kernels fastkpca's own.  Files of earlier releases are
+   converted (:data:`fastkpca._model_schema.LEGACY_FITTED`,
+   :data:`fastkpca._model_schema.RENAMED_PARAMS`).
 
-Any failure is one ``ValueError`` naming the file and what is wrong (the attribute, parameter,
-member or metadata key); nothing in the file is ever executed.  :func:`save_model` runs the same
-model checks, so a model it writes is one :func:`load` accepts.  :func:`is_model_file` tells a
-model file from any other file cheaply (the zip directory and the metadata only).
+Any failure is one ``ValueError`` naming the file and what is wrong; nothing in the file is ever
+executed.  :func:`save_model` runs the same model checks, so a model it writes loads.
+:func:`is_model_file` tells a model file from any other file cheaply.
 """
 
 from __future__ import annotations

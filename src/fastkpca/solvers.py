@@ -10,17 +10,12 @@ on a device (a PyTorch tensor or CuPy array, an ``array_api_strict`` array, or a
     LAPACK ``syevr`` for the index range in host memory, overwriting the input when allowed so
     an n x n Gram is never copied; the namespace's full ``eigh`` on a device).
 ``lanczos``
-    ARPACK ``eigsh`` (implicitly restarted Lanczos) with a start vector drawn from ``rng``, to a
-    relative Ritz residual of 1e-10 (float64) by default: scikit-learn's ``tol=0`` (machine
-    precision) costs about a third more products for digits beyond 1e-9 on the embedding.
-    ARPACK runs on the host only; elsewhere the same call runs ``randomized``
-    (:func:`fastkpca.execution.linalg.lanczos`).
+    ARPACK ``eigsh`` (implicitly restarted Lanczos) to a relative Ritz residual of 1e-10
+    (float64) by default; host only, elsewhere ``randomized``.
 ``randomized``
     Randomized block Krylov iteration (Musco & Musco 2015) with ``k + oversamples`` vectors per
-    block, Rayleigh-Ritz on the whole Krylov basis and thick restarts; it stops when the Ritz
-    residuals of the top k pairs fall below ``tol``.  One pass over the operator per *block* of
-    vectors, where Lanczos makes one per vector, and about ten times fewer passes than subspace
-    iteration on a flat spectrum: the reason it wins on a large dense Gram.
+    block, Rayleigh-Ritz on the whole Krylov basis and thick restarts, until the Ritz residuals
+    of the top k pairs fall below ``tol``: one pass per *block* of vectors.
 ``orthogonal``
     Orthogonal (subspace) iteration with exactly k vectors, as in Achlioptas, McSherry &
     Schoelkopf (2001, section 3), stopping when the subspace changes by less than ``tol``
@@ -89,16 +84,11 @@ def flip_signs(vectors):
 #: Eigenvalues at most ``ROUNDING_FACTOR * eps * scale`` are rounding, and are reported as exactly
 #: 0 (:func:`postprocess_eigen`).  ``scale`` is the trace of the *uncentered* PSD Gram the
 #: eigenproblem comes from (``sum_i k(x_i, x_i)``; for a feature covariance ``sum_i |z_i|^2``) and
-#: eps the unit roundoff of its computation.  Why that bound: the computed eigenvalues are exact
-#: for a perturbed matrix ``A + E`` and move by at most ``||E||_2 <= ||E||_F`` (Weyl).  Each
-#: centered entry ``K_ij - r_i - r_j + m`` is four rounded terms (the kernel value, the two row
-#: means, summed in blocks, and the total mean), so with a few roundings per term ``||E||_F <= 4 c
-#: eps ||K||_F``, and ``||K||_F <= tr(K)`` for a PSD K (sqrt(sum lambda^2) <= sum lambda); a
-#: backward-stable solver adds ``eps ||A||_2 <= eps tr(K)`` times a small constant.  16 covers
-#: ``4 c`` with c = 4 roundings per term.  The largest eigenvalue cannot be the reference: when
-#: the centered Gram is exactly 0 (identical rows) it is itself rounding (measured 0.3
-#: ``eps tr(K)`` for 20 identical rows, where a ratio rule keeps it).  Eigenvalues below this
-#: have no correct digit in any floating-point evaluation of the Gram, so 0 loses nothing.
+#: eps the unit roundoff of its computation.  The computed eigenvalues are exact for ``A + E``
+#: and move by at most ``||E||_2 <= ||E||_F`` (Weyl); each centered entry is four rounded terms,
+#: so ``||E||_F <= 4 c eps ||K||_F <= 4 c eps tr(K)`` for a PSD K; 16 covers c = 4 roundings per
+#: term.  The largest eigenvalue cannot be the reference: for a zero centered Gram (identical
+#: rows) it is itself rounding.
 ROUNDING_FACTOR = 16.0
 
 
@@ -114,12 +104,10 @@ def rounding_threshold(scale, eps=None) -> float:
 def postprocess_eigen(values, vectors, *, scale=None, eps=None):
     """Sort descending, zero the eigenvalues that are rounding, fix the eigenvector signs.
 
-    The one post-processing of every eigensolver's output.  A PSD operator has no negative
-    eigenvalues, so negatives are rounding and become 0; so do positives at most
-    :func:`rounding_threshold` ``(scale, eps)`` (see :data:`ROUNDING_FACTOR`), which would
-    otherwise be reported as structure and blow up when a transform divides by their square
-    root.  The threshold is relative to the scale of the kernel, not to the largest eigenvalue,
-    which for a zero centered Gram (identical rows) is itself rounding.
+    The one post-processing of every eigensolver's output: negatives (rounding for a PSD
+    operator) and positives at most :func:`rounding_threshold` ``(scale, eps)`` become 0 (see
+    :data:`ROUNDING_FACTOR`); the threshold is relative to the kernel's scale, not to the largest
+    eigenvalue, which for a zero centered Gram (identical rows) is itself rounding.
 
     Parameters
     ----------
@@ -160,18 +148,13 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, *, warn=True):
     Musco & Musco (2015, "Randomized block Krylov methods for stronger and faster approximate
     singular value decomposition", Algorithm 2): the Rayleigh-Ritz projection of A on the Krylov
     space ``[Q, A Q, A^2 Q, ...]`` of a random block Q of ``b = k + oversamples`` vectors.
-    Each iteration is one block product ``A Q`` (one pass over A for b vectors).  The passes
-    needed grow like ``1 / sqrt(gap)`` with the relative gap ``(lambda_k - lambda_{b+1}) /
-    lambda_k`` (the Krylov space contains the Chebyshev polynomials of A), instead of
-    ``1 / gap`` for subspace iteration (Halko et al. 2011, Algorithm 4.4): on a flat kernel
-    spectrum that cuts the passes about tenfold (8 instead of 69 on RandomNoisy, n = 5000).
-
-    The basis V and its image ``A V`` are kept (2 n x m floats), so the residuals
-    ``||A u_i - theta_i u_i||`` of the Ritz pairs cost no extra pass; the iteration stops when the
-    top k are below ``tol * theta_1``.  When the basis would exceed its largest size
-    (:func:`fastkpca.execution.linalg.krylov_basis_columns`) it is compressed to its leading Ritz
-    vectors (a thick restart, as in Wu & Simon's restarted Lanczos); the next block
-    ``(I - V V^T) A Q`` is unchanged by that, so no pass is lost.
+    Each iteration is one block product ``A Q``; the passes grow like ``1 / sqrt(gap)`` with the
+    relative gap ``(lambda_k - lambda_{b+1}) / lambda_k``, instead of ``1 / gap`` for subspace
+    iteration (Halko et al. 2011, Algorithm 4.4).  The basis V and its image ``A V`` are kept,
+    so the Ritz residuals cost no extra pass; the iteration stops when the top k are below ``tol
+    * theta_1``.  A basis at its largest size
+    (:func:`fastkpca.execution.linalg.krylov_basis_columns`) is compressed to its leading Ritz
+    vectors (a thick restart, as in Wu & Simon's restarted Lanczos), losing no pass.
     """
     placement = linalg.operator_placement(A)
     xp = placement.xp

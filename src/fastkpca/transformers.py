@@ -71,10 +71,8 @@ def _transformer_doc(summary, features, kernel_note):
     verbose : int, default 0
         Kept for the shared estimator interface (these maps show no progress bar).
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
+        PyTorch device) sends host data there.  ``transform`` returns the input's array type.
 
     Attributes
     ----------

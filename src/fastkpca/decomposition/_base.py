@@ -12,39 +12,27 @@ Also shared, after the solver (:meth:`BaseKPCA._finish_fit`): the total variance
 ``n_components`` (a fraction of that variance), and the pre-image map of ``inverse_transform``
 (kernel ridge regression from projections back to rows, learned on a bounded set of anchor rows).
 
-Every public call (the names in :data:`ESTIMATOR_CALLS`, wherever a subclass defines them) runs
-through one wrapper, :func:`estimator_call`: it holds the estimator's ``n_jobs`` and ``verbose``
-in the execution layer's context while the call runs (:func:`fastkpca.execution.using_n_jobs`,
-:func:`fastkpca.execution.using_verbose`), so the threads and progress bars below read them and
-no numerical function takes them as arguments.
+Every public call (:data:`ESTIMATOR_CALLS`) runs through :func:`estimator_call`, which holds the
+estimator's ``n_jobs`` and ``verbose`` in the execution layer's context while it runs, so no
+numerical function takes them as arguments.
 
-A failed call leaves the model as it was: every call that changes a model (the names in
-:data:`MUTATING_METHODS`) also keeps the estimator's attribute mapping before the call and puts
-it back if the call raises (:func:`restores_on_failure`).  That copy is shallow, O(number of
-attributes), so it is correct only because of a rule every estimator keeps: a call never
-modifies an object the model already holds (an array, a sketch, a statistic); it builds new ones
-and assigns them (``StreamingKPCA``'s ``partial_fit`` copies a sketch before adding rows to it).
-``tests/test_failed_calls.py`` checks the rule for every estimator and several ways to fail.
+A failed call leaves the model as it was: every call that changes a model
+(:data:`MUTATING_METHODS`) keeps the attribute mapping before the call and puts it back if the
+call raises (:func:`restores_on_failure`).  The copy is shallow, so a call never modifies an
+object the model already holds; it builds new ones and assigns them
+(``tests/test_failed_calls.py``).
 
-Where fitted attributes live, the one rule of every estimator (scikit-learn's array-API rule):
-**the public fitted arrays** (``eigenvalues_``, ``eigenvectors_``, ``components_``,
-``landmarks_``, ...) **have the array type and device of the data given to fit**: numpy arrays
-for host data (numpy, scipy.sparse, lists of numpy blocks, files, Dask arrays) whatever
-``device`` is, tensors on the tensors' device for PyTorch data (a tensor, or a list or iterator
-of tensors), and so on for CuPy and ``array_api_strict``.  The work runs where ``device`` says
-(:func:`fastkpca.execution.arrays.placement_for`); when that is not where the data live, the
-outermost mutating call (:func:`estimator_call`) moves the fitted arrays back to the data's
-placement once, at its end (``origin``, recorded by :func:`fastkpca.source.as_source`), and
-keeps the model as it was computed as the cached copy for that placement
-(:meth:`BaseKPCA._placed`): a ``transform`` on the device then uses it without copying the model
-per call, and a later ``partial_fit`` or ``merge`` continues from it.  ``transform`` computes
-where ``device`` says and returns the input's array type, device and float dtype.  Model files
-hold host arrays either way.
+Where fitted attributes live (scikit-learn's array-API rule): **the public fitted arrays have the
+array type and device of the data given to fit** (numpy for host data whatever ``device`` is,
+tensors on their device for PyTorch data, and so on).  The work runs where ``device`` says
+(:func:`fastkpca.execution.arrays.placement_for`); the outermost mutating call moves the fitted
+arrays back to the data's placement at its end and keeps the model as computed as the cached copy
+for its own placement (:meth:`BaseKPCA._placed`).  ``transform`` returns the input's array type,
+device and float dtype.  Model files hold host arrays.
 
 Inputs reach every estimator through the one edge of :mod:`fastkpca.source`: integer, boolean
 and half-precision rows become float64, tensors that require grad are detached, and a device
-fastkpca cannot compute on (``meta``, ``mps``, unknown names, a CUDA device this machine lacks)
-is one ``ValueError`` at the start of ``fit`` / ``transform``.
+fastkpca cannot compute on is one ``ValueError``.
 """
 
 from __future__ import annotations
@@ -124,11 +112,8 @@ __all__ = [
     "restores_on_failure",
 ]
 
-#: ``n_components=None`` means this many, capped to what the data allows.  scikit-learn's
-#: ``KernelPCA`` keeps every nonzero component instead; fastkpca differs on purpose: the
-#: approximate models would otherwise keep as many components as landmarks / features (hundreds
-#: of mostly noise directions), and ``ExactKPCA`` follows the others so that methods stay
-#: swappable.  ``fastkpca.KernelPCA`` is the drop-in with scikit-learn's default.
+#: ``n_components=None`` means this many, capped to what the data allows (scikit-learn's
+#: ``KernelPCA`` keeps every nonzero component; ``fastkpca.KernelPCA`` is that drop-in).
 DEFAULT_N_COMPONENTS = 10
 
 #: Rows drawn for the mean-embedding probe of ``total_variance_`` where the model has no exact
@@ -152,13 +137,9 @@ ESTIMATOR_CALLS = (*MUTATING_METHODS, "transform", "inverse_transform")
 @contextmanager
 def execution_context(estimator) -> Iterator[None]:
     """The estimator's ``n_jobs`` and ``verbose`` as the execution layer's context
-    (:func:`fastkpca.execution.using_n_jobs`, :func:`fastkpca.execution.using_verbose`): the
-    threads and the progress bars of the work it runs read them.  ``n_jobs=None`` keeps the
-    enclosing context's count (an outer estimator call, ``using_n_jobs``, the command line's
-    ``--jobs``), and outside one what joblib's context gives, as joblib's None defers to it
-    (:mod:`fastkpca.execution.threads`: ``parallel_config``, a joblib worker's share of the
-    cores, else every usable core).  A bad value raises ValueError naming the parameter, before
-    any work."""
+    (:func:`fastkpca.execution.using_n_jobs`, :func:`fastkpca.execution.using_verbose`).
+    ``n_jobs=None`` keeps the enclosing context's count, else what joblib's context gives.  A
+    bad value raises ValueError naming the parameter, before any work."""
     n_jobs = check_n_jobs(getattr(estimator, "n_jobs", None))
     with (
         contextlib.nullcontext() if n_jobs is None else using_n_jobs(n_jobs),
@@ -173,23 +154,14 @@ _IN_CALL: ContextVar[frozenset[int]] = ContextVar("fastkpca_in_call", default=fr
 
 
 def estimator_call(method, *, mutating: bool):
-    """Wrap a public method: it runs in the estimator's :func:`execution_context` (its
-    ``n_jobs`` chosen once for the whole call, nested calls included), and, if ``mutating``, a
-    failure (any exception, ``KeyboardInterrupt`` included) puts the estimator's attributes back
-    as they were before the call.
+    """Wrap a public method: it runs in the estimator's :func:`execution_context`, and, if
+    ``mutating``, a failure (any exception, ``KeyboardInterrupt`` included) puts the
+    estimator's attributes back as they were before the call (a shallow copy of the attribute
+    mapping; calls nest, each level restores what it saw).
 
-    The saved state is the attribute mapping itself (a shallow copy: O(number of attributes),
-    never O(n)); the objects it refers to stay untouched because estimators replace fitted
-    objects instead of modifying them (see the module docstring).  Calls nest (``fit`` calling
-    ``partial_fit``): each level restores what it saw.
-
-    A ``device`` this machine cannot compute on is refused first (one ValueError, before the
-    rows are looked at: :func:`fastkpca.execution.arrays.placement_for`).  The outermost
-    mutating call of an estimator also keeps the rule on fitted attributes (see
-    the module docstring): it starts from the model as computed (:meth:`BaseKPCA._computed`,
-    the estimators it is given too, as ``merge`` is) and ends by moving the public fitted
-    arrays to the placement of the data given to it (:meth:`BaseKPCA._settle`; a new model it
-    returns, ``merge``'s, too).
+    A ``device`` this machine cannot compute on is refused first.  The outermost mutating call
+    starts from the model as computed (:meth:`BaseKPCA._computed`) and ends by moving the
+    public fitted arrays to the placement of the data given to it (:meth:`BaseKPCA._settle`).
     """
     if getattr(method, "estimator_call", False):
         return method
@@ -279,14 +251,11 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         """Check the parameters every estimator shares, from their values alone: ValueError
         naming the parameter.
 
-        ``fit`` calls its estimator's ``_check_params`` (this one, then the estimator's own
-        parameters) before it reads a row, so a bad value costs no pass over the data; and a
-        model file holding one is refused at load, where
-        :func:`fastkpca._model_schema.check_params` runs ``fit`` up to its first look at the
-        rows.  Checked here, where the estimator has them: the form of ``n_components`` (its
-        cap needs the data), the kernel spec (:meth:`_check_kernel_spec`), ``random_state``,
-        ``fit_inverse_transform`` (True or False), ``alpha`` (a number >= 0) and
-        ``n_inverse_samples`` (a positive integer or None).
+        ``fit`` calls its estimator's ``_check_params`` (this one, then the estimator's own)
+        before it reads a row, and a model file's loader runs it too
+        (:func:`fastkpca._model_schema.check_params`).  Checked here: the form of
+        ``n_components``, the kernel spec, ``random_state``, ``fit_inverse_transform``,
+        ``alpha`` and ``n_inverse_samples``.
         """
         names = set(self._get_param_names())
         if "n_components" in names:
@@ -412,15 +381,10 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         matrix) and its standard error; both left unset when a term is not known (nan).
 
         Also warns (:class:`fastkpca.kernels.DegenerateKernelWarning`) when the training kernel
-        matrix is numerically the identity or constant, deciding from exact numbers so that
-        every method agrees with exact KPCA on the same rows: ``S`` and ``||mu||^2`` when
-        ``mean_sq`` is exact; when it is an estimate that leaves the question open
-        (:func:`fastkpca.kernels.may_be_degenerate`), the exact Gram of the first
-        :data:`~fastkpca.kernels.DEGENERATE_CHECK_ROWS` training rows scaled to n
-        (:func:`fastkpca.kernels.first_rows_gram`, :func:`~fastkpca.kernels.scaled_gram`).
-        Those rows' two means are kept for the calls that continue the model without them
-        (``partial_fit``, ``merge``); without them (a model read from a file, rows the kernel
-        cannot be evaluated on), the estimate within three standard errors decides.
+        matrix is numerically the identity or constant, from exact numbers where it can (the
+        exact ``||mu||^2``, else the exact Gram of the first
+        :data:`~fastkpca.kernels.DEGENERATE_CHECK_ROWS` rows scaled to n, kept for
+        ``partial_fit`` and ``merge``), else from the estimate within three standard errors.
         """
         for name in ("total_variance_", "total_variance_error_"):
             if name in vars(self):
@@ -786,15 +750,10 @@ def pass_block_rows(source) -> int | None:
     """Rows per block of a pass over ``source`` whose statistic is computed chunk by chunk in
     threads (random features, kernel rows, Frequent Directions sketches).
 
-    A dense in-memory array is one block (None): its rows are views already, and the threads
-    then meet once per pass instead of once per block (with 8192-row blocks 16 threads would
-    get two chunks each between two meetings; blocks of 64 chunks per thread still cost a
-    Nystrom fit 2-7 % on two cores).  With a progress bar (``verbose > 0``) it is walked in
-    blocks of :data:`IN_MEMORY_BLOCK_CHUNKS` chunks per worker thread instead, so the bar
-    moves.  Blocks are whole runs of 256-row chunks, 1024-row shares and the sketches'
-    1024-row runs, so the blocking changes the grouping of float sums only.  Other sources keep
-    DEFAULT_BLOCK_ROWS (sparse rows may be densified a block at a time; streams and dask arrays
-    have their own blocks).
+    A dense in-memory array is one block (None), so the threads meet once per pass; with a
+    progress bar (``verbose > 0``) it is walked in blocks of :data:`IN_MEMORY_BLOCK_CHUNKS`
+    chunks per worker thread, whole runs of chunks, so only the grouping of float sums changes.
+    Other sources keep DEFAULT_BLOCK_ROWS.
     """
     if isinstance(source, ArraySource) and not source.sparse:
         if verbosity() <= 0:

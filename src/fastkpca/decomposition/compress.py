@@ -32,12 +32,9 @@ ReducedSetKPCA), or it holds a dual expansion over its training rows, as
 
 Array namespaces
 ----------------
-Written once over the array namespace: an expansion whose arrays are PyTorch tensors, CuPy or
-``array_api_strict`` arrays is compressed and evaluated where they live
-(:func:`evaluate_expansion`: kernel rows folded block by block by
-:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`, threads over cache-sized chunks on the
-host, tiles sized from the free memory on a device).  The random draws (rounding coins, the
-projection) come from the host generator, so every namespace gets the same terms.
+An expansion of PyTorch, CuPy or ``array_api_strict`` arrays is compressed and evaluated where
+it lives (:func:`evaluate_expansion`); the random draws come from the host generator, so every
+namespace gets the same terms.
 """
 
 from __future__ import annotations
@@ -153,12 +150,8 @@ def evaluate_expansion(X, points, coef, offset, kernel, projection=None):
     float64 array there (P = ``projection``, or none).
 
     The kernel rows of a block of X are computed and projected while in cache
-    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: chunks on all cores on the host,
-    tiles sized from the free memory on a device), in float64 against ``points`` in X's float
-    dtype; ``X P`` is formed a block of rows at a time, in float64.  ``points``, ``coef`` and
-    ``offset`` live where X does (scipy.sparse points on the host).  Every product runs with
-    BLAS held to one thread on the host: the limit is process-wide, so a product outside it
-    would sum in another order whenever another thread holds it.
+    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), in float64, with BLAS held to one
+    thread on the host so the summation order does not depend on other threads.
     """
     placement = placement_of(X)
     xp = placement.xp
@@ -269,16 +262,13 @@ class CompressedKPCA(BaseKPCA):
     ----------------------------------------
     rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
     n_jobs : int or None, default None
-        Threads of ``transform`` (scikit-learn's meaning; None: what the context gives, every
-        usable core outside ``joblib.parallel_config`` or a joblib worker, as for the other
-        estimators); :func:`compress_expansion` takes the source model's.
+        Threads of ``transform`` (scikit-learn's meaning); :func:`compress_expansion` takes the
+        source model's.
     verbose : int, default 0
         Kept for the shared estimator interface (``transform`` shows no progress bar).
     device : None, str or torch.device, default None
-        Where ``transform`` computes: None where the data live, or a PyTorch device that host
-        rows are sent to; :func:`compress_expansion` takes the source model's.  The fitted
-        arrays live where the source model's expansion does (a model fitted on tensors gives a
-        compressed model on their device).
+        Where ``transform`` computes (None: where the data live); :func:`compress_expansion`
+        takes the source model's.  The fitted arrays live where the source's expansion does.
 
     Attributes
     ----------
@@ -400,10 +390,8 @@ def compress_expansion(model, rounding=None, projection_dim=None, random_state=N
             "compress_expansion needs a model that evaluates its kernel at new points; a "
             "kernel='precomputed' model is given kernel values against all training points"
         )
-    # The expansion stays where it lives: the random draws (rounding coins, the projection)
-    # are made on the host from host copies of the m x k coefficients, and only the kept points
-    # are gathered and projected there.  The training rows of a model fitted on sparse input
-    # stay sparse until the kept terms are known (rounding) or projected (projection_dim).
+    # The random draws are made on the host from copies of the m x k coefficients; the kept
+    # points are gathered (and sparse training rows densified) only then, where they live.
     points = expansion.points
     placement = placement_of(points)
     kernel = expansion.kernel

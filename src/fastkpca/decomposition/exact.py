@@ -67,11 +67,9 @@ EIGEN_SOLVER_ALIASES = {"arpack": "lanczos"}
 EXACT_SOLVERS = (*SOLVERS, "matrix_free")
 
 #: Vectors of the matrix-free solver's block beyond ``n_components``.  Each pass recomputes the
-#: Gram (about n^2 (d + 2) flops: half the tiles, 2 (d + 2) flops an entry) and applies it to the
-#: block (2 n^2 b flops), so a wider block costs more per pass but needs fewer passes: block
-#: Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1} (Musco & Musco
-#: 2015).  On RandomNoisy (n = 3000, d = 100, k = 10) 10 / 30 / 60 extra vectors took 8 / 6 / 5
-#: passes, about the same flops for d = 100; 30 keeps the passes (and the exps) few.
+#: Gram and applies it to the block, so a wider block costs more per pass but needs fewer
+#: passes: block Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1}
+#: (Musco & Musco 2015).  30 keeps the passes (and the exps) few.
 MATRIX_FREE_OVERSAMPLES = 30
 
 #: A precomputed Gram is symmetric when ``max |K - K^T| <= tolerance * max |K|``, the tolerance
@@ -131,13 +129,9 @@ def check_exact_fits(
     """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
 
     The Gram, in X's dtype, must take at most ``fraction`` (default
-    :data:`EXACT_MEMORY_FRACTION`) of the memory available on ``placement`` (default the host:
-    :func:`fastkpca.execution.memory.memory_available_on`, a device's free memory;
-    :func:`fastkpca.execution.require_memory` allows
-    :data:`~fastkpca.execution.memory.MEMORY_FRACTION` of it: the Gram is counted with the
-    margin its fraction leaves), beside the eigensolver's eigenvectors: ``n_components`` float64
-    vectors of length n (n of them for a fraction of the variance: every eigenpair), or, for
-    ``method="dense"``, the workspace of the dense solve there
+    :data:`EXACT_MEMORY_FRACTION`) of the memory available on ``placement`` (default the host),
+    beside the eigensolver's ``n_components`` float64 vectors of length n (n of them for a
+    fraction of the variance), or for ``method="dense"`` the dense solve's workspace
     (:func:`fastkpca.execution.linalg.dense_topk_bytes`).  ``estimator`` names the model in
     the message.
     """
@@ -167,11 +161,8 @@ def check_symmetric_gram(K) -> None:
     """ValueError unless the square array K (any namespace) is symmetric within
     :data:`SYMMETRY_TOLERANCE` of its dtype, relative to its largest entry.
 
-    Read in row strips of the working-memory budget: strip ``[s, e)`` of the upper triangle
-    against the transpose of the column strip below it, so no n x n copy is made.  The
-    symmetric eigensolvers would read one triangle or the other of a matrix that is not (dense
-    and Lanczos disagree), and ``fit_transform`` would not equal ``transform`` of the training
-    Gram.
+    Read in row strips: strip ``[s, e)`` of the upper triangle against the transpose of the
+    column strip below it, so no n x n copy is made.
     """
     xp = namespace_of(K)
     n = int(K.shape[0])
@@ -206,17 +197,13 @@ def matrix_free_kpca(
     """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b)) and a
     strip of the Gram per thread).
 
-    Block Krylov iteration (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, with a block of
+    Block Krylov iteration (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, a block of
     ``n_components + oversamples`` vectors) on ``H K H`` applied implicitly
-    (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`: center the block, multiply by
-    K recomputed from its upper block triangle in strips of ``rows`` rows, center the result).
-    The strips are float64 whatever X's dtype, as the kernels evaluate: float32 strips would
-    perturb each entry by ~1e-7 relative, the eigenvectors by about that over the relative
-    eigengap.  Each iteration is one pass that recomputes the Gram; the iteration stops when the
-    Ritz residuals ``||H K H v - lambda v|| / lambda_1`` of the top pairs are below ``tol``
-    (default 1e-8), the same criterion and eigenpairs as the ``randomized`` solver on the stored
-    Gram, and warns (ConvergenceWarning) at ``max_iter``.  The first pass also gives the Gram's
-    row means, the statistics of out-of-sample centering.
+    (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`), the strips float64 whatever
+    X's dtype.  Each iteration is one pass; it stops when the Ritz residuals ``||H K H v -
+    lambda v|| / lambda_1`` are below ``tol`` (default 1e-8), the ``randomized`` solver's
+    criterion, and warns (ConvergenceWarning) at ``max_iter``.  The first pass also gives the
+    Gram's row means.
 
     Returns the same tuple as :func:`exact_kpca`; ``n_iter`` is the number of passes.
     """
@@ -309,13 +296,10 @@ def _mean(values) -> float:
 def _check_spectrum(values, total_variance: float, n: int, scale: float) -> None:
     """ValueError when the centered Gram has no positive eigenvalue and a negative trace.
 
-    The trace of the centered Gram (the total variance ``tr(H K H)``) is the sum of its
-    eigenvalues: when the largest of them is 0 (rounding, zeroed by
-    :func:`fastkpca.solvers.postprocess_eigen`) and their sum is below ``-n`` times the rounding
-    threshold (:func:`fastkpca.solvers.rounding_threshold`), the matrix has eigenvalues well
-    below 0 and none above: it is not positive semi-definite (an all-negative precomputed Gram,
-    say), and every projection would be 0.  scikit-learn's ``KernelPCA`` raises on such a
-    matrix too.
+    The sum of its eigenvalues is the trace ``tr(H K H)``: when the largest is 0 (rounding) and
+    the sum is below ``-n`` times the rounding threshold
+    (:func:`fastkpca.solvers.rounding_threshold`), the matrix is not positive semi-definite and
+    every projection would be 0 (scikit-learn's ``KernelPCA`` raises too).
     """
     top = float(namespace_of(values).max(values)) if values.shape[0] else 0.0
     if top <= 0.0 and total_variance < -n * rounding_threshold(scale):
@@ -339,13 +323,9 @@ class ExactKPCA(BaseKPCA):
     """Exact kernel PCA on the full centered Gram matrix.
 
     The same projections as ``sklearn.decomposition.KernelPCA`` (up to column signs, which are
-    deterministic here).  One n x n Gram in memory, in X's dtype (float32 input halves it), filled
-    by its upper triangle on all cores and centered in place; for n > 1000 the default solver is
-    block Krylov (``randomized``), which makes about ten times fewer passes over the Gram than
-    ARPACK makes matrix-vector products (``benchmarks/bench_exact.py``).  A Gram too large for
-    memory is not stored but recomputed in each pass (``eigen_solver="matrix_free"``).
-
-    Accepts scipy.sparse (CSR) X: the kernels evaluate sparse rows directly (the Gram is dense).
+    deterministic here).  One n x n Gram in memory, in X's dtype, filled by its upper triangle
+    on all cores and centered in place; a Gram too large for memory is recomputed in each pass
+    (``eigen_solver="matrix_free"``).  Accepts CSR X (the Gram is dense).
 
     Parameters
     ----------
@@ -367,53 +347,33 @@ class ExactKPCA(BaseKPCA):
     nu : Matern smoothness.
     eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "matrix_free", \
 "arpack"}
-        See :func:`fastkpca.solvers.eigh_topk`.  ``auto`` uses ``dense`` up to n = 1000 (or when
-        n_components >= n / 5) and ``randomized`` above; when the Gram does not fit in memory
-        (:func:`check_exact_fits`) and n <= :data:`MATRIX_FREE_AUTO_MAX_N`, ``matrix_free``.
-        ``"matrix_free"`` stores no Gram: block Krylov iteration on ``H K H`` with K recomputed
-        tile by tile in every pass (:func:`matrix_free_kpca`; memory O(n (k + 40)), time a few
-        Gram computations), the same eigenpairs to the same tolerance.  ``"arpack"``
-        (scikit-learn's name) is ``"lanczos"``.  Every solver's output is checked (k finite
-        eigenpairs; Lanczos residuals) and a failing one falls back (LAPACK's index-range
-        driver, which fails on a cluster of equal eigenvalues such as a Gram that is nearly
-        the identity, to the whole spectrum; ARPACK to block Krylov; see ``eigh_topk``).
+        See :func:`fastkpca.solvers.eigh_topk`.  ``auto`` uses ``dense`` for small n or
+        n_components >= n / 5 (:data:`fastkpca.execution.linalg.DENSE_RULE`) and
+        ``randomized`` above; when the Gram does not fit in memory (:func:`check_exact_fits`),
+        ``matrix_free``: block Krylov iteration on ``H K H`` with K recomputed tile by tile in
+        every pass (:func:`matrix_free_kpca`; memory O(n (k + 40))), the same eigenpairs to the
+        same tolerance.  ``"arpack"`` is ``"lanczos"`` (host only; block Krylov on a device).
+        Every solver's output is checked and a failing one falls back (see ``eigh_topk``).
         Eigenvalues at the rounding level of the Gram (``16 eps sum_i k(x_i, x_i)``) are 0.
-        The fit is the same on every placement.  On a GPU (tensors there, or
-        ``device="cuda"``) the Gram is stored when it fits the device's free memory, ``auto``
-        takes the device's full ``eigh`` for n <= 2000 (or n_components >= n / 5) and block
-        Krylov above (:data:`fastkpca.execution.linalg.DENSE_RULE`), and a Gram that does not
-        fit is recomputed in every pass whatever n (``matrix_free``, strips sized from the free
-        memory: n = 10^6 needs O(n (k + 40)) vectors, no n x n array).  ``lanczos``
-        (ARPACK, host-only) is block Krylov there.
     eigen_tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults;
         scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform` (kernel ridge regression from the
-        training projections to the training rows, exactly as ``KernelPCA``; O(n^2) memory, like
-        the model).
+        training projections to the training rows, as ``KernelPCA``).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_jobs : int or None, default None
-        Threads of each call (the Gram's row blocks and the matrix-free passes in ``fit``, the
-        kernel rows of ``transform``), scikit-learn's meaning: -1 every core the process may use
-        (its CPU affinity and quota), -2 all but one, a positive count that many, at most those
-        cores.  None: what the context gives: the ``n_jobs`` of ``joblib.parallel_config``, else
-        every usable core within the thread limit the process inherits (``OMP_NUM_THREADS``,
-        threadpoolctl's ``threadpool_limits``; in a joblib worker process, e.g. under
-        ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model does not depend on
-        it, up to the rounding of sums.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
+        limit.  The model does not depend on it, up to rounding.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows (over
-        the tiles of each pass with ``eigen_solver="matrix_free"``), where the output is a
-        terminal or a notebook.
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) where the output is a terminal.
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays have the array type and device of the data given
-        to fit; ``transform`` returns the input's array type, device and dtype.  Needs PyTorch
-        for a device.
+        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
+        PyTorch device) sends host data there block by block.  ``transform`` returns the
+        input's array type, device and dtype.
 
     Attributes
     ----------

@@ -6,10 +6,7 @@ filled by its upper triangle on all cores (:func:`fastkpca.execution.kernel_ops.
 centered in place, and eigensolvers from :mod:`fastkpca.solvers` (``arpack`` is ARPACK Lanczos,
 ``randomized`` is block Krylov iteration to a tolerance).
 
-The fit is one path on every placement: PyTorch tensors, CuPy arrays and ``array_api_strict``
-arrays (or ``device="cuda"``) are fitted where they live, the Gram computed there in tiles,
-centered there, and decomposed by the library's ``eigh`` or block Krylov (``arpack``, ARPACK
-being host-only, is block Krylov there); the fitted attributes have the input's array type and
+The fit is one path on every placement; the fitted attributes have the input's array type and
 device, and ``transform`` returns the input's array type, device and dtype.
 """
 
@@ -218,10 +215,8 @@ class KernelPCA(BaseKPCA):
     eigen_solver : {"auto", "dense", "arpack", "randomized"}, default="auto"
         ``"dense"``: LAPACK ``syevr`` on the top n_components; ``"arpack"`` (or ``"lanczos"``):
         ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.  On a
-        device: ``"dense"`` is the library's full ``eigh``, ``"arpack"`` (host-only) is block
-        Krylov, and ``"auto"`` follows :data:`fastkpca.execution.linalg.DENSE_RULE` (the dense
-        ``eigh`` for n <= 2000 or n_components >= n / 5, block Krylov above: 0.12 s against
-        6.8 s for the dense eigh at n = 20000, k = 10 on an H100).
+        device ``"arpack"`` is block Krylov, and ``"auto"`` follows
+        :data:`fastkpca.execution.linalg.DENSE_RULE`.
     tol : float, default=0
         ARPACK's tolerance (0: machine precision, as scikit-learn); for ``randomized`` the
         relative Ritz residual at which it stops (0: 1e-8 in float64, 1e-5 in float32).
@@ -240,22 +235,16 @@ class KernelPCA(BaseKPCA):
         Store a copy of X in ``X_fit_``; with False, ``X_fit_`` is X itself (and a precomputed
         Gram is centered in place, as in scikit-learn).
     n_jobs : int or None, default=None
-        Threads of each call (the Gram's row blocks, the kernel rows of ``transform``),
-        scikit-learn's meaning: -1 every core the process may use (its CPU affinity and quota), -2
-        all but one, a positive count that many, at most those cores.  None: what the context gives:
-        the ``n_jobs`` of ``joblib.parallel_config``, else every usable core within the thread limit
-        the process inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a
-        joblib worker process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the
-        cores), where scikit-learn's None is one job.  The model does not depend on it, up to
-        rounding.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
+        limit (scikit-learn's None is one job).  The model does not depend on it, up to rounding.
     verbose : int, default=0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the Gram's rows, where
-        the output is a terminal or a notebook (not a scikit-learn parameter).
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) where the output is a terminal
+        (not a scikit-learn parameter).
     device : None, str or torch.device, default=None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
+        PyTorch device) sends host data there block by block.  ``transform`` returns the
+        input's array type, device and dtype.
 
     Attributes
     ----------

@@ -6,16 +6,9 @@ With landmarks L and W = k(L, L), the Nystrom feature map ``z(x) = N k(L, x)`` (
 al. 2016, ``papers/004`` section 3); kernel PCA on it is linear PCA on z.  With all n points as
 landmarks it is exact KPCA.
 
-The fit is one pipeline for arrays, streams and dask arrays: the source (:mod:`fastkpca.source`)
--> landmarks (uniform rows drawn by index or by reservoir sampling; k-means, ridge leverage or
-given rows, :mod:`fastkpca._landmarks`) -> the whitening of W (pivoted Cholesky) -> the moments
-of the kernel rows ``k(L, x)`` (``solver="exact"``) or their one-pass sketch
-(``solver="randomized"``) reduced over the blocks (:mod:`fastkpca.statistics.kernel_moments`,
-never an n x c matrix) -> :func:`~fastkpca.statistics.kernel_moments.nystrom_kpca` or
-:func:`~fastkpca.statistics.kernel_moments.nystrom_sketch_kpca`.  When exact KPCA is cheaper
-(c close to n) ``solver="auto"`` computes it instead (the class Notes).  See the statistics
-module for the rank-deficient W, the density weights of ``landmarks="kmeans"`` and the
-performance notes.
+The fit: source -> landmarks (:mod:`fastkpca._landmarks`) -> the whitening of W -> the moments
+of the kernel rows, or their one-pass sketch, reduced over the blocks
+(:mod:`fastkpca.statistics.kernel_moments`) -> the eigenproblem.
 """
 
 from __future__ import annotations
@@ -89,16 +82,14 @@ FLOAT32_MAX_FEATURE_NOISE = 1e-4
 #: Rows per kernel block of the sketch pass (float64 blocks of c columns in 64 MiB).
 SKETCH_BLOCK_MB = 64
 
-#: Cost model of ``solver="auto"`` (flops; GEMM-bound work and LAPACK ran at similar rates here,
-#: ``benchmarks/bench_nystrom.py --near-n``): a kernel value costs about ``2 d +
+#: Cost model of ``solver="auto"`` in flops: a kernel value costs about ``2 d +
 #: KERNEL_VALUE_FLOPS`` (its share of the distance GEMM, the exp, the memory passes), and exact
-#: KPCA's centering and block-Krylov passes about ``EXACT_EIGEN_FLOPS`` per Gram entry (at
-#: n = 7438, d = 256 they took as long as filling the Gram).
+#: KPCA's centering and block-Krylov passes about ``EXACT_EIGEN_FLOPS`` per Gram entry.
 KERNEL_VALUE_FLOPS = 30
 EXACT_EIGEN_FLOPS = 300
 
 #: ``solver="auto"`` sketches only when the scatter's SYRK (``n c^2 / 2`` flops) would cost at
-#: least this (~0.1 s): below, the exact covariance is as fast and has no sketching error.
+#: least this: below, the exact covariance is as fast and has no sketching error.
 RANDOMIZED_MIN_FLOPS = 1e9
 
 #: ``n_landmarks="auto"``: the sizes tried double from this (or 2 n_components) ...
@@ -111,80 +102,49 @@ class NystromKPCA(BaseKPCA):
     """Kernel PCA on the Nystrom approximation ``C W^{-1} C^T`` of the Gram matrix.
 
     Linear PCA of the Nystrom features ``z(x) = N k(L, x)`` over c landmarks L (N the
-    whitening of ``W = k(L, L)``, ``N^T N = W^{-1}``), computed in one pass over row blocks with
-    O(c^2) memory (see the module notes); with all n points as landmarks it is exact KPCA.  Fit
-    costs ``n c (2 d + c / 2)`` flops with ``solver="exact"``, ``n c (2 d + 4 q)`` with
-    ``"randomized"``, plus ``2 c^3 / 3`` for the whitening and the landmark selection;
-    transform ``c (d + k)`` per row.
+    whitening of ``W = k(L, L)``, ``N^T N = W^{-1}``), in one pass over row blocks with O(c^2)
+    memory.  Fit costs ``n c (2 d + c / 2)`` flops with ``solver="exact"``, ``n c (2 d + 4 q)``
+    with ``"randomized"``, plus ``2 c^3 / 3`` for the whitening; transform ``c (d + k)`` a row.
 
-    Accepts scipy.sparse (CSR) X (wide rows keep CSR landmarks: see ``landmarks_``).
-    ``kernel="precomputed"`` is refused (ValueError): the transform needs the kernel between
-    new points and the landmarks.
+    Accepts CSR X (wide rows keep CSR landmarks).  ``kernel="precomputed"`` is refused.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_samples, n_landmarks), a deliberate
-        difference from scikit-learn's ``KernelPCA`` (all nonzero components), which here would
-        be up to n_landmarks mostly-noise components.  A float keeps the smallest number whose
-        ``explained_variance_ratio_`` (with respect to the estimated ``total_variance_``)
-        reaches that fraction.
+        Number of components; None gives min(10, n_samples, n_landmarks) (scikit-learn's
+        ``KernelPCA`` keeps all nonzero ones, here up to n_landmarks mostly-noise components).
+        A float keeps the smallest number whose ``explained_variance_ratio_`` reaches it.
     kernel, gamma, degree, coef0, nu
-        Kernel spec, as for every fastkpca estimator (see :func:`fastkpca.kernels.make_kernel`).
-        When X is a stream of blocks, ``gamma="scale"`` / ``"median"`` are resolved on the
-        landmarks (a uniform sample of the stream for ``"uniform"``).
+        Kernel spec (:func:`fastkpca.kernels.make_kernel`); on a stream ``gamma="scale"`` /
+        ``"median"`` are resolved on the landmarks.
     n_landmarks : int or None
-        Number of landmarks c; None gives ``min(1000, n_samples)``.  Values above n_samples are
-        capped at n_samples (as ``sklearn.kernel_approximation.Nystroem`` does).  ``"auto"``
-        (or None with a ``tol``): chosen by tolerance, see ``tol``.
+        Number of landmarks c; None gives ``min(1000, n_samples)``, larger values are capped at
+        n_samples.  ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
     landmarks : {"uniform", "kmeans", "rls", "rpcholesky"} or array of shape (c, n_features)
-        ``"uniform"``: a uniformly random subset of the rows (on a stream of blocks, the same
-        subset by reservoir sampling); ``"kmeans"``: k-means centres with cluster sizes as
-        weights (density-weighted Nystrom, Zhang & Kwok 2009); ``"rls"``: recursive ridge
-        leverage score sampling (Musco & Musco 2017), which finds small clusters and outliers
-        that uniform sampling misses.  An array gives the landmarks directly (``n_landmarks``
-        is then ignored) and needs a single pass over the data.  Cost beyond the covariance
-        pass: none for ``"uniform"``; O(n c^2) for ``"rls"`` (measured 5-8x a uniform fit at
-        n = 4e4, c = 400); k-means iterations for ``"kmeans"`` (``MiniBatchKMeans`` above
-        20000 rows; measured 10x).
-        ``"rpcholesky"``: randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024),
-        accelerated by block rejection sampling (Epperly, Tropp & Webber 2024): each landmark
-        is a training row drawn with probability proportional to the part of its kernel
-        diagonal that the landmarks before it leave unexplained, so landmarks spread over
-        clusters and outliers and never repeat; fewer than ``n_landmarks`` when the kernel
-        matrix has numerical rank below that.  Cost: n c kernel evaluations, O(n c^2) flops
-        and an n x c float64 factor (8 n c bytes); the selection alone measured 0.8-2.7x a
-        uniform fit of the same size at 8,192 to 494,020 rows (64 to 256 landmarks, 2 cores).
-        The default stays ``"uniform"``: it is the only method that works on a one-pass
-        stream, it holds O(c d) instead of rpcholesky's 8 n c bytes, and rpcholesky's gain is
-        in the clustered / heavy-tailed cases (trace error 1.2-2x lower on pendigits and
-        cpu_act at c = 400, 3 to 30000x on kddcup, within 2 % elsewhere): choose it there.
+        ``"uniform"``: a uniformly random subset of the rows (reservoir sampling on a stream);
+        ``"kmeans"``: k-means centres weighted by cluster sizes (density-weighted Nystrom,
+        Zhang & Kwok 2009); ``"rls"``: recursive ridge leverage score sampling (Musco & Musco
+        2017, O(n c^2)), which finds small clusters and outliers; ``"rpcholesky"``: randomly
+        pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, Alg. 2.1) with block rejection
+        sampling (Epperly, Tropp & Webber 2024): n c kernel evaluations and an n x c factor,
+        fewer landmarks when the kernel's numerical rank is lower; better than uniform on
+        clustered or heavy-tailed data.  An array gives the landmarks (``n_landmarks`` is
+        ignored).  ``"uniform"`` is the only method that works on a one-pass stream.
     solver : {"auto", "exact", "randomized"}
-        How the principal axes of the Nystrom features come out of the pass over the data.
-        ``"exact"``: the c x c scatter of the kernel rows (a SYRK, ``c^2 / 2`` flops a row),
-        then its top eigenpairs.  ``"randomized"``: one pass that never forms it -- the sketch
-        ``S T`` of the scatter against a c x q test matrix (``2 c q`` flops a row) and Tropp,
-        Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017), with half the
-        test matrix Gaussian and half the landmarks' own leading feature directions (see
-        :func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`); mergeable, so streams
-        and dask arrays work as with ``"exact"``.  ``"auto"`` (default) takes ``"randomized"``
-        when it is at least twice cheaper (``c >= 4 q``) and the scatter would cost at least
-        1e9 flops, else ``"exact"`` (always for a float ``n_components``: the sketch has at
-        most q non-zero eigenvalues, too few for a share of the variance); and it computes
-        exact KPCA instead when that is cheaper (see Notes).  Measured
-        (``benchmarks/bench_nystrom.py``, RandomNoisy, n = 2e5, d = 100, c = 1000, k = 10,
-        float64 input, the 2-core machine at a load average of 3):
-        ``"randomized"`` fit in 1.3 s against 7.5 s for ``"exact"`` and 39.7 s for
-        scikit-learn's Nystroem + PCA, with a held-out relative rank-k error of 1.0183 against
-        1.0170 for both (0.13 % more).
-        ``"randomized"`` with rbf kernels computes the kernel rows in float32 when their rounding,
-        amplified by the whitening, stays below 1e-4 of the features' scale
-        (``FLOAT32_MAX_FEATURE_NOISE``; ``solver_`` and ``kernel_row_dtype_`` say what ran).
+        ``"exact"``: the c x c scatter of the kernel rows (``c^2 / 2`` flops a row), then its top
+        eigenpairs.  ``"randomized"``: the sketch ``S T`` of the scatter against a c x q test
+        matrix (``2 c q`` flops a row) and the fixed-rank PSD approximation of Tropp, Yurtsever,
+        Udell & Cevher (NeurIPS 2017, Alg. 3), half the test matrix Gaussian and half the
+        landmarks' leading directions
+        (:func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`); rbf kernel rows are
+        then float32 where their rounding, amplified by the whitening, stays below
+        ``FLOAT32_MAX_FEATURE_NOISE``.  ``"auto"``: ``"randomized"`` when ``c >= 4 q`` and the
+        scatter costs at least ``RANDOMIZED_MIN_FLOPS`` (never for a float ``n_components``),
+        else ``"exact"``; exact KPCA instead when that is cheaper (see Notes).
     sketch_size : int or None
         Columns q of the randomized solver's test matrix; None gives ``4 n_components + 20``
-        (capped at the rank of W).  Its error is that of the best rank-k approximation plus
-        the scatter's tail beyond rank ~q (Tropp et al., Theorem 4.1); with q >= the rank of W
-        it is exact.
+        (capped at the rank of W).  Error: the best rank-k one plus the scatter's tail beyond
+        rank ~q (Tropp et al. 2017, Theorem 4.1).
     covariance : {"data", "landmarks"}
         ``"data"``: the covariance of z over all training rows (the Nystrom approximation's exact
         KPCA; landmark weights cancel).  ``"landmarks"``: over the landmarks weighted by
@@ -195,59 +155,39 @@ class NystromKPCA(BaseKPCA):
         Landmark selection and gamma heuristics.
     tol : float or None
         Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above ``2
-        n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose
-        relative rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc -
-        (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error taken
-        into account: the estimate of the error probe
-        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
-        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
-        docs/auto.md) is at most ``1 + tol``. None (default) with an integer or None
-        ``n_landmarks`` fits that size; ``n_landmarks="auto"`` without ``tol`` uses
-        ``tol=0.05``.  The sizes share one seed, so uniform landmark sets are nested; each
-        size recomputes the kernel-row moments (a pass over the data).  Needs an array or a
-        re-iterable block source.
+        n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose relative
+        rank-k error (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 = exact KPCA), estimated by
+        :class:`fastkpca.statistics.probe.ErrorProbe` plus 2 standard errors, is at most
+        ``1 + tol``.  ``n_landmarks="auto"`` without ``tol`` uses ``tol=0.05``.  Uniform landmark
+        sets of the sizes are nested; each size is a pass over the data (an array or a
+        re-iterable block source).
     fit_inverse_transform : bool, default False
-        Learn the pre-image map of :meth:`inverse_transform` on the landmarks: kernel ridge
-        regression from the landmarks' projections to the landmarks, as ``KernelPCA`` does on
-        all training rows (O(c^2), like the model; with all points as landmarks it is
-        ``KernelPCA``'s map).
+        Learn the pre-image map of :meth:`inverse_transform` on the landmarks (kernel ridge
+        regression from their projections to them, as ``KernelPCA`` does on all rows).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_jobs : int or None, default None
-        Threads of each call (the kernel rows of ``fit`` and ``transform``), scikit-learn's meaning:
-        -1 every core the process may use (its CPU affinity and quota), -2 all but one, a positive
-        count that many, at most those cores.  None: what the context gives: the ``n_jobs`` of
-        ``joblib.parallel_config``, else every usable core within the thread limit the process
-        inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a joblib worker
-        process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model
-        does not depend on it, up to the rounding of sums.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
+        limit.  The model does not depend on it, up to rounding.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the rows of its pass
-        over the data, where the output is a terminal or a notebook.
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) where the output is a terminal.
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
+        PyTorch device) sends host data there block by block.  ``transform`` returns the
+        input's array type, device and dtype.
 
     Attributes
     ----------
-    landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype; a CSR
-        matrix for sparse X of more than 4096 features (``landmarks`` other than ``"kmeans"``,
-        :func:`fastkpca._landmarks.keeps_sparse`): only their kernel values are needed, and a
-        dense row of a LIBSVM file whose largest index is 10^6 takes 8 MB.
+    landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype; CSR
+        for sparse X of more than 4096 features (:func:`fastkpca._landmarks.keeps_sparse`).
     landmark_weights_ : (n_landmarks_,) float64 density weights, summing to 1.
     projection_ : (n_landmarks_, n_components_) float64 ``N^T components_^T``: ``transform(X)
         = k(X, landmarks_) @ projection_ - mean_ @ components_.T``.
-    normalization_ : (r, n_landmarks_) the whitening N, a property recomputed on each access
-        (see Notes): the Nystrom features are ``z(x) = N k(L, x)`` (so ``Z = k(X, landmarks_)
-        @ normalization_.T``), with ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky
-        factorisation of W (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`; r is
-        W's numerical rank, n_landmarks_ unless landmarks repeat); on a GPU
-        ``diag(w)^{-1/2} U^T`` from W's eigendecomposition, the same up to a rotation of the
-        features.  On the exact-KPCA path:
-        ``diag(lambda)^{-1/2} alpha^T`` (r = n_components_), the scaled dual coefficients of
-        exact KPCA.
+    normalization_ : (r, n_landmarks_) the whitening N, recomputed on each access: ``z(x) = N
+        k(L, x)``, ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky of W
+        (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`); on the exact-KPCA
+        path ``diag(lambda)^{-1/2} alpha^T``.
     mean_ : (r,) mean of the Nystrom features z over the training data.
     components_ : (n_components_, r) principal axes in z-space (orthonormal rows; the identity
         on the exact-KPCA path).
@@ -260,63 +200,34 @@ class NystromKPCA(BaseKPCA):
     size_history_ : list of (n_landmarks, estimated relative rank-k error), the sizes tried
         (with ``tol`` only; ``n_landmarks_`` is the chosen size).
     total_variance_ : float
-        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact, summed in the
-        covariance pass) minus ``n ||mu||^2``, the mean embedding estimated from the landmarks'
-        mean kernel rows ``mean_x k(l_j, x)`` (their landmark-weighted mean; exact with all points
-        as landmarks).
+        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` minus ``n ||mu||^2``, the mean
+        embedding estimated from the landmarks' mean kernel rows.
     total_variance_error_ : float
-        One standard error of ``total_variance_`` for uniform landmarks with
-        ``covariance="data"`` (the landmarks are a uniform sample of the rows); nan (not
-        known) for the other landmark methods.
+        One standard error of ``total_variance_`` (uniform landmarks, ``covariance="data"``;
+        else nan).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
     Notes
     -----
-    ``transform(x) = (z(x) - mean_) @ components_.T``, the projections on the principal axes, on
-    the scale of ``sklearn.decomposition.KernelPCA.transform`` (and equal to
-    ``make_pipeline(Nystroem(...), PCA(...))`` for the same landmarks, up to column signs).
-
-    What the model keeps.  ``transform`` needs the c x k ``projection_``, the landmarks and the
-    offset ``mean_ @ components_.T``; the c x c whitening N is not kept (in memory or in a model
-    file: for c = 1000 it is 8 MB, against the 24 kB of the projection), and no other use of the
-    model needs it: ``inverse_transform`` (the map learned at fit on the projections of the
-    landmarks), ``compress_expansion`` (``projection_`` is the expansion's coefficients) and the
-    sizes by ``tol`` use the projection.  The attribute ``normalization_`` recomputes N from the
-    landmarks and the kernel when something asks for the Nystrom features themselves
-    (:func:`fastkpca.metrics.method_certificates`' residual trace); a model file of an earlier
-    release, which holds ``normalization_``, loads with its projection computed from it.
+    ``transform(x) = (z(x) - mean_) @ components_.T``, on the scale of scikit-learn's
+    ``KernelPCA.transform`` (equal to ``make_pipeline(Nystroem(...), PCA(...))`` for the same
+    landmarks, up to column signs).  The c x c whitening N is not kept: ``transform``,
+    ``inverse_transform``, ``compress_expansion`` and ``tol`` need only ``projection_``; a model
+    file of an earlier release holding ``normalization_`` loads with its projection computed
+    from it.
 
     The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"``, an integer (or None)
-    ``n_components`` and dense rows that can be taken by index (an array, not a stream or a
-    sparse matrix), the fit is exact KPCA -- the Nystrom method's limit
-    with all n training rows as landmarks, at least as accurate as any c -- when (a) a landmark
-    method is asked for ``n_landmarks >= n`` (then it is the same model), or (b) its estimated
-    cost is lower: ``n^2 (d + 15 + 300)`` flops (the symmetric Gram, centering, block Krylov)
-    against the Nystrom fit's ``n c (2 d + 30 + min(c / 2, 2 q)) + 2 c^3 / 3`` (kernel rows, the
-    scatter or the sketch, the pivoted Cholesky of W and its inverse); and in both cases only
-    if the n x n Gram fits in memory (``ExactKPCA``'s rule).  For d ~ 100-1000 and n of a few
-    thousand, (b) holds from c ~ n / 3.  Measured on a USPS-shaped set (n = 7438, d = 256,
-    ``benchmarks/bench_nystrom.py --near-n``), as a multiple of ``ExactKPCA``'s 3.3 s: the
-    default took 0.42x at c = n / 4 (the sketch), 0.97x, 0.89x and 0.94x at c = n / 2, 4769
-    and n (the exact path); forcing the Nystrom approximation there (``"randomized"``) took
-    1.7x, 2.2x and 7.6x, for the same held-out error (1.0357).  The model then has
-    ``solver_ = "exact_kpca"``, ``landmarks_`` = the training rows, ``n_landmarks_ = n``,
-    uniform ``landmark_weights_``, ``normalization_`` as described above (k x n), the exact
-    ``eigenvalues_`` and ``total_variance_`` (error 0), and ``transform`` equal to
-    ``ExactKPCA``'s.  ``solver="exact"`` or ``"randomized"`` always computes the Nystrom
-    approximation on the c landmarks asked for.
+    ``n_components`` and dense rows that can be taken by index, the fit is exact KPCA (the
+    Nystrom method with all n rows as landmarks) when (a) ``n_landmarks >= n``, or (b) it costs
+    less: ``n^2 (d + 15 + 300)`` flops against ``n c (2 d + 30 + min(c / 2, 2 q)) + 2 c^3 / 3``
+    (for d ~ 100-1000 and a few thousand rows, from c ~ n / 3); in both cases only if the Gram
+    fits in memory (``ExactKPCA``'s rule).  The model then has ``solver_ = "exact_kpca"``,
+    ``landmarks_`` = the training rows and ``transform`` equal to ``ExactKPCA``'s.
 
-    On every array namespace (numpy, PyTorch tensors, CuPy arrays, ``array_api_strict``, or
-    ``device=``) the fit is the same code and gives the same model up to rounding: uniform
-    landmarks are the rows of the host's draw of indices, taken where the rows live; W, the
-    pass over the kernel rows (float64 chunks for ``"exact"``, the sketch's float32 or float64
-    ones for ``"randomized"``, float64 accumulators, no host synchronisation per tile),
-    ``N S N^T``, its top eigenpairs and ``transform`` run there, as do ``"rpcholesky"`` and
-    ``"rls"``.  The whitening of W is the pivoted Cholesky factor in host memory and an
-    ``eigh`` on a GPU (:func:`fastkpca.execution.linalg.whitening`).  Computed on host copies,
-    their results moved: the fixed-rank solve of the sketch, ``"kmeans"`` (scikit-learn's
-    k-means), the exact-KPCA path (its n x n Gram on the host) and the probe of ``tol``.
+    On every array namespace the fit is the same code and gives the same model up to rounding.
+    Computed on host copies: the fixed-rank solve of the sketch, ``"kmeans"``, the exact-KPCA
+    path and the probe of ``tol``.
 
     See Also
     --------
@@ -565,8 +476,7 @@ class NystromKPCA(BaseKPCA):
 
     # --- the solver -----------------------------------------------------------------------
     def _sketch_width(self, N, sketch_size) -> int:
-        # Not raised to fill SGEMM's panels (gemm_width) as RandomFeatureKPCA's is: 63 columns
-        # instead of 60 measured no faster here (paired fits at 10^6 rows, c = 1000).
+        # Not raised to fill SGEMM's panels (gemm_width): no faster here (benchmarks/NOTES.md).
         k = self._n_components_guess()
         q = sketch_size or SKETCH_FACTOR * k + SKETCH_EXTRA
         return int(min(q, N.shape[0]))

@@ -24,14 +24,9 @@ of the centered n x n training Gram (``KernelPCA.eigenvalues_``), and a new poin
 with ``k~`` centered by the weighted mean embedding ``sum_j p_j phi(c_j)``.  When every data point
 is its own centre (duplicates merged) this is exact KPCA, to rounding.
 
-One implementation for rows of every array namespace (numpy and scipy.sparse on the host,
-PyTorch, CuPy, ``array_api_strict``): the density estimates (shadow sets, k-means, paring,
-herding, uniform draws) are host algorithms (sequential passes, scikit-learn's k-means) and read
-a host copy of the rows, with the host generator of ``random_state``, so every namespace gets the
-same centres; the m x m eigenproblem is small and solved on the host too.  The passes over all n
-rows that use the kernel (its diagonal, the mean-embedding probe of ``total_variance_``) run
-where the rows live, the (m-row) model is moved there, and ``transform`` evaluates its kernel
-expansion there (:func:`~fastkpca.decomposition.exact.centered_projection`).
+Every array namespace gets the same centres: the density estimates and the m x m eigenproblem
+run on a host copy of the rows with the host generator of ``random_state``; the passes over all
+n rows that use the kernel, and ``transform``, run where the rows live.
 """
 
 from __future__ import annotations
@@ -121,19 +116,14 @@ class ReducedSetKPCA(BaseKPCA):
     Kingravi, Vela & Gray, "Reduced set KPCA": a reduced-set density estimate (the shadow
     density estimate by default) replaces the data by m weighted centres, and KPCA runs on their
     weighted m x m Gram matrix (Algorithm 1).  Only the centres are kept: ``transform`` costs
-    O(m) kernel evaluations per point instead of O(n).  See the module notes for why the
-    result approximates ``KernelPCA`` on the full data, on the same scale.
-
-    ``kernel="precomputed"`` is refused (ValueError): the transform needs the kernel between
-    new points and the centres.
+    O(m) kernel evaluations per point instead of O(n), on the scale of ``KernelPCA`` on the full
+    data (module notes).  ``kernel="precomputed"`` is refused.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_centers_), a deliberate difference from
-        scikit-learn's ``KernelPCA`` (all nonzero components).  A float keeps the smallest number
-        whose ``explained_variance_ratio_`` (with respect to the estimated ``total_variance_``)
-        reaches that fraction.
+        Number of components; None gives min(10, n_centers_).  A float keeps the smallest number
+        whose ``explained_variance_ratio_`` reaches that fraction.
     kernel : str or Kernel
         ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``
         or a :class:`fastkpca.kernels.Kernel`.  ``density="shadow"`` needs a radial kernel
@@ -163,26 +153,14 @@ class ReducedSetKPCA(BaseKPCA):
     ell : float
         The shadow parameter ell > 0 (``density="shadow"`` only): the shadow radius is
         sigma / ell, so larger ell gives more centres and a closer approximation.  The default
-        4 is the paper's generic value.  Measured (``benchmarks/rskpca_paper.py``, 80 % train):
-        ell = 3 / 4 / 5 keeps 17 / 30 / 48 % of the points of german (sigma = 30) with
-        embedding error 1.5 / 1.2 / 1.1 times that of exact KPCA on the same rows, and
-        26 / 46 / 64 % of pendigits (sigma = 120) at 1.05 / 0.8 / 0.9 times.
+        4 is the paper's generic value.
     n_centers : int or None
         Number of centres m for ``"kmeans"``, ``"paring"``, ``"herding"`` and ``"uniform"``;
         None gives min(500, n_samples).  Ignored by ``"shadow"`` (m is set by ell).
     center : {"centroid", "first"}
         Representative of a shadow set: the mean of its points, or the paper's first point.
-        The partition and weights are the same.  The centroid is the default because its
-        embeddings are closer to exact KPCA at the same m.  Measured embedding error (against
-        exact KPCA on all points, held-out 20 %, rbf, 5 components, mean of 3 splits) at
-        ell = 3 / 4 / 5: pendigits first 0.030 / 0.020 / 0.015, centroid 0.014 / 0.011 / 0.012;
-        german first 0.050 / 0.034 / 0.030, centroid 0.040 / 0.032 / 0.029 (the floor, exact
-        KPCA on the same 80 %, is 0.014 and 0.027); on clustered synthetic data 2.7-7.5 times
-        smaller (``tests/test_reduced_set.py::test_centroid_beats_first``).  The eigenvalues
-        can go the other way at small ell: collapsing a set on its mean overstates the leading
-        eigenvalues by O(eps^2) (pendigits eigenvalue error first 0.016 / 0.012 / 0.010,
-        centroid 0.028 / 0.016 / 0.011; german centroid better, 0.029 / 0.019 / 0.018 against
-        0.033 / 0.021 / 0.023).
+        The partition and weights are the same; the centroid's embeddings are closer to exact
+        KPCA at the same m (its leading eigenvalues may be overstated by O(eps^2)).
     eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "arpack"}
         Solver for the m x m problem (:func:`fastkpca.solvers.eigh_topk`); ``"arpack"`` is
         ``"lanczos"``.
@@ -196,23 +174,15 @@ class ReducedSetKPCA(BaseKPCA):
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_jobs : int or None, default None
-        Threads of each call (kernel rows), scikit-learn's meaning: -1 every core the process may
-        use (its CPU affinity and quota), -2 all but one, a positive count that many, at most those
-        cores.  None: what the context gives: the ``n_jobs`` of ``joblib.parallel_config``, else
-        every usable core within the thread limit the process inherits (``OMP_NUM_THREADS``,
-        threadpoolctl's ``threadpool_limits``; in a joblib worker process, e.g. under
-        ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model does not depend on
-        it, up to the rounding of sums.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
+        limit.  The model does not depend on it, up to rounding.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
-        where the output is a terminal or a notebook.
+        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where the output is a terminal.
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays have the type and device of the data given to
-        fit; ``transform`` returns the input's array type, device and dtype.  Needs PyTorch for
-        a device.  The density estimate and the m x m eigenproblem run on host copies (see the
-        module notes): the same model as numpy.
+        Where the kernel passes and ``transform`` run: None where the data live; ``"cuda"`` (or
+        any PyTorch device) sends host data there.  The density estimate and the m x m
+        eigenproblem run on host copies: the same model as numpy.
 
     Attributes
     ----------

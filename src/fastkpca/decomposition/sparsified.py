@@ -21,14 +21,10 @@ The eigenvalues of K^ are biased upwards by the noise (a top eigenvalue lambda o
 uses estimates of exact KPCA's eigenvalues with that bias removed
 (:func:`debiased_eigenvalues`).
 
-One implementation for rows of every array namespace (numpy and scipy.sparse on the host,
-PyTorch, CuPy, ``array_api_strict``): the kept entries are computed where the rows live
-(:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`: on a device read off dense tiles there,
-only the kept values coming to the host).  The sampling decisions, the scipy.sparse matrix and its
-eigensolver (ARPACK or orthogonal iteration) stay on the host: a sparse eigensolver on the device
-is a project of its own, and the matrix holds ``sample_prob n^2 / 2`` entries, not the rows.  The
-same ``random_state`` therefore gives the same model on every namespace, up to the rounding of the
-kernel values; the (n x k) results are moved to the rows' placement, and ``transform`` runs there.
+The kept entries are computed where the rows live
+(:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`); the sampling decisions, the
+scipy.sparse matrix and its eigensolver stay on the host, so the same ``random_state`` gives the
+same model on every namespace, up to the rounding of the kernel values.
 """
 
 from __future__ import annotations
@@ -595,65 +591,42 @@ class SparsifiedKPCA(BaseKPCA):
     rounded at random to ``+-b`` (``b = max_ij |K_ij|``) so that its expectation is unchanged;
     it is then stored as a sign.
 
-    When it works: the perturbation ``E = K^ - K`` has independent mean-zero entries, so its
-    norm is at most ``4 sigma sqrt(n)`` (Furedi-Komlos, the paper's Theorem 1, sigma^2 the
-    largest entry variance: ``noise_norm_bound_`` after fit) and in practice about
-    ``2 sqrt(max_i sum_j Var E_ij)`` (``noise_norm_``, estimated from the kept entries).  The
-    leading eigenvectors are recovered when the eigenvalues kept, and the gap after the last one,
-    stand well above that norm (Davis-Kahan, Theorems 2-4): e.g. well-separated clusters, whose
-    eigenvalues grow like n while the noise grows like ``sqrt(n / sample_prob)``.  Compare
-    ``eigenvalues_`` with ``noise_norm_``: components below it are noise.  The noise also pushes
-    the eigenvalues of K^ up (by about ``v / lambda``, v its variance along the component), so
-    ``explained_variance_ratio_`` is computed from ``debiased_eigenvalues_``, estimates of exact
-    KPCA's eigenvalues (:func:`debiased_eigenvalues`).  When the spectrum
-    decays slowly (no dominant structure) use :class:`~fastkpca.NystromKPCA` or random features.
-    Quantization adds variance ``b^2 / p - K_ij^2`` even where ``K_ij ~ 0`` (sampling adds
-    ``(1/p - 1) K_ij^2``, nothing there), so it needs a larger margin.
+    When it works: the noise ``E = K^ - K`` has independent mean-zero entries, so ``||E||_2 <= 4
+    sigma sqrt(n)`` (Furedi-Komlos, the paper's Theorem 1: ``noise_norm_bound_``), in practice
+    about ``2 sqrt(max_i sum_j Var E_ij)`` (``noise_norm_``).  The leading eigenvectors are
+    recovered when the eigenvalues kept, and the gap after the last one, stand well above that
+    norm (Davis-Kahan, Theorems 2-4), e.g. well-separated clusters; components below
+    ``noise_norm_`` are noise.  The noise pushes the eigenvalues of K^ up (by about ``v /
+    lambda``), so ``explained_variance_ratio_`` uses ``debiased_eigenvalues_``
+    (:func:`debiased_eigenvalues`).  Quantization adds variance ``b^2 / p - K_ij^2`` even where
+    ``K_ij ~ 0``, so it needs a larger margin.  For slowly decaying spectra use
+    :class:`~fastkpca.NystromKPCA`.
 
-    The diagonal is kept exactly: it is only n kernel evaluations (``Kernel.diag``), whereas
-    sampling it would add a diagonal error of norm up to ``(1/p - 1) max_i K_ii`` that, unlike the
-    off-diagonal noise, is not averaged out over a row (n entries are too few), and which acts on
-    each point's own weight ``||phi(x_i)||^2``; for a unit-diagonal kernel quantization would
-    leave it unchanged anyway.
-
-    ``transform`` is the exact kernel expansion over the training points with the dual
-    coefficients found on K^ (like :class:`~fastkpca.ExactKPCA`), centred with the row means of
-    K^ (unbiased estimates of those of K).  ``fit_transform(X)`` equals ``fit(X).transform(X)``:
-    evaluating the exact kernel rows once more costs n^2 kernel evaluations (in row blocks), but
-    cancels the first-order effect of E outside the leading subspace, so it is more accurate than
-    the eigenvectors of K^ scaled by the root eigenvalues.  :func:`fastkpca.compress_expansion`
-    makes that transform cheaper.
-
-    Accepts scipy.sparse (CSR) X (the kernels evaluate sparse rows directly).
-    ``kernel="precomputed"`` is not offered: the kept entries would be read off an n x n Gram
-    the caller already holds, which saves nothing over :class:`~fastkpca.ExactKPCA`.
+    The diagonal is kept exactly (n kernel evaluations): sampled, its error would not average
+    out over a row.  ``transform`` is the exact kernel expansion over the training points with
+    the dual coefficients found on K^, centred with the row means of K^; ``fit_transform(X)``
+    equals ``fit(X).transform(X)`` (the exact kernel rows cancel the first-order effect of E
+    outside the leading subspace).  Accepts CSR X; ``kernel="precomputed"`` is not offered.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_samples) (scikit-learn's ``KernelPCA``
-        keeps all nonzero components).  A float keeps the smallest number whose
-        ``explained_variance_ratio_`` (estimates of exact KPCA's ratios) reaches that
-        fraction; it computes all n eigenpairs of K^ (orthogonal iteration with n vectors), so
-        use it for moderate n only.
+        Number of components; None gives min(10, n_samples).  A float keeps the smallest
+        number whose ``explained_variance_ratio_`` reaches it (all n eigenpairs of K^: moderate
+        n only).
     kernel, gamma, degree, coef0, nu :
         Kernel spec, as for :class:`~fastkpca.ExactKPCA`.
     sample_prob : float in (0, 1], default 0.1
-        Probability ``1 / s`` of keeping each off-diagonal Gram entry (1 keeps all: exact KPCA
-        unless ``quantize``).  0.1 stores a tenth of the Gram matrix; the noise norm grows like
-        ``sqrt(1 / sample_prob)``.
+        Probability ``1 / s`` of keeping each off-diagonal Gram entry (1 keeps all); the noise
+        norm grows like ``sqrt(1 / sample_prob)``.
     quantize : bool, default False
         Round kept entries at random to ``+-b`` (1 bit each).
     eigen_solver : {"lanczos", "orthogonal", "arpack"}, default "lanczos"
-        (``"arpack"``, scikit-learn's name, is ``"lanczos"``.)  ARPACK Lanczos, which the paper
-        notes is often preferable, or orthogonal iteration with
-        ``n_components`` vectors (the paper's exposition).  K^ is indefinite (its noise has
-        negative eigenvalues), so orthogonal iteration runs on ``K^ + c I`` with c from a loose
-        Lanczos estimate of the smallest eigenvalue; its rate ``(lambda_{k+1} + c) /
-        (lambda_k + c)`` then makes it several times slower than Lanczos (measured: 139 block
-        iterations of 10 vectors against 74 Lanczos products for the same answer).  For
-        ``n_components >= n_samples``, where ARPACK cannot run, orthogonal iteration is used,
-        which is then exact.
+        ARPACK Lanczos (``"arpack"`` is scikit-learn's name for it), which the paper notes is
+        often preferable, or orthogonal iteration with ``n_components`` vectors on ``K^ + c I``
+        (K^ is indefinite; c from a loose Lanczos estimate of the smallest eigenvalue), slower
+        by its rate ``(lambda_{k+1} + c) / (lambda_k + c)``.  For ``n_components >= n_samples``
+        orthogonal iteration is used, which is then exact.
     eigen_tol, max_iter :
         Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`;
         scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
@@ -665,24 +638,15 @@ class SparsifiedKPCA(BaseKPCA):
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_jobs : int or None, default None
-        Threads of each call (kernel rows), scikit-learn's meaning: -1 every core the process may
-        use (its CPU affinity and quota), -2 all but one, a positive count that many, at most those
-        cores.  None: what the context gives: the ``n_jobs`` of ``joblib.parallel_config``, else
-        every usable core within the thread limit the process inherits (``OMP_NUM_THREADS``,
-        threadpoolctl's ``threadpool_limits``; in a joblib worker process, e.g. under
-        ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model does not depend on
-        it, up to the rounding of sums.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
+        limit.  The model does not depend on it, up to rounding.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where it has long passes,
-        where the output is a terminal or a notebook.
+        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where the output is a terminal.
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays have the type and device of the data given to fit;
-        ``transform`` returns the input's array type, device and dtype.  Needs PyTorch for a
-        device.  The kept Gram entries are computed where the rows are, while the sampled
-        matrix (scipy.sparse) and its eigensolver stay on the host (see the module notes): the
-        same model as numpy.
+        Where the kernel entries and ``transform`` are computed: None where the data live;
+        ``"cuda"`` (or any PyTorch device) sends host data there.  The sampled matrix and its
+        eigensolver stay on the host.
 
     Attributes
     ----------

@@ -6,24 +6,16 @@ scikit-learn's array-API convention: the namespace and device are read once from
 that device, and conversion to numpy happens only at the edges (model files, the command line).
 A :class:`Placement` is that pair, decided once per fit (:func:`placement_for`):
 
-* host data (numpy arrays, memory maps, scipy.sparse matrices, pandas frames, lists, files, Dask
-  arrays: :func:`is_host_array`) with ``device=None`` stay on the host, where numpy (an array-API
-  namespace itself from numpy 2 on) and the threaded paths of :mod:`fastkpca.execution.threads`
-  run;
-* arrays of another namespace (:func:`is_namespace_array`: PyTorch tensors, CuPy arrays, the
-  reference namespace ``array_api_strict``) run where they live (``xp`` is array-api-compat's
-  wrapper of their library), and so does host data with ``device="cuda"`` or ``"cpu"``
-  (PyTorch), sent there block by block.
+* host data (numpy arrays, memory maps, scipy.sparse, pandas frames, lists, files, Dask arrays:
+  :func:`is_host_array`) with ``device=None`` stay on the host, where numpy and the threaded
+  paths of :mod:`fastkpca.execution.threads` run;
+* arrays of another namespace (:func:`is_namespace_array`: PyTorch, CuPy, ``array_api_strict``)
+  run where they live, and so does host data with a ``device``, sent there block by block.
 
-The devices fastkpca computes on are the host (``"numpy"`` / ``"host"``), PyTorch's ``"cpu"`` and
-``"cuda[:i]"``, CuPy's GPUs and ``array_api_strict``'s devices; anything else (``"meta"``, whose
-tensors hold no values, ``"mps"``, which has no float64, ``"xpu"``, unknown names) is refused by
+Any other device (``"meta"``, ``"mps"``, ``"xpu"``, unknown names) is refused by
 :func:`check_device` / :func:`placement_for` / :func:`placement_of` with one ``ValueError``
-naming it, before any work.
-
-Random draws never come from a device generator: they are drawn on the host from
-``random_state`` and moved (:meth:`Placement.asarray`), so numpy, CPU torch and CUDA give the same
-model up to rounding.
+naming it.  Random draws are made on the host from ``random_state`` and moved
+(:meth:`Placement.asarray`), so every namespace gets the same model up to rounding.
 """
 
 from __future__ import annotations

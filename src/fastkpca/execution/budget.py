@@ -90,10 +90,8 @@ def kernel_strip_rows(n_cols: int, itemsize: int) -> int:
 
 
 #: Working memory (MiB) of one row strip of a stored symmetric Gram and its float64 temporaries,
-#: per thread (:func:`fastkpca.execution.kernel_ops.symmetric_gram`): the temporaries stay below
-#: the allocator's mmap threshold (32 MiB in glibc) and are reused from strip to strip instead of
-#: being mapped and page-faulted afresh, and the strips are many enough for the threads to share
-#: them evenly (measurements in ``benchmarks/bench_exact.py``).
+#: per thread (:func:`fastkpca.execution.kernel_ops.symmetric_gram`): below the allocator's mmap
+#: threshold, and strips many enough for the threads to share them evenly.
 GRAM_STRIP_MB = 32
 
 #: Working memory (MiB) of one row block of the in-place centering of a stored Gram in host
@@ -132,10 +130,8 @@ EXACT_MEMORY_FRACTION = 0.25
 GRAM_FRACTION = 1 / 1.35
 
 #: Largest n for which ``ExactKPCA(eigen_solver="auto")`` recomputes a Gram too large to store
-#: in host memory: a pass costs about n^2 (d + 2 + 2 b) flops (symmetric strips of width-(d + 2)
-#: inner products, both triangles applied to b vectors), some 7e12 at n = 2e5, d = 100, b = 41:
-#: minutes per pass on two cores.  Beyond, ``auto`` refuses (pointing to the scalable methods)
-#: rather than start hours of work; a GPU has no such bound (:func:`matrix_free_auto_max_n`).
+#: in host memory (a pass costs about n^2 (d + 2 + 2 b) flops); beyond, ``auto`` refuses rather
+#: than start hours of work.  A GPU has no such bound (:func:`matrix_free_auto_max_n`).
 MATRIX_FREE_AUTO_MAX_N = 200_000
 
 
@@ -169,9 +165,7 @@ def pair_block_rows(n: int) -> int:
 # --- eigensolvers ------------------------------------------------------------------------------
 
 #: Rows per GEMM call of a product of a dense host matrix with a block of vectors
-#: (:func:`fastkpca.execution.linalg.matmat`): OpenBLAS runs a tall 20000 x 20000 by 20 product a
-#: third slower in one call than in 512-row pieces (30-35% for 10 to 30 columns, float32 and
-#: float64, on two cores).
+#: (:func:`fastkpca.execution.linalg.matmat`): OpenBLAS runs a tall product faster in pieces.
 MATMAT_BLOCK_ROWS = 512
 
 #: Largest Krylov basis of the ``randomized`` (block Krylov) solver, in blocks, before a thick
@@ -213,10 +207,8 @@ LOCKSTEP_CHUNK_BYTES = 256 * 2**20
 # --- estimators -------------------------------------------------------------------------------
 
 #: Sparse rows chosen as Nystrom landmarks stay a CSR matrix when they have more features than
-#: this: a LIBSVM file whose largest feature index is 10^6 has dense rows of 8 MB each.  Narrower
-#: ones are made dense, so that the kernel rows are sparse x dense products: with 1000 landmarks
-#: those took 0.27x (123 features), 0.65x (1024) and 0.8x (4096) the time of sparse x sparse
-#: ones, and 3x at 16384 (``benchmarks/bench_sparse_landmarks.py``).
+#: this (a dense row of a LIBSVM file can be huge); narrower ones are made dense, so that the
+#: kernel rows are sparse x dense products, faster at those widths.
 SPARSE_LANDMARKS_MIN_FEATURES = 4096
 
 # --- data sources -----------------------------------------------------------------------------

@@ -23,31 +23,12 @@ supplied by :mod:`fastkpca.kernels`, block sizes chosen here (:mod:`fastkpca.exe
     ``k(x_i, x_j)`` at sampled pairs of the upper triangle (a sparse Gram), on the host pair by
     pair or read off dense row blocks; on a device gathered from dense tiles.
 
-What differs by placement is only how the rows are cut and who runs the pieces:
-
-* on the host (numpy, scipy.sparse), small chunks of about 1 MiB
-  (:func:`~fastkpca.execution.budget.kernel_chunk_rows`) on all cores with BLAS held to one
-  thread (:func:`~fastkpca.execution.map_row_chunks`): numpy's ``exp`` runs on one core, so
-  threads over chunks make every step parallel, and a chunk stays in cache from its GEMM through
-  ``exp`` to the caller's products.  The chunk grid is a function of the row and column counts
-  alone, so every block is computed alike whatever the thread count;
-* on a device (PyTorch, CuPy, any array-API namespace), large tiles sized from the device's free
-  memory (:func:`~fastkpca.execution.budget.tile_rows`), one stream of work.
-
-Every block is the kernel's own math (:meth:`Kernel._prepare <fastkpca.kernels.Kernel>` once
-for the columns, then :meth:`Kernel._block` per row block), written once over the array
-namespace: for the radial kernels the exponent comes from ONE augmented GEMM, ``[x - c, 1,
--s |x - c|^2] . [2 s (y - c); -s |y - c|^2; 1]`` with c the columns' mean, then an in-place clamp
-at 0 and ``exp`` (:mod:`fastkpca.execution.elementwise`).  A kernel without namespace math
-(:attr:`Kernel.namespace_math` false: a user's kernel, a Matern of general nu) is evaluated on
-host copies of the rows, in float64, and its blocks moved to the rows' device: correct, but
-slow on a device.
-
-What a device tile costs on this plain path: for an ``r x m`` rbf tile of d-dimensional rows,
-one GEMM of ``2 r m (d + 2)`` flops and two elementwise passes over the tile (the clamp and the
-exp, in place); a product ``K @ V`` with b vectors adds a GEMM of ``2 r m b`` flops.  A fused
-kernel (exponent, clamp and exp in the GEMM's epilogue) would save the passes and the tile's
-round trips through device memory; fastkpca keeps the plain path (library calls only).
+Host rows are cut into chunks of about 1 MiB (:func:`~fastkpca.execution.budget.kernel_chunk_rows`)
+run on all cores with BLAS held to one thread (numpy's ``exp`` runs on one core, and a chunk stays
+in cache from its GEMM to the caller's products); the chunk grid depends on the row and column
+counts alone.  Device rows come in large tiles sized from the free memory
+(:func:`~fastkpca.execution.budget.tile_rows`).  Every block is the kernel's own math, written
+once over the array namespace; a kernel without namespace math is evaluated on host copies.
 """
 
 from __future__ import annotations
@@ -219,13 +200,10 @@ def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None) -> lis
 def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
     """The Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X) on X's placement.
 
-    Float64 blocks, stored in the inputs' dtype (:func:`result_dtype`: float32 stays float32);
-    ``out`` may be an array of shape ``(len(X), len(Y))`` to write into.  With Y None the
-    diagonal is exactly 1 for kernels with a unit diagonal.  Host: chunks of
-    :func:`~fastkpca.execution.budget.kernel_chunk_rows` rows (``rows``) on all cores (a kernel
-    that is not parallel-safe: blocks of ``working_memory_mb`` in the calling thread); device:
-    tiles of ``rows`` rows (default from the free memory).  Every block is checked finite
-    (ValueError: the kernel's arithmetic overflowed).
+    Float64 blocks, stored in the inputs' dtype; ``out`` may be an array of shape ``(len(X),
+    len(Y))`` to write into.  With Y None the diagonal is exactly 1 for kernels with a unit
+    diagonal.  Host: chunks on all cores; device: tiles from the free memory.  Every block is
+    checked finite (ValueError: the kernel's arithmetic overflowed).
     """
     symmetric = Y is None
     X, Y, placement = on_one_placement(X, X if Y is None else Y)
@@ -258,22 +236,12 @@ def symmetric_gram(kernel, X, *, rows=None):
     """The n x n Gram matrix ``k(X, X)`` in X's float dtype on X's placement, computed from its
     upper block triangle only.
 
-    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the columns' context
-    sliced, :meth:`Columns.columns`: every entry is computed as :func:`gram` computes it), and
-    the strict lower triangle is then copied from the upper one, the diagonal blocks' included:
-    half the kernel evaluations (the GEMMs and element-wise passes) of :func:`gram`, and an
-    exactly symmetric result.  Float64 blocks, stored in X's dtype (float32 rows: a float32
-    Gram); exact ones on the diagonal where the kernel has them; every strip is checked finite
-    (ValueError: the kernel's arithmetic overflowed).  A progress bar counts the rows (shown
-    when the running call is verbose).
-
-    Host: strips of ``rows`` rows (default :func:`~fastkpca.execution.budget.gram_strip_rows`)
-    are computed straight into the Gram by the threads (:func:`~fastkpca.execution.map_tasks`,
-    BLAS on one thread: the first writes to the fresh n x n array, its page faults, are shared
-    out too), then the lower triangle is mirrored in square tiles of
-    :data:`~fastkpca.execution.budget.RESTORE_TILE` rows by the threads (the transposed reads
-    stay in cache).  Device: strips of ``rows`` rows (default from the free memory), each strip's
-    transpose assigned below it.
+    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone, and the strict lower
+    triangle is copied from the upper one: half the kernel evaluations of :func:`gram`, and an
+    exactly symmetric result, stored in X's dtype; every strip is checked finite.  Host: strips
+    computed straight into the Gram by the threads, the lower triangle mirrored in square tiles
+    of :data:`~fastkpca.execution.budget.RESTORE_TILE` rows; device: strips sized from the free
+    memory.
     """
     placement = placement_of(X)
     xp = placement.xp
@@ -343,9 +311,8 @@ def kernel_blocks(
     ``dtype`` (float64 by default; ``float32``: the rbf kernel computes its blocks in float32,
     the others round float64 ones).
 
-    Host: blocks of the ``working_memory_mb`` budget, each filled in chunks of ``rows`` rows
-    (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`) on all cores.  Device: tiles
-    of ``rows`` rows (default from the free memory).
+    Host: blocks of the ``working_memory_mb`` budget, each filled in chunks on all cores.
+    Device: tiles of ``rows`` rows (default from the free memory).
     """
     X, Y, placement = on_one_placement(X, X if Y is None else Y)
     columns = prepare_columns(kernel, Y, dtype)
@@ -365,19 +332,13 @@ def fold_kernel_rows(
     """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)`` (``dtype``, as
     :func:`kernel_blocks`); returns the states, in row order.
 
-    Host: the rows are cut into chunks of ``rows`` rows (default
-    :func:`~fastkpca.execution.budget.kernel_chunk_rows`, about 1 MiB), and the chunks into one
-    contiguous share per worker thread, each run with BLAS held to one thread
-    (:func:`~fastkpca.execution.map_row_chunks`).  A thread computes its chunks into one buffer
-    of its own and hands each to ``step`` with the state ``init()`` made for its share, while the
-    chunk is in cache; ``K`` is overwritten by the next chunk after ``step`` returns (``step``
-    may modify it, may write to shared arrays only at its own rows, and must not start threaded
-    work of its own).  One state per share: merged in order they give the same result run after
-    run (the shares depend on the row count and the thread count, the chunks on the row count
-    alone).  A kernel that is not parallel-safe runs in the calling thread, in blocks of the
-    memory budget, one state.
-
-    Device: one state over tiles of ``rows`` rows (default from the free memory).
+    Host: chunks of ``rows`` rows (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`)
+    in one contiguous share per worker thread, BLAS on one thread
+    (:func:`~fastkpca.execution.map_row_chunks`); each chunk is handed to ``step`` with its
+    share's state while in cache and overwritten after ``step`` returns (``step`` may modify it,
+    may write shared arrays only at its own rows, and must not start threaded work).  The chunks
+    depend on the row count alone.  A kernel that is not parallel-safe runs in the calling
+    thread, one state.  Device: one state over tiles of ``rows`` rows.
     """
     X, Y, placement = on_one_placement(X, Y)
     columns = prepare_columns(kernel, Y, dtype)
@@ -422,19 +383,11 @@ def _no_state():
 def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None, progress=None):
     """``k(X, X) @ V`` from the upper block triangle of the Gram only.
 
-    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone (the columns' context
-    sliced, :meth:`Columns.columns`) and applied twice: ``K[s:e, s:] @ V[s:]`` to its own rows
-    and, off its diagonal block, ``K[s:e, e:]^T @ V[s:e]`` to the rows below.  That halves the
-    kernel evaluations (the GEMMs and elementwise passes) of :func:`kernel_matmat` for the same
-    products with V; the diagonal is exactly 1 where the kernel says so.  The strips and their
-    products are in ``dtype`` (default float64), the sums in V's dtype.
-
-    Host: strips of ``rows`` rows (default :func:`~fastkpca.execution.budget.kernel_strip_rows`)
-    shared out to the threads round robin (strip i to thread ``i mod w``), each thread with BLAS
-    on one thread, one strip buffer and one n x b accumulator of its own; the accumulators are
-    added in thread order.  Device: tiles of ``rows`` rows (default from the free memory), one
-    accumulator.  ``progress(rows)``, when given, is called with each strip's row count as it is
-    done (from the threads on the host).
+    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone and applied twice:
+    ``K[s:e, s:] @ V[s:]`` to its own rows and ``K[s:e, e:]^T @ V[s:e]`` to the rows below,
+    half the kernel evaluations of :func:`kernel_matmat`.  Host: strips shared out to the
+    threads round robin, each with its own n x b accumulator, added in thread order; device:
+    tiles, one accumulator.  ``progress(rows)`` is called with each strip's row count.
     """
     placement = placement_of(X)
     xp = placement.xp
@@ -492,19 +445,13 @@ def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None, progress=Non
 class CenteredGramOperator(LinearOperator):
     """``V -> (H K H) V`` for the n x n Gram ``K = k(X, X)``, never stored, on X's placement.
 
-    ``H K H V = K Vc - 1 (mean_rows(K Vc))`` with ``Vc = V - 1 mean(V)`` (H V centers the columns
-    of V; H of the product centers its columns again), Schoelkopf, Smola & Mueller (1998): one
-    pass over the Gram's upper block triangle per product (:func:`symmetric_kernel_matmat`),
-    each strip recomputed.  The strips are in ``tile_dtype`` (default float64; float32 strips
-    run the GEMMs at float32 speed, with a rounding of ~1e-7 relative in each product).  The
-    first product also gives the Gram's row means (one more column, ``1 / n``, in its block),
-    kept in :attr:`row_means` (float64) for out-of-sample centering; :attr:`n_passes` counts the
-    passes.  Memory: X, one strip and its temporaries per thread, and O(n b) for the products:
-    nothing n x n.
-
-    A ``scipy.sparse.linalg.LinearOperator`` for the host's solvers, whose ``dtype`` is the
-    strips' (the solvers' tolerances follow it); its :meth:`matmat` takes and returns float64
-    arrays of X's namespace (device arrays stay on the device).
+    ``H K H V = K Vc - 1 (mean_rows(K Vc))`` with ``Vc = V - 1 mean(V)`` (Schoelkopf, Smola &
+    Mueller 1998): one pass over the Gram's upper block triangle per product
+    (:func:`symmetric_kernel_matmat`), strips in ``tile_dtype`` (default float64).  The first
+    product also gives the Gram's row means (:attr:`row_means`); :attr:`n_passes` counts the
+    passes.  Memory: X, one strip per thread and O(n b): nothing n x n.  A
+    ``scipy.sparse.linalg.LinearOperator`` whose ``dtype`` is the strips'; :meth:`matmat` takes
+    and returns float64 arrays of X's namespace.
     """
 
     def __init__(self, X, kernel, *, dtype=None, rows=None):
@@ -574,11 +521,8 @@ def pairs_are_cheaper(sample_prob: float, n_features: int) -> bool:
     """Whether evaluating the kept entries of a Gram by groups of rows against their kept
     columns beats reading them off dense row blocks of the upper triangle, on the host.
 
-    A rough cost model of the two (nanoseconds, fitted to both paths on two cores): about
-    ``350 + 5.5 d`` per kept entry by groups (gathering the kept rows of X, the group's columns
-    prepared, a few entries computed and not kept), about ``2.5 + 0.075 d`` per entry of the
-    triangle by dense blocks (threads over cache-sized chunks).  Groups win below
-    ``sample_prob`` ~ 0.008 for d = 20 and 0.013 for d = 400.
+    A rough cost model of the two (nanoseconds per entry, fitted to both paths): ``350 + 5.5
+    d`` per kept entry by groups, ``2.5 + 0.075 d`` per entry of the triangle by dense blocks.
     """
     d = int(n_features)
     return sample_prob * (350.0 + 5.5 * d) < 2.5 + 0.075 * d
@@ -589,13 +533,10 @@ def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pai
     of the strict upper triangle (every ``j > i``) of the Gram of X's rows, as a host array of
     X's float dtype (the values a scipy.sparse matrix of these pairs holds).
 
-    Nothing n x n is formed.  Host rows: either a few rows at a time against their kept columns
-    alone (``pairwise``; None decides by :func:`pairs_are_cheaper` with ``sample_prob``, the
-    fraction of pairs kept), or row blocks of the upper triangle
-    (:func:`~fastkpca.execution.budget.pair_block_rows`) filled in float64 chunks on all cores
-    and read at the kept pairs; both give the same values, up to rounding.  Device rows: row
-    tiles of the upper triangle sized from the device's free memory, computed in X's dtype, the
-    kept values gathered there and only they copied to the host.
+    Nothing n x n is formed.  Host rows: a few rows at a time against their kept columns
+    (``pairwise``; None decides by :func:`pairs_are_cheaper`), or dense row blocks of the upper
+    triangle read at the kept pairs; both give the same values, up to rounding.  Device rows:
+    tiles of the upper triangle, only the kept values copied to the host.
     """
     placement = placement_of(X)
     n = int(X.shape[0])

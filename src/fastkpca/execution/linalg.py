@@ -3,18 +3,13 @@
 :mod:`fastkpca.solvers` writes its methods (block Krylov, orthogonal iteration, the dense solve,
 the post-processing) once over the array namespace; what differs by backend is here:
 
-* **the host** (numpy arrays, scipy.sparse matrices, ``LinearOperator`` objects): scipy's LAPACK
-  (``syevr`` for an index range of eigenpairs, the pivoted QR that reveals the rank of a Krylov
-  block, the pivoted Cholesky factor of a whitening, triangular solves), ARPACK, and products
-  with a dense matrix in row blocks of :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`;
-* **arrays in host memory of another library** (PyTorch CPU tensors): the host's ``syevr`` for
-  the dense top-k solve and the pivoted Cholesky whitening, read through the tensor's memory
-  without a copy (it computes only the k pairs asked for, where ``torch.linalg.eigh`` computes
-  all n; no array library has a pivoted Cholesky); the library's own small ``eigh`` and QR,
-  which run faster than scipy's on the same memory at the sizes of a Krylov basis;
+* **the host** (numpy, scipy.sparse, ``LinearOperator``): scipy's LAPACK (``syevr``, pivoted QR,
+  pivoted Cholesky, triangular solves), ARPACK, and blocked dense products;
+* **arrays in host memory of another library** (PyTorch CPU tensors): the host's ``syevr`` and
+  pivoted Cholesky read through the tensor's memory, the library's own small ``eigh`` and QR;
 * **other namespaces** (CUDA tensors, CuPy, ``array_api_strict``): the standard's
-  ``xp.linalg.eigh`` and ``xp.linalg.qr``; the rank of a block from the singular values of its
-  small R, the pivoted QR having no array-API counterpart; a whitening from ``eigh`` on a GPU.
+  ``xp.linalg.eigh`` and ``xp.linalg.qr``, a block's rank from the singular values of its R, a
+  whitening from ``eigh``.
 
 Start blocks are drawn from the host's numpy ``Generator`` and moved, so every namespace starts
 from the same vectors.  Products are float64 (a float32 matrix is multiplied in float32) and
@@ -173,13 +168,10 @@ def _finite(a, placement: Placement) -> bool:
 def matmat(A, V):
     """``A @ V`` in float64, checked finite (:class:`NonFiniteError` otherwise).
 
-    A float32 matrix is multiplied in float32, without a float64 copy of it.  On the host a dense
-    A times a block V is computed in row blocks of
-    :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS` (one GEMM per block: OpenBLAS runs a tall
-    product faster in pieces than in one call, see ``benchmarks/``); a sparse A and a
-    ``LinearOperator`` use their own product.  An operator on a device (a ``placement``
-    attribute, :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`) is applied by its
-    ``matmat``.  The finite check is O(n b), next to the product's O(n^2 b) or O(nnz b).
+    A float32 matrix is multiplied in float32, without a float64 copy.  On the host a dense A
+    times a block V is computed in row blocks of
+    :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`; a sparse A, a ``LinearOperator`` or a
+    device operator use their own product.
     """
     placement = operator_placement(A)
     float32 = _float32_products(A, placement)
@@ -242,10 +234,8 @@ def qr(A):
 def eigh(H):
     """Eigenpairs of a small symmetric matrix (its symmetric part), eigenvalues descending.
 
-    The namespace's ``linalg.eigh`` on every placement; on the host that is numpy's LAPACK
-    (``syevd``), not scipy's wrappers, which hold the GIL: Frequent Directions shrinks its
-    sketches in parallel threads, each an eigendecomposition of this size, and numpy's was also
-    the faster one on one thread (60 x 60: 0.44 ms against 0.59 ms for scipy's ``syevr``)."""
+    The namespace's ``linalg.eigh`` on every placement; on the host numpy's LAPACK (``syevd``),
+    not scipy's wrappers, which hold the GIL (Frequent Directions shrinks sketches in threads)."""
     placement = operator_placement(H)
     vals, vecs = placement.xp.linalg.eigh((H + H.T) / 2)
     if placement.host:  # reversed views: np.flip's call costs count at a sketch's shrink sizes
@@ -306,15 +296,11 @@ def whitening(A, tol: float):
     ``N A N^T = I_r`` over the r directions kept above ``tol`` (an absolute threshold on the
     pivots or eigenvalues), and ``A N^T N A = A`` up to what falls below it.
 
-    In host memory (numpy, PyTorch CPU tensors, ``array_api_strict``): the pivoted Cholesky
-    factorisation ``P^T A P = R^T R`` (LAPACK ``dpstrf``, ``c^3 / 3`` flops, a twentieth of a
-    full ``eigh``; its triangular inverse by ``dtrtri``), stopped at the first pivot at most
-    ``tol``: ``N = R_11^{-T} P_r^T`` (r x c, zero in the columns that are not pivots) and
-    ``Z = R P^T``.  On a GPU, where no array library has a pivoted Cholesky and the host round
-    trip costs more than the device's ``eigh``, ``A = U diag(w) U^T`` there:
-    ``N = diag(w_r)^{-1/2} U_r^T`` and ``Z = diag(w_r)^{1/2} U_r^T`` over the r eigenvalues
-    above ``tol``.  At full rank both give ``N^T N = A^{-1}``: the two N are equal up to a
-    rotation of their rows wherever no direction falls between the two rules' thresholds.
+    In host memory: the pivoted Cholesky factorisation ``P^T A P = R^T R`` (LAPACK ``dpstrf``,
+    ``c^3 / 3`` flops) stopped at the first pivot at most ``tol``: ``N = R_11^{-T} P_r^T`` and
+    ``Z = R P^T``.  On a GPU (no pivoted Cholesky there) ``A = U diag(w) U^T``: ``N =
+    diag(w_r)^{-1/2} U_r^T`` and ``Z = diag(w_r)^{1/2} U_r^T`` over the eigenvalues above
+    ``tol``.  At full rank both give ``N^T N = A^{-1}``, equal up to a rotation of their rows.
 
     Returns
     -------
@@ -420,15 +406,10 @@ def dense_topk_bytes(n: int, k: int, itemsize: int, placement: Placement) -> int
 def _lapack_topk(A, k, overwrite):
     """The top k eigenpairs of a symmetric numpy array by LAPACK, ascending.
 
-    ``syevr`` for the index range first (``O(n^2 k)`` after the tridiagonal reduction).  For
-    an index subset it finds the eigenvectors by inverse iteration (``stebz`` + ``stein``),
-    which can fail on a tight cluster of eigenvalues: it returned no eigenpair at all for the
-    centered Gram of rows far apart next to the bandwidth (K = I: the eigenvalue 1, n - 1
-    times), and raised "Internal Error" for that of identical rows (all eigenvalues rounding).
-    Then the whole spectrum comes from ``syev`` (implicit QR on the tridiagonal matrix, no
-    inverse iteration: it does not fail on clusters, and works in place).  An overwritten A is
-    restored for it first: LAPACK destroys only the triangle it reads, the diagonal included,
-    and the other triangle still holds the symmetric matrix.
+    ``syevr`` for the index range first; its inverse iteration (``stebz`` + ``stein``) can fail
+    on a tight cluster of eigenvalues (K = I, or identical rows).  Then the whole spectrum comes
+    from ``syev`` (implicit QR, in place), an overwritten A restored first from its other
+    triangle and the saved diagonal.
     """
     n = A.shape[0]
     # LAPACK wants Fortran order; A is symmetric, so its transpose is the same matrix as a
@@ -477,10 +458,8 @@ def _restore_lower_triangle(A_f, diagonal):
 # --- ARPACK -------------------------------------------------------------------------------------
 #: ``lanczos`` results are accepted when each Ritz residual ``||A v - theta v||`` is at most
 #: ``RESIDUAL_SLACK`` times ARPACK's own criterion ``tol |theta|``, or at most
-#: ``RESIDUAL_FLOOR`` times the largest Ritz value: ARPACK's residual estimates are those of the
-#: Lanczos recurrence, and the check recomputes them to catch pairs that are no eigenpairs at
-#: all, not to hold an operator to more digits than its products have (a float32 product, as
-#: in the sparsified Gram's, leaves ~1e-7 relative, above a float64 tol of 1e-10).
+#: ``RESIDUAL_FLOOR`` times the largest Ritz value: the check catches pairs that are no
+#: eigenpairs, not operators whose products have fewer digits than ``tol``.
 RESIDUAL_SLACK = 1e3
 RESIDUAL_FLOOR = 1e-4
 
@@ -495,11 +474,9 @@ def lanczos(A, k: int, rng: np.random.Generator, tol: float, max_iter, *, krylov
     are within :data:`RESIDUAL_SLACK` / :data:`RESIDUAL_FLOOR`.
 
     ``krylov(tol, warn)`` must return ``(values, vectors, n_iter)``; it is called with
-    ``tol=None`` (the block solver's own tolerance) on any other namespace, which has no ARPACK,
-    and with ARPACK's ``tol`` where ARPACK fails: no convergence (after a ConvergenceWarning;
-    the block solver always has k Ritz pairs, ARPACK only those that converged), any
-    ``ArpackError`` but "starting vector is zero" (A = 0: exact zeros and any orthonormal
-    vectors), or residuals that are no eigenpairs.
+    ``tol=None`` on any other namespace, and with ARPACK's ``tol`` where ARPACK fails (no
+    convergence, an ``ArpackError`` other than "starting vector is zero" (A = 0: exact zeros),
+    or residuals that are no eigenpairs).
 
     Returns
     -------
@@ -569,21 +546,11 @@ def warn_not_converged(method: str, max_iter, why: str) -> None:
 
 # --- dense or Krylov ----------------------------------------------------------------------------
 #: When a dense solve of an explicit n x n matrix beats an iterative one for k eigenpairs:
-#: ``n <= max_n`` or ``k >= int(min_fraction * n)``.  A dense solve costs O(n^3) whatever k, an
-#: iterative one a few passes of O(n^2 (k + oversamples)), and near k = n / 5 the Krylov basis
-#: nears the whole space.  The rows, by where the dense solve runs and what it competes with:
-#:
-#: ``host``
-#:     LAPACK in host memory against block Krylov.
-#: ``host_arpack``
-#:     LAPACK against ARPACK on a small matrix, whose cheap matrix-vector products make ARPACK
-#:     win from a few hundred rows (the m x m feature covariance of random-feature KPCA).
-#: ``device``
-#:     the library's full ``eigh`` on a GPU against block Krylov (ARPACK does not run there):
-#:     the dense solve grows like n^3 while the Krylov passes cost kernel launches and
-#:     synchronisations that stop shrinking with n; they cross near n = 2000.
-#:
-#: The measurements behind the thresholds are in ``docs/devices.md`` and ``benchmarks/``.
+#: ``n <= max_n`` or ``k >= int(min_fraction * n)`` (a dense solve costs O(n^3) whatever k, an
+#: iterative one a few passes of O(n^2 (k + oversamples))).  Rows: ``host`` (LAPACK against block
+#: Krylov), ``host_arpack`` (LAPACK against ARPACK on a small matrix, whose cheap products make
+#: ARPACK win from a few hundred rows), ``device`` (a GPU's full ``eigh`` against block Krylov,
+#: whose passes cost launches and synchronisations that stop shrinking with n).
 DENSE_RULE = {
     "host": {"max_n": 1000, "min_fraction": 0.2},
     "host_arpack": {"max_n": 200, "min_fraction": 0.2},

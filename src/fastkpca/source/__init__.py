@@ -15,37 +15,20 @@ a generator, a reader of                                         they arrive
                                             (:mod:`.dask`)       workers, merged up a tree
 =========================================== ==================== =================================
 
-A source knows ``n_features``, its ``dtype`` (float32 stays float32, anything else becomes
-float64), whether it can be read more than once (``reiterable``) and whether rows can be taken by
-index (``random_access``); it gives the first rows (:meth:`RowSource.head`, from which the kernel
-heuristics and the random features are drawn), validated row blocks per pass
-(:meth:`RowSource.blocks`), rows by index (:meth:`RowSource.take`), a uniform sample of rows
-(:meth:`RowSource.sample_rows`) and reduces per-block statistics with an associative merge
-(:meth:`RowSource.reduce`, the ``chunk -> combine`` shape of ``dask.array.reduction``).
-Validation (NaN / infinity, width, dtype, sparse acceptance, the block or rows named in the
-error) happens here and nowhere else, the same for every estimator and the command line (which
-reads files into numpy blocks and hands them to the estimators).
+A source knows ``n_features``, its ``dtype``, whether it can be read more than once
+(``reiterable``) and whether rows can be taken by index (``random_access``); it gives the first
+rows (:meth:`RowSource.head`), validated row blocks per pass (:meth:`RowSource.blocks`), rows by
+index (:meth:`RowSource.take`), a uniform sample (:meth:`RowSource.sample_rows`) and reduces
+per-block statistics with an associative merge (:meth:`RowSource.reduce`, the ``chunk ->
+combine`` shape of ``dask.array.reduction``).  Validation happens here and nowhere else.
 
 This is the edge where inputs are converted once (:func:`as_source`, :func:`check_block`):
-
-* integer, boolean, float16 and bfloat16 rows (numpy or any namespace) become float64, float32
-  rows stay float32 (:func:`fastkpca.execution.arrays.float_dtype`);
-* PyTorch tensors that require grad are detached: fastkpca computes no gradients, and a fit
-  never extends the caller's autograd graph;
-* arrays of another namespace (PyTorch, CuPy, ``array_api_strict``) stay in it, on their device
-  (:class:`~fastkpca.source.device.TensorSource`); a list or iterator of such blocks is a
-  :class:`BlockSource` on their device, like a list of numpy blocks on the host;
-* host rows with a ``device`` are sent there block by block
-  (:class:`~fastkpca.source.device.DeviceSource`); scipy.sparse rows are made dense a block at a
-  time on the way;
-* a device fastkpca cannot compute on is one ``ValueError``
-  (:func:`fastkpca.execution.arrays.placement_for`).
-
-Every source knows the placement of the data as given (``origin``), which the estimators'
-fitted attributes follow (:mod:`fastkpca.decomposition._base`).
-
-The statistics themselves (feature moments, kernel moments, Frequent Directions sketches,
-CountSketches) live in :mod:`fastkpca.statistics`, next to the solvers they feed.
+integer, boolean, float16 and bfloat16 rows become float64 (float32 stays float32); PyTorch
+tensors that require grad are detached; arrays of another namespace stay in it, on their device
+(a list or iterator of them is a :class:`BlockSource` there); host rows with a ``device`` are
+sent there block by block; a device fastkpca cannot compute on is one ``ValueError``.  Every
+source knows the placement of the data as given (``origin``), which the estimators' fitted
+attributes follow.
 """
 
 from __future__ import annotations
@@ -85,13 +68,10 @@ __all__ = [
 ]
 
 #: The private estimator attribute :func:`as_source` sets, with ``n_features_in_``, from the
-#: training data: the placement of the data as given (the source's ``origin``), which the
-#: estimator's fitted attributes follow (:mod:`fastkpca.decomposition._base`).
+#: training data: the placement of the data as given (the source's ``origin``).
 INPUT_PLACEMENT = "_input_placement"
-#: The private estimator attribute :func:`as_source` sets with :data:`INPUT_PLACEMENT`: the
-#: training rows' source itself, for the steps at the end of a fit that read its first rows
-#: again (the degenerate-kernel check of :mod:`fastkpca.decomposition._base`).  It holds the
-#: data, so the estimator's outermost call removes it when it ends.
+#: ... and the training rows' source itself, for the end of a fit that reads its first rows
+#: again; the estimator's outermost call removes it.
 TRAINING_SOURCE = "_training_source"
 
 

@@ -20,12 +20,10 @@ format      files                                    parser
 Rows and columns in error messages are 1-based (the first data row is row 1, the first column
 is column 1); text formats also give the line number in the file.
 
-What a hostile or broken file can cost is bounded: a line of text longer than
-``max_line_length`` characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused after reading
-that many, so a one-line file of gigabytes (or a small gzip expanding to one) takes a bounded
-amount of memory; column names must be unique (a repeated name would make selecting columns by
-name ambiguous); every damaged input is a ``ValueError`` naming the file (and the line, row or
-column where there is one).
+What a hostile or broken file can cost is bounded: a line longer than ``max_line_length``
+characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused after reading that many; column
+names must be unique; every damaged input is a ``ValueError`` naming the file (and the line, row
+or column where there is one).
 """
 
 from __future__ import annotations
@@ -58,7 +56,6 @@ __all__ = [
     "MAX_LIBSVM_INDEX",
 ]
 
-_TEXT_SUFFIXES = {".csv", ".tsv", ".txt", ".dat", ".data"}
 _LIBSVM_SUFFIXES = {".svm", ".libsvm", ".svmlight"}
 _PARQUET_SUFFIXES = {".parquet", ".pq"}
 FORMATS = ("npy", "text", "parquet", "libsvm")
@@ -556,9 +553,7 @@ class NpyReader(DataReader):
     def _blocks(self):
         arr = self._open()
         # A C-ordered file is read block by block with plain reads: the pages of a memory map
-        # stay mapped, and count in the process's resident memory, until the whole map is
-        # dropped, so reading a 2.4 GB file through one map peaks at 2.4 GB of RSS; plain reads
-        # go through the page cache, which the process does not hold.
+        # count in the process's resident memory until the whole map is dropped.
         if arr.flags.c_contiguous:
             chunks = self._read_chunks(arr)
         else:  # Fortran order: rows are not contiguous in the file, slice the map
@@ -603,12 +598,8 @@ class TextReader(DataReader):
     starting with ``#`` are skipped.  Each block of lines is parsed by ``numpy.loadtxt``; when it
     fails, the block is scanned once more to name the line, row and column of the bad cell.
 
-    Column names (the header's fields) must be unique: a header that repeats a name (``a,a,b``)
-    is refused with a ValueError naming the file and the name, whether or not columns are
-    selected by name, because the name alone could not tell which of the columns a model fitted
-    on this file used: rename the columns.  A line longer than ``max_line_length`` characters
-    (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused, naming the line, after reading that
-    many characters of it.
+    Column names must be unique (a model fitted on the file could not tell repeated names
+    apart).  A line longer than ``max_line_length`` characters is refused, naming the line.
     """
 
     format = "text"
@@ -679,13 +670,10 @@ class TextReader(DataReader):
     def _numbered_header(self, first: str) -> bool:
         """Whether an all-numeric first line is a header of column numbers, not data.
 
-        ``0,1,...,n-1`` or ``1,2,...,n`` written as integers (what pandas writes for a frame with
-        default column labels) is taken as a header when the next lines hold a number that is
-        not an integer among their first 64 fields (the body is real-valued, the first line
-        counts columns), or when the run is at least 8 long and no next line repeats it.  Such
-        a header must not become a data row: it would enter the fit as a sample.
-        ``header=True`` covers other numeric headers.  The next 20 lines are read one at a
-        time and only their first fields split, so a wide file costs one line here.
+        ``0,1,...,n-1`` or ``1,2,...,n`` as integers (what pandas writes for default column
+        labels) is a header when the next lines hold a non-integer number among their first 64
+        fields, or when the run is at least 8 long and no next line repeats it.
+        ``header=True`` covers other numeric headers.
         """
         try:
             values = [int(_unquote(f)) for f in self._split(first)]
@@ -707,10 +695,8 @@ class TextReader(DataReader):
         self.bytes_read = 0
         row0 = 0
         if self._fast_csv_applies():
-            # pyarrow's streaming CSV reader where it reads the file as this reader would; at
-            # the first block it cannot (a bad cell, a comment line, a ragged row, a line too
-            # long...) the rest of the file is read here, from that block on, which then
-            # either reads it or names the line, row and column of the problem
+            # pyarrow's streaming CSV reader where it reads the file as this reader would; from
+            # the first block it cannot, the rest is read here (which reads it or names the cell)
             for X, y in self._fast_csv_blocks():
                 yield X, y
                 row0 += X.shape[0]
@@ -1017,27 +1003,17 @@ class LibsvmReader(DataReader):
     decides ``zero_based="auto"``).  ``label_column`` does not apply: the label is the first
     token of each line.
 
-    Feature numbering.  LIBSVM numbers features from 1; some tools write them from 0.  A file
-    does not say which, and the two readings of a file without an index 0 differ by a shift of
-    one column, so the rule is fixed: with ``zero_based="auto"`` the scan reads the file as
-    0-based when an index 0 occurs in it, and as 1-based (LIBSVM's convention) otherwise, which
-    is also what ``sklearn.datasets.load_svmlight_file`` decides.  With ``n_features`` given and
-    ``zero_based="auto"``, 1-based is assumed.  The numbering used is in ``zero_based`` and
-    :attr:`index_base`; a model fitted on the file records it, and files transformed with that
-    model must be read with the same numbering (``zero_based=True`` / ``False``), not guessed
-    again from their own indices.
+    Feature numbering: LIBSVM numbers features from 1, some tools from 0.  With
+    ``zero_based="auto"`` the scan reads the file as 0-based when an index 0 occurs in it, else
+    1-based (as ``sklearn.datasets.load_svmlight_file`` decides); with ``n_features`` given,
+    1-based.  The numbering is in :attr:`index_base`; a model fitted on the file records it, and
+    files transformed with that model must be read with the same numbering.
 
-    Each line is checked: a label or value that is not a number, a token that is not
-    ``index:value``, an index that is not a decimal integer, negative, above
-    :data:`MAX_LIBSVM_INDEX`, 0 in a file numbered from 1, beyond ``n_features``, repeated or not
-    ascending within the line, is a ValueError naming the file, the line and the token.  A line
-    longer than ``max_line_length`` characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is
-    refused after reading that many.
-
-    The width found by the scan is bounded by the file: a width above ``max_features`` (default
-    :func:`default_max_features` of the bytes scanned, at least 2**20) is refused unless
-    ``n_features`` or ``max_features`` is given, so a few bytes naming index 2e9 cannot make the
-    reader (or a dense block, or a model) 2e9 features wide.
+    Each line is checked (labels and values numbers, tokens ``index:value``, indices decimal,
+    within ``[index_base, n_features]`` and :data:`MAX_LIBSVM_INDEX`, ascending): a ValueError
+    names the file, the line and the token.  A width found by the scan above ``max_features``
+    (default :func:`default_max_features` of the bytes scanned) is refused unless
+    ``n_features`` or ``max_features`` is given.
     """
 
     format = "libsvm"
@@ -1246,11 +1222,10 @@ def _libsvm_line_problem(line: bytes, *, zero_based: bool, n_features: int | Non
 def default_max_features(n_bytes: int) -> int:
     """The widest LIBSVM file accepted without a declared width, for ``n_bytes`` of text.
 
-    Every ``index:value`` token takes at least 4 bytes with its separator, so a file of B bytes
-    has at most B / 4 nonzeros; a width of 16 B (64 columns per possible nonzero), and at least
-    2**20, leaves room for every real sparse data set we know of (news20: 1.4e6 features in
-    1.3e8 bytes; url: 3.2e6 in 2.4e9; kdd2010: 2.0e7 in 2.4e9) while bounding a dense block row
-    by 128 bytes per byte of input.
+    Every ``index:value`` token takes at least 4 bytes, so a file of B bytes has at most B / 4
+    nonzeros; a width of 16 B (and at least 2**20) leaves room for every real sparse data set we
+    know of (news20, url, kdd2010) while bounding a dense block row by 128 bytes per byte of
+    input.
     """
     return max(2**20, 16 * int(n_bytes))
 

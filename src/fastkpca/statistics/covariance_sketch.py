@@ -133,9 +133,8 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
     Parameters
     ----------
     rows : (b, p) float32 or float64 array, of any namespace
-        The products ``Rc T`` and ``Rc^T (Rc T)`` run in the rows' precision (SGEMM for float32
-        rows, 2x the speed of DGEMM); the mean, the correction below and every merge are float64.
-        The sketch lives with the rows.
+        The products ``Rc T`` and ``Rc^T (Rc T)`` run in the rows' precision; the mean, the
+        correction below and every merge are float64.  The sketch lives with the rows.
     T : (p, q) array
         The test matrix (cast to the rows' dtype for the products).
     shift : (p,) array or None
@@ -183,20 +182,16 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
 
 
 def _sketch_products(R, T):
-    """``R^T (R T)`` as a float64 (p, q) array of R's namespace: ``(R_s T)^T R_s`` (the
-    transposed product: measured 1.4-1.6x faster than ``R_s^T A`` with OpenBLAS) for fixed
-    shares of the rows, in their precision, added in float64
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`: on the host 1024-row shares
-    on the worker threads with BLAS on one thread; on a device one product)."""
+    """``R^T (R T)`` as a float64 (p, q) array of R's namespace: the transposed product ``(R_s
+    T)^T R_s`` for fixed shares of the rows, in their precision, added in float64
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`)."""
     return sum_over_row_shares(R, lambda rows: (rows @ T).T @ rows).T
 
 
 def gemm_width(q: int, limit: int) -> int:
-    """q raised so that ``q + 1`` is a multiple of 8, at most ``limit``: the width of
-    ``RandomFeatureKPCA``'s test matrix, whose chunk products run with ``q + 1`` columns
-    (:func:`add_sketch_chunk`) on OpenBLAS's SGEMM kernels, which work on panels of 8 columns.
-    Measured on 256 x 1000 float32 chunks: 31 + 1 columns took 465-537 us, where 30 columns
-    plus a separate column sum took 546-694 us; the extra directions only add accuracy."""
+    """q raised so that ``q + 1`` is a multiple of 8, at most ``limit``: the chunk products of
+    :func:`add_sketch_chunk` run with ``q + 1`` columns on OpenBLAS's SGEMM kernels, which work
+    on panels of 8 columns; the extra directions only add accuracy."""
     return int(min(limit, -(-(q + 1) // 8) * 8 - 1))
 
 
@@ -213,15 +208,9 @@ def add_sketch_chunk(totals, buffer, R, T_sum):
     ``1^T R``, from one product, in R's namespace.
 
     ``T_sum = with_sum_column(T, R.dtype)`` (on R's placement); the product ``R T_sum`` goes to
-    ``buffer`` where given (on the host: at least ``len(R)`` rows of ``q + 1``, overwritten;
-    :func:`~fastkpca.execution.elementwise.matmul` writes there where the library can) and its
-    last, zero column is set to ones.  The transposed product ``A^T R`` was measured 1.4-1.6x
-    faster than ``R^T A`` with OpenBLAS, and a product into a contiguous buffer 10-25 % faster
-    than one into ``buffer[:, :q]``.  The sums are accumulated in R's precision over the
-    chunk's rows (float32: of shifted values), the float64 ``totals`` in float64.  The streamed
-    statistics of both one-pass randomized solvers
-    (:func:`~fastkpca.statistics.feature_moments.feature_scatter_sketch`,
-    :func:`~fastkpca.statistics.kernel_moments.kernel_sketch`) add their chunks here.
+    ``buffer`` where given (at least ``len(R)`` rows of ``q + 1``, overwritten) and its last,
+    zero column is set to ones.  The sums are accumulated in R's precision over the chunk's rows,
+    the ``totals`` in float64.  Both one-pass randomized solvers add their chunks here.
     """
     q = T_sum.shape[1] - 1
     A = matmul(R, T_sum, out=None if buffer is None else buffer[: R.shape[0], ...])
@@ -261,23 +250,15 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     """A (p, q) test matrix with orthonormal columns: half Gaussian, half the leading principal
     axes of a sample of the rows being sketched.
 
-    The Nystrom approximation ``Y (T^T Y)^+ Y^T`` of a PSD matrix S grows with the range of T
-    (it is the compression of S onto range(S^(1/2) T), and a larger range only adds to it) and
-    stays dominated by S, so adding columns to Tropp et al.'s Gaussian test matrix keeps its
-    guarantee for the Gaussian half, ``q // 2`` columns.  The other ``q - q // 2`` columns are
-    the leading right singular vectors of the centered sample (e.g. the first row block, which
-    a one-pass fit reads first anyway): when the sample is representative they approximate S's
-    top eigenvectors, and the sketch then recovers those nearly exactly, where a Gaussian T of
-    the same width leaves a large bias on the slowly decaying spectra of kernel features
-    (measured on RandomNoisy, n = 2e5, m = 1000, k = 10, q = 30: eigenvalues 0.2-0.6% below
-    the exact covariance's against 17-28% with a Gaussian T, held-out relative rank-k error
-    1.0259 against 1.0758, exact 1.0261; ``tests/test_covariance_sketch.py``).
-
-    The axes come from a randomized range finder (Halko, Martinsson & Tropp 2011, Alg. 4.4)
-    with ``power_iterations`` subspace iterations and 10 extra columns, then Rayleigh-Ritz:
-    ``O(b p (q + 10) power_iterations)`` for b sample rows, small next to the pass (with 2
-    iterations the axes were too rough: eigenvalues 0.6-0.9% low; with 4-6 as good as an
-    exact eigendecomposition of the sample).
+    The Nystrom approximation ``Y (T^T Y)^+ Y^T`` grows with the range of T and stays dominated
+    by S, so adding columns to Tropp et al.'s Gaussian test matrix keeps its guarantee for the
+    Gaussian half, ``q // 2`` columns.  The other ``q - q // 2`` columns are the leading right
+    singular vectors of the centered sample (e.g. the first row block): when it is
+    representative they approximate S's top eigenvectors, which the sketch then recovers nearly
+    exactly, where a Gaussian T leaves a large bias on the slowly decaying spectra of kernel
+    features (``tests/test_covariance_sketch.py``).  The axes come from a randomized range
+    finder (Halko, Martinsson & Tropp 2011, Alg. 4.4) with ``power_iterations`` subspace
+    iterations and 10 extra columns, then Rayleigh-Ritz.
 
     Parameters
     ----------
@@ -307,13 +288,10 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
 
 def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
     """:func:`informed_test_matrix`'s leading axes of the rows (a host array), computed where
-    the rows are: the range finder in the rows' precision (float32 features: half the memory
-    of a float64 copy; these are directions to sketch along, not results, so float32 rounding
-    does not matter), its products ``A^T (A Q)`` over shares of the rows
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), its starting block drawn
-    from the host ``rng``, then Rayleigh-Ritz with the small ``(n_data + 10)``-square
-    eigenproblem (:func:`~fastkpca.execution.linalg.eigh`).  A host copy of a device sample and
-    the host's products took longer than the whole pass of a 10^6-row device fit."""
+    the rows are, in their precision (directions to sketch along, not results): the range
+    finder's products over shares of the rows
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), its starting block from the
+    host ``rng``, then Rayleigh-Ritz (:func:`~fastkpca.execution.linalg.eigh`)."""
     placement = placement_of(rows)
     xp = placement.xp
     p = rows.shape[1]
@@ -391,9 +369,7 @@ def fixed_rank_psd(Y, T, rank: int, *, eps: float | None = None, scale=None):
     if not np.isfinite(Y).all():
         raise ValueError("the sketch contains NaN or infinite values")
     eps = np.finfo(np.float64).eps if eps is None else float(eps)
-    # Small dense LAPACK (p x q, q x q): one thread.  On the loaded 2-core development machine
-    # the spin-waits of idle BLAS threads made ``norm(Y, 2)`` of a 1000 x 30 Y take 0.4 s
-    # instead of 0.4 ms.
+    # Small dense LAPACK (p x q, q x q): one thread (idle BLAS threads' spin-waits dominate).
     with one_blas_thread():
         norm = float(np.linalg.norm(Y, 2))
         if norm == 0.0:

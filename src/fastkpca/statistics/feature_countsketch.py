@@ -32,17 +32,12 @@ coordinates to t, then a dense Gaussian t x m/2, so ``X W`` costs O(nnz(X) + n t
 
 What it does not implement:
 
-- with exact features (no ``input_sketch``), the fast Gaussian multiplication of step (2):
-  then ``X @ W`` costs O(nnz(X) m) plus O(n m) for cos / sin and O(n m) for the sketch, per
-  pass, so the fit is O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps).  On sparse
-  data with few non-zeros per row (Adult: ~14 of 123) ``X @ W`` is the smaller part: the
-  dense O(n m) feature work and the n-independent SVD of the t x m sketch dominate (measured in
-  ``benchmarks/countsketch_paper.py``, ``docs/papers/countsketch.md``);
-- the choice of m from the statistical dimension: m is ``n_features`` (default 1000; the
-  ``tol`` search of ``n_features="auto"`` sizes m by the estimated error instead);
+- with exact features, the fast Gaussian multiplication of step (2): the fit is then
+  O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps)
+  (``docs/papers/countsketch.md``);
+- the choice of m from the statistical dimension: m is ``n_features`` (or sized by ``tol``);
 - sketch sizes from the target error: t is ``n_buckets`` (default ``max(2000, 50 q)``), not
-  derived from eps (Clarkson & Woodruff's CountSketch bound is t = O(k^2 / eps^2)), so no
-  (1 + eps) guarantee is claimed; the relative error is measured instead.
+  O(k^2 / eps^2), so no (1 + eps) guarantee is claimed; the relative error is measured instead.
 """
 
 from __future__ import annotations
@@ -121,10 +116,8 @@ class FeatureCountSketch:
 
     def _add(self, S, Z) -> None:
         """Add the feature rows Z hashed by S (their columns of the sketching matrix): the
-        signed rows summed into their buckets in Z's precision (each bucket sums ~b / t rows
-        of a block: no precision is lost before the float64 total,
-        :func:`~fastkpca.execution.feature_ops.bucket_sums`), 2.5x faster than
-        ``CountSketch.update``, which works in float64."""
+        signed rows summed into their buckets in Z's precision, then into a float64 total
+        (:func:`~fastkpca.execution.feature_ops.bucket_sums`)."""
         placement = placement_of(Z)
         xp = placement.xp
         self.SZ = placement.asarray(self.SZ, np.float64)

@@ -53,19 +53,12 @@ class FeatureMoments:
     of that); accumulating around a shift close to the mean removes the cancellation (the
     "shifted data" variance algorithm), which is what makes float32 blocks safe.
 
-    Each block is shifted by c (rounded to the block's precision, as it is subtracted) and its
-    product ``Z_b^T Z_b`` computed in the block's precision and added to a float64 total
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`: on the host one product per
-    share of rows on every core).  For float32 features that is an SGEMM, 2-2.5x faster than
-    DGEMM, and this O(n m^2) product is the main cost of the fit.  Its error is about ``eps32
-    sqrt(block rows)`` relative to the block's *shifted*, i.e. nearly centered, second moment;
-    blocks are summed in float64, so the relative error does not grow with n.  The feature sum
-    is exact in float64.  float64 features use float64 throughout.
-
-    The same on every namespace: the totals live with the feature blocks (PyTorch tensors, CuPy
-    or ``array_api_strict`` arrays on their device, numpy arrays on the host), moved there with
-    the first block; nothing is read back until the solver reads the totals.  :meth:`merge`
-    moves the other part's totals to this one's placement.
+    Each block is shifted by c and its product ``Z_b^T Z_b`` computed in the block's precision
+    (SGEMM for float32 features) and added to a float64 total
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`); its error is about ``eps32
+    sqrt(block rows)`` relative to the block's nearly centered second moment, and does not grow
+    with n.  The totals live with the feature blocks, on their namespace and device;
+    :meth:`merge` moves the other part's totals to this one's placement.
     """
 
     def __init__(self, m: int, shift=None):
@@ -253,9 +246,7 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
     )
     method = "dense" if explicit_dense else "lanczos"
     scale, eps = moments.rounding_scale()
-    # One BLAS thread: k + a few dozen m x m products or a dense m x m eigh, where idle
-    # threads' spin-waits cost more than they save (1.7 s against ~0.1 s measured, m = 1000,
-    # k = 10, on the loaded 2-core development machine).
+    # One BLAS thread: idle threads' spin-waits cost more than they save at these sizes.
     with one_blas_thread():
         vals, vecs = eigh_topk(
             C, n_components, method=method, rng=rng, overwrite=True, scale=scale, eps=eps

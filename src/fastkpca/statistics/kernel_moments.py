@@ -38,10 +38,8 @@ Two solvers for the covariance of z (the estimator's ``solver``)
     covariance, from which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation
     (NeurIPS 2017) gives the top eigenpairs (:func:`nystrom_sketch_kpca`).  Half of Omega is
     Gaussian, half the leading directions of the landmarks' own features
-    (:func:`landmark_test_matrix`): with a Gaussian Omega alone the one-pass approximation
-    underestimates the top eigenvalues on the slowly decaying spectra of kernel matrices (6 %
-    at q = 36 on three Gaussian clusters, n = c = 270), with the landmark directions added the
-    top four are within 0.2 %.
+    (:func:`landmark_test_matrix`), which a Gaussian Omega alone misses on the slowly decaying
+    spectra of kernel matrices.
 
 Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     Scaling the landmarks by any positive weights leaves ``C W^{-1} C^T`` unchanged
@@ -54,36 +52,17 @@ Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
     pass over the data after the landmarks are chosen.  Every landmark method stores its weights
     in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
 
-Performance notes (c = 1000, d = 100, q = 60, float64 input, 2-core AVX2 machine)
-    The randomized pass is one :meth:`~fastkpca.kernels.Kernel.fold_rows` per row block: each
-    core takes a contiguous share of 256-row chunks and, while a chunk (1 MiB of float32 kernel
-    rows) is in cache, runs the distance GEMM (2.4 us a row on one core), ``exp`` (1.4 us; numpy
-    runs it on one core, hence threads over chunks rather than a threaded BLAS), the row
-    preparation and the shift (0.5 us) and the sketch's two products (3.3 us): about 7.6 us a
-    row per core, the GEMMs near the single-thread SGEMM rate (~80 GFLOP/s).  At n = 10^6 the
-    fit took 8.7-10.5 s of CPU (9.5 s wall with other processes on the machine) where kernel
-    blocks with a one-threaded ``exp`` and element-wise passes over 44 MB blocks, then the
-    sketch, took 25.5 s.  The c x c work (W, its pivoted Cholesky and inverse, the test matrix,
-    the fixed-rank solve) took 0.2 s together.  float32 kernel rows are used by
-    ``"randomized"`` when their rounding (rms ``2e-7``), amplified by the whitening (``||N||_F``,
-    100-120 on RandomNoisy with c = 1000, 2e3 on the USPS-shaped set with c = 4769), stays
-    below 1e-4 of the features' scale; the held-out accuracy was the same to 5 digits either
-    way.  ``"exact"`` keeps float64 rows (threaded :meth:`~fastkpca.kernels.Kernel.blocks`,
-    then a SYRK per block, which dominates: 0.92 s per 11,000-row block on one core); a
-    float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  The small dense
-    LAPACK calls run with one BLAS thread: on a busy machine idle threads' spin-waits made a
-    1000 x 1000 ``eigh`` 15x slower, and a 4769 x 30 QR took 1.1 s instead of milliseconds.
+Precision
+    ``"randomized"`` computes float32 kernel rows when their rounding, amplified by the
+    whitening (``||N||_F``), stays below 1e-4 of the features' scale.  ``"exact"`` keeps float64
+    rows: a float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  Small dense
+    LAPACK calls run with one BLAS thread.
 
-On every array namespace (numpy, PyTorch, CuPy, ``array_api_strict``)
-    The statistics are written once over the rows' namespace: the pass over the data folds kernel
-    rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: small chunks in threads on the
-    host, large tiles sized from free memory on a device) into float64 accumulators of the rows'
-    namespace, with no host synchronisation per tile (counts are Python integers).  The c x c
-    algebra (W, ``N S N^T``, ``N Y``) runs there in float64, as do the top eigenpairs of
-    ``N S N^T`` (:func:`fastkpca.solvers.eigh_topk`).  What differs by backend is the whitening
-    (:func:`fastkpca.execution.linalg.whitening`: the pivoted Cholesky factor in host memory, an
-    ``eigh`` on a GPU).  On host copies, their results moved back: the fixed-rank solve of the
-    sketch (r x q) and the test matrix's draws (from the host generator, as everywhere).
+On every array namespace
+    The pass folds kernel rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`) into
+    float64 accumulators of the rows' namespace; the c x c algebra and the top eigenpairs run
+    there.  The whitening differs by backend (:func:`fastkpca.execution.linalg.whitening`); the
+    fixed-rank solve of the sketch and the test matrix's draws use host copies.
 """
 
 from __future__ import annotations
@@ -199,12 +178,9 @@ FOLD_MAX_LANDMARKS = 1024
 def kernel_moments(blocks, landmarks, kernel, moments: KernelMoments | None = None):
     """Accumulate :class:`KernelMoments` of ``k(L, x)`` over an iterable of row blocks.
 
-    Each block is folded in row chunks (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`:
-    on the host small chunks over the worker threads, each thread holding one float64 chunk and
-    c x c moments of its own; on a device large tiles, one set of moments), up to
-    :data:`FOLD_MAX_LANDMARKS` landmarks; above, each block's kernel rows come in blocks of the
-    memory budget (:func:`~fastkpca.execution.kernel_ops.kernel_blocks`), each added to one
-    scatter by a SYRK on all of BLAS's threads.
+    Each block is folded in row chunks (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`,
+    moments per worker thread) up to :data:`FOLD_MAX_LANDMARKS` landmarks; above, kernel blocks
+    are added to one scatter by a SYRK on all of BLAS's threads.
     """
     placement = placement_of(landmarks)
     c = landmarks.shape[0]
@@ -280,17 +256,10 @@ def nystrom_whitening(W, floor: float = EIGENVALUE_FLOOR):
     """The whitening N of the landmark Gram W: ``z(x) = N k(L, x)`` are the Nystrom features.
 
     :func:`fastkpca.execution.linalg.whitening` with the threshold ``floor`` times W's largest
-    diagonal entry.  In host memory that is the pivoted Cholesky factorisation ``P^T W P =
-    R^T R`` (``c^3 / 3`` flops, a twentieth of a full ``eigh``), stopped at the first pivot
-    below the threshold, which leaves r <= c landmarks L_r (the pivots): ``N = R_11^{-T}
-    P_r^T`` (r x c, zero in the columns of the other landmarks) gives ``z(x) . z(y) = k(x, L_r)
-    W_rr^{-1} k(L_r, y)``, the Nystrom approximation on the pivots, which differs from ``C W^+
-    C^T`` on all landmarks by at most the Schur complement left (every diagonal entry below the
-    floor: those landmarks are numerically in the span of the pivots, e.g. duplicates).  The
-    floor also bounds how much round-off in the kernel rows N amplifies (``||N||_2^2 <= 1 /
-    r_rr^2`` up to the pivoting's growth).  On a GPU N comes from W's ``eigh`` there, ``N =
-    diag(w_r)^{-1/2} U_r^T`` over the eigenvalues above the same threshold: the same Nystrom
-    Gram (any N with ``N^T N = W^+`` gives it), its features those of the pivoted N rotated.
+    diagonal entry: in host memory the pivoted Cholesky ``P^T W P = R^T R`` stopped at the first
+    pivot below it, ``N = R_11^{-T} P_r^T`` (r x c), the Nystrom approximation on the r pivots
+    (the others are numerically in their span); on a GPU ``N = diag(w_r)^{-1/2} U_r^T`` from
+    W's ``eigh``, the same Nystrom Gram.
 
     Returns
     -------
@@ -361,15 +330,11 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
     ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
 
-    Each row block is one :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass (on the
-    host, small chunks in threads; on a device, large tiles): every chunk of kernel rows
-    (``dtype``: float32 rows are computed and multiplied in float32) is shifted and, while in
-    cache, its products are added to its share's float64 sketch (:func:`_sketch_chunk`), ``2 c
-    q`` flops a row against the ``c^2 / 2`` of the scatter's SYRK; the shares' sketches and
-    the block sketches then merge exactly (:func:`_block_sketch`).  ``shift`` (a point near the
-    rows' mean, shared by every block) keeps float32 products relative to the rows' spread.
-    ``working_memory_mb`` is not used (the chunk sizes are the execution layer's); it stays for
-    callers that pass it.
+    Each row block is one :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass: every
+    chunk of kernel rows (``dtype``) is shifted and, while in cache, its products are added to
+    its share's float64 sketch (``2 c q`` flops a row); the shares' and blocks' sketches merge
+    exactly.  ``shift`` (near the rows' mean) keeps float32 products relative to the rows'
+    spread.  ``working_memory_mb`` is not used; it stays for callers that pass it.
     """
     p, q = T.shape
     placement = placement_of(T)
@@ -451,15 +416,11 @@ def _merged_with(T, a, b):
 def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
     """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter.
 
-    Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee they keep:
-    enlarging the range of the test matrix only improves the Nystrom approximation
-    ``Y (Omega^T Y)^+ Y^T``, which is monotone in that range and dominated by the matrix), the
-    other half the leading left singular directions of the landmarks' centered features Z
-    (a randomized range finder with ``power_iterations``, ``O(r c q)``): the landmarks are a
-    sample of the rows, so these directions approximate the top principal axes, and a one-pass
-    sketch against them recovers the axes where a Gaussian one, on the slowly decaying spectra
-    of kernel matrices, leaves a bias (measured in ``benchmarks/bench_nystrom.py``).  Computed
-    on Z's namespace; the draws are the host generator's, as everywhere.
+    Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee enlarging the
+    range only improves), the other half the leading left singular directions of the landmarks'
+    centered features Z (a randomized range finder, ``O(r c q)``): the landmarks are a sample of
+    the rows, so these directions approximate the top principal axes, which a Gaussian sketch
+    alone underestimates on the slowly decaying spectra of kernel matrices.
     """
     placement = placement_of(Z)
     xp = placement.xp
