@@ -38,7 +38,9 @@ file as untrusted and checks, in this order, before any estimator exists:
    checked against that earlier declaration and converted
    (:data:`fastkpca._model_schema.LEGACY_FITTED`), and a parameter an earlier release named
    otherwise (``ExactKPCA``'s and ``SparsifiedKPCA``'s eigensolver tolerance ``tol``, now
-   ``eigen_tol``) is renamed (:data:`fastkpca._model_schema.RENAMED_PARAMS`).
+   ``eigen_tol``; the random-feature count ``n_features``, now ``n_random_features``;
+   AutoKPCA's ``memory`` / ``time``, now ``memory_budget`` / ``time_budget``) is renamed
+   (:data:`fastkpca._model_schema.RENAMED_PARAMS`).
 
 Any failure is one ``ValueError`` naming the file and what is wrong (the attribute, parameter,
 member or metadata key); nothing in the file is ever executed.  :func:`save_model` runs the same

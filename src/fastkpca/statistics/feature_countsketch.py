@@ -38,8 +38,8 @@ What it does not implement:
   data with few non-zeros per row (Adult: ~14 of 123) ``X @ W`` is the smaller part: the
   dense O(n m) feature work and the n-independent SVD of the t x m sketch dominate (measured in
   ``benchmarks/countsketch_paper.py``, ``docs/papers/countsketch.md``);
-- the choice of m from the statistical dimension: m is ``n_features`` (default 1000; the
-  ``tol`` search of ``n_features="auto"`` sizes m by the estimated error instead);
+- the choice of m from the statistical dimension: m is ``n_random_features`` (default 1000;
+  the ``tol`` search of ``n_random_features="auto"`` sizes m by the estimated error instead);
 - sketch sizes from the target error: t is ``n_buckets`` (default ``max(2000, 50 q)``), not
   derived from eps (Clarkson & Woodruff's CountSketch bound is t = O(k^2 / eps^2)), so no
   (1 + eps) guarantee is claimed; the relative error is measured instead.
