@@ -5,7 +5,7 @@ For each data set (pendigits, cpu_act, adult (a9a, sparse), mnist, kddcup, Rando
 
 - ``AutoKPCA(10, tol=tol)``: its time, peak memory, the method and size it chose;
 - ``NystromKPCA(10, n_landmarks="auto", tol=tol)`` and ``RandomFeatureKPCA(10,
-  n_features="auto", tol=tol)``: the size each chose and its time;
+  n_random_features="auto", tol=tol)``: the size each chose and its time;
 - a grid per method (exact where its Gram fits; Nystrom with uniform and with randomly pivoted
   Cholesky landmarks at 32, 64, ... landmarks; random features and random features + Frequent
   Directions at 128, 256, ... features), walked up each method's sizes until the true error
@@ -106,8 +106,8 @@ def warmed_data(name, n):
         ("ExactKPCA", {}),
         ("NystromKPCA", {"n_landmarks": 32}),
         ("NystromKPCA", {"n_landmarks": 32, "landmarks": "rpcholesky"}),
-        ("RandomFeatureKPCA", {"n_features": 64}),
-        ("StreamingKPCA", {"n_features": 64}),
+        ("RandomFeatureKPCA", {"n_random_features": 64}),
+        ("StreamingKPCA", {"n_random_features": 64}),
         ("AutoKPCA", {}),
     ):
         getattr(fastkpca, cls_name)(K, gamma=gamma, random_state=0, **params).fit(head)
@@ -140,7 +140,7 @@ def fit(data, *, cls_name, params, eval_idx):
     elif params.get("tol") is not None:  # a size chosen by tol: what was chosen and tried
         out.update(
             method="nystrom" if cls_name == "NystromKPCA" else "random-features",
-            size=int(getattr(model, "n_landmarks_", None) or model.n_features_),
+            size=int(getattr(model, "n_landmarks_", None) or model.n_random_features_),
             size_history=[[int(c), float(e)] for c, e in model.size_history_],
         )
     return out
@@ -191,7 +191,7 @@ def grid_params(method, size, gamma, sparse_wide):
     elif method == "nystrom-rpcholesky":
         params.update(n_landmarks=size, landmarks="rpcholesky")
     elif method in ("random-features", "streaming"):
-        params["n_features"] = size
+        params["n_random_features"] = size
         if sparse_wide:
             params["features"] = "rff"
         if method == "streaming":
@@ -254,7 +254,7 @@ def run_set(name, n, tols, log, tol_fit_timeout=3600):
     for tol in tols:
         for cls_name, size_param in (
             ("NystromKPCA", "n_landmarks"),
-            ("RandomFeatureKPCA", "n_features"),
+            ("RandomFeatureKPCA", "n_random_features"),
         ):
             params = {"n_components": K, "gamma": gamma, "tol": tol, "random_state": 0}
             params[size_param] = "auto"

@@ -3,9 +3,9 @@
 The goal fits of ``bench_goals.py`` on RandomNoisy (``make_random_noisy``, d = 100, float64; rbf
 with gamma = 1 / (2 d); m = c = 1000, k = 10):
 
-``rf``            ``RandomFeatureKPCA(n_features=m)`` (default solver)
+``rf``            ``RandomFeatureKPCA(n_random_features=m)`` (default solver)
 ``nystrom``       ``NystromKPCA(n_landmarks=c)`` (default solver)
-``streaming``     ``StreamingKPCA(n_features=m, sketch_size=20)``
+``streaming``     ``StreamingKPCA(n_random_features=m, sketch_size=20)``
 ``exact_mf``      ``ExactKPCA(eigen_solver="matrix_free")`` on the first ``--exact-n`` rows
 ``sklearn_rbf``   ``make_pipeline(RBFSampler(n_components=m), PCA(k))``
 ``sklearn_nys``   ``make_pipeline(Nystroem(n_components=c), PCA(k))``
@@ -82,7 +82,7 @@ def _fit(method, X, spec):
     if method == "rf":
         from fastkpca import RandomFeatureKPCA
 
-        return RandomFeatureKPCA(k, gamma=gamma, n_features=m, random_state=0, **jobs).fit(X)
+        return RandomFeatureKPCA(k, gamma=gamma, n_random_features=m, random_state=0, **jobs).fit(X)
     if method == "nystrom":
         from fastkpca import NystromKPCA
 
@@ -91,7 +91,7 @@ def _fit(method, X, spec):
         from fastkpca import StreamingKPCA
 
         return StreamingKPCA(
-            k, gamma=gamma, n_features=m, sketch_size=20, random_state=0, **jobs
+            k, gamma=gamma, n_random_features=m, sketch_size=20, random_state=0, **jobs
         ).fit(X)
     if method == "exact_mf":
         from fastkpca import ExactKPCA

@@ -77,14 +77,18 @@ def models(gamma, quick):
         out.append(("NystromKPCA", f"n_landmarks={c}", NystromKPCA(K, n_landmarks=c, **kw)))
     for m in (200, 1000):
         out.append(
-            ("RandomFeatureKPCA", f"n_features={m}", RandomFeatureKPCA(K, n_features=m, **kw))
+            (
+                "RandomFeatureKPCA",
+                f"n_random_features={m}",
+                RandomFeatureKPCA(K, n_random_features=m, **kw),
+            )
         )
     for ell in (20, 60):
         out.append(
             (
                 "StreamingKPCA",
-                f"n_features=1000,sketch_size={ell}",
-                StreamingKPCA(K, n_features=1000, sketch_size=ell, **kw),
+                f"n_random_features=1000,sketch_size={ell}",
+                StreamingKPCA(K, n_random_features=1000, sketch_size=ell, **kw),
             )
         )
     for c in (100, 400):
@@ -216,7 +220,7 @@ def probe_calibration(name, n_probes):
     models, truths = {}, {}
     for kind, size in PROBE_MODELS:
         if kind == "rff":
-            model = RandomFeatureKPCA(K, kernel=kernel, n_features=size, features="rff")
+            model = RandomFeatureKPCA(K, kernel=kernel, n_random_features=size, features="rff")
         else:
             landmarks = "rpcholesky" if kind == "rpcholesky" else "uniform"
             model = NystromKPCA(K, kernel=kernel, n_landmarks=size, landmarks=landmarks)

@@ -83,7 +83,7 @@ def run_case(X, gamma, m, ell):
     from fastkpca.decomposition.streaming import StreamingKPCA
 
     model = StreamingKPCA(
-        K, gamma=gamma, n_features=m, sketch_size=ell, features="rff", random_state=0
+        K, gamma=gamma, n_random_features=m, sketch_size=ell, features="rff", random_state=0
     ).fit(X)
     Z = model.feature_map_(X)
     Zc = Z - Z.mean(axis=0)

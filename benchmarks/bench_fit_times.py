@@ -36,12 +36,12 @@ def main(argv=None):
     X = make_random_noisy(args.n_samples, 100, random_state=0).astype(np.float32)
     m = args.m
     cases = {
-        "rf_exact": lambda: RandomFeatureKPCA(10, n_features=m, gamma=0.01, random_state=0),
+        "rf_exact": lambda: RandomFeatureKPCA(10, n_random_features=m, gamma=0.01, random_state=0),
         "rf_countsketch": lambda: RandomFeatureKPCA(
-            10, n_features=m, gamma=0.01, solver="countsketch", random_state=0
+            10, n_random_features=m, gamma=0.01, solver="countsketch", random_state=0
         ),
         "streaming_ell20": lambda: StreamingKPCA(
-            10, n_features=m, sketch_size=20, gamma=0.01, random_state=0
+            10, n_random_features=m, sketch_size=20, gamma=0.01, random_state=0
         ),
         "nystrom": lambda: NystromKPCA(10, n_landmarks=m, gamma=0.01, random_state=0),
     }

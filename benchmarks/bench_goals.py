@@ -21,11 +21,11 @@ fit is recorded: the machine is shared):
     floor of a method that needs the feature rows in memory, and the floor this table used
     before the statistics were fused.
 ``rf_default``, ``rf_randomized``, ``rf_exact``
-    ``RandomFeatureKPCA(n_features=m)`` with its default solver (``"auto"``, which takes
+    ``RandomFeatureKPCA(n_random_features=m)`` with its default solver (``"auto"``, which takes
     ``"randomized"`` here), and with ``solver="randomized"`` (Tropp et al.'s one-pass
     fixed-rank PSD sketch) / ``"exact"``.
 ``streaming``
-    ``StreamingKPCA(n_features=m, sketch_size=20)``.
+    ``StreamingKPCA(n_random_features=m, sketch_size=20)``.
 ``sklearn_rbf``
     ``make_pipeline(RBFSampler(n_components=m), PCA(k))``.
 ``nystrom_floor_chunks``
@@ -142,7 +142,7 @@ def load_train_and_floor_map(n_total, d, n_train, m, gamma):
     from fastkpca.decomposition import RandomFeatureKPCA
 
     X = load_train(n_total, d, n_train)
-    model = RandomFeatureKPCA(2, gamma=gamma, n_features=m, random_state=0).fit(X[:2000])
+    model = RandomFeatureKPCA(2, gamma=gamma, n_random_features=m, random_state=0).fit(X[:2000])
     return X, model.feature_map_
 
 
@@ -236,7 +236,7 @@ def runs(args):
     total = n + args.n_eval
     train = {"n_total": total, "d": d, "n_train": n}
     exact_train = {"n_total": total, "d": d, "n_train": args.exact_n}
-    rf = {"n_components": k, "n_features": m, "gamma": gamma, "random_state": 0}
+    rf = {"n_components": k, "n_random_features": m, "gamma": gamma, "random_state": 0}
     out = [
         ("rf_floor", load_train_and_floor_map, dict(train, m=m, gamma=gamma), work_rf_floor, {}),
         (

@@ -9,7 +9,7 @@ before the clock; rbf with gamma = 1 / (2 d); k = 10.
 Cases (sizes at full scale; ``--quick`` divides them so the file runs in seconds on a CPU):
 
 ``rf``
-    ``RandomFeatureKPCA(n_features=1000)`` on n = 10^6 float64 rows on the device, against
+    ``RandomFeatureKPCA(n_random_features=1000)`` on n = 10^6 float64 rows on the device, against
     :func:`ref_random_features`: float32 features in 131072-row chunks, float64 m x m statistics,
     ``torch.linalg.eigh``.
 ``nystrom``
@@ -32,7 +32,7 @@ Cases (sizes at full scale; ``--quick`` divides them so the file runs in seconds
     The ``KernelPCA`` drop-in, n = 20000, against the dense ``torch.linalg.eigh`` of the Gram and
     against :func:`ref_exact` (block Krylov).
 ``streaming``
-    ``StreamingKPCA(n_features=1000, sketch_size=20)`` on n = 10^6, against
+    ``StreamingKPCA(n_random_features=1000, sketch_size=20)`` on n = 10^6, against
     :func:`ref_frequent_directions` (Frequent Directions of float32 features in batches of 1000
     rows, shrinks by ``torch.linalg.eigh`` of the small Gram).
 ``host_to_device``
@@ -309,7 +309,7 @@ def run(args):
         t_ref, _, (w_ref, tr) = _best(
             lambda: ref_random_features(Xd, m, gamma, k), args.repeats, sync
         )
-        est = RandomFeatureKPCA(k, n_features=m, gamma=gamma, random_state=0)
+        est = RandomFeatureKPCA(k, n_random_features=m, gamma=gamma, random_state=0)
         t_fk, times, model = _best(lambda: est.fit(Xd), args.repeats, sync)
         return {
             "n": n,
@@ -447,7 +447,7 @@ def run(args):
         t_ref, _, _ = _best(
             lambda: ref_frequent_directions(Xd, m, 20, gamma, k), args.repeats, sync
         )
-        est = StreamingKPCA(k, n_features=m, sketch_size=20, gamma=gamma, random_state=0)
+        est = StreamingKPCA(k, n_random_features=m, sketch_size=20, gamma=gamma, random_state=0)
         t_fk, times, model = _best(lambda: est.fit(Xd), args.repeats, sync)
         Xe = torch.from_numpy(X_eval).to(dev)
         return {
@@ -468,7 +468,7 @@ def run(args):
             return torch.from_numpy(X).to(dev)
 
         t_copy, _, _ = _best(copy, args.repeats, sync)
-        est = RandomFeatureKPCA(k, n_features=1000, gamma=gamma, random_state=0, device=dev)
+        est = RandomFeatureKPCA(k, n_random_features=1000, gamma=gamma, random_state=0, device=dev)
         t_fk, times, _ = _best(lambda: est.fit(X), args.repeats, sync)
         return {
             "n": n,

@@ -63,7 +63,9 @@ def setup(source, n, d=None, nnz=None):
     from fastkpca.decomposition import RandomFeatureKPCA
 
     X = make_bag_of_words(n, d, nnz, random_state=0) if source == "bow" else real_rows(source, n)
-    RandomFeatureKPCA(4, n_features=64, features="rff", gamma="median", random_state=0).fit(X[:64])
+    RandomFeatureKPCA(4, n_random_features=64, features="rff", gamma="median", random_state=0).fit(
+        X[:64]
+    )
     return X
 
 
@@ -73,7 +75,7 @@ def _model(gamma, m, input_sketch):
     return RandomFeatureKPCA(
         K,
         gamma=gamma,
-        n_features=m,
+        n_random_features=m,
         features="rff",
         solver="countsketch",
         input_sketch=input_sketch,

@@ -132,7 +132,7 @@ def part_sklearn_comparison(args) -> dict:
     n, d, m, k = args.n_samples, args.n_features_in, args.m, args.k
     gamma = 1.0 / d
     setup_kw = {"n_samples": n, "n_features": d, "dtype": args.dtype}
-    common = {"n_components": k, "n_features": m, "random_state": 0}
+    common = {"n_components": k, "n_random_features": m, "random_state": 0}
     runs = [
         ("matmul", make_data_and_weights, work_matmul, {}, dict(setup_kw, m=m)),
         ("features_floor", make_data, work_features, {"m": m}, setup_kw),
@@ -326,7 +326,7 @@ def part_precision(args) -> dict:
             make_data,
             work_ours,
             setup_kwargs={"n_samples": n, "n_features": d, "dtype": dtype},
-            work_kwargs={"n_components": k, "n_features": m, "random_state": 0},
+            work_kwargs={"n_components": k, "n_random_features": m, "random_state": 0},
         )
         if not res.get("ok"):
             out[dtype] = {"ok": False, "error": res.get("error")}

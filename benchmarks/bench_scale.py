@@ -126,9 +126,9 @@ def _estimator(method, m, k, ell, seed=0):
 
     if method == "streaming":
         return StreamingKPCA(
-            n_components=min(k, ell // 2), n_features=m, sketch_size=ell, random_state=seed
+            n_components=min(k, ell // 2), n_random_features=m, sketch_size=ell, random_state=seed
         )
-    return RandomFeatureKPCA(n_components=k, n_features=m, random_state=seed)
+    return RandomFeatureKPCA(n_components=k, n_random_features=m, random_state=seed)
 
 
 def _summary(model):

@@ -5,6 +5,7 @@ rows multiply a dense landmark factor faster (sparse x dense), wide ones a spars
 sparse, and no O(c d) dense landmarks).  Random CSR rows, best of ``--repeat`` runs each.
 
     python benchmarks/bench_sparse_landmarks.py [--rows 20000] [--repeat 3]
+    python benchmarks/bench_sparse_landmarks.py --quick   # 2000 rows, 200 landmarks, once
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--landmarks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="2000 rows, 200 landmarks, once")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.landmarks, args.repeat = 2000, 200, 1
     rng = np.random.default_rng(0)
     print(f"{'features':>9} {'dense s':>8} {'sparse s':>9} {'dense/sparse':>13}")
     for d, nnz in WIDTHS:

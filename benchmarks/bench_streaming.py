@@ -139,7 +139,7 @@ def part_fits(args) -> dict:
     n, d, m, k, ell = args.n_samples, 100, 1000, 10, 20
     gamma = 1.0 / d
     ours = {"n_samples": n, "n_features": d, "dtype": args.dtype}
-    common = {"n_components": k, "n_features": m, "gamma": gamma, "random_state": 0}
+    common = {"n_components": k, "n_random_features": m, "gamma": gamma, "random_state": 0}
     runs = [
         ("features", ours, work_features, common),
         ("streaming", ours, work_streaming, dict(common, sketch_size=ell)),

@@ -1,13 +1,13 @@
 """Size chosen by tolerance: true error and cost of ``tol=0.05`` fits against fixed sizes.
 
 For each data set (pendigits, cpu_act; the first n rows, standardized) and each of
-``NystromKPCA(n_landmarks="auto", tol=0.05)``, ``RandomFeatureKPCA(n_features="auto",
+``NystromKPCA(n_landmarks="auto", tol=0.05)``, ``RandomFeatureKPCA(n_random_features="auto",
 tol=0.05)`` and ``StreamingKPCA(tol=0.05)`` the script measures, each fit in its own process
 (``_harness.measure``):
 
 - the tol fit: the chosen size, the sizes tried with their probe estimates, the fit time;
 - a fit at the chosen size given by hand (what a user who knew the size would pay);
-- a fit at the default size (``n_landmarks`` / ``n_features`` None);
+- a fit at the default size (``n_landmarks`` / ``n_random_features`` None);
 
 and for every fitted model the true relative rank-k error ``||Kc - T T^T||_F / ||Kc -
 (Kc)_k||_F`` from one explicit centered n x n Gram per data set (the truth of
@@ -38,8 +38,8 @@ K = 10
 TOL = 0.05
 SIZE_PARAM = {
     "NystromKPCA": "n_landmarks",
-    "RandomFeatureKPCA": "n_features",
-    "StreamingKPCA": "n_features",
+    "RandomFeatureKPCA": "n_random_features",
+    "StreamingKPCA": "n_random_features",
 }
 
 

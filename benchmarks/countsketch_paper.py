@@ -93,7 +93,9 @@ def setup_child(n, density=None, dense=False, gamma=1.0):
     from fastkpca.decomposition import RandomFeatureKPCA
 
     X = adult_rows(n, density, dense)
-    RandomFeatureKPCA(4, gamma=gamma, n_features=64, features="rff", random_state=0).fit(X[:64])
+    RandomFeatureKPCA(4, gamma=gamma, n_random_features=64, features="rff", random_state=0).fit(
+        X[:64]
+    )
     return X
 
 
@@ -124,7 +126,7 @@ def make_model(method, gamma, m, seed=0, n_buckets=None):
 
     if method == "exact_kpca":
         return ExactKPCA(N_COMPONENTS, gamma=gamma)
-    common = dict(gamma=gamma, n_features=m, features="rff", random_state=seed)
+    common = dict(gamma=gamma, n_random_features=m, features="rff", random_state=seed)
     if method == "rf_exact":
         return RandomFeatureKPCA(N_COMPONENTS, solver="exact", **common)
     passes = {"countsketch_2pass": 2, "countsketch_1pass": 1}[method]

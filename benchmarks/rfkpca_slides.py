@@ -123,7 +123,11 @@ def run_dataset(name, ns, gammas, n_held, seeds, log):
             for seed in seeds:
                 t0 = time.perf_counter()
                 rf = RandomFeatureKPCA(
-                    max(ELLS), n_features=2 * m, features="rff", gamma=gamma_k, random_state=seed
+                    max(ELLS),
+                    n_random_features=2 * m,
+                    features="rff",
+                    gamma=gamma_k,
+                    random_state=seed,
                 ).fit(train)
                 t_rf = time.perf_counter() - t0
                 r = {ell: _r(rf, held, ell) for ell in ELLS}

@@ -200,10 +200,16 @@ def make_model(method, m, gamma, seed):
     kind, ell = method if isinstance(method, tuple) else (method, None)
     if kind == "skpca":
         return StreamingKPCA(
-            min(N_COMPONENTS, ell, m), gamma=gamma, n_features=m, sketch_size=ell, random_state=seed
+            min(N_COMPONENTS, ell, m),
+            gamma=gamma,
+            n_random_features=m,
+            sketch_size=ell,
+            random_state=seed,
         )
     if kind == "rnca":
-        return RandomFeatureKPCA(min(N_COMPONENTS, m), gamma=gamma, n_features=m, random_state=seed)
+        return RandomFeatureKPCA(
+            min(N_COMPONENTS, m), gamma=gamma, n_random_features=m, random_state=seed
+        )
     if kind == "nystrom":
         return NystromKPCA(min(N_COMPONENTS, m), gamma=gamma, n_landmarks=m, random_state=seed)
     if kind == "sk_rff":

@@ -37,7 +37,7 @@ for i in range(5):
 # The kernel width must be fixed before the first batch (``gamma="median"`` would look
 # only at the first batch); 1 / (2 d) suits these standardised-scale rows.
 model = StreamingKPCA(
-    n_components=5, gamma=1 / 100, n_features=500, sketch_size=20, random_state=0
+    n_components=5, gamma=1 / 100, n_random_features=500, sketch_size=20, random_state=0
 )
 history = []
 for path in paths:
@@ -61,7 +61,7 @@ shutil.rmtree(folder)  # the files are no longer needed
 # The same model from one ``fit`` over all the rows: with the same seed, the features
 # are the same and so are the eigenvalues, up to rounding.
 whole = StreamingKPCA(
-    n_components=5, gamma=1 / 100, n_features=500, sketch_size=20, random_state=0
+    n_components=5, gamma=1 / 100, n_random_features=500, sketch_size=20, random_state=0
 ).fit(X_all)
 print("partial_fit:", model.eigenvalues_.round(1))
 print("fit:        ", whole.eigenvalues_.round(1))

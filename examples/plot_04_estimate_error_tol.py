@@ -6,8 +6,9 @@ An approximate KPCA model is only as useful as its error is known.
 :func:`fastkpca.metrics.estimate_error` estimates a fitted model's relative rank-k error
 (1.0 is exact KPCA's best rank-k approximation of the centered Gram) from a probe of
 rows, with a standard error, without exact KPCA on all the rows. ``tol`` uses the same
-estimate to choose a model's size: ``RandomFeatureKPCA(n_features="auto", tol=0.05)``
-doubles the number of features until the estimated error is at most 1.05.
+estimate to choose a model's size:
+``RandomFeatureKPCA(n_random_features="auto", tol=0.05)`` doubles the number of features
+until the estimated error is at most 1.05.
 """
 
 # %%
@@ -27,7 +28,7 @@ params = dict(n_components=5, gamma=1 / 40, random_state=0)
 sizes = [64, 128, 256, 512, 1024]
 estimates, stderrs, exact = [], [], []
 for m in sizes:
-    model = RandomFeatureKPCA(n_features=m, **params).fit(X)
+    model = RandomFeatureKPCA(n_random_features=m, **params).fit(X)
     est = estimate_error(model, X, n_probe=1000, random_state=0)[
         "relative_rank_k_error"
     ]
@@ -62,7 +63,7 @@ plt.show()
 # -----------------------
 # With ``tol=0.02`` it starts at 256 features and doubles until the estimated error
 # is at most 1.02; the sizes tried and their estimated errors are in ``size_history_``.
-auto = RandomFeatureKPCA(n_features="auto", tol=0.02, **params).fit(X)
+auto = RandomFeatureKPCA(n_random_features="auto", tol=0.02, **params).fit(X)
 for m, error in auto.size_history_:
     print(f"tried m = {m}: estimated error {error:.3f}")
-print("chosen: n_features_ =", auto.n_features_)
+print("chosen: n_random_features_ =", auto.n_random_features_)

@@ -27,7 +27,11 @@ X_dask = da.from_array(X, chunks=(20_000, -1))  # 5 chunks of rows
 print(X_dask)
 
 params = dict(
-    n_components=10, gamma=1 / 100, n_features=500, solver="exact", random_state=0
+    n_components=10,
+    gamma=1 / 100,
+    n_random_features=500,
+    solver="exact",
+    random_state=0,
 )
 start = time.perf_counter()
 on_dask = RandomFeatureKPCA(**params).fit(X_dask)

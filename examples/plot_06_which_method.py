@@ -38,10 +38,10 @@ models = {
     "ExactKPCA": ExactKPCA(**kernel),
     "NystromKPCA, c = 300": NystromKPCA(**kernel, n_landmarks=300, random_state=0),
     "RandomFeatureKPCA, m = 1000": RandomFeatureKPCA(
-        **kernel, n_features=1000, random_state=0
+        **kernel, n_random_features=1000, random_state=0
     ),
     "StreamingKPCA, m = 1000, ell = 20": StreamingKPCA(
-        **kernel, n_features=1000, sketch_size=20, random_state=0
+        **kernel, n_random_features=1000, sketch_size=20, random_state=0
     ),
     "ReducedSetKPCA (shadow)": ReducedSetKPCA(**kernel, random_state=0),
     "SparsifiedKPCA, p = 0.5": SparsifiedKPCA(

@@ -29,7 +29,7 @@ print(f"{tuple(X.shape)} rows as a {X.dtype} tensor on {X.device}")
 
 for cls, size in [
     (NystromKPCA, dict(n_landmarks=500)),
-    (RandomFeatureKPCA, dict(n_features=500)),
+    (RandomFeatureKPCA, dict(n_random_features=500)),
 ]:
     params = dict(n_components=10, gamma=1 / 100, random_state=0, **size)
     start = time.perf_counter()

@@ -30,7 +30,7 @@ print(frame.iloc[:3, :6])
 # A DataFrame out
 # ---------------
 model = RandomFeatureKPCA(
-    n_components=3, gamma="median", n_features=500, random_state=0
+    n_components=3, gamma="median", n_random_features=500, random_state=0
 )
 model.set_output(transform="pandas")
 embedding = model.fit_transform(frame)
@@ -62,6 +62,8 @@ plt.show()
 # the column names, and the KPCA step names its own.
 pipeline = make_pipeline(
     StandardScaler(),
-    RandomFeatureKPCA(n_components=3, gamma=0.05, n_features=500, random_state=0),
+    RandomFeatureKPCA(
+        n_components=3, gamma=0.05, n_random_features=500, random_state=0
+    ),
 ).set_output(transform="pandas")
 print(pipeline.fit_transform(frame).head(3))

@@ -127,7 +127,7 @@ def test_report_content(small):
 def test_memory_budget_too_small_is_refused(small):
     X = _clusters(1200)
     with pytest.raises(ValueError, match="no method fits the budgets") as info:
-        AutoKPCA(K, memory="20KB", random_state=0).fit(X)
+        AutoKPCA(K, memory_budget="20KB", random_state=0).fit(X)
     assert "memory budget" in str(info.value)
     assert not hasattr(AutoKPCA(), "method_")
 
@@ -138,7 +138,7 @@ def test_memory_budget_excludes_the_exact_path():
     X = _clusters(300)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a probe of 100 rows: a coarse one
-        model = AutoKPCA(K, memory=600 * 1024, random_state=0).fit(X)
+        model = AutoKPCA(K, memory_budget=600 * 1024, random_state=0).fit(X)
     assert model.method_ != "exact"
     rejected = [e for e in model.report_ if e["method"] == "exact"]
     assert rejected[0]["status"] == "rejected" and "memory budget" in rejected[0]["why"]
@@ -148,7 +148,7 @@ def test_memory_budget_excludes_the_exact_path():
 def test_impossible_time_budget_is_refused(small):
     X = _clusters(1200)
     with pytest.raises(ValueError, match="time"):
-        AutoKPCA(K, time=1e-9, random_state=0).fit(X)
+        AutoKPCA(K, time_budget=1e-9, random_state=0).fit(X)
 
 
 @pytest.mark.parametrize(
@@ -156,9 +156,9 @@ def test_impossible_time_budget_is_refused(small):
     [
         ({"tol": 0}, "tol"),
         ({"tol": None}, "tol"),
-        ({"memory": "lots"}, "memory"),
-        ({"memory": -5}, "memory"),
-        ({"time": 0}, "time"),
+        ({"memory_budget": "lots"}, "memory_budget"),
+        ({"memory_budget": -5}, "memory_budget"),
+        ({"time_budget": 0}, "time_budget"),
         ({"n_components": 0.5}, "n_components"),
         ({"kernel": "precomputed"}, "precomputed"),
     ],
@@ -197,9 +197,9 @@ def test_inconsistent_model_is_not_saved(tmp_path):
 
 def test_sklearn_api():
     X = _clusters(200).astype(np.float32)
-    model = AutoKPCA(3, tol=0.1, memory="1G", time=60, random_state=0)
+    model = AutoKPCA(3, tol=0.1, memory_budget="1G", time_budget=60, random_state=0)
     params = model.get_params()
-    assert params["tol"] == 0.1 and params["memory"] == "1G" and params["time"] == 60
+    assert params["tol"] == 0.1 and params["memory_budget"] == "1G" and params["time_budget"] == 60
     twin = clone(model)
     assert twin.get_params() == params and not hasattr(twin, "estimator_")
     Y = model.fit_transform(X)
@@ -222,7 +222,7 @@ def test_failed_fit_leaves_the_model(small):
     X = _clusters(1200)
     model = AutoKPCA(K, random_state=0).fit(X)
     before = (model.method_, model.estimator_)
-    model.set_params(memory="1KB")
+    model.set_params(memory_budget="1KB")
     with warnings.catch_warnings(), pytest.raises(ValueError):
         model.fit(X)
     assert (model.method_, model.estimator_) == before
@@ -313,7 +313,7 @@ def test_non_finite_rows_are_refused_whatever_the_layout(layout):
 
 
 def test_the_probe_counts_in_the_memory_budget():
-    """Issue 32: AutoKPCA(memory=8 MiB) peaked at 62.5 MiB, its probe not counted.  The probe
+    """Issue 32: AutoKPCA(memory_budget=8 MiB) peaked at 62.5 MiB, its probe not counted.  The probe
     now takes its rows within the budget (PROBE_MEMORY_SHARE), the fits the rest: the peak of
     the fit, above the rows, stays within 8 MiB (tracemalloc counts numpy's buffers).  (Rows
     on which only random features reach tol would not: their fits' feature blocks are sized by
@@ -326,7 +326,7 @@ def test_the_probe_counts_in_the_memory_budget():
         start = tracemalloc.get_traced_memory()[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            model = AutoKPCA(5, memory="8MiB", random_state=0).fit(X)
+            model = AutoKPCA(5, memory_budget="8MiB", random_state=0).fit(X)
         peak = tracemalloc.get_traced_memory()[1] - start
     finally:
         tracemalloc.stop()

@@ -84,7 +84,8 @@ def test_estimate_tracks_the_error_on_all_rows(seed):
     probe = ErrorProbe(X[rng.choice(4000, 400, replace=False)], kernel, rng, n_rows=4000)
     models = [NystromKPCA(5, kernel=kernel, n_landmarks=c, random_state=seed) for c in (16, 1000)]
     models += [
-        RandomFeatureKPCA(5, kernel=kernel, n_features=m, random_state=seed) for m in (64, 256)
+        RandomFeatureKPCA(5, kernel=kernel, n_random_features=m, random_state=seed)
+        for m in (64, 256)
     ]
     for model in models:
         model.fit(X)

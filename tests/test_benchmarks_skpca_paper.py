@@ -43,7 +43,7 @@ def test_paper_errors_match_metrics(bench, n):
 def test_space_counts_the_real_frequent_directions_buffer(bench):
     X = np.random.default_rng(1).standard_normal((500, 7))
     m, ell = 64, 5
-    model = StreamingKPCA(3, gamma=0.1, n_features=m, sketch_size=ell, random_state=0).fit(X)
+    model = StreamingKPCA(3, gamma=0.1, n_random_features=m, sketch_size=ell, random_state=0).fit(X)
     # the buffer after fit holds up to 2 ell rows of m features (the StreamingKPCA docstring)
     held = model.sketch_.rows().shape[0]
     assert held <= 2 * ell

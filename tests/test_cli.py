@@ -126,12 +126,16 @@ def test_console_script_and_help():
 @pytest.mark.parametrize(
     "method,options,params",
     [
-        ("random-features", ["--n-features", "64"], {"n_features": 64}),
-        ("rf", ["--n-features", "64", "--features", "orf"], {"n_features": 64, "features": "orf"}),
+        ("random-features", ["--n-random-features", "64"], {"n_random_features": 64}),
+        (
+            "rf",
+            ["--n-random-features", "64", "--features", "orf"],
+            {"n_random_features": 64, "features": "orf"},
+        ),
         (
             "streaming",
-            ["--n-features", "64", "--sketch-size", "16"],
-            {"n_features": 64, "sketch_size": 16},
+            ["--n-random-features", "64", "--sketch-size", "16"],
+            {"n_random_features": 64, "sketch_size": 16},
         ),
     ],
 )

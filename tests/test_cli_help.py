@@ -22,7 +22,7 @@ from fastkpca.decomposition import (
     sparsified,
     streaming,
 )
-from fastkpca.features import DEFAULT_N_FEATURES, FEATURES
+from fastkpca.features import DEFAULT_N_RANDOM_FEATURES, FEATURES
 from fastkpca.kernels import KERNELS
 from fastkpca.source.files import _FORMAT_ALIASES, DEFAULT_MAX_LINE_LENGTH, FORMATS
 
@@ -54,8 +54,8 @@ def _none_defaults() -> dict:
     solver_default = "the solver's own (by dtype)"
     no_growth = "none (the size given)"
     return {
-        ("RandomFeatureKPCA", "n_features"): str(DEFAULT_N_FEATURES),
-        ("StreamingKPCA", "n_features"): str(DEFAULT_N_FEATURES),
+        ("RandomFeatureKPCA", "n_random_features"): str(DEFAULT_N_RANDOM_FEATURES),
+        ("StreamingKPCA", "n_random_features"): str(DEFAULT_N_RANDOM_FEATURES),
         ("NystromKPCA", "n_landmarks"): f"min({nystrom.DEFAULT_N_LANDMARKS}, rows)",
         ("StreamingKPCA", "sketch_size"): f"max({streaming.DEFAULT_SKETCH_SIZE}, 2 k)",
         ("NystromKPCA", "sketch_size"): f"{nystrom.SKETCH_FACTOR} k + {nystrom.SKETCH_EXTRA}",
@@ -274,10 +274,27 @@ def test_bench_quick_time_is_measured(parser):
 
 
 def test_size_options_take_auto(parser, capsys):
-    args = parser.parse_args(["fit", "x.npy", "--n-features", "auto", "--n-landmarks", "auto"])
-    assert args.n_features == "auto" and args.n_landmarks == "auto"
+    argv = ["fit", "x.npy", "--n-random-features", "auto", "--n-landmarks", "auto"]
+    args = parser.parse_args(argv)
+    assert args.n_random_features == "auto" and args.n_landmarks == "auto"
     with pytest.raises(SystemExit):
-        parser.parse_args(["fit", "x.npy", "--n-features", "0"])
+        parser.parse_args(["fit", "x.npy", "--n-random-features", "0"])
     with pytest.raises(SystemExit):
         parser.parse_args(["fit", "x.npy", "--quantize", "maybe"])
     capsys.readouterr()
+
+
+def test_old_option_spellings_still_work_and_are_not_shown(parser, capsys):
+    """Renamed options (--n-features, --memory, --time) keep their old spelling for scripts;
+    the help shows the new one only."""
+    import re
+
+    argv = ["fit", "x.npy", "--n-features", "64", "--memory", "1G", "--time", "30"]
+    args = parser.parse_args(argv)
+    assert (args.n_random_features, args.memory_budget, args.time_budget) == (64, "1G", 30.0)
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    out = capsys.readouterr().out
+    for old, new in _parser.OLD_FLAGS.items():
+        assert new in out
+        assert re.search(rf"(?<![\w-]){old}(?![\w-])", out) is None, old

@@ -231,7 +231,9 @@ def test_informed_test_matrix_recovers_slow_spectra():
     from fastkpca.statistics.feature_moments import feature_moments, feature_shift, head_features
 
     X = make_random_noisy(20000, 100, random_state=0)
-    model = RandomFeatureKPCA(10, gamma=1 / 200, n_features=1000, solver="exact", random_state=0)
+    model = RandomFeatureKPCA(
+        10, gamma=1 / 200, n_random_features=1000, solver="exact", random_state=0
+    )
     exact = model.fit(X).eigenvalues_
     fmap = model.feature_map_
     Z_first = head_features(X, fmap)

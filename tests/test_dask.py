@@ -87,7 +87,7 @@ def test_importing_fastkpca_does_not_import_dask():
 @pytest.mark.parametrize("chunks", [(700, 12), (2500, 12), (300, 5)])
 def test_random_features_exact_solver_equals_in_memory(X, chunks):
     # (300, 5) also splits the columns: they are rechunked to one column block.
-    params = dict(n_components=5, gamma=GAMMA, n_features=200, random_state=3)
+    params = dict(n_components=5, gamma=GAMMA, n_random_features=200, random_state=3)
     ref = RandomFeatureKPCA(**params).fit(X)
     ours = RandomFeatureKPCA(**params).fit(da.from_array(X, chunks=chunks))
     # float32 features (fastkpca.features) whose rounding depends on the row chunks: ~1e-7.
@@ -102,7 +102,7 @@ def test_random_features_countsketch_equals_in_memory(X, n_passes):
     params = dict(
         n_components=4,
         gamma=GAMMA,
-        n_features=120,
+        n_random_features=120,
         solver="countsketch",
         n_buckets=300,
         n_passes=n_passes,
@@ -118,7 +118,7 @@ def test_random_features_float32_and_gamma_heuristics(X):
     # 8192 rows make the float32 feature blocks those of the in-memory fit, so even the float32
     # per-block products agree and only their float64 sums are reordered.
     X32 = np.vstack([X, X[::-1], X, X[::-1]]).astype(np.float32)  # 10000 rows
-    params = dict(n_components=3, gamma="median", n_features=100, random_state=0)
+    params = dict(n_components=3, gamma="median", n_random_features=100, random_state=0)
     ref = RandomFeatureKPCA(**params).fit(X32)
     ours = RandomFeatureKPCA(**params).fit(da.from_array(X32, chunks=(8192, 12)))
     assert ours.kernel_ == ref.kernel_
@@ -185,7 +185,7 @@ def test_nystrom_large_array_subsamples_for_kmeans(X, monkeypatch):
 def test_streaming_exact_limit_equals_in_memory(X):
     # sketch_size >= m: nothing is shrunk, merged or not, so the model is exact PCA of the
     # features either way.
-    params = dict(n_components=4, gamma=GAMMA, n_features=60, sketch_size=60, random_state=5)
+    params = dict(n_components=4, gamma=GAMMA, n_random_features=60, sketch_size=60, random_state=5)
     ref = StreamingKPCA(**params).fit(X)
     ours = StreamingKPCA(**params).fit(da.from_array(X, chunks=(400, 12)))
     assert_same_model(ours, ref, X[:300])
@@ -195,7 +195,9 @@ def test_streaming_exact_limit_equals_in_memory(X):
 
 
 def test_streaming_merged_sketch_within_fd_bound(X):
-    params = dict(n_components=4, gamma=GAMMA, n_features=160, sketch_size=20, random_state=5)
+    params = dict(
+        n_components=4, gamma=GAMMA, n_random_features=160, sketch_size=20, random_state=5
+    )
     ours = StreamingKPCA(**params).fit(da.from_array(X, chunks=(300, 12)))
     ref = StreamingKPCA(**params).fit(X)
     Z = ours.feature_map_(X)  # small n: the exact feature matrix for the check
@@ -228,8 +230,8 @@ def test_streaming_merged_sketch_within_fd_bound(X):
 @pytest.mark.parametrize(
     "cls, params",
     [
-        (RandomFeatureKPCA, dict(n_features=80)),
-        (StreamingKPCA, dict(n_features=80, sketch_size=20)),
+        (RandomFeatureKPCA, dict(n_random_features=80)),
+        (StreamingKPCA, dict(n_random_features=80, sketch_size=20)),
         (NystromKPCA, dict(n_landmarks=80)),
         (ExactKPCA, dict()),
     ],
@@ -248,7 +250,7 @@ def test_transform_is_lazy_and_equals_numpy(X, cls, params):
 
 
 def test_transform_uses_a_snapshot_of_the_model(X):
-    model = RandomFeatureKPCA(n_components=2, n_features=40, random_state=0).fit(X)
+    model = RandomFeatureKPCA(n_components=2, n_random_features=40, random_state=0).fit(X)
     T = model.transform(da.from_array(X[:100], chunks=(50, 12)))
     expected = model.transform(X[:100])
     model.fit(X[:500] * 2)  # refitting afterwards does not change the lazy result
@@ -299,7 +301,7 @@ def test_bad_dask_input(X):
     Xbad = X.copy()
     Xbad[1234, 3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        RandomFeatureKPCA(n_components=2, n_features=20).fit(da.from_array(Xbad, chunks=500))
+        RandomFeatureKPCA(n_components=2, n_random_features=20).fit(da.from_array(Xbad, chunks=500))
     with pytest.raises(ValueError, match="NaN"):
         NystromKPCA(n_components=2, n_landmarks=20).fit(da.from_array(Xbad, chunks=500))
     with pytest.raises(ValueError, match="2-D"):
@@ -308,7 +310,7 @@ def test_bad_dask_input(X):
         Xd = da.from_array(X, chunks=500)
         StreamingKPCA(n_components=2).fit(Xd[Xd[:, 0] > 0])
     with pytest.raises(ValueError, match="n_components=50 is larger"):
-        RandomFeatureKPCA(n_components=50, n_features=20).fit(da.from_array(X, chunks=500))
+        RandomFeatureKPCA(n_components=50, n_random_features=20).fit(da.from_array(X, chunks=500))
 
 
 def test_tree_reduce_merges_in_groups():
@@ -360,10 +362,10 @@ def on_cluster(client):
 def test_cluster_fit_and_transform_equal_in_memory(X, client):
     Xd = da.from_array(X, chunks=(400, 12))
     with on_cluster(client):
-        rf = RandomFeatureKPCA(n_components=4, gamma=GAMMA, n_features=100, random_state=7)
+        rf = RandomFeatureKPCA(n_components=4, gamma=GAMMA, n_random_features=100, random_state=7)
         ny = NystromKPCA(n_components=4, gamma=GAMMA, n_landmarks=100, random_state=7)
         sk = StreamingKPCA(
-            n_components=4, gamma=GAMMA, n_features=100, sketch_size=100, random_state=7
+            n_components=4, gamma=GAMMA, n_random_features=100, sketch_size=100, random_state=7
         )
         fitted = [m.fit(Xd) for m in (rf, ny, sk)]
         T = [np.asarray(m.transform(Xd).compute()) for m in fitted]
@@ -398,7 +400,7 @@ def test_cluster_fit_survives_a_killed_worker(X, client, tmp_path):
         Xd = da.from_array(X4, chunks=(1000, 12)).map_blocks(
             _kill_worker_once, marker, dtype=X.dtype
         )
-        params = dict(n_components=4, gamma=GAMMA, n_features=100, random_state=11)
+        params = dict(n_components=4, gamma=GAMMA, n_random_features=100, random_state=11)
         pids_before = set(client.run(os.getpid).values())
         with on_cluster(client):
             model = RandomFeatureKPCA(**params).fit(Xd)

@@ -132,5 +132,5 @@ def test_auto_features_rule(d, m, expected):
 def test_auto_features_wide_input_draws_rff():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((10, 600))
-    est = fk.RandomFeatureKPCA(n_components=2, n_features=100, random_state=0).fit(X)
+    est = fk.RandomFeatureKPCA(n_components=2, n_random_features=100, random_state=0).fit(X)
     assert est.feature_map_.kind == "rff"

@@ -88,7 +88,7 @@ def test_partial_fit_decides_as_fit(scale):
     # decides for the rows seen so far.
     X = _unscaled(scale)
     expected = _warned(MAKERS["exact"], X)
-    model = StreamingKPCA(3, n_features=256, random_state=0)
+    model = StreamingKPCA(3, n_random_features=256, random_state=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for start in range(0, 1500, 500):
@@ -104,7 +104,7 @@ def test_partial_fit_decides_as_fit(scale):
 def test_a_loaded_model_continues_without_the_first_rows(tmp_path):
     # A model file keeps no rows: partial_fit after load decides from its estimate (no error).
     X = _unscaled(4.0)
-    model = StreamingKPCA(3, n_features=256, random_state=0).fit(X[:1000])
+    model = StreamingKPCA(3, n_random_features=256, random_state=0).fit(X[:1000])
     model.save(tmp_path / "m.npz")
     loaded = fastkpca.load(tmp_path / "m.npz")
     loaded.partial_fit(X[1000:])

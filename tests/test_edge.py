@@ -60,10 +60,10 @@ ESTIMATORS = {
     "KernelPCA": lambda **kw: KernelPCA(3, kernel="rbf", gamma=0.2, random_state=0, **kw),
     "NystromKPCA": lambda **kw: NystromKPCA(3, n_landmarks=30, gamma=0.2, random_state=0, **kw),
     "RandomFeatureKPCA": lambda **kw: RandomFeatureKPCA(
-        3, n_features=64, gamma=0.2, random_state=0, **kw
+        3, n_random_features=64, gamma=0.2, random_state=0, **kw
     ),
     "StreamingKPCA": lambda **kw: StreamingKPCA(
-        3, n_features=64, sketch_size=16, gamma=0.2, random_state=0, **kw
+        3, n_random_features=64, sketch_size=16, gamma=0.2, random_state=0, **kw
     ),
     "ReducedSetKPCA": lambda **kw: ReducedSetKPCA(3, gamma=0.2, random_state=0, **kw),
     "SparsifiedKPCA": lambda **kw: SparsifiedKPCA(3, gamma=0.2, random_state=0, **kw),

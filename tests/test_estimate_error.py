@@ -45,7 +45,7 @@ def _truth(model, X):
 @pytest.fixture(scope="module")
 def probe_problem():
     X = _data(1000)
-    model = RandomFeatureKPCA(K, gamma=GAMMA, n_features=60, random_state=0).fit(X)
+    model = RandomFeatureKPCA(K, gamma=GAMMA, n_random_features=60, random_state=0).fit(X)
     return X, model, _truth(model, X)
 
 
@@ -123,8 +123,8 @@ def test_interval_and_structure(probe_problem):
 
 ESTIMATORS = [
     lambda: NystromKPCA(K, gamma=GAMMA, n_landmarks=40, random_state=0),
-    lambda: RandomFeatureKPCA(K, gamma=GAMMA, n_features=100, random_state=0),
-    lambda: StreamingKPCA(K, gamma=GAMMA, n_features=100, sketch_size=12, random_state=0),
+    lambda: RandomFeatureKPCA(K, gamma=GAMMA, n_random_features=100, random_state=0),
+    lambda: StreamingKPCA(K, gamma=GAMMA, n_random_features=100, sketch_size=12, random_state=0),
     lambda: ReducedSetKPCA(K, gamma=GAMMA, density="kmeans", n_centers=40, random_state=0),
     lambda: SparsifiedKPCA(K, gamma=GAMMA, sample_prob=0.3, random_state=0),
 ]
@@ -211,8 +211,8 @@ def test_method_certificates_against_explicit_references():
     assert full.solver_ == "exact_kpca"
     assert "nystrom_residual_trace" not in method_certificates(full, X)
 
-    sk = StreamingKPCA(4, n_features=200, sketch_size=8, gamma=0.2, random_state=0).fit(X)
-    rf = RandomFeatureKPCA(4, n_features=200, gamma=0.2, random_state=0).fit(X)
+    sk = StreamingKPCA(4, n_random_features=200, sketch_size=8, gamma=0.2, random_state=0).fit(X)
+    rf = RandomFeatureKPCA(4, n_random_features=200, gamma=0.2, random_state=0).fit(X)
     fd = method_certificates(sk, X)["fd_eigenvalue_bounds"]
     # the exact eigenvalues of the same features' centered covariance lie in the bounds
     # (1e-9 relative: round-off of two eigensolvers)
@@ -223,7 +223,7 @@ def test_method_certificates_against_explicit_references():
 
     errors = [
         method_certificates(
-            RandomFeatureKPCA(4, n_features=m, gamma=0.2, random_state=0).fit(X), X
+            RandomFeatureKPCA(4, n_random_features=m, gamma=0.2, random_state=0).fit(X), X
         )["feature_gram_error"]["value"]
         for m in (50, 800)
     ]
@@ -478,7 +478,9 @@ def test_result_is_plain_and_documented(n_probe):
     import json
 
     X = _data(300, seed=9)
-    model = StreamingKPCA(K, gamma=GAMMA, n_features=100, sketch_size=12, random_state=0).fit(X)
+    model = StreamingKPCA(
+        K, gamma=GAMMA, n_random_features=100, sketch_size=12, random_state=0
+    ).fit(X)
     out = estimate_error(model, X, n_probe=n_probe, random_state=0)
     _assert_plain(out)
     assert json.loads(json.dumps(out)) == out  # no tuples, no numpy scalars

@@ -43,13 +43,13 @@ ESTIMATORS = {
         4, n_landmarks=60, gamma=0.05, solver="randomized", random_state=0, **kw
     ),
     "rf_exact": lambda **kw: RandomFeatureKPCA(
-        4, n_features=128, gamma=0.05, solver="exact", random_state=0, **kw
+        4, n_random_features=128, gamma=0.05, solver="exact", random_state=0, **kw
     ),
     "rf_randomized": lambda **kw: RandomFeatureKPCA(
-        4, n_features=128, gamma=0.05, solver="randomized", random_state=0, **kw
+        4, n_random_features=128, gamma=0.05, solver="randomized", random_state=0, **kw
     ),
     "streaming": lambda **kw: StreamingKPCA(
-        4, n_features=128, sketch_size=16, gamma=0.05, random_state=0, **kw
+        4, n_random_features=128, sketch_size=16, gamma=0.05, random_state=0, **kw
     ),
     "reduced_set": lambda **kw: ReducedSetKPCA(4, gamma=0.05, random_state=0, **kw),
     "sparsified": lambda **kw: SparsifiedKPCA(4, gamma=0.05, random_state=0, **kw),
@@ -148,8 +148,8 @@ def test_compressed_model_on_rows_of_a_namespace(data, namespace):
 
 def test_partial_fit_with_blocks_of_a_namespace(data, namespace):
     X, _ = data
-    host = StreamingKPCA(4, n_features=128, sketch_size=16, gamma=0.05, random_state=0)
-    model = StreamingKPCA(4, n_features=128, sketch_size=16, gamma=0.05, random_state=0)
+    host = StreamingKPCA(4, n_random_features=128, sketch_size=16, gamma=0.05, random_state=0)
+    model = StreamingKPCA(4, n_random_features=128, sketch_size=16, gamma=0.05, random_state=0)
     for start in range(0, 300, 100):
         host.partial_fit(X[start : start + 100])
         model.partial_fit(namespace.to_ns(X[start : start + 100]))

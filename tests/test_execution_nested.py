@@ -41,7 +41,7 @@ def _threads_seen(estimator, X, y=None):
 
 def _grid_search(X, n_jobs=2):
     search = GridSearchCV(
-        ThreadCountingKPCA(n_features=64, random_state=0),
+        ThreadCountingKPCA(n_random_features=64, random_state=0),
         {"n_components": [1, 2]},
         cv=2,
         n_jobs=n_jobs,
@@ -104,8 +104,8 @@ def test_parallel_config_n_jobs_sets_the_count_of_n_jobs_none(X, monkeypatch):
     # (the estimator's, or an enclosing fastkpca context's) wins over it.
     monkeypatch.setattr(threads, "usable_cores", lambda: 4)
     with parallel_config(n_jobs=1):
-        assert ThreadCountingKPCA(1, n_features=16).fit(X[:300]).threads_seen_ == 1
-        assert ThreadCountingKPCA(1, n_features=16, n_jobs=3).fit(X[:300]).threads_seen_ == 3
+        assert ThreadCountingKPCA(1, n_random_features=16).fit(X[:300]).threads_seen_ == 1
+        assert ThreadCountingKPCA(1, n_random_features=16, n_jobs=3).fit(X[:300]).threads_seen_ == 3
         with using_n_jobs(2):
             assert n_workers() == 2
     with parallel_config(n_jobs=3):
@@ -124,8 +124,8 @@ def test_threadpool_limits_cap_n_jobs_none(X, monkeypatch):
         pytest.skip("scikit-learn built without OpenMP: its limits say nothing here")
     with threadpool_limits(limits=1):
         assert n_workers() == 1
-        assert ThreadCountingKPCA(1, n_features=16).fit(X[:300]).threads_seen_ == 1
-        assert ThreadCountingKPCA(1, n_features=16, n_jobs=2).fit(X[:300]).threads_seen_ == 2
+        assert ThreadCountingKPCA(1, n_random_features=16).fit(X[:300]).threads_seen_ == 1
+        assert ThreadCountingKPCA(1, n_random_features=16, n_jobs=2).fit(X[:300]).threads_seen_ == 2
     unlimited = threads.inherited_limit()
     with threadpool_limits(limits=1, user_api="blas"):
         # a limit on BLAS alone (fastkpca's own, around its maps, is one) is not one on these
@@ -172,9 +172,9 @@ def test_counts_are_capped_at_the_usable_cores(monkeypatch):
 def test_a_huge_thread_count_does_not_inflate_the_memory_check(how, X, monkeypatch):
     # The randomized solver holds one covariance sketch per thread: with n_jobs=10**6 (or
     # FASTKPCA_CORES=1000000) counted as such, 2000 features needed ~450 GiB and the refusal
-    # blamed n_features.  The count is the usable cores (at most the machine's CPUs).
+    # blamed n_random_features.  The count is the usable cores (at most the machine's CPUs).
     monkeypatch.setenv("FASTKPCA_MEMORY", "1G")
-    params = dict(n_features=2000, solver="randomized", random_state=0)
+    params = dict(n_random_features=2000, solver="randomized", random_state=0)
     if how == "n_jobs":
         model = RandomFeatureKPCA(2, n_jobs=10**6, **params)
     else:

@@ -89,8 +89,8 @@ def test_resolve_n_jobs_has_scikit_learns_meaning():
     [
         lambda **kw: ExactKPCA(2, **kw),
         lambda **kw: NystromKPCA(2, n_landmarks=20, **kw),
-        lambda **kw: RandomFeatureKPCA(2, n_features=20, **kw),
-        lambda **kw: StreamingKPCA(2, n_features=20, **kw),
+        lambda **kw: RandomFeatureKPCA(2, n_random_features=20, **kw),
+        lambda **kw: StreamingKPCA(2, n_random_features=20, **kw),
         lambda **kw: ReducedSetKPCA(2, **kw),
         lambda **kw: SparsifiedKPCA(2, **kw),
         lambda **kw: KernelPCA(2, **kw),
@@ -128,13 +128,13 @@ def test_n_jobs_holds_for_the_whole_call(data, monkeypatch):
 
     monkeypatch.setattr(elementwise, "map_row_chunks", spy)
     X, X_new = data
-    model = RandomFeatureKPCA(2, n_features=32, random_state=0, n_jobs=3).fit(X)
+    model = RandomFeatureKPCA(2, n_random_features=32, random_state=0, n_jobs=3).fit(X)
     model.transform(X_new)
     assert seen and set(seen) == {3}
     assert n_workers() == resolve_n_jobs(None)  # the call's count ended with it
     with using_n_jobs(2):  # an enclosing context (the CLI's --jobs): None inherits it
         seen.clear()
-        RandomFeatureKPCA(2, n_features=32, random_state=0).fit(X)
+        RandomFeatureKPCA(2, n_random_features=32, random_state=0).fit(X)
         assert set(seen) == {2}
         with execution_context(RandomFeatureKPCA(n_jobs=1)):
             assert n_workers() == 1  # an explicit count wins
@@ -250,29 +250,36 @@ CASES = {
         RTOL64,
     ),
     "rf_exact": (
-        lambda j: RandomFeatureKPCA(4, n_features=300, solver="exact", random_state=0, n_jobs=j),
+        lambda j: RandomFeatureKPCA(
+            4, n_random_features=300, solver="exact", random_state=0, n_jobs=j
+        ),
         RTOL64,
     ),
     "rf_randomized": (
         lambda j: RandomFeatureKPCA(
-            4, n_features=300, solver="randomized", random_state=0, n_jobs=j
+            4, n_random_features=300, solver="randomized", random_state=0, n_jobs=j
         ),
         RTOL64,
     ),
     "rf_countsketch": (
         lambda j: RandomFeatureKPCA(
-            4, n_features=300, solver="countsketch", random_state=0, n_jobs=j
+            4, n_random_features=300, solver="countsketch", random_state=0, n_jobs=j
         ),
         RTOL64,
     ),
     "rf_fastfood": (
         lambda j: RandomFeatureKPCA(
-            4, n_features=256, features="fastfood", solver="randomized", random_state=0, n_jobs=j
+            4,
+            n_random_features=256,
+            features="fastfood",
+            solver="randomized",
+            random_state=0,
+            n_jobs=j,
         ),
         RTOL64,
     ),
     "streaming": (
-        lambda j: StreamingKPCA(4, n_features=200, sketch_size=12, random_state=0, n_jobs=j),
+        lambda j: StreamingKPCA(4, n_random_features=200, sketch_size=12, random_state=0, n_jobs=j),
         RTOL64,
     ),
     "reduced_set": (lambda j: ReducedSetKPCA(4, random_state=0, n_jobs=j), RTOL64),
@@ -359,7 +366,7 @@ def test_streaming_rows_reach_the_same_sketches_whatever_the_blocks_and_threads(
     # that of its rows, for any blocking and thread count (features in float32: rtol 1e-6).
     X, _ = data
     X = np.vstack([X, X])[:5000]
-    params = dict(n_features=64, sketch_size=6, random_state=1)
+    params = dict(n_random_features=64, sketch_size=6, random_state=1)
     fmap = StreamingKPCA(2, **params).fit(X[:10]).feature_map_
     Z = fmap(X).astype(np.float64)
     owner = (np.arange(5000) // SPLIT_ROWS) % len(FeatureSketch.empty(6, 64).parts)
@@ -436,8 +443,8 @@ class _Bar:
 @pytest.mark.parametrize(
     "make",
     [
-        lambda v: RandomFeatureKPCA(2, n_features=64, random_state=0, verbose=v),
-        lambda v: StreamingKPCA(2, n_features=64, random_state=0, verbose=v),
+        lambda v: RandomFeatureKPCA(2, n_random_features=64, random_state=0, verbose=v),
+        lambda v: StreamingKPCA(2, n_random_features=64, random_state=0, verbose=v),
         lambda v: NystromKPCA(2, n_landmarks=50, random_state=0, verbose=v),
     ],
 )
@@ -474,14 +481,14 @@ def test_verbose_matrix_free_and_blocks(data, monkeypatch):
     assert len(_Bar.made) == model.n_iter_ and all(b.n == b.total for b in _Bar.made)
     _Bar.made = []
     blocks = [X[s : s + 700] for s in range(0, X.shape[0], 700)]
-    StreamingKPCA(2, n_features=32, random_state=0, verbose=2).partial_fit(blocks)
+    StreamingKPCA(2, n_random_features=32, random_state=0, verbose=2).partial_fit(blocks)
     assert [b.n for b in _Bar.made] == [X.shape[0]] and _Bar.made[0].total is None
 
 
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: StreamingKPCA(2, n_features=32, random_state=0, n_jobs=2, verbose=1),
+        lambda: StreamingKPCA(2, n_random_features=32, random_state=0, n_jobs=2, verbose=1),
         lambda: NystromKPCA(2, n_landmarks=30, random_state=0, n_jobs=-1),
         lambda: KernelPCA(2, kernel="rbf", n_jobs=1),
     ],
@@ -520,17 +527,19 @@ def test_streaming_refuses_sketches_and_anchors_that_cannot_fit(data, monkeypatc
     # ~110 MB.
     X, _ = data
     monkeypatch.setenv("FASTKPCA_MEMORY", "1G")
-    big = StreamingKPCA(2, n_features=20000, sketch_size=5000, random_state=0)
+    big = StreamingKPCA(2, n_random_features=20000, sketch_size=5000, random_state=0)
     with pytest.raises(ValueError, match=r"sketch_size=5000 .* needs .* GiB"):
         big.fit(X)
     assert not hasattr(big, "sketch_")  # nothing was fitted
     with pytest.raises(ValueError, match="sketch_size=5000"):
         big.partial_fit(X[:100])
     monkeypatch.setenv("FASTKPCA_MEMORY", "64M")
-    anchors = StreamingKPCA(2, n_features=20, fit_inverse_transform=True, n_inverse_samples=5000)
+    anchors = StreamingKPCA(
+        2, n_random_features=20, fit_inverse_transform=True, n_inverse_samples=5000
+    )
     with pytest.raises(ValueError, match=r"n_inverse_samples=2600: .* needs .* MiB"):
         anchors.fit(X)
-    StreamingKPCA(2, n_features=20, sketch_size=5000).fit(X[:300])  # capped at m: small
+    StreamingKPCA(2, n_random_features=20, sketch_size=5000).fit(X[:300])  # capped at m: small
     with pytest.raises(ValueError, match="n_inverse_samples"):
         StreamingKPCA(2, fit_inverse_transform=True, n_inverse_samples=0).fit(X[:300])
 
@@ -564,10 +573,10 @@ def test_fd_bound_holds_for_the_tree_merge_of_all_sketches(rng):
 
 def test_streaming_models_fitted_with_other_n_jobs_merge(data):
     X, X_new = data
-    params = dict(n_features=64, sketch_size=8, random_state=3)
+    params = dict(n_random_features=64, sketch_size=8, random_state=3)
     a = StreamingKPCA(2, n_jobs=1, **params).fit(X[:1500])
     b = StreamingKPCA(2, n_jobs=2, verbose=1, **params).fit(X[1500:])
     merged = a.merge(b)
     assert merged.n_jobs == 1 and merged.n_samples_seen_ == X.shape[0]
     with pytest.raises(ValueError, match="sketch_size"):
-        a.merge(StreamingKPCA(2, n_features=64, sketch_size=9, random_state=3).fit(X[:300]))
+        a.merge(StreamingKPCA(2, n_random_features=64, sketch_size=9, random_state=3).fit(X[:300]))

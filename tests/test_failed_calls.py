@@ -55,11 +55,11 @@ ESTIMATORS = {
         True,
     ),
     "RandomFeatureKPCA": (
-        lambda: RandomFeatureKPCA(3, gamma=0.1, n_features=40, random_state=0),
+        lambda: RandomFeatureKPCA(3, gamma=0.1, n_random_features=40, random_state=0),
         True,
     ),
     "StreamingKPCA": (
-        lambda: StreamingKPCA(3, gamma=0.1, n_features=40, sketch_size=6, random_state=0),
+        lambda: StreamingKPCA(3, gamma=0.1, n_random_features=40, sketch_size=6, random_state=0),
         True,
     ),
     "ReducedSetKPCA": (lambda: ReducedSetKPCA(3, gamma=0.1, random_state=0), True),
@@ -243,7 +243,7 @@ def test_compressed_model_fit_refused_unchanged():
 # StreamingKPCA: partial_fit and merge
 # --------------------------------------------------------------------------------------------
 def _streaming(**params):
-    base = dict(n_components=3, gamma=0.1, n_features=40, sketch_size=6, random_state=0)
+    base = dict(n_components=3, gamma=0.1, n_random_features=40, sketch_size=6, random_state=0)
     return StreamingKPCA(**{**base, **params})
 
 
@@ -315,13 +315,15 @@ MERGE_PARTNERS = {
     "seed": lambda: _fitted_other(random_state=1),
     "no_seed": lambda: _fitted_other(random_state=None),
     "features": lambda: _fitted_other(features="rff"),
-    "n_features": lambda: _fitted_other(n_features=60),
+    "n_random_features": lambda: _fitted_other(n_random_features=60),
     "sketch_size": lambda: _fitted_other(sketch_size=8),
     "width": lambda: _fitted_other(width=D - 1),
     "gamma": lambda: _fitted_other(gamma=0.2),
     "kernel": lambda: _fitted_other(kernel="laplacian"),
     "unfitted": lambda: _streaming(),
-    "other_class": lambda: RandomFeatureKPCA(3, gamma=0.1, n_features=40, random_state=0).fit(X),
+    "other_class": lambda: RandomFeatureKPCA(
+        3, gamma=0.1, n_random_features=40, random_state=0
+    ).fit(X),
 }
 
 

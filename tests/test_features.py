@@ -13,7 +13,7 @@ from fastkpca.features import (
     draw_feature_map,
     fwht,
     init_feature_map,
-    resolve_n_features,
+    resolve_n_random_features,
 )
 from fastkpca.kernels import RBF, Laplacian, Linear, Matern, Polynomial
 from fastkpca.transformers import (
@@ -184,7 +184,7 @@ def test_output_widths():
     ff = draw_feature_map("fastfood", RBF(1.0), 101, 5, rng)
     assert ff.n_output_features == 102 and ff(np.ones((2, 5))).shape == (2, 102)
     assert draw_feature_map("tensorsketch", Polynomial(2), 7, 3, rng).n_output_features == 7
-    assert resolve_n_features(None) == 1000
+    assert resolve_n_random_features(None) == 1000
 
 
 def test_rff_pairs_have_unit_norm():
@@ -214,7 +214,7 @@ def test_refuses_wrong_kernels(features, kernel, match):
 
 def test_bad_arguments():
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="n_features"):
+    with pytest.raises(ValueError, match="n_random_features"):
         draw_feature_map("rff", RBF(1.0), 0, 3, rng)
     with pytest.raises(ValueError, match="n_input_features"):
         draw_feature_map("rff", RBF(1.0), 4, 0, rng)
@@ -226,8 +226,8 @@ def test_bad_arguments():
 
 
 def test_init_feature_map_matches_manual_draw(X):
-    est = RandomFourierFeatures(n_features=30, gamma=0.7, random_state=5)
-    fmap, _ = init_feature_map(est, X)
+    est = RandomFourierFeatures(n_components=30, gamma=0.7, random_state=5)
+    fmap, _ = init_feature_map(est, X, count="n_components")
     # The documented sequence: one integer for the kernel, then the map, from one generator.
     rng = np.random.default_rng(5)
     rng.integers(2**31)
@@ -246,7 +246,7 @@ def test_init_feature_map_matches_manual_draw(X):
     ],
 )
 def test_transformers(cls, kernel, X):
-    t = cls(n_features=400, kernel=kernel, gamma=0.5, random_state=0)
+    t = cls(n_components=400, kernel=kernel, gamma=0.5, random_state=0)
     Z = t.fit_transform(X)
     assert Z.shape == (120, 400)
     assert t.transform(X.astype(np.float32)).dtype == np.float32
@@ -270,13 +270,30 @@ def test_features_tuple():
     assert FEATURES == ("rff", "orf", "fastfood", "tensorsketch")
 
 
+def _expected_failed_checks(estimator):
+    """scikit-learn's subset- and sample-order-invariance checks set ``n_components=1`` (two
+    Fourier features) and compare a row alone, or in another place of the batch, to 1e-7; the
+    Fourier features are computed in float32 (:data:`fastkpca.features.FOURIER_DTYPE`), and at
+    so few features the phases of a row round differently with its place in the BLAS blocks
+    (measured 1.9e-7; the same at ``n_components`` 1 to 8, not at 32).  Not strict: some runs
+    pass."""
+    if isinstance(estimator, TensorSketchFeatures):
+        return {}
+    why = "float32 features: a row's rounding depends on its batch at 2 features"
+    return {
+        "check_methods_subset_invariance": why,
+        "check_methods_sample_order_invariance": why,
+    }
+
+
 @parametrize_with_checks(
     [
-        RandomFourierFeatures(n_features=32, random_state=0),
-        OrthogonalRandomFeatures(n_features=32, random_state=0),
-        FastfoodFeatures(n_features=32, random_state=0),
-        TensorSketchFeatures(n_features=32, random_state=0),
-    ]
+        RandomFourierFeatures(n_components=32, random_state=0),
+        OrthogonalRandomFeatures(n_components=32, random_state=0),
+        FastfoodFeatures(n_components=32, random_state=0),
+        TensorSketchFeatures(n_components=32, random_state=0),
+    ],
+    expected_failed_checks=_expected_failed_checks,
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)

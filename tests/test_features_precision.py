@@ -91,7 +91,7 @@ def _fit_errors(monkeypatch, dtype, X, X_eval, gamma, seeds, solver):
     errors, eigenvalues = [], []
     for seed in seeds:
         model = RandomFeatureKPCA(
-            5, gamma=gamma, n_features=200, solver=solver, random_state=seed
+            5, gamma=gamma, n_random_features=200, solver=solver, random_state=seed
         ).fit(X)
         errors.append(relative_rank_k_error(X_eval, model.transform(X_eval), RBF(gamma)))
         eigenvalues.append(model.eigenvalues_)

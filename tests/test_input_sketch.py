@@ -127,7 +127,7 @@ def test_wide_sparse_rows_run_in_memory_of_their_nonzeros():
     tracemalloc.start()
     try:
         model = RandomFeatureKPCA(
-            3, features="rff", input_sketch=64, n_features=200, gamma=0.1, random_state=0
+            3, features="rff", input_sketch=64, n_random_features=200, gamma=0.1, random_state=0
         ).fit(X)
         Z = model.transform(X)
         peak = tracemalloc.get_traced_memory()[1]
@@ -165,7 +165,7 @@ def test_end_to_end_against_exact_kpca_and_exact_features():
             5,
             features="rff",
             input_sketch=input_sketch,
-            n_features=300,
+            n_random_features=300,
             gamma=1.0,
             random_state=0,
         ).fit(X)
@@ -182,7 +182,7 @@ def test_save_load_round_trip(tmp_path):
     the same features; tolerance: the same arrays and code, float32 features (rounding only)."""
     X = _bag_of_words(200, 2000, 30)
     model = RandomFeatureKPCA(
-        4, features="rff", input_sketch="auto", n_features=100, gamma=1.0, random_state=0
+        4, features="rff", input_sketch="auto", n_random_features=100, gamma=1.0, random_state=0
     ).fit(X)
     path = tmp_path / "model.fkpca"
     model.save(path)
@@ -240,7 +240,9 @@ def test_torch_rows_match_numpy_rows():
     300-row fit and projection, 1e-5."""
     torch = pytest.importorskip("torch")
     X = np.random.default_rng(0).standard_normal((300, 80))
-    params = dict(features="rff", input_sketch=20, n_features=100, gamma=0.02, random_state=0)
+    params = dict(
+        features="rff", input_sketch=20, n_random_features=100, gamma=0.02, random_state=0
+    )
     host = RandomFeatureKPCA(3, **params).fit(X)
     device = RandomFeatureKPCA(3, **params).fit(torch.from_numpy(X))
     T = device.transform(torch.from_numpy(X))

@@ -360,7 +360,7 @@ def test_reader_fits_one_pass_estimator_like_the_array(tmp_path, rng):
     X = rng.standard_normal((300, 5))
     path = tmp_path / "x.npy"
     np.save(path, X)
-    params = dict(n_components=3, n_features=64, gamma=0.2, random_state=0)
+    params = dict(n_components=3, n_random_features=64, gamma=0.2, random_state=0)
     from_array = cls(**params).fit(X)
     from_file = cls(**params).fit(open_data(path))
     np.testing.assert_allclose(

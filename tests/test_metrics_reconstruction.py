@@ -137,7 +137,7 @@ def test_random_features_approach_exact(exact, data):
     r_exact = reconstruction_error(exact, held, 5, batch_size=200)
     gaps = []
     for m in (20, 2000):
-        rf = RandomFeatureKPCA(5, n_features=m, gamma=0.3, random_state=0).fit(train)
+        rf = RandomFeatureKPCA(5, n_random_features=m, gamma=0.3, random_state=0).fit(train)
         r = reconstruction_error(rf, held, 5, batch_size=200)
         gaps.append(r["estimate"] - r_exact["estimate"])
     # with 20 features the eigenspace is visibly worse; with 2000 within 3 standard errors

@@ -70,25 +70,35 @@ def _models():
             X,
         ),
         "nystrom_exact_path": (d.NystromKPCA(2, gamma=0.3, random_state=0).fit(X), X),
-        "rf_orf": (d.RandomFeatureKPCA(2, n_features=16, random_state=0).fit(X), X),
+        "rf_orf": (d.RandomFeatureKPCA(2, n_random_features=16, random_state=0).fit(X), X),
         "rf_fastfood_inverse": (
             d.RandomFeatureKPCA(
-                2, n_features=16, features="fastfood", fit_inverse_transform=True, random_state=0
+                2,
+                n_random_features=16,
+                features="fastfood",
+                fit_inverse_transform=True,
+                random_state=0,
             ).fit(X),
             X,
         ),
         "rf_tensorsketch": (
             d.RandomFeatureKPCA(
-                2, n_features=16, kernel="polynomial", features="tensorsketch", random_state=0
+                2,
+                n_random_features=16,
+                kernel="polynomial",
+                features="tensorsketch",
+                random_state=0,
             ).fit(X),
             X,
         ),
         "rf_countsketch_tol": (
-            d.RandomFeatureKPCA(2, n_features="auto", tol=0.5, random_state=0).fit(X),
+            d.RandomFeatureKPCA(2, n_random_features="auto", tol=0.5, random_state=0).fit(X),
             X,
         ),
         "streaming": (
-            d.StreamingKPCA(2, n_features=16, sketch_size=6, features="rff", random_state=0).fit(X),
+            d.StreamingKPCA(
+                2, n_random_features=16, sketch_size=6, features="rff", random_state=0
+            ).fit(X),
             X,
         ),
         "reduced_set": (

@@ -67,14 +67,16 @@ def assert_same_model(a, b, X_new, rtol=RTOL):
 
 MODELS = {
     "streaming": lambda: StreamingKPCA(
-        n_components=4, gamma=0.1, n_features=64, sketch_size=12, random_state=3
+        n_components=4, gamma=0.1, n_random_features=64, sketch_size=12, random_state=3
     ),
-    "rf-exact": lambda: RandomFeatureKPCA(n_components=4, gamma=0.1, n_features=64, random_state=3),
+    "rf-exact": lambda: RandomFeatureKPCA(
+        n_components=4, gamma=0.1, n_random_features=64, random_state=3
+    ),
     # the second pass (Rayleigh-Ritz) reads the file again
     "rf-countsketch": lambda: RandomFeatureKPCA(
         n_components=4,
         gamma=0.1,
-        n_features=64,
+        n_random_features=64,
         solver="countsketch",
         n_buckets=200,
         random_state=3,
@@ -122,10 +124,10 @@ def test_streaming_does_not_depend_on_the_block_size(data, tmp_path):
 @pytest.mark.parametrize(
     "method, options, model",
     [
-        ("streaming", ["--n-features", "64", "--sketch-size", "12"], "streaming"),
+        ("streaming", ["--n-random-features", "64", "--sketch-size", "12"], "streaming"),
         (
             "random-features",
-            ["--n-features", "64", "--solver", "countsketch", "--param", "n_buckets=200"],
+            ["--n-random-features", "64", "--solver", "countsketch", "--param", "n_buckets=200"],
             "rf-countsketch",
         ),
         ("nystrom", ["--n-landmarks", "80"], "nystrom-uniform"),
@@ -224,7 +226,7 @@ def test_cli_streamed_fit_memory_does_not_grow_with_the_file(tmp_path):
             "streaming",
             "-k",
             "3",
-            "--n-features",
+            "--n-random-features",
             "64",
             "--sketch-size",
             "8",
@@ -253,7 +255,7 @@ def test_cli_streaming_fit_of_a_2_4_gb_file_under_1_gb(tmp_path):
                 "streaming",
                 "-k",
                 "5",
-                "--n-features",
+                "--n-random-features",
                 "128",
                 "--sketch-size",
                 "10",

@@ -73,7 +73,7 @@ BAD = {
     "covariance": ["x"],
     "solver": ["x"],
     "sketch_size": [0, 1.5, "x"],
-    "n_features": [0, -1, 1.5, "x"],
+    "n_random_features": [0, -1, 1.5, "x"],
     "features": ["x"],
     "n_buckets": [0, "x"],
     "input_sketch": [0, "x", True],
@@ -91,8 +91,8 @@ BAD = {
     "verbose": [-1, "x"],
     "device": ["no such device", 3],
     # AutoKPCA's budgets
-    "memory": [0, -1, "lots", True, _NAN],
-    "time": [0, -1.0, "x", True, _NAN],
+    "memory_budget": [0, -1, "lots", True, _NAN],
+    "time_budget": [0, -1.0, "x", True, _NAN],
     # fastkpca.KernelPCA, scikit-learn's signature
     "kernel_params": ["x"],
     "iterated_power": [-1, "x"],
@@ -185,8 +185,8 @@ def _fitted(name, cls, context):
     if name == "CompressedKPCA":
         return fastkpca.compress_expansion(_source_model())
     kwargs = {"n_components": 2} if "n_components" in cls._get_param_names() else {}
-    if "n_features" in cls._get_param_names():
-        kwargs["n_features"] = 8
+    if "n_random_features" in cls._get_param_names():
+        kwargs["n_random_features"] = 8
     if "n_landmarks" in cls._get_param_names():
         kwargs["n_landmarks"] = 10
     if "n_centers" in cls._get_param_names():

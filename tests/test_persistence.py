@@ -540,3 +540,47 @@ def test_upgrade_params_renames_only_files_written_before_the_rename():
     assert upgrade_params(before, old_file) == old_file
     other = _stand_in("NystromKPCA", ["eigen_tol", "n_components", "tol"])
     assert upgrade_params(other, old_file) == old_file
+
+
+# --- files of earlier releases: n_features (the random-feature count) and AutoKPCA's memory and
+# time renamed (n_random_features / n_components, memory_budget / time_budget) -----------------
+#: Files written before the renames, fit on rng(0)'s 60 x 4 rows with gamma 0.3:
+#: RandomFeatureKPCA(3, n_features=40) and (n_features="auto", tol=0.5: fitted n_features_ =
+#: 256), StreamingKPCA(3, n_features=40, sketch_size=10), AutoKPCA(3, memory="1G", time=600) and
+#: RandomFourierFeatures(n_features=16), all random_state=0; ``names_v0_projections.npz`` holds
+#: their transforms of the 10 rows after those (``X_new``).
+RENAMED_FILES = {
+    "random_features": {"n_random_features": 40},
+    "random_features_tol": {"n_random_features": "auto", "tol": 0.5},
+    "streaming": {"n_random_features": 40, "sketch_size": 10},
+    "auto": {"memory_budget": "1G", "time_budget": 600},
+    "rff": {"n_components": 16},
+}
+
+
+@pytest.mark.parametrize("which", sorted(RENAMED_FILES))
+def test_files_with_the_old_parameter_names_load(which, tmp_path):
+    model = load(DATA / f"{which}_names_v0.npz")
+    params = model.get_params()
+    assert {k: params[k] for k in RENAMED_FILES[which]} == RENAMED_FILES[which]
+    assert not {"n_features", "memory", "time"} & set(params)
+    if which == "random_features_tol":  # the fitted size, n_features_ in the file
+        assert model.n_random_features_ == 256 == model.size_history_[-1][0]
+        assert "n_features_" not in vars(model)
+    with np.load(DATA / "names_v0_projections.npz") as f:
+        X_new, expected = f["X_new"], f[which]
+    np.testing.assert_allclose(model.transform(X_new), expected, rtol=1e-10, atol=1e-12)
+    # saved again, under the new names
+    save_model(model, tmp_path / "again.npz")
+    assert load(tmp_path / "again.npz").get_params() == params
+
+
+def test_upgrade_params_renames_the_random_feature_count_and_budgets():
+    from fastkpca.transformers import RandomFourierFeatures
+
+    rf, auto = fastkpca.RandomFeatureKPCA, fastkpca.AutoKPCA
+    assert upgrade_params(rf, {"n_features": 40}) == {"n_random_features": 40}
+    assert upgrade_params(RandomFourierFeatures, {"n_features": 16}) == {"n_components": 16}
+    old = {"memory": "1G", "time": 60.0}
+    assert upgrade_params(auto, old) == {"memory_budget": "1G", "time_budget": 60.0}
+    assert upgrade_params(auto, {"memory_budget": "2G"}) == {"memory_budget": "2G"}

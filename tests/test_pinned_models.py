@@ -72,22 +72,22 @@ def _cases():
         return X
 
     return {
-        "rf_exact": (lambda: RandomFeatureKPCA(5, n_features=64, random_state=0), same),
-        "rf_exact_f32": (lambda: RandomFeatureKPCA(5, n_features=64, random_state=1), f32),
+        "rf_exact": (lambda: RandomFeatureKPCA(5, n_random_features=64, random_state=0), same),
+        "rf_exact_f32": (lambda: RandomFeatureKPCA(5, n_random_features=64, random_state=1), f32),
         "rf_exact_median": (
-            lambda: RandomFeatureKPCA(5, n_features=64, gamma="median", random_state=2),
+            lambda: RandomFeatureKPCA(5, n_random_features=64, gamma="median", random_state=2),
             same,
         ),
         "rf_countsketch": (
             lambda: RandomFeatureKPCA(
-                5, n_features=64, solver="countsketch", n_buckets=80, random_state=3
+                5, n_random_features=64, solver="countsketch", n_buckets=80, random_state=3
             ),
             same,
         ),
         "rf_countsketch_1pass_csr": (
             lambda: RandomFeatureKPCA(
                 5,
-                n_features=64,
+                n_random_features=64,
                 features="rff",
                 solver="countsketch",
                 n_buckets=80,
@@ -97,19 +97,19 @@ def _cases():
             csr,
         ),
         "rf_blocks": (
-            lambda: RandomFeatureKPCA(5, n_features=64, random_state=0),
+            lambda: RandomFeatureKPCA(5, n_random_features=64, random_state=0),
             lambda X: _blocks(X, 128),
         ),
         "streaming": (
-            lambda: StreamingKPCA(5, n_features=64, sketch_size=12, random_state=5),
+            lambda: StreamingKPCA(5, n_random_features=64, sketch_size=12, random_state=5),
             same,
         ),
         "streaming_f32": (
-            lambda: StreamingKPCA(5, n_features=64, sketch_size=12, random_state=6),
+            lambda: StreamingKPCA(5, n_random_features=64, sketch_size=12, random_state=6),
             f32,
         ),
         "streaming_blocks": (
-            lambda: StreamingKPCA(5, n_features=64, sketch_size=12, random_state=5),
+            lambda: StreamingKPCA(5, n_random_features=64, sketch_size=12, random_state=5),
             lambda X: _blocks(X, 100),
         ),
         "nystrom_uniform": (lambda: NystromKPCA(5, n_landmarks=50, random_state=7), same),

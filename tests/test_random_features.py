@@ -77,7 +77,7 @@ def test_equals_linear_pca_of_the_features(features, kernel, digits):
     # ~eps32 sqrt(rows) of the shifted moments; measured 3e-8), hence 1e-6 for them.
     tol = 1e-8 if features == "tensorsketch" else 1e-6
     est = RandomFeatureKPCA(
-        4, kernel=kernel, gamma=0.05, n_features=200, features=features, random_state=3
+        4, kernel=kernel, gamma=0.05, n_random_features=200, features=features, random_state=3
     ).fit(digits)
     Z = est.feature_map_(digits)
     pca = PCA(4, svd_solver="full").fit(Z)
@@ -93,9 +93,9 @@ def test_eigenvalues_on_the_gram_scale(digits):
     # orthogonal features the top-3 match ExactKPCA's within 2% (measured <= 0.8% over 4 seeds;
     # i.i.d. rff scatter ~5% at this m, which is why orf is used here).
     exact = ExactKPCA(3, gamma=0.05).fit(digits)
-    est = RandomFeatureKPCA(3, gamma=0.05, n_features=2000, features="orf", random_state=0).fit(
-        digits
-    )
+    est = RandomFeatureKPCA(
+        3, gamma=0.05, n_random_features=2000, features="orf", random_state=0
+    ).fit(digits)
     np.testing.assert_allclose(est.eigenvalues_, exact.eigenvalues_, rtol=0.02)
     T = est.transform(digits)
     # Training projections have column variances lambda / n, like KernelPCA's (to the float32
@@ -114,7 +114,7 @@ def test_embedding_error_falls_as_m_grows(digits):
     for m in (50, 200, 800, 3200):
         e = [
             embedding_error(
-                RandomFeatureKPCA(3, gamma=0.05, n_features=m, random_state=s)
+                RandomFeatureKPCA(3, gamma=0.05, n_random_features=m, random_state=s)
                 .fit(digits)
                 .transform(digits),
                 ref,
@@ -134,7 +134,9 @@ def _compare_with_sklearn(X, gamma, m, k, features, seeds):
     ours, theirs = [], []
     for s in seeds:
         T = (
-            RandomFeatureKPCA(k, gamma=gamma, n_features=m, features=features, random_state=s)
+            RandomFeatureKPCA(
+                k, gamma=gamma, n_random_features=m, features=features, random_state=s
+            )
             .fit(X)
             .transform(X)
         )
@@ -187,7 +189,7 @@ def test_countsketch_full_subspace_is_exact(digits):
     # has full column rank for t >= m here), so the Rayleigh-Ritz pass solves the exact problem:
     # identical to solver="exact" up to round-off (same seed, same features; float32 features
     # and block products: measured 6e-8).
-    kw = dict(n_components=4, gamma=0.05, n_features=60, random_state=1)
+    kw = dict(n_components=4, gamma=0.05, n_random_features=60, random_state=1)
     ex = RandomFeatureKPCA(**kw).fit(digits)
     cs = RandomFeatureKPCA(solver="countsketch", n_buckets=300, oversamples=56, **kw).fit(digits)
     np.testing.assert_allclose(cs.eigenvalues_, ex.eigenvalues_, rtol=1e-6)
@@ -202,7 +204,7 @@ def test_countsketch_close_to_exact():
     rng = np.random.default_rng(0)
     X = _digits(1797)
     X = np.vstack([X, X + 0.02 * rng.standard_normal(X.shape)])  # n = 3594
-    kw = dict(n_components=5, gamma=0.05, n_features=1000, random_state=2)
+    kw = dict(n_components=5, gamma=0.05, n_random_features=1000, random_state=2)
     ex = RandomFeatureKPCA(**kw).fit(X)
     two = RandomFeatureKPCA(solver="countsketch", n_buckets=800, **kw).fit(X)
     one = RandomFeatureKPCA(solver="countsketch", n_buckets=800, n_passes=1, **kw).fit(X)
@@ -221,7 +223,7 @@ def test_countsketch_sparse_input_and_blocking():
     kw = dict(
         n_components=3,
         gamma=0.5,
-        n_features=100,
+        n_random_features=100,
         solver="countsketch",
         n_buckets=64,
         n_passes=1,
@@ -236,12 +238,14 @@ def test_countsketch_sparse_input_and_blocking():
 
 
 def test_countsketch_two_passes_need_reiterable_source(digits):
-    est = RandomFeatureKPCA(2, n_features=20, solver="countsketch", random_state=0)
+    est = RandomFeatureKPCA(2, n_random_features=20, solver="countsketch", random_state=0)
     with pytest.raises(ValueError, match="one-shot iterator"):
         est.fit(iter([digits[:300], digits[300:]]))
     # a list can be read twice
     est.fit([digits[:300], digits[300:]])
-    ref = RandomFeatureKPCA(2, n_features=20, solver="countsketch", random_state=0).fit(digits)
+    ref = RandomFeatureKPCA(2, n_random_features=20, solver="countsketch", random_state=0).fit(
+        digits
+    )
     # float32 features whose rounding depends on the row chunks (the blocks here).
     np.testing.assert_allclose(est.eigenvalues_, ref.eigenvalues_, rtol=1e-6)
 
@@ -255,7 +259,7 @@ def test_fit_on_blocks_equals_fit_on_array(features, digits):
     # accumulation shift (first block's mean) and the summation order differ, so results agree
     # to round-off of the shifted second moments: float32 features, whose rounding depends on
     # the row chunks, and float32 block products (~eps32 sqrt(rows)), hence 1e-6.
-    kw = dict(n_components=4, n_features=128, features=features, random_state=7)
+    kw = dict(n_components=4, n_random_features=128, features=features, random_state=7)
     a = RandomFeatureKPCA(**kw).fit(digits)
     blocks = [digits[:37], digits[37:300], digits[300:301], digits[301:]]
     for source in (blocks, iter(blocks), (b for b in blocks)):
@@ -269,7 +273,7 @@ def test_float32_stays_float32(digits):
     # float32 features, float32 block products summed in float64 around a shift: eigenvalues
     # within 1e-4 of the float64 fit (float32 round-off is 6e-8 per product; blocked sums and
     # phases ~ O(10) give ~1e-5 observed), projections within 1e-3 of their scale.
-    kw = dict(n_components=5, gamma=0.05, n_features=300, random_state=0)
+    kw = dict(n_components=5, gamma=0.05, n_random_features=300, random_state=0)
     e64 = RandomFeatureKPCA(**kw).fit(digits)
     e32 = RandomFeatureKPCA(**kw).fit(digits.astype(np.float32))
     T32 = e32.transform(digits.astype(np.float32))
@@ -282,7 +286,9 @@ def test_float32_stays_float32(digits):
 def test_sparse_input_equals_dense():
     X = sp.random(300, 40, density=0.2, format="csr", random_state=1)
     for features in ("rff", "fastfood"):
-        kw = dict(n_components=3, gamma=0.3, n_features=64, features=features, random_state=0)
+        kw = dict(
+            n_components=3, gamma=0.3, n_random_features=64, features=features, random_state=0
+        )
         a = RandomFeatureKPCA(**kw).fit(X)
         b = RandomFeatureKPCA(**kw).fit(X.toarray())
         # float32 features from float64 sparse phases and float32 dense ones: ~1e-7 apart.
@@ -291,9 +297,9 @@ def test_sparse_input_equals_dense():
 
 
 def test_same_seed_same_model_and_shared_draw(digits):
-    a = RandomFeatureKPCA(3, n_features=50, random_state=11).fit(digits)
-    b = RandomFeatureKPCA(3, n_features=50, random_state=11).fit(digits)
-    c = RandomFeatureKPCA(3, n_features=50, random_state=12).fit(digits)
+    a = RandomFeatureKPCA(3, n_random_features=50, random_state=11).fit(digits)
+    b = RandomFeatureKPCA(3, n_random_features=50, random_state=11).fit(digits)
+    c = RandomFeatureKPCA(3, n_random_features=50, random_state=12).fit(digits)
     np.testing.assert_array_equal(a.transform(digits), b.transform(digits))
     assert not np.allclose(np.abs(a.transform(digits)), np.abs(c.transform(digits)))
     # The documented draw (shared with StreamingKPCA): one integer for the kernel, then the map.
@@ -321,8 +327,8 @@ def test_default_n_features_and_components(digits):
         (dict(features="bogus"), "features must be 'auto' or one of"),
         (dict(solver="bogus"), "solver must be one of"),
         (dict(n_passes=3), "n_passes"),
-        (dict(n_features=0), "n_features"),
-        (dict(n_components=50, n_features=40), "n_components=50"),
+        (dict(n_random_features=0), "n_random_features"),
+        (dict(n_components=50, n_random_features=40), "n_components=50"),
         (dict(n_components=0), "n_components"),
         (dict(solver="countsketch", n_buckets=3, n_components=5), "n_components=5"),
     ],
@@ -336,17 +342,17 @@ def test_bad_data(digits):
     bad = digits.copy()
     bad[3, 4] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        RandomFeatureKPCA(n_features=20).fit(bad)
+        RandomFeatureKPCA(n_random_features=20).fit(bad)
     with pytest.raises(ValueError, match="NaN"):
-        RandomFeatureKPCA(n_features=20).fit([digits[:10], bad])
+        RandomFeatureKPCA(n_random_features=20).fit([digits[:10], bad])
     bad[3, 4] = np.inf
     with pytest.raises(ValueError, match="infinity"):
-        RandomFeatureKPCA(n_features=20).fit([bad])
+        RandomFeatureKPCA(n_random_features=20).fit([bad])
     with pytest.raises(ValueError, match="features"):
-        RandomFeatureKPCA(n_features=20).fit([digits[:10], digits[:10, :5]])
+        RandomFeatureKPCA(n_random_features=20).fit([digits[:10], digits[:10, :5]])
     with pytest.raises(ValueError, match="empty"):
-        RandomFeatureKPCA(n_features=20).fit(iter([]))
-    est = RandomFeatureKPCA(2, n_features=20).fit(digits)
+        RandomFeatureKPCA(n_random_features=20).fit(iter([]))
+    est = RandomFeatureKPCA(2, n_random_features=20).fit(digits)
     with pytest.raises(ValueError, match="features"):
         est.transform(digits[:, :5])
     with pytest.raises(NotFittedError):
@@ -355,8 +361,8 @@ def test_bad_data(digits):
 
 @parametrize_with_checks(
     [
-        RandomFeatureKPCA(n_features=64, random_state=0),
-        RandomFeatureKPCA(n_features=64, solver="countsketch", n_buckets=64, random_state=0),
+        RandomFeatureKPCA(n_random_features=64, random_state=0),
+        RandomFeatureKPCA(n_random_features=64, solver="countsketch", n_buckets=64, random_state=0),
     ]
 )
 def test_sklearn_compatible(estimator, check):
@@ -398,7 +404,7 @@ def test_save_and_load(features, kernel, solver, digits, tmp_path):
     except (ImportError, AttributeError):  # pragma: no cover - io not there yet
         pytest.skip("fastkpca.load not available")
     est = RandomFeatureKPCA(
-        3, kernel=kernel, features=features, n_features=64, solver=solver, random_state=0
+        3, kernel=kernel, features=features, n_random_features=64, solver=solver, random_state=0
     ).fit(digits)
     path = tmp_path / "model.fkpca"
     est.save(path)
@@ -586,8 +592,10 @@ def test_random_feature_kpca_over_namespaces(case, noisy13, namespace):
     dtype = np.float32 if case.endswith("float32") else np.float64
     X, X_new = X.astype(dtype), X_new.astype(dtype)
     kw = {"gamma": 0.05, **ESTIMATOR_CASES[case]}
-    host = RandomFeatureKPCA(4, n_features=128, random_state=0, **kw).fit(X)
-    other = RandomFeatureKPCA(4, n_features=128, random_state=0, **kw).fit(namespace.to_ns(X))
+    host = RandomFeatureKPCA(4, n_random_features=128, random_state=0, **kw).fit(X)
+    other = RandomFeatureKPCA(4, n_random_features=128, random_state=0, **kw).fit(
+        namespace.to_ns(X)
+    )
     assert other.solver_ == host.solver_
     for name in ("mean_", "components_", "eigenvalues_"):
         assert namespace.is_native(getattr(other, name)), name
@@ -607,7 +615,7 @@ def test_random_feature_kpca_tol_over_namespaces(noisy13, namespace):
     kw = dict(gamma=0.05, tol=0.5, random_state=0)
     host = RandomFeatureKPCA(3, **kw).fit(X)
     other = RandomFeatureKPCA(3, **kw).fit(namespace.to_ns(X))
-    assert other.n_features_ == host.n_features_
+    assert other.n_random_features_ == host.n_random_features_
     assert namespace.is_native(other.components_)
     Z = other.transform(namespace.to_ns(X_new))
     assert rel_err(host.transform(X_new), namespace.from_ns(Z)) < MODEL_RTOL
@@ -657,7 +665,9 @@ def test_feature_blocks_off_the_host_use_device_chunks(noisy13, namespace, monke
 
 def test_model_fitted_off_the_host_saves_and_transforms_host_rows(noisy13, namespace, tmp_path):
     X, X_new = noisy13
-    other = RandomFeatureKPCA(4, n_features=128, gamma=0.05, random_state=0).fit(namespace.to_ns(X))
+    other = RandomFeatureKPCA(4, n_random_features=128, gamma=0.05, random_state=0).fit(
+        namespace.to_ns(X)
+    )
     other.save(tmp_path / "rf.npz")
     loaded = fastkpca.load(tmp_path / "rf.npz")
     # host features of the same map against the other namespace's: float32 feature rounding
@@ -697,7 +707,7 @@ def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):
         seen["parts"] = parts
 
     monkeypatch.setattr(random_features, "require_memory_parts", spy)
-    est = RandomFeatureKPCA(3, n_features=512, solver="randomized", random_state=0)
+    est = RandomFeatureKPCA(3, n_random_features=512, solver="randomized", random_state=0)
     est._require_fit_memory(5, 2000)
     ((nbytes, what),) = seen["parts"]
     assert "(8 threads)" in what  # ceil(2000 / 256) row chunks
@@ -721,7 +731,7 @@ def test_cuda_features_equal_cpu_tensors(kind, noisy13):
 def test_cuda_random_feature_kpca_equals_cpu_tensors(solver, noisy13):
     torch = pytest.importorskip("torch")
     X, X_new = (torch.from_numpy(a) for a in noisy13)
-    kw = dict(n_features=128, gamma=0.05, solver=solver, n_buckets=60, random_state=0)
+    kw = dict(n_random_features=128, gamma=0.05, solver=solver, n_buckets=60, random_state=0)
     cpu = RandomFeatureKPCA(4, **kw).fit(X)
     gpu = RandomFeatureKPCA(4, **kw).fit(X.cuda())
     assert gpu.components_.device.type == "cuda"

@@ -22,7 +22,7 @@ def test_sketch_covering_all_features_is_exact(digits):
     # the covariance itself (Tropp et al., rank <= q) and the solver is exact up to the float32
     # block products (~eps32 sqrt(rows) of the shifted moments) and the stability shift
     # (sqrt(m) eps32 ||Y||): measured 2e-7.
-    kw = dict(n_components=4, gamma=0.05, n_features=40, random_state=1)
+    kw = dict(n_components=4, gamma=0.05, n_random_features=40, random_state=1)
     ex = RandomFeatureKPCA(**kw).fit(digits)
     rnd = RandomFeatureKPCA(solver="randomized", oversamples=40, **kw).fit(digits)
     np.testing.assert_allclose(rnd.eigenvalues_, ex.eigenvalues_, rtol=1e-5)
@@ -48,7 +48,7 @@ def test_close_to_exact_on_data():
     X_train, X_eval = X[:4000], X[4000:]
     gamma = 1.0 / 100
     for seed in range(2):  # (3 seeds measured; 2 keep the test short)
-        kw = dict(n_components=5, gamma=gamma, n_features=600, random_state=seed)
+        kw = dict(n_components=5, gamma=gamma, n_random_features=600, random_state=seed)
         ex = RandomFeatureKPCA(solver="exact", **kw).fit(X_train)
         rnd = RandomFeatureKPCA(solver="randomized", **kw).fit(X_train)
         assert np.all(rnd.eigenvalues_ <= ex.eigenvalues_ * (1 + 1e-6))
@@ -68,7 +68,9 @@ def test_one_pass_blocks_and_streams_equal_the_array(digits):
     # One pass: a one-shot generator works.  The sketches of the blocks merge by the pairwise
     # update; only the summation order and the chunk-dependent float32 rounding of the features
     # differ (measured 1e-7).
-    kw = dict(n_components=3, gamma=0.05, n_features=128, solver="randomized", random_state=4)
+    kw = dict(
+        n_components=3, gamma=0.05, n_random_features=128, solver="randomized", random_state=4
+    )
     a = RandomFeatureKPCA(**kw).fit(digits)
     blocks = [digits[:37], digits[37:300], digits[300:301], digits[301:]]
     for source in (blocks, (b for b in blocks)):
@@ -80,7 +82,9 @@ def test_one_pass_blocks_and_streams_equal_the_array(digits):
 
 def test_dask_equals_array(digits):
     da = pytest.importorskip("dask.array")
-    kw = dict(n_components=3, gamma=0.05, n_features=128, solver="randomized", random_state=4)
+    kw = dict(
+        n_components=3, gamma=0.05, n_random_features=128, solver="randomized", random_state=4
+    )
     a = RandomFeatureKPCA(**kw).fit(digits)
     b = RandomFeatureKPCA(**kw).fit(da.from_array(digits, chunks=(150, -1)))
     np.testing.assert_allclose(b.eigenvalues_, a.eigenvalues_, rtol=1e-5)  # as above
@@ -89,7 +93,7 @@ def test_dask_equals_array(digits):
 
 def test_same_features_as_exact_solver(digits):
     # The test matrix is drawn after the features: both solvers share the map.
-    kw = dict(n_components=2, n_features=64, random_state=9)
+    kw = dict(n_components=2, n_random_features=64, random_state=9)
     ex = RandomFeatureKPCA(**kw).fit(digits)
     rnd = RandomFeatureKPCA(solver="randomized", **kw).fit(digits)
     np.testing.assert_array_equal(ex.feature_map_.frequencies, rnd.feature_map_.frequencies)
@@ -98,7 +102,9 @@ def test_same_features_as_exact_solver(digits):
 
 
 def test_float32_input(digits):
-    kw = dict(n_components=3, gamma=0.05, n_features=100, solver="randomized", random_state=0)
+    kw = dict(
+        n_components=3, gamma=0.05, n_random_features=100, solver="randomized", random_state=0
+    )
     a = RandomFeatureKPCA(**kw).fit(digits)
     b = RandomFeatureKPCA(**kw).fit(digits.astype(np.float32))
     assert b.transform(digits.astype(np.float32)).dtype == np.float32
@@ -118,18 +124,18 @@ def test_auto_solver_choice():
     # a stream of unknown length counts as large; a float n_components needs every eigenvalue.
     X = make_random_noisy(6000, 20, signal_dim=5, random_state=0)
     kw = dict(n_components=3, gamma=0.05, random_state=0)
-    small = RandomFeatureKPCA(n_features=200, **kw).fit(X[:500])  # 1e7 flops
+    small = RandomFeatureKPCA(n_random_features=200, **kw).fit(X[:500])  # 1e7 flops
     assert small.solver == "auto" and small.solver_ == "exact"
-    big = RandomFeatureKPCA(n_features=1000, **kw).fit(X)  # 3e9 flops, q = 16 <= 250
+    big = RandomFeatureKPCA(n_random_features=1000, **kw).fit(X)  # 3e9 flops, q = 16 <= 250
     assert big.solver_ == "randomized"
-    stream = RandomFeatureKPCA(n_features=200, **kw).fit(iter([X[:300], X[300:500]]))
+    stream = RandomFeatureKPCA(n_random_features=200, **kw).fit(iter([X[:300], X[300:500]]))
     assert stream.solver_ == "randomized"  # n unknown up front; 200 >= 4 * 16
-    narrow = RandomFeatureKPCA(n_features=40, **kw).fit(iter([X[:300], X[300:500]]))
+    narrow = RandomFeatureKPCA(n_random_features=40, **kw).fit(iter([X[:300], X[300:500]]))
     assert narrow.solver_ == "exact"  # 40 < 4 * 16
-    fraction = RandomFeatureKPCA(n_components=0.5, gamma=0.05, n_features=1000).fit(X)
+    fraction = RandomFeatureKPCA(n_components=0.5, gamma=0.05, n_random_features=1000).fit(X)
     assert fraction.solver_ == "exact"
     for name, model in [("exact", small), ("randomized", big)]:
-        explicit = RandomFeatureKPCA(n_features=model.n_output_features_, solver=name, **kw)
+        explicit = RandomFeatureKPCA(n_random_features=model.n_output_features_, solver=name, **kw)
         explicit.fit(X if model is big else X[:500])
         assert explicit.solver_ == name
         np.testing.assert_allclose(explicit.eigenvalues_, model.eigenvalues_, rtol=1e-6)
@@ -143,7 +149,9 @@ def test_fused_statistic_equals_the_sketch_of_formed_features(digits):
     from fastkpca.statistics.covariance_sketch import scatter_sketch, test_matrix
     from fastkpca.statistics.feature_moments import feature_scatter_sketch, feature_shift
 
-    fmap = RandomFeatureKPCA(n_features=64, gamma=0.05, random_state=3).fit(digits).feature_map_
+    fmap = (
+        RandomFeatureKPCA(n_random_features=64, gamma=0.05, random_state=3).fit(digits).feature_map_
+    )
     T = test_matrix(64, 8, 0)
     blocks = [(s, digits[s : s + 250]) for s in range(0, 600, 250)]
     fused = feature_scatter_sketch(blocks, fmap, T, feature_shift(digits, fmap))

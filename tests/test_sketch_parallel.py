@@ -152,7 +152,7 @@ def test_split_independent_of_blocking_and_threads(rng):
 
 def test_streaming_partial_fit_equals_fit_across_parallel_sketches():
     X = make_random_noisy(3000, 20, signal_dim=5, random_state=0)
-    params = dict(gamma=1 / 40, n_features=100, sketch_size=8, random_state=5)
+    params = dict(gamma=1 / 40, n_random_features=100, sketch_size=8, random_state=5)
     full = StreamingKPCA(3, **params).fit(X)
     part = StreamingKPCA(3, **params)
     for s in range(0, 3000, 700):
@@ -171,7 +171,7 @@ def test_streaming_partial_fit_equals_fit_across_parallel_sketches():
 
 def test_streaming_bounds_bracket_exact_solver_with_parallel_sketches():
     X = make_random_noisy(5000, 20, signal_dim=5, random_state=1)
-    params = dict(gamma=1 / 40, n_features=150, features="rff", random_state=2)
+    params = dict(gamma=1 / 40, n_random_features=150, features="rff", random_state=2)
     exact = RandomFeatureKPCA(5, solver="exact", **params).fit(X)
     model = StreamingKPCA(5, sketch_size=10, **params).fit(X)
     assert model.sketch_.total_shrinkage > 0
@@ -187,7 +187,7 @@ def test_loaded_model_continues_from_merged_sketch(tmp_path):
     from fastkpca.io import load_model, save_model
 
     X = make_random_noisy(4000, 20, signal_dim=5, random_state=0)
-    params = dict(gamma=1 / 40, n_features=80, sketch_size=8, random_state=5)
+    params = dict(gamma=1 / 40, n_random_features=80, sketch_size=8, random_state=5)
     model = StreamingKPCA(3, **params).partial_fit(X[:2500])
     save_model(model, tmp_path / "m.npz")
     loaded = load_model(tmp_path / "m.npz").partial_fit(X[2500:])

@@ -118,7 +118,7 @@ def test_inverse_error_falls_with_model_size(X, X_test):
             RandomFeatureKPCA(
                 3,
                 gamma=GAMMA,
-                n_features=2000,
+                n_random_features=2000,
                 n_inverse_samples=s,
                 fit_inverse_transform=True,
                 random_state=0,
@@ -145,11 +145,11 @@ def test_inverse_error_falls_with_model_size(X, X_test):
 
 
 def test_streaming_inverse_transform_equals_random_features(X, X_test):
-    # With sketch_size >= n_features StreamingKPCA is RandomFeatureKPCA; the anchors are drawn
+    # With sketch_size >= n_random_features StreamingKPCA is RandomFeatureKPCA; the anchors are
     # with the same rule and seed, so the pre-images agree up to round-off (1e-13 with float64
     # features; the float32 features of fastkpca.features and RandomFeatureKPCA's float32 block
     # products give ~1e-7 of the pre-images' scale ~0.2, measured 7e-8).
-    kw = dict(gamma=GAMMA, n_features=100, fit_inverse_transform=True, random_state=0)
+    kw = dict(gamma=GAMMA, n_random_features=100, fit_inverse_transform=True, random_state=0)
     rf = RandomFeatureKPCA(3, n_inverse_samples=50, **kw).fit(X)
     st = StreamingKPCA(3, sketch_size=100, n_inverse_samples=50, **kw).fit(X)
     T = rf.transform(X_test)
@@ -206,7 +206,7 @@ def test_explained_variance_ratio_matches_sklearn(X):
 
 APPROX_TRACE = [
     (NystromKPCA, {"n_landmarks": 50}),
-    (RandomFeatureKPCA, {"n_features": 400, "features": "rff"}),
+    (RandomFeatureKPCA, {"n_random_features": 400, "features": "rff"}),
     (SparsifiedKPCA, {"sample_prob": 0.3}),
 ]
 
@@ -230,7 +230,7 @@ def test_total_variance_estimate_within_stated_error(cls, params, X):
 
 def test_streaming_total_variance_equals_random_features(X):
     # Same features and the same mean: the same estimate and error (round-off of the sums).
-    kw = dict(gamma=GAMMA, n_features=100, random_state=0)
+    kw = dict(gamma=GAMMA, n_random_features=100, random_state=0)
     rf = RandomFeatureKPCA(3, **kw).fit(X)
     st = StreamingKPCA(3, sketch_size=100, **kw).fit(X)
     assert st.total_variance_ == pytest.approx(rf.total_variance_, rel=1e-10)
@@ -247,7 +247,7 @@ def test_mean_embedding_probe(X):
 
 
 def test_ratio_unavailable_is_an_attribute_error(X):
-    model = StreamingKPCA(2, kernel="polynomial", n_features=64, random_state=0).fit(X)
+    model = StreamingKPCA(2, kernel="polynomial", n_random_features=64, random_state=0).fit(X)
     assert not hasattr(model, "explained_variance_ratio_")
 
 
@@ -269,7 +269,7 @@ def test_float_n_components_exact(fraction, X):
     "cls, params",
     [
         (NystromKPCA, {"n_landmarks": 100}),
-        (RandomFeatureKPCA, {"n_features": 300}),
+        (RandomFeatureKPCA, {"n_random_features": 300}),
         (ReducedSetKPCA, {}),
         (SparsifiedKPCA, {"sample_prob": 1.0}),
     ],
@@ -392,13 +392,17 @@ def test_submodules_are_lazy_attributes():
 def test_float_n_components_streaming(X, X_test):
     """StreamingKPCA keeps the fewest of its sketch's top eigenpairs that reach the fraction of
     the estimated trace; the result is the integer-k model with the same sketch."""
-    model = StreamingKPCA(0.6, gamma=GAMMA, n_features=300, sketch_size=40, random_state=0).fit(X)
+    model = StreamingKPCA(
+        0.6, gamma=GAMMA, n_random_features=300, sketch_size=40, random_state=0
+    ).fit(X)
     k = model.n_components_
     ratio = np.cumsum(model.explained_variance_ratio_)
     assert ratio.size == k and ratio[-1] >= 0.6 and (k == 1 or ratio[-2] < 0.6)
     assert model.eigenvalue_bounds_.shape == (2, k)
     assert model.transform(X_test).shape == (X_test.shape[0], k)
-    ref = StreamingKPCA(k, gamma=GAMMA, n_features=300, sketch_size=40, random_state=0).fit(X)
+    ref = StreamingKPCA(k, gamma=GAMMA, n_random_features=300, sketch_size=40, random_state=0).fit(
+        X
+    )
     # the same sketch and eigenproblem, k of its eigenpairs: agreement to round-off
     np.testing.assert_allclose(model.eigenvalues_, ref.eigenvalues_, rtol=1e-9)
     np.testing.assert_allclose(model.transform(X_test), ref.transform(X_test), atol=1e-9)

@@ -41,13 +41,13 @@ GAMMA = 1.0 / 40  # 1 / (2 d): a bandwidth at the scale of the RandomNoisy point
 # --------------------------------------------------------------------------------------------
 # contract
 # --------------------------------------------------------------------------------------------
-@parametrize_with_checks([StreamingKPCA(n_features=40, sketch_size=8, random_state=0)])
+@parametrize_with_checks([StreamingKPCA(n_random_features=40, sketch_size=8, random_state=0)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
 
 # --------------------------------------------------------------------------------------------
-# exact limit: sketch_size >= n_features never shrinks, so SKPCA is RNCA
+# exact limit: sketch_size >= n_random_features never shrinks, so SKPCA is RNCA
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "features, kernel",
@@ -65,7 +65,7 @@ def test_exact_limit_equals_random_feature_kpca(noisy, features, kernel):
         n_components=6,
         kernel=kernel,
         gamma=GAMMA,
-        n_features=160,
+        n_random_features=160,
         features=features,
         random_state=4,
     )
@@ -80,7 +80,7 @@ def test_exact_limit_equals_random_feature_kpca(noisy, features, kernel):
     # The features themselves are float32 (Fourier and Fastfood maps), computed in chunks cut
     # differently by the two fits (each sketch thread computes its own rows), and summed with
     # float32 partial sums of 16 rows: the means agree to float32 rounding of features of size
-    # <= sqrt(2 / n_features) ~ 0.11, i.e. ~1e-8, not to float64's.
+    # <= sqrt(2 / n_random_features) ~ 0.11, i.e. ~1e-8, not to float64's.
     np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=0, atol=1e-7)
 
 
@@ -92,7 +92,7 @@ def test_exact_limit_matches_kernel_pca_as_features_grow(noisy):
     exact = ExactKPCA(5, gamma=GAMMA).fit(X)
     errs = [
         embedding_error(
-            StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=m, random_state=0)
+            StreamingKPCA(5, gamma=GAMMA, n_random_features=m, sketch_size=m, random_state=0)
             .fit(X)
             .transform(X),
             exact.transform(X),
@@ -110,7 +110,9 @@ def test_exact_limit_matches_kernel_pca_as_features_grow(noisy):
 @pytest.mark.parametrize("ell", [3, 8, 20])
 def test_centered_covariance_within_fd_bound(noisy, ell):
     X = noisy[:600]
-    model = StreamingKPCA(3, gamma=GAMMA, n_features=120, sketch_size=ell, random_state=1).fit(X)
+    model = StreamingKPCA(
+        3, gamma=GAMMA, n_random_features=120, sketch_size=ell, random_state=1
+    ).fit(X)
     Z = model.feature_map_(X)
     Zc = Z - Z.mean(axis=0)
     B = model.sketch_.sketch()
@@ -141,7 +143,7 @@ def test_compensation_removes_eigenvalue_bias():
     10 %, shrinkage 0.67 lambda_1: the top directions mostly stay in the sketch, and their
     tracked loss is exact)."""
     X = make_random_noisy(4000, 50, signal_dim=20, random_state=0)
-    kw = dict(gamma=0.02, n_features=300, features="rff", random_state=0)
+    kw = dict(gamma=0.02, n_random_features=300, features="rff", random_state=0)
     rnca = RandomFeatureKPCA(5, **kw).fit(X)
     sk = StreamingKPCA(5, sketch_size=15, **kw).fit(X)
     assert sk.sketch_.total_shrinkage > 0.5 * rnca.eigenvalues_[0]
@@ -167,12 +169,12 @@ def test_accuracy_improves_with_sketch_size(noisy):
     X = noisy
     exact = ExactKPCA(5, gamma=GAMMA).fit(X)
     Te = exact.transform(X)
-    rnca = RandomFeatureKPCA(5, gamma=GAMMA, n_features=600, random_state=2).fit(X)
+    rnca = RandomFeatureKPCA(5, gamma=GAMMA, n_random_features=600, random_state=2).fit(X)
     errs, eig_errs = [], []
     for ell in (5, 8, 15, 40):
-        model = StreamingKPCA(5, gamma=GAMMA, n_features=600, sketch_size=ell, random_state=2).fit(
-            X
-        )
+        model = StreamingKPCA(
+            5, gamma=GAMMA, n_random_features=600, sketch_size=ell, random_state=2
+        ).fit(X)
         errs.append(embedding_error(model.transform(X), Te))
         eig_errs.append(np.max(np.abs(model.eigenvalues_ / rnca.eigenvalues_ - 1)))
     # ell = k is too small (FD shrinks every direction by the tail); ell of a few k is as good
@@ -189,7 +191,7 @@ def test_accuracy_improves_with_features(noisy):
     Te = ExactKPCA(5, gamma=GAMMA).fit(X).transform(X)
     errs = [
         embedding_error(
-            StreamingKPCA(5, gamma=GAMMA, n_features=m, sketch_size=30, random_state=3)
+            StreamingKPCA(5, gamma=GAMMA, n_random_features=m, sketch_size=30, random_state=3)
             .fit(X)
             .transform(X),
             Te,
@@ -207,8 +209,10 @@ def test_accuracy_improves_with_features(noisy):
 @pytest.mark.parametrize("sizes", [[3, 1, 2, 500], [37] * 10, [400, 1], [8 * 3, 8 * 5, 100]])
 def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
     X = noisy[:600]
-    full = StreamingKPCA(3, gamma=GAMMA, n_features=100, sketch_size=8, random_state=5).fit(X)
-    part = StreamingKPCA(3, gamma=GAMMA, n_features=100, sketch_size=8, random_state=5)
+    full = StreamingKPCA(3, gamma=GAMMA, n_random_features=100, sketch_size=8, random_state=5).fit(
+        X
+    )
+    part = StreamingKPCA(3, gamma=GAMMA, n_random_features=100, sketch_size=8, random_state=5)
     start = 0
     for s in sizes:
         assert part.partial_fit(X[start : start + s]) is part
@@ -227,22 +231,24 @@ def test_partial_fit_any_blocking_equals_fit(noisy, sizes):
 
 def test_fit_on_block_iterables(noisy):
     X = noisy[:500]
-    ref = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(X)
+    ref = StreamingKPCA(4, gamma=GAMMA, n_random_features=80, sketch_size=10, random_state=6).fit(X)
     gen = (X[i : i + 64] for i in range(0, 500, 64))
-    model = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(gen)
+    model = StreamingKPCA(4, gamma=GAMMA, n_random_features=80, sketch_size=10, random_state=6).fit(
+        gen
+    )
     assert model.n_samples_seen_ == 500 and model.n_features_in_ == 20
     # float32 features whose rounding depends on the blocking (see the test above).
     assert rel(model.transform(X), ref.transform(X)) < 1e-6
     # A list of blocks, some CSR, gives the same model.
     blocks = [X[:100], sp.csr_matrix(X[100:300]), X[300:]]
-    model2 = StreamingKPCA(4, gamma=GAMMA, n_features=80, sketch_size=10, random_state=6).fit(
-        blocks
-    )
+    model2 = StreamingKPCA(
+        4, gamma=GAMMA, n_random_features=80, sketch_size=10, random_state=6
+    ).fit(blocks)
     assert rel(model2.transform(X), ref.transform(X)) < 1e-6
 
 
 def test_refit_resets(noisy):
-    model = StreamingKPCA(2, gamma=GAMMA, n_features=50, sketch_size=6, random_state=0)
+    model = StreamingKPCA(2, gamma=GAMMA, n_random_features=50, sketch_size=6, random_state=0)
     model.fit(noisy[:300])
     first = model.transform(noisy[:50])
     model.partial_fit(noisy[300:600])
@@ -257,7 +263,7 @@ def test_refit_resets(noisy):
 # --------------------------------------------------------------------------------------------
 def test_merge_exact_regime_equals_single_fit(noisy):
     X = noisy[:600]
-    kw = dict(n_components=4, gamma=GAMMA, n_features=60, sketch_size=60, random_state=7)
+    kw = dict(n_components=4, gamma=GAMMA, n_random_features=60, sketch_size=60, random_state=7)
     a = StreamingKPCA(**kw).fit(X[:250])
     b = StreamingKPCA(**kw).fit(X[250:])
     merged = a.merge(b)
@@ -269,7 +275,7 @@ def test_merge_exact_regime_equals_single_fit(noisy):
 
 def test_merge_tree_keeps_fd_bound(noisy):
     X = noisy
-    kw = dict(n_components=3, gamma=GAMMA, n_features=100, sketch_size=10, random_state=8)
+    kw = dict(n_components=3, gamma=GAMMA, n_random_features=100, sketch_size=10, random_state=8)
     models = [StreamingKPCA(**kw).fit(P) for P in np.array_split(X, 4)]
     merged = models[0].merge(models[1]).merge(models[2].merge(models[3]))
     assert merged.n_samples_seen_ == len(X)
@@ -291,21 +297,31 @@ def test_merge_tree_keeps_fd_bound(noisy):
 
 def test_merge_errors(noisy):
     X = noisy[:200]
-    a = StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=1).fit(X)
+    a = StreamingKPCA(2, gamma=GAMMA, n_random_features=30, sketch_size=5, random_state=1).fit(X)
     with pytest.raises(ValueError, match="different parameters.*sketch_size"):
-        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=6, random_state=1).fit(X))
+        a.merge(
+            StreamingKPCA(2, gamma=GAMMA, n_random_features=30, sketch_size=6, random_state=1).fit(
+                X
+            )
+        )
     with pytest.raises(ValueError, match="random_state"):
-        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=2).fit(X))
-    unseeded = dict(n_components=2, gamma=GAMMA, n_features=30, sketch_size=5)
+        a.merge(
+            StreamingKPCA(2, gamma=GAMMA, n_random_features=30, sketch_size=5, random_state=2).fit(
+                X
+            )
+        )
+    unseeded = dict(n_components=2, gamma=GAMMA, n_random_features=30, sketch_size=5)
     with pytest.raises(ValueError, match="different random features"):
         StreamingKPCA(**unseeded).fit(X).merge(StreamingKPCA(**unseeded).fit(X))
     with pytest.raises(ValueError, match="different random features"):  # data-dependent gamma
-        kw = dict(n_components=2, gamma="scale", n_features=30, sketch_size=5, random_state=1)
+        kw = dict(
+            n_components=2, gamma="scale", n_random_features=30, sketch_size=5, random_state=1
+        )
         StreamingKPCA(**kw).fit(X).merge(StreamingKPCA(**kw).fit(3 * X))
     with pytest.raises(NotFittedError):
-        a.merge(StreamingKPCA(2, gamma=GAMMA, n_features=30, sketch_size=5, random_state=1))
+        a.merge(StreamingKPCA(2, gamma=GAMMA, n_random_features=30, sketch_size=5, random_state=1))
     with pytest.raises(ValueError, match="StreamingKPCA"):
-        a.merge(RandomFeatureKPCA(2, gamma=GAMMA, n_features=30, random_state=1).fit(X))
+        a.merge(RandomFeatureKPCA(2, gamma=GAMMA, n_random_features=30, random_state=1).fit(X))
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,7 +329,7 @@ def test_merge_errors(noisy):
 # --------------------------------------------------------------------------------------------
 def test_float32_in_float32_out(noisy):
     X = noisy[:400]
-    kw = dict(n_components=3, gamma=GAMMA, n_features=80, sketch_size=12, random_state=9)
+    kw = dict(n_components=3, gamma=GAMMA, n_random_features=80, sketch_size=12, random_state=9)
     m64 = StreamingKPCA(**kw).fit(X)
     m32 = StreamingKPCA(**kw).fit(X.astype(np.float32))
     T32 = m32.transform(X.astype(np.float32))
@@ -331,16 +347,16 @@ def test_defaults_and_caps(noisy):
     model = StreamingKPCA(random_state=0).fit(X)
     assert model.n_components_ == 10
     assert model.sketch_.sketch_size == 50 and model.n_output_features_ == 1000
-    assert StreamingKPCA(40, n_features=100, random_state=0).fit(X).sketch_.sketch_size == 80
-    small = StreamingKPCA(sketch_size=4, n_features=20, random_state=0).fit(X)
+    assert StreamingKPCA(40, n_random_features=100, random_state=0).fit(X).sketch_.sketch_size == 80
+    small = StreamingKPCA(sketch_size=4, n_random_features=20, random_state=0).fit(X)
     assert small.n_components_ == 4  # capped by the sketch
-    tiny = StreamingKPCA(n_features=20, random_state=0).fit(X[:3])
+    tiny = StreamingKPCA(n_random_features=20, random_state=0).fit(X[:3])
     assert tiny.n_components_ == 3  # capped by the rows seen
 
 
 def test_bad_input(noisy):
     X = noisy[:100]
-    kw = dict(n_features=30, sketch_size=5, random_state=0)
+    kw = dict(n_random_features=30, sketch_size=5, random_state=0)
     with pytest.raises(ValueError, match="NaN"):
         StreamingKPCA(**kw).fit(np.where(np.arange(20) == 3, np.nan, X))
     with pytest.raises(ValueError, match="infinity"):
@@ -372,7 +388,7 @@ def test_bad_input(noisy):
 
 def test_seed_determinism(noisy):
     X = noisy[:300]
-    kw = dict(n_components=3, gamma="median", n_features=50, sketch_size=6)
+    kw = dict(n_components=3, gamma="median", n_random_features=50, sketch_size=6)
     a = StreamingKPCA(random_state=11, **kw).fit(X).transform(X)
     np.testing.assert_array_equal(a, StreamingKPCA(random_state=11, **kw).fit(X).transform(X))
     assert not np.allclose(a, StreamingKPCA(random_state=12, **kw).fit(X).transform(X))
@@ -382,7 +398,9 @@ def test_save_load_round_trip(noisy, tmp_path):
     from fastkpca.io import load
 
     X = noisy[:300]
-    model = StreamingKPCA(3, gamma=GAMMA, n_features=60, sketch_size=7, random_state=0).fit(X)
+    model = StreamingKPCA(3, gamma=GAMMA, n_random_features=60, sketch_size=7, random_state=0).fit(
+        X
+    )
     path = tmp_path / "skpca.npz"
     model.save(path)
     loaded = load(path)
@@ -409,9 +427,9 @@ def test_memory_independent_of_n():
             yield rng.standard_normal((2000, 20))
 
     tracemalloc.start()
-    model = StreamingKPCA(5, gamma=GAMMA, n_features=500, sketch_size=20, random_state=0).fit(
-        blocks()
-    )
+    model = StreamingKPCA(
+        5, gamma=GAMMA, n_random_features=500, sketch_size=20, random_state=0
+    ).fit(blocks())
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert model.n_samples_seen_ == 200_000
@@ -484,7 +502,7 @@ def test_eigenvalue_bounds_contain_exact_eigenvalues(name, ell):
     X = make()
     k = min(5, ell)
     model = StreamingKPCA(
-        k, gamma=gamma, n_features=120, sketch_size=ell, features="rff", random_state=3
+        k, gamma=gamma, n_random_features=120, sketch_size=ell, features="rff", random_state=3
     ).fit(X)
     assert model.sketch_.total_shrinkage > 0
     _check_bounds(model, _exact_eigenvalues(model, X, k))
@@ -494,7 +512,7 @@ def test_eigenvalue_bounds_contain_exact_eigenvalues(name, ell):
 def test_eigenvalue_bounds_hold_after_merges(name):
     make, gamma = EIGEN_STREAMS[name]
     X = make()
-    kw = dict(n_components=5, gamma=gamma, n_features=120, sketch_size=8, random_state=3)
+    kw = dict(n_components=5, gamma=gamma, n_random_features=120, sketch_size=8, random_state=3)
     models = [StreamingKPCA(**kw).fit(P) for P in np.array_split(X, 5)]
     merged = models[0].merge(models[1]).merge(models[2].merge(models[3].merge(models[4])))
     _check_bounds(merged, _exact_eigenvalues(merged, X, 5))
@@ -502,8 +520,10 @@ def test_eigenvalue_bounds_hold_after_merges(name):
 
 def test_eigenvalue_estimate_exact_when_nothing_is_shrunk(noisy):
     X = noisy[:700]
-    model = StreamingKPCA(5, gamma=GAMMA, n_features=100, sketch_size=100, random_state=2).fit(X)
-    ref = RandomFeatureKPCA(5, gamma=GAMMA, n_features=100, random_state=2).fit(X)
+    model = StreamingKPCA(
+        5, gamma=GAMMA, n_random_features=100, sketch_size=100, random_state=2
+    ).fit(X)
+    ref = RandomFeatureKPCA(5, gamma=GAMMA, n_random_features=100, random_state=2).fit(X)
     assert model.sketch_.total_shrinkage == 0
     # Same float32 features, exact PCA both ways: round-off only (rotations of the FD buffer,
     # and the float32 block products of RandomFeatureKPCA's moments, ~eps32 sqrt(rows)).
@@ -514,7 +534,7 @@ def test_eigenvalue_estimate_exact_when_nothing_is_shrunk(noisy):
 
 
 def _issue_case(X, gamma, m, ell):
-    kw = dict(gamma=gamma, n_features=m, features="rff", random_state=0)
+    kw = dict(gamma=gamma, n_random_features=m, features="rff", random_state=0)
     truth = RandomFeatureKPCA(5, **kw).fit(X).eigenvalues_
     model = StreamingKPCA(5, sketch_size=ell, **kw).fit(X)
     _check_bounds(model, truth)
@@ -598,7 +618,7 @@ def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(noisy8, namespa
     """FeatureSketch over float64 rows given as features directly: every part sketch equals
     numpy's part, so the assignment is the same on every namespace."""
     X = noisy8[0]
-    model = StreamingKPCA(4, n_features=64, sketch_size=8, gamma=0.05, random_state=0).fit(X)
+    model = StreamingKPCA(4, n_random_features=64, sketch_size=8, gamma=0.05, random_state=0).fit(X)
     Z = model.feature_map_(X)  # float64 features, fed identically to both
     host = FeatureSketch.empty(8, Z.shape[1])
     other = FeatureSketch.empty(8, Z.shape[1])
@@ -665,7 +685,7 @@ def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_streaming_kpca_over_namespaces(dtype, noisy8, namespace):
     X, X_new = (a.astype(dtype) for a in noisy8)
-    kw = dict(n_features=96, sketch_size=10, gamma=0.05, random_state=0)
+    kw = dict(n_random_features=96, sketch_size=10, gamma=0.05, random_state=0)
     host = StreamingKPCA(4, **kw).fit(X)
     other = StreamingKPCA(4, **kw).fit(namespace.to_ns(X))
     for name in ("eigenvalues_", "components_", "eigenvalue_bounds_", "mean_", "feature_sum_"):
@@ -682,7 +702,7 @@ def test_streaming_kpca_over_namespaces(dtype, noisy8, namespace):
 
 def test_streaming_partial_fit_merge_and_exact_limit_over_namespaces(noisy8, namespace):
     X, X_new = noisy8
-    kw = dict(n_features=48, sketch_size=48, gamma=0.05, random_state=0)
+    kw = dict(n_random_features=48, sketch_size=48, gamma=0.05, random_state=0)
     whole = StreamingKPCA(4, **kw).fit(namespace.to_ns(X))
     parts = StreamingKPCA(4, **kw)
     for start in range(0, 2400, 900):
@@ -696,9 +716,9 @@ def test_streaming_partial_fit_merge_and_exact_limit_over_namespaces(noisy8, nam
     np.testing.assert_allclose(_host(merged.eigenvalues_), _host(whole.eigenvalues_), rtol=1e-6)
     # sketch_size >= m: nothing shrinks, the model is exact PCA of the features
     assert whole.sketch_.total_shrinkage == 0.0
-    exact = RandomFeatureKPCA(4, solver="exact", n_features=48, gamma=0.05, random_state=0).fit(
-        namespace.to_ns(X)
-    )
+    exact = RandomFeatureKPCA(
+        4, solver="exact", n_random_features=48, gamma=0.05, random_state=0
+    ).fit(namespace.to_ns(X))
     np.testing.assert_allclose(_host(whole.eigenvalues_), _host(exact.eigenvalues_), rtol=1e-6)
     lower, upper = _host(whole.eigenvalue_bounds_)
     np.testing.assert_allclose(lower, upper, rtol=1e-12)
@@ -709,7 +729,7 @@ def test_streaming_partial_fit_merge_and_exact_limit_over_namespaces(noisy8, nam
 def test_streaming_device_parameter_and_saved_model(noisy8, tmp_path):
     pytest.importorskip("torch")
     X, X_new = noisy8
-    kw = dict(n_features=64, sketch_size=8, gamma=0.05, random_state=0)
+    kw = dict(n_random_features=64, sketch_size=8, gamma=0.05, random_state=0)
     host = StreamingKPCA(4, **kw).fit(X)
     other = StreamingKPCA(4, device="cpu", **kw).fit(X)
     assert isinstance(other.components_, np.ndarray)  # fitted arrays follow the data given
@@ -727,7 +747,7 @@ def test_streaming_device_parameter_and_saved_model(noisy8, tmp_path):
 def test_cuda_streaming_equals_cpu_tensors(noisy8):
     torch = pytest.importorskip("torch")
     X, X_new = (torch.from_numpy(a) for a in noisy8)
-    kw = dict(n_features=96, sketch_size=10, gamma=0.05, random_state=0)
+    kw = dict(n_random_features=96, sketch_size=10, gamma=0.05, random_state=0)
     cpu = StreamingKPCA(4, **kw).fit(X)
     gpu = StreamingKPCA(4, **kw).fit(X.cuda())
     assert gpu.sketch_._buffer.device.type == "cuda"
@@ -746,7 +766,7 @@ def test_concurrent_partial_fit_loses_no_rows(noisy):
     the calls take turns (the estimator's lock), so the model is that of one of the two
     orders of the blocks (without the lock: 15,500 of 30,500 rows seen)."""
     X = np.vstack([noisy] * 4)  # 4800 rows
-    kw = dict(n_features=64, sketch_size=8, gamma=GAMMA, random_state=0)
+    kw = dict(n_random_features=64, sketch_size=8, gamma=GAMMA, random_state=0)
     model = StreamingKPCA(3, **kw).partial_fit(X[:800])
     blocks = [X[800:2800], X[2800:]]
     errors = []
@@ -782,7 +802,7 @@ def test_concurrent_partial_fit_loses_no_rows(noisy):
 def test_the_lock_is_not_state(noisy):
     """The lock is no parameter and no attribute: pickles, clones and deep copies have their
     own, and a model still pickles after concurrent calls."""
-    model = StreamingKPCA(3, n_features=32, sketch_size=8, gamma=GAMMA, random_state=0)
+    model = StreamingKPCA(3, n_random_features=32, sketch_size=8, gamma=GAMMA, random_state=0)
     model.partial_fit(noisy[:300])
     assert "lock" not in " ".join(vars(model)) and "lock" not in " ".join(model.get_params())
     again = pickle.loads(pickle.dumps(model))

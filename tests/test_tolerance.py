@@ -43,13 +43,13 @@ def small_probe(monkeypatch):
 def _tol_models(tol):
     return [
         NystromKPCA(K, n_landmarks="auto", tol=tol, random_state=0),
-        RandomFeatureKPCA(K, n_features="auto", tol=tol, random_state=0),
+        RandomFeatureKPCA(K, n_random_features="auto", tol=tol, random_state=0),
         StreamingKPCA(K, tol=tol, random_state=0),
     ]
 
 
 def _chosen_size(model):
-    return model.n_landmarks_ if isinstance(model, NystromKPCA) else model.n_features_
+    return model.n_landmarks_ if isinstance(model, NystromKPCA) else model.n_random_features_
 
 
 @pytest.mark.parametrize("index", [0, 1, 2], ids=["nystrom", "random_features", "streaming"])
@@ -91,7 +91,7 @@ def test_growing_fourier_moments_match_a_direct_fit():
 
 def test_random_features_grown_model_is_the_fixed_model_of_its_features(digits, small_probe):
     """The grown RF model equals exact PCA of its own (final) feature map, computed directly."""
-    model = RandomFeatureKPCA(K, n_features="auto", tol=0.3, random_state=0).fit(digits)
+    model = RandomFeatureKPCA(K, n_random_features="auto", tol=0.3, random_state=0).fit(digits)
     Z = model.feature_map_(digits)
     Zc = Z - Z.mean(axis=0)
     vals = np.linalg.eigvalsh(Zc.T @ Zc)[::-1][:K]
@@ -106,8 +106,8 @@ def test_auto_without_tol_uses_the_default_tol(digits, small_probe):
 def test_tol_none_keeps_the_fixed_size(digits):
     for model in (
         NystromKPCA(K, n_landmarks=100, random_state=0),
-        RandomFeatureKPCA(K, n_features=100, random_state=0),
-        StreamingKPCA(K, n_features=100, random_state=0),
+        RandomFeatureKPCA(K, n_random_features=100, random_state=0),
+        StreamingKPCA(K, n_random_features=100, random_state=0),
     ):
         model.fit(digits)
         assert not hasattr(model, "size_history_")
@@ -122,8 +122,8 @@ def test_bad_tol_raises(digits, tol):
 
 
 def test_contradictory_or_impossible_requests_raise(digits):
-    with pytest.raises(ValueError, match="n_features='auto'"):
-        RandomFeatureKPCA(K, n_features=500, tol=0.1).fit(digits)
+    with pytest.raises(ValueError, match="n_random_features='auto'"):
+        RandomFeatureKPCA(K, n_random_features=500, tol=0.1).fit(digits)
     with pytest.raises(ValueError, match="'auto'"):
         NystromKPCA(K, n_landmarks="many").fit(digits)
     with pytest.raises(ValueError, match="given landmark"):
@@ -206,10 +206,12 @@ def test_growth_stops_on_the_bound_not_the_estimate():
 def test_refit_path_for_maps_that_cannot_be_extended(digits, small_probe):
     """fastfood (not extended in place) refits at each size; the rule and record are the same."""
     tol = 0.3
-    model = RandomFeatureKPCA(K, n_features="auto", features="fastfood", tol=tol, random_state=0)
+    model = RandomFeatureKPCA(
+        K, n_random_features="auto", features="fastfood", tol=tol, random_state=0
+    )
     model.fit(digits)
     assert model.feature_map_.kind == "fastfood"
-    assert model.n_features_ == model.size_history_[-1][0]
+    assert model.n_random_features_ == model.size_history_[-1][0]
     assert model.size_history_[-1][1] <= 1 + tol
     true = relative_rank_k_error(digits, model.transform(digits), model.kernel_)
     assert true <= 1 + tol

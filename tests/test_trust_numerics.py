@@ -131,7 +131,7 @@ def test_identity_kernel_gives_true_eigenvalues_and_warns(name, params, rtol):
 def test_identity_kernel_random_features_warn(name):
     # Random features estimate the identity's eigenvalues (1) with Monte Carlo error; the mean
     # embedding they estimate is that of an identity kernel within its standard error.
-    model = getattr(fk, name)(n_components=2, n_features=400, random_state=0)
+    model = getattr(fk, name)(n_components=2, n_random_features=400, random_state=0)
     with pytest.warns(DegenerateKernelWarning, match="identity.*gamma"):
         T = model.fit_transform(_unscaled())
     assert T.shape == (200, 2) and np.all(np.isfinite(T))
@@ -239,22 +239,30 @@ def little_memory(monkeypatch):
 @pytest.mark.parametrize(
     "make,match",
     [
-        (lambda: fk.RandomFeatureKPCA(2, n_features=10**9), "n_features=1000000000: a"),
         (
-            lambda: fk.RandomFeatureKPCA(2, n_features=10**9, solver="exact"),
-            r"n_features=1000000000: the 1000000000 x 1000000000 feature covariance",
+            lambda: fk.RandomFeatureKPCA(2, n_random_features=10**9),
+            "n_random_features=1000000000: a",
         ),
         (
-            lambda: fk.RandomFeatureKPCA(2, n_features=100, solver="countsketch", n_buckets=10**6),
-            "n_buckets=1000000 and n_features=100",
+            lambda: fk.RandomFeatureKPCA(2, n_random_features=10**9, solver="exact"),
+            r"n_random_features=1000000000: the 1000000000 x 1000000000 feature covariance",
         ),
         (
             lambda: fk.RandomFeatureKPCA(
-                2, n_features=20, fit_inverse_transform=True, n_inverse_samples=300
+                2, n_random_features=100, solver="countsketch", n_buckets=10**6
+            ),
+            "n_buckets=1000000 and n_random_features=100",
+        ),
+        (
+            lambda: fk.RandomFeatureKPCA(
+                2, n_random_features=20, fit_inverse_transform=True, n_inverse_samples=300
             ),
             "n_inverse_samples=300",
         ),
-        (lambda: fk.StreamingKPCA(2, n_features=10**9), "n_features=1000000000: 500000000 random"),
+        (
+            lambda: fk.StreamingKPCA(2, n_random_features=10**9),
+            "n_random_features=1000000000: 500000000 random",
+        ),
         (lambda: fk.NystromKPCA(2, n_landmarks=250), "n_landmarks=250: the 250 x 250"),
         (
             lambda: fk.NystromKPCA(2, n_landmarks=35, landmarks="rpcholesky"),
@@ -287,7 +295,7 @@ def test_projection_dim_that_cannot_fit(monkeypatch):
     "make",
     [
         # (StreamingKPCA transforms by the same feature_projection)
-        lambda: fk.RandomFeatureKPCA(5, n_features=1000, random_state=0),
+        lambda: fk.RandomFeatureKPCA(5, n_random_features=1000, random_state=0),
         lambda: fk.NystromKPCA(5, n_landmarks=300, random_state=0),
         lambda: fk.ExactKPCA(5, random_state=0),
         lambda: fk.ReducedSetKPCA(5, density="kmeans", n_centers=200, random_state=0),
@@ -320,7 +328,7 @@ def test_concurrent_transforms_equal_the_single_threaded_one(make):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: fk.RandomFeatureKPCA(5, n_features=1000, random_state=0),
+        lambda: fk.RandomFeatureKPCA(5, n_random_features=1000, random_state=0),
         lambda: fk.NystromKPCA(5, n_landmarks=300, random_state=0),
         lambda: fk.ExactKPCA(5, random_state=0),
     ],

@@ -44,8 +44,8 @@ def method_settings(n_samples: int) -> dict:
     return {
         "exact": {},
         "nystrom": {"n_landmarks": m},
-        "random-features": {"n_features": 1000},
-        "streaming": {"n_features": 1000, "sketch_size": 100},
+        "random-features": {"n_random_features": 1000},
+        "streaming": {"n_random_features": 1000, "sketch_size": 100},
         "reduced-set": {"n_centers": m},
         "sparsified": {},
     }

@@ -83,7 +83,7 @@ def check_input_sketch(input_sketch) -> None:
 def resolve_sketch_size(input_sketch, n_frequencies: int, n_input_features: int) -> int | None:
     """The CountSketch width t, or None for no sketch (the exact ``X W``).
 
-    ``"auto"``: t = D, the number of frequencies (``ceil(n_features / 2)``), at which the
+    ``"auto"``: t = D, the number of frequencies (``ceil(n_random_features / 2)``), at which the
     sketch's added variance of every kernel entry is at most the features' own (module notes),
     when that is below the input width d; for t >= d the sketch would cost as much as ``X W``
     (d D flops a dense row), so there is none.  An integer is used as given.
@@ -242,7 +242,7 @@ def draw_sketched_fourier(
                 "input columns",
             )
         ],
-        hint="lower input_sketch or n_features",
+        hint="lower input_sketch or n_random_features",
     )
     hashes = rng.integers(0, t, size=d)
     signs = 2.0 * rng.integers(0, 2, size=d) - 1.0

@@ -467,8 +467,10 @@ _INVERSE = {
     "dual_coef_inverse_": Array(("n_anchors", "n_features_in_"), optional=True),
 }
 _INVERSE_PAIR = (("X_transformed_fit_", "dual_coef_inverse_"),)
-#: What a size chosen by tolerance adds: the sizes tried and the chosen size.
-_TOL_SIZE = {"size_history_": SizeHistory(optional=True), "n_features_": Int(1, optional=True)}
+#: What a size chosen by tolerance adds: the sizes tried (and, for random features, the chosen
+#: number of them; NystromKPCA always has ``n_landmarks_``).
+_TOL_SIZE = {"size_history_": SizeHistory(optional=True)}
+_TOL_FEATURES = {**_TOL_SIZE, "n_random_features_": Int(1, optional=True)}
 _KPCA = {**_INPUT, **_TOTAL_VARIANCE, **_INVERSE}
 #: A dual expansion over the training rows (exact KPCA and the sparsified Gram).
 _DUAL = {
@@ -548,7 +550,7 @@ FITTED_SCHEMAS: dict[str, Schema] = {
     "RandomFeatureKPCA": Schema(
         {
             **_KPCA,
-            **_TOL_SIZE,
+            **_TOL_FEATURES,
             **_RANDOM_FEATURES,
             **_PRINCIPAL_AXES,
             "solver_": OneOf(("exact", "randomized", "countsketch"), optional=True),
@@ -559,7 +561,7 @@ FITTED_SCHEMAS: dict[str, Schema] = {
     "StreamingKPCA": Schema(
         {
             **_KPCA,
-            **_TOL_SIZE,
+            **_TOL_FEATURES,
             **_RANDOM_FEATURES,
             **_PRINCIPAL_AXES,
             # an upper bound may be infinite (the sketch's energy not known)
@@ -659,6 +661,20 @@ def _nystrom_projection(values: dict) -> dict:
     return values
 
 
+def _random_features_count(values: dict) -> dict:
+    """A RandomFeatureKPCA / StreamingKPCA file that holds ``n_features_`` (the number of random
+    features chosen by ``tol``; files written before it was renamed ``n_random_features_``, so
+    that ``n_features`` always means the input width)."""
+    if "n_random_features_" in values:
+        raise ValueError(
+            f"{_fitted('n_features_')} (of earlier model files) and "
+            f"{_fitted('n_random_features_')} are both present"
+        )
+    values = dict(values)
+    values["n_random_features_"] = values.pop("n_features_")
+    return values
+
+
 _LEGACY_NYSTROM = Schema(
     {**_NYSTROM, "normalization_": Array(("rank", "n_landmarks_"))}, together=_INVERSE_PAIR
 )
@@ -668,6 +684,8 @@ _LEGACY_NYSTROM = Schema(
 #: the current ones).  :func:`upgrade_fitted` applies it before :func:`check_fitted`.
 LEGACY_FITTED: dict[str, tuple[frozenset, Callable[[dict], dict]]] = {
     "NystromKPCA": (frozenset({"normalization_"}), _nystrom_projection),
+    "RandomFeatureKPCA": (frozenset({"n_features_"}), _random_features_count),
+    "StreamingKPCA": (frozenset({"n_features_"}), _random_features_count),
 }
 
 
@@ -690,10 +708,22 @@ def upgrade_fitted(cls, fitted: Mapping[str, Any]) -> dict:
 #: Parameters that earlier model files name differently: (class name, name in those files) ->
 #: the name now.  The eigensolver's tolerance of ExactKPCA and SparsifiedKPCA was ``tol``; it is
 #: ``eigen_tol`` (scikit-learn's ``SpectralEmbedding`` name), ``tol`` meaning only an error
-#: target.  :func:`upgrade_params` applies it before :func:`check_params`.
+#: target.  The number of random features was ``n_features``; as in scikit-learn, that name now
+#: means only the input width: ``n_random_features`` for the estimators, ``n_components`` (the
+#: name of ``RBFSampler``) for the transformers.  AutoKPCA's budgets were ``memory`` (which
+#: scikit-learn uses for a cache) and ``time``.  :func:`upgrade_params` applies it before
+#: :func:`check_params`.
 RENAMED_PARAMS: dict[tuple[str, str], str] = {
     ("ExactKPCA", "tol"): "eigen_tol",
     ("SparsifiedKPCA", "tol"): "eigen_tol",
+    ("RandomFeatureKPCA", "n_features"): "n_random_features",
+    ("StreamingKPCA", "n_features"): "n_random_features",
+    ("RandomFourierFeatures", "n_features"): "n_components",
+    ("OrthogonalRandomFeatures", "n_features"): "n_components",
+    ("FastfoodFeatures", "n_features"): "n_components",
+    ("TensorSketchFeatures", "n_features"): "n_components",
+    ("AutoKPCA", "memory"): "memory_budget",
+    ("AutoKPCA", "time"): "time_budget",
 }
 
 

@@ -22,7 +22,7 @@ __all__ = [
 #: Rows per block when a method walks over an in-memory array.
 DEFAULT_BLOCK_ROWS = 8192
 
-#: ``n_landmarks="auto"`` / ``n_features="auto"`` without ``tol``: grow to a relative rank-k
+#: ``n_landmarks="auto"`` / ``n_random_features="auto"`` without ``tol``: grow to a relative rank-k
 #: error of at most 1.05 (estimated), 5 % above exact KPCA's optimum.
 DEFAULT_TOL = 0.05
 
@@ -86,8 +86,8 @@ def require_memory_parts(parts, *, hint: str = "") -> None:
     the parameter that decides it), then all of them together
     (:func:`fastkpca.execution.require_memory`, ValueError).
 
-    ``what`` names the parameter and the array, e.g. ``"n_features=10**9: the 10**9 x 10**9
-    feature covariance"``; the sizes are those of the allocations that follow from the
+    ``what`` names the parameter and the array, e.g. ``"n_random_features=10**9: the 10**9 x
+    10**9 feature covariance"``; the sizes are those of the allocations that follow from the
     parameters alone, before any of them is made.
     """
     parts = [(float(nbytes), what) for nbytes, what in parts if nbytes > 0]

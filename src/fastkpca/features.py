@@ -81,14 +81,14 @@ from .kernels import RBF, Kernel, Matern, Polynomial
 
 __all__ = [
     "FEATURES",
-    "DEFAULT_N_FEATURES",
+    "DEFAULT_N_RANDOM_FEATURES",
     "FOURIER_DTYPE",
     "FeatureMap",
     "FourierFeatureMap",
     "FastfoodFeatureMap",
     "TensorSketchFeatureMap",
     "draw_feature_map",
-    "resolve_n_features",
+    "resolve_n_random_features",
     "resolve_features",
     "init_feature_map",
     "check_feature_spec",
@@ -105,10 +105,10 @@ FEATURES = ("rff", "orf", "fastfood", "tensorsketch")
 #: columns; see :func:`resolve_features`.
 AUTO_ORF_MAX_WIDTH = 512
 
-#: ``n_features=None`` means this many output columns.  It does not depend on n: random features
-#: approximate the kernel better the more there are whatever n is, and a streaming fit cannot know
-#: n in advance (so a cap on n would make a blocked fit differ from an in-memory one).
-DEFAULT_N_FEATURES = 1000
+#: ``n_random_features=None`` means this many output columns.  It does not depend on n: random
+#: features approximate the kernel better the more there are whatever n is, and a streaming fit
+#: cannot know n in advance (so a cap on n would make a blocked fit differ from an in-memory one).
+DEFAULT_N_RANDOM_FEATURES = 1000
 
 
 def _isotropic_radii(kernel: Kernel, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
@@ -570,18 +570,19 @@ def _draw_tensorsketch(kernel, m, d, rng):
     return TensorSketchFeatureMap(d, m, p, kernel.gamma, kernel.coef0, buckets, signs)
 
 
-def resolve_n_features(n_features) -> int:
-    """The requested number of features, or :data:`DEFAULT_N_FEATURES` for None."""
-    if n_features is None:
-        return DEFAULT_N_FEATURES
-    return check_int("n_features", n_features, low=1)
+def resolve_n_random_features(value, name: str = "n_random_features") -> int:
+    """The requested number of random features (the parameter ``name``), or
+    :data:`DEFAULT_N_RANDOM_FEATURES` for None."""
+    if value is None:
+        return DEFAULT_N_RANDOM_FEATURES
+    return check_int(name, value, low=1)
 
 
 def resolve_features(
     features: str,
     kernel: Kernel,
     n_input_features: int | None = None,
-    n_features: int | None = None,
+    n_random_features: int | None = None,
 ) -> str:
     """The feature-map kind for ``features="auto"`` (or a named kind, validated).
 
@@ -595,8 +596,8 @@ def resolve_features(
         if kernel.name in ("rbf", "matern"):
             wide = (
                 n_input_features is not None
-                and n_features is not None
-                and n_input_features > max(-(-n_features // 2), AUTO_ORF_MAX_WIDTH)
+                and n_random_features is not None
+                and n_input_features > max(-(-n_random_features // 2), AUTO_ORF_MAX_WIDTH)
             )
             return "rff" if wide else "orf"
         if kernel.name == "polynomial":
@@ -610,11 +611,12 @@ def resolve_features(
 def draw_feature_map(
     features: str,
     kernel: Kernel,
-    n_features: int,
+    n_random_features: int,
     n_input_features: int,
     rng: np.random.Generator,
     *,
     input_sketch=None,
+    name: str = "n_random_features",
 ) -> FeatureMap:
     """Draw a random feature map for ``kernel`` on inputs of width ``n_input_features``.
 
@@ -625,7 +627,7 @@ def draw_feature_map(
     kernel : Kernel
         Shift-invariant for ``rff`` (rbf, laplacian, matern), isotropic for ``orf`` and
         ``fastfood`` (rbf, matern), polynomial for ``tensorsketch``; others raise ValueError.
-    n_features : int
+    n_random_features : int
         The number m of output columns asked for.  ``tensorsketch`` gives exactly m; the Fourier
         maps draw ``ceil(m / 2)`` frequencies and output their cos / sin pairs, so
         ``n_output_features = 2 * ceil(m / 2)`` (m rounded up to even).
@@ -638,6 +640,8 @@ def draw_feature_map(
         first, the features then cost O(nnz(x) + t m) a row instead of O(nnz(x) m) (Musco &
         Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`, which states the kernel
         error this adds and the ``"auto"`` width).
+    name : str, default "n_random_features"
+        The caller's name for m, which error messages cite (the transformers': ``n_components``).
 
     Returns
     -------
@@ -646,7 +650,7 @@ def draw_feature_map(
     """
     if not isinstance(kernel, Kernel):
         raise ValueError(f"kernel must be a fastkpca.kernels.Kernel, got {kernel!r}")
-    m = check_int("n_features", n_features, low=1)
+    m = check_int(name, n_random_features, low=1)
     d = check_int("n_input_features", n_input_features, low=1)
     resolved = resolve_features(features, kernel, d, m)
     if input_sketch is not None:
@@ -662,11 +666,11 @@ def draw_feature_map(
         [
             (
                 frequency_bytes(features, n_freq, d),
-                f"n_features={m}: {n_freq} random frequencies of width {d} ({features!r}, "
+                f"{name}={m}: {n_freq} random frequencies of width {d} ({features!r}, "
                 "float64, with a float32 copy and the draw's temporaries)",
             )
         ],
-        hint="lower n_features",
+        hint=f"lower {name}",
     )
     if features == "rff":
         fmap = _draw_rff(kernel, n_freq, d, rng)
@@ -728,17 +732,17 @@ def _check_frequency_range(fmap, kernel) -> None:
     )
 
 
-def check_feature_spec(estimator) -> None:
+def check_feature_spec(estimator, count: str = "n_random_features") -> None:
     """Refuse, before any data, feature-map parameters that no data could make valid
-    (ValueError naming the parameter): ``n_features`` (a positive integer or None; or
-    ``"auto"`` for the estimators sized by a ``tol``) and a map that cannot serve the kernel,
-    found by the draw's own checks on the smallest map (two features of one input column, with
-    a generator of its own: the estimator's random stream is not touched)."""
-    auto = hasattr(estimator, "tol") and check_auto_size(
-        "n_features", estimator.n_features, estimator.tol
-    )
+    (ValueError naming the parameter): the number of features, the parameter named ``count``
+    (a positive integer or None; or ``"auto"`` for the estimators sized by a ``tol``) and a map
+    that cannot serve the kernel, found by the draw's own checks on the smallest map (two
+    features of one input column, with a generator of its own: the estimator's random stream
+    is not touched)."""
+    value = getattr(estimator, count)
+    auto = hasattr(estimator, "tol") and check_auto_size(count, value, estimator.tol)
     if not auto:
-        resolve_n_features(estimator.n_features)
+        resolve_n_random_features(value, count)
     kernel = estimator._check_kernel_spec()
     input_sketch = getattr(estimator, "input_sketch", None)
     _input_sketch.check_input_sketch(input_sketch)
@@ -748,7 +752,7 @@ def check_feature_spec(estimator) -> None:
         )
 
 
-def init_feature_map(estimator, X_first, *, n_input_features=None):
+def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_random_features"):
     """Resolve an estimator's kernel and draw its feature map from the first data block.
 
     The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers
@@ -758,7 +762,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
         rng = estimator._make_rng()
         kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)
         fmap = draw_feature_map(estimator.features, kernel,
-                                resolve_n_features(estimator.n_features), d, rng)
+                                resolve_n_random_features(estimator.n_random_features), d, rng)
 
     Data-dependent ``gamma`` is resolved on at most the first
     :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of ``X_first``, so an array and the same rows
@@ -768,11 +772,15 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     ----------
     estimator : object
         Has ``_make_rng()``, ``_resolve_kernel(X, rng)`` (as
-        :class:`fastkpca.decomposition._base.BaseKPCA`), ``features`` and ``n_features``.
+        :class:`fastkpca.decomposition._base.BaseKPCA`), ``features`` and the number of
+        features, the parameter named ``count``.
     X_first : array or CSR matrix
         The training data, or its first row block (already validated).
     n_input_features : int, optional
         Defaults to ``X_first.shape[1]``.
+    count : str, default "n_random_features"
+        The estimator's parameter holding the number of features (the transformers':
+        ``n_components``, as scikit-learn's ``RBFSampler``).
 
     Returns
     -------
@@ -786,10 +794,11 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     fmap = draw_feature_map(
         estimator.features,
         kernel,
-        resolve_n_features(estimator.n_features),
+        resolve_n_random_features(getattr(estimator, count), count),
         d,
         rng,
         input_sketch=getattr(estimator, "input_sketch", None),
+        name=count,
     )
     return fmap, rng
 

@@ -238,10 +238,12 @@ class Kernel:
         computed in float64 (checked by :func:`make_kernel` on the rows a fit resolves its
         kernel on, before any fit work); nothing to check for most kernels."""
 
-    def sample_frequencies(self, n_features: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-        """Draw ``n_features`` frequencies in R^dim from the kernel's spectral density.
+    def sample_frequencies(
+        self, n_frequencies: int, dim: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Draw ``n_frequencies`` frequencies in R^dim from the kernel's spectral density.
 
-        Returns a float64 array of shape ``(n_features, dim)``; by Bochner's theorem
+        Returns a float64 array of shape ``(n_frequencies, dim)``; by Bochner's theorem
         ``k(x - y) = E_w[cos(w . (x - y))]`` for w drawn from it.
         """
         raise ValueError(
@@ -406,9 +408,9 @@ class RBF(_Radial):
     name = "rbf"
     _float32_blocks = True
 
-    def sample_frequencies(self, n_features, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng):
         # Spectral density of exp(-gamma r^2) is N(0, 2 gamma I) (Rahimi & Recht 2007).
-        return rng.standard_normal((n_features, dim)) * np.sqrt(2.0 * self.gamma)
+        return rng.standard_normal((n_frequencies, dim)) * np.sqrt(2.0 * self.gamma)
 
 
 class Laplacian(Kernel):
@@ -447,10 +449,10 @@ class Laplacian(Kernel):
         D *= -self.gamma
         return store(exp_(D), out, ctx.dtype)
 
-    def sample_frequencies(self, n_features, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng):
         # exp(-gamma |t|) is the characteristic function of Cauchy(0, gamma); the L1 kernel is a
         # product over coordinates, so each coordinate is drawn independently.
-        return rng.standard_cauchy((n_features, dim)) * self.gamma
+        return rng.standard_cauchy((n_frequencies, dim)) * self.gamma
 
 
 class Matern(_Radial):
@@ -505,13 +507,13 @@ class Matern(_Radial):
         t = xp.where(t == 0.0, float(np.finfo(np.float64).eps), t)
         return (2.0 ** (1.0 - nu) / math.gamma(nu)) * t**nu * bessel_kv(nu, t)
 
-    def sample_frequencies(self, n_features, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng):
         # The Matern spectral density is a multivariate Student-t with 2 nu degrees of freedom
         # and scale 1 / l: w = z / l * sqrt(2 nu / u), z ~ N(0, I), u ~ chi^2(2 nu).
         if np.isinf(self.nu):
-            return rng.standard_normal((n_features, dim)) * np.sqrt(2.0 * self.gamma)
-        z = rng.standard_normal((n_features, dim))
-        u = rng.chisquare(2.0 * self.nu, size=(n_features, 1))
+            return rng.standard_normal((n_frequencies, dim)) * np.sqrt(2.0 * self.gamma)
+        z = rng.standard_normal((n_frequencies, dim))
+        u = rng.chisquare(2.0 * self.nu, size=(n_frequencies, 1))
         return z * np.sqrt(2.0 * self.nu / u) / self.length_scale
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import scipy.sparse as sp
 
 from .decomposition._base import BaseKPCA
-from .features import DEFAULT_N_FEATURES, check_feature_spec, init_feature_map
+from .features import DEFAULT_N_RANDOM_FEATURES, check_feature_spec, init_feature_map
 
 __all__ = [
     "RandomFourierFeatures",
@@ -31,12 +31,14 @@ class _RandomFeatures(BaseKPCA):
 
     def _check_params(self):
         super()._check_params()
-        check_feature_spec(self)
+        check_feature_spec(self, "n_components")
 
     def fit(self, X, y=None):
         """Draw the feature map for X's width (and gamma resolved on X's first rows)."""
         self._check_params()
-        self.feature_map_, _ = init_feature_map(self, self._fit_source(X).head())
+        self.feature_map_, _ = init_feature_map(
+            self, self._fit_source(X).head(), count="n_components"
+        )
         self.n_output_features_ = self.feature_map_.n_output_features
         return self
 
@@ -56,8 +58,9 @@ def _transformer_doc(summary, features, kernel_note):
 
     Parameters
     ----------
-    n_features : int or None
-        Number of output columns (None: {DEFAULT_N_FEATURES}){kernel_note}.
+    n_components : int or None
+        Number of output columns (None: {DEFAULT_N_RANDOM_FEATURES}){kernel_note}; scikit-learn's
+        ``RBFSampler`` name (``RandomFeatureKPCA`` calls it ``n_random_features``).
     input_sketch : None, "auto" or int, default None
         ``rff`` with the rbf or matern kernel only: CountSketch the inputs to t coordinates
         first, O(nnz(x) + t m) a row (Musco & Woodruff 2017, section 3.2.2; see
@@ -92,7 +95,7 @@ class RandomFourierFeatures(_RandomFeatures):
 
     def __init__(
         self,
-        n_features=None,
+        n_components=None,
         *,
         kernel="rbf",
         gamma=None,
@@ -105,7 +108,7 @@ class RandomFourierFeatures(_RandomFeatures):
         verbose=0,
         device=None,
     ):
-        self.n_features = n_features
+        self.n_components = n_components
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -144,7 +147,7 @@ class TensorSketchFeatures(RandomFourierFeatures):
 
     def __init__(
         self,
-        n_features=None,
+        n_components=None,
         *,
         kernel="polynomial",
         gamma=None,
@@ -157,7 +160,7 @@ class TensorSketchFeatures(RandomFourierFeatures):
         device=None,
     ):
         super().__init__(
-            n_features,
+            n_components,
             kernel=kernel,
             gamma=gamma,
             degree=degree,

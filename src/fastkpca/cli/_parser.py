@@ -10,6 +10,7 @@ modules' constants, so they cannot drift from what the code accepts.
 from __future__ import annotations
 
 import argparse
+import copy
 
 from .. import __version__
 from .._utils import DEFAULT_BLOCK_ROWS
@@ -30,8 +31,8 @@ from ._common import (
 _METHOD_OPTIONS = [
     ("--eigen-solver", "eigen_solver", str, "eigensolver"),
     (
-        "--n-features",
-        "n_features",
+        "--n-random-features",
+        "n_random_features",
         "size",
         "number of random features m, or 'auto' (grown until --tol is met)",
     ),
@@ -78,7 +79,7 @@ METHOD_OPTION_HELP: dict[str, tuple[str, tuple | None]] = {
         "reduced-set); lanczos (sparsified)",
         ("auto", "dense", "lanczos", "randomized", "orthogonal", "matrix_free"),
     ),
-    "n_features": (
+    "n_random_features": (
         "number of random features m, or 'auto' (grown until --tol is met) "
         "[random-features, streaming]; default: 1000",
         None,
@@ -149,6 +150,14 @@ KERNEL_DEFAULTS = {"kernel": "rbf", "degree": 3, "coef0": 1.0, "nu": 1.5}
 DATA_FORMATS = ("npy", "text", "parquet", "libsvm", "csv", "tsv", "svmlight", "pq")
 DEFAULT_MAX_LINE_LENGTH = 8388608
 
+#: Option spellings of earlier releases (old -> new): each still works, as a second option
+#: string of the new option that the help does not show, so that scripts keep running.
+OLD_FLAGS = {
+    "--n-features": "--n-random-features",
+    "--memory": "--memory-budget",
+    "--time": "--time-budget",
+}
+
 #: The methods the demo runs (``fastkpca.decomposition.available_methods()``).
 DEMO_METHODS = ("exact", "nystrom", "random-features", "streaming", "reduced-set", "sparsified")
 
@@ -168,6 +177,19 @@ class _HelpFormatter(argparse.HelpFormatter):
         ):
             return text
         return f"{text} (default: %(default)s)"
+
+    def _format_action_invocation(self, action):
+        # the old spellings of renamed options (OLD_FLAGS) are accepted but not shown
+        if not OLD_FLAGS.keys() & set(action.option_strings):
+            return super()._format_action_invocation(action)
+        shown = copy.copy(action)
+        shown.option_strings = [s for s in action.option_strings if s not in OLD_FLAGS]
+        return super()._format_action_invocation(shown)
+
+
+def _spellings(flag: str) -> list[str]:
+    """An option's flag, then its old spellings (:data:`OLD_FLAGS`), which the help hides."""
+    return [flag, *(old for old, new in OLD_FLAGS.items() if new == flag)]
 
 
 _DATA_HELP = "data file: .npy, .csv / .tsv (optionally .gz), .parquet or LIBSVM text"
@@ -341,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=list(METHODS),
         help="approximation method (default: auto, AutoKPCA: the method and its size chosen "
-        "from the data, --tol and the --memory / --time budgets)",
+        "from the data, --tol and the --memory-budget / --time-budget)",
     )
     p.add_argument(
         "--components",
@@ -393,7 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, name, conv, text in _METHOD_OPTIONS:
         text, choices = METHOD_OPTION_HELP[name]
         g.add_argument(
-            flag, dest=name, type=parsers.get(conv, conv), choices=choices, default=None, help=text
+            *_spellings(flag),
+            dest=name,
+            type=parsers.get(conv, conv),
+            choices=choices,
+            default=None,
+            help=text,
         )
     g.add_argument(
         "--param",
@@ -403,14 +430,16 @@ def build_parser() -> argparse.ArgumentParser:
         "none, the estimator's defaults)",
     )
     g.add_argument(
-        "--memory",
+        *_spellings("--memory-budget"),
+        dest="memory_budget",
         default=None,
         metavar="BYTES",
         help="memory budget of --method auto, e.g. 2GB or 512M (default: 80%% of what is "
         "available)",
     )
     g.add_argument(
-        "--time",
+        *_spellings("--time-budget"),
+        dest="time_budget",
         type=float,
         default=None,
         metavar="SECONDS",

@@ -57,12 +57,13 @@ def _fit_params(args, cls) -> dict:
         if name not in accepted:
             raise CLIError(f"{flag} does not apply to --method {args.method} ({cls.__name__})")
         params[name] = value
-    for name in ("memory", "time"):  # AutoKPCA's budgets
+    for name in ("memory_budget", "time_budget"):  # AutoKPCA's budgets
         value = getattr(args, name, None)
         if value is None:
             continue
         if name not in accepted:
-            raise CLIError(f"--{name} applies to --method auto only, not {args.method}")
+            flag = "--" + name.replace("_", "-")
+            raise CLIError(f"{flag} applies to --method auto only, not {args.method}")
         params[name] = value
     for item in args.param or []:
         name, sep, text = item.partition("=")

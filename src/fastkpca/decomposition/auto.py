@@ -148,32 +148,36 @@ PROBE_MEMORY_SHARE = 0.4
 # budgets
 # ------------------------------------------------------------------------------------------------
 def parse_memory(memory) -> int | None:
-    """``memory`` as bytes: None (the default budget), a number of bytes > 0, or a string with
-    a K / M / G / T suffix (``"2GB"``, ``"512M"``, powers of 1024).  ValueError otherwise."""
+    """``memory_budget`` as bytes: None (the default budget), a number of bytes > 0, or a
+    string with a K / M / G / T suffix (``"2GB"``, ``"512M"``, powers of 1024).  ValueError
+    otherwise."""
     if memory is None:
         return None
     if isinstance(memory, str):
         parsed = parse_bytes(memory)
         if parsed is None or parsed <= 0:
             raise ValueError(
-                f"memory must be a number of bytes or a size such as '2GB' or '512M', got "
-                f"{memory!r}"
+                "memory_budget must be a number of bytes or a size such as '2GB' or '512M', "
+                f"got {memory!r}"
             )
         return parsed
     if isinstance(memory, bool) or not isinstance(memory, numbers.Real):
-        raise ValueError(f"memory must be None, a number of bytes or a string, got {memory!r}")
+        raise ValueError(
+            f"memory_budget must be None, a number of bytes or a string, got {memory!r}"
+        )
     if not math.isfinite(float(memory)) or memory <= 0:
-        raise ValueError(f"memory must be a positive number of bytes, got {memory!r}")
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory!r}")
     return int(float(memory))
 
 
 def _check_time(seconds) -> float | None:
+    """``time_budget`` as seconds: None (no limit) or a number > 0.  ValueError otherwise."""
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-        raise ValueError(f"time must be None or a number of seconds, got {seconds!r}")
+        raise ValueError(f"time_budget must be None or a number of seconds, got {seconds!r}")
     if not math.isfinite(float(seconds)) or seconds <= 0:
-        raise ValueError(f"time must be a positive number of seconds, got {seconds!r}")
+        raise ValueError(f"time_budget must be a positive number of seconds, got {seconds!r}")
     return float(seconds)
 
 
@@ -385,11 +389,11 @@ class AutoKPCA(BaseKPCA):
         standard errors (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``;
         exact KPCA meets any tol.  When the probe cannot resolve tol (its estimate levels off
         above that), the most accurate fit is kept with a ``RuntimeWarning``.
-    memory : int, str or None
+    memory_budget : int, str or None
         Memory budget of the fit in bytes (or ``"2GB"``, ``"512M"``); None: 80 % of what is
         available (:func:`fastkpca.execution.available_memory_bytes`).  A method whose arrays
         at the size needed exceed it is not tried.
-    time : float or None
+    time_budget : float or None
         Time budget of the fit in seconds; None: no limit.  A method whose fit is predicted
         (flops over a measured rate) to end past it is not tried, and growth stops there.
     device, n_jobs, verbose, random_state
@@ -454,8 +458,8 @@ class AutoKPCA(BaseKPCA):
         coef0=1.0,
         nu=1.5,
         tol=0.05,
-        memory=None,
-        time=None,
+        memory_budget=None,
+        time_budget=None,
         random_state=None,
         fit_inverse_transform=False,
         alpha=1.0,
@@ -470,8 +474,8 @@ class AutoKPCA(BaseKPCA):
         self.coef0 = coef0
         self.nu = nu
         self.tol = tol
-        self.memory = memory
-        self.time = time
+        self.memory_budget = memory_budget
+        self.time_budget = time_budget
         self.device = device
         self.random_state = random_state
         self.fit_inverse_transform = fit_inverse_transform
@@ -490,7 +494,8 @@ class AutoKPCA(BaseKPCA):
 
     # --- parameter checks -------------------------------------------------------------------
     def _check_params(self):
-        """The shared checks, then ``tol``, ``memory`` and ``time`` (ValueError naming each)."""
+        """The shared checks, then ``tol``, ``memory_budget`` and ``time_budget`` (ValueError
+        naming each)."""
         super()._check_params()
         if self.n_components is not None and not (
             isinstance(self.n_components, numbers.Integral)
@@ -503,8 +508,8 @@ class AutoKPCA(BaseKPCA):
         if self.tol is None:
             raise ValueError("tol must be a positive number (the allowed relative excess error)")
         check_tol(self.tol, auto=False)
-        parse_memory(self.memory)
-        _check_time(self.time)
+        parse_memory(self.memory_budget)
+        _check_time(self.time_budget)
         if isinstance(self.kernel, str) and self.kernel == "precomputed":
             raise ValueError("AutoKPCA cannot use kernel='precomputed'; use ExactKPCA")
 
@@ -515,10 +520,10 @@ class AutoKPCA(BaseKPCA):
         self._check_params()
         started = time.perf_counter()
         tol = float(self.tol)
-        budget = parse_memory(self.memory)
+        budget = parse_memory(self.memory_budget)
         if budget is None:
             budget = int(MEMORY_FRACTION * available_memory_bytes())
-        deadline = _check_time(self.time)
+        deadline = _check_time(self.time_budget)
         rng = self._make_rng()
         seed = int(rng.integers(2**31))
         probe_rng = np.random.default_rng(int(rng.integers(2**63)))
@@ -773,9 +778,10 @@ class _Run:
             failures.append(f"exact: {why}")
         if not self.draw_probe():
             raise ValueError(
-                f"AutoKPCA: no method fits the budgets (memory {format_bytes(self.budget)}, "
-                f"tol={self.tol}): the memory budget leaves no room for an error probe of more "
-                f"than {2 * self.k + 1} rows (n_components={self.k}); raise memory or lower "
+                "AutoKPCA: no method fits the budgets (memory_budget "
+                f"{format_bytes(self.budget)}, tol={self.tol}): the memory budget leaves no room "
+                f"for an error probe of more than {2 * self.k + 1} rows (n_components={self.k}); "
+                "raise memory_budget or lower "
                 "n_components" + ("" if not failures else "; " + "; ".join(failures))
             )
         names = [m for m, _ in candidates]
@@ -816,9 +822,9 @@ class _Run:
             self.chosen_method = method
             return model
         raise ValueError(
-            "AutoKPCA: no method fits the budgets (memory "
+            "AutoKPCA: no method fits the budgets (memory_budget "
             f"{format_bytes(self.budget)}"
-            + ("" if self.deadline is None else f", time {self.deadline:g} s")
+            + ("" if self.deadline is None else f", time_budget {self.deadline:g} s")
             + f", tol={self.tol}): "
             + "; ".join(failures)
         )
@@ -909,7 +915,7 @@ class _Run:
         if growth.met:
             return f"error bound {est:.4f} + {CONFIDENCE_Z:g} x {se:.4f} <= 1 + tol"
         if growth.status in _KEPT:
-            text = growth.shortfall(self.tol, _SIZE_NAMES.get(method, "n_features"))
+            text = growth.shortfall(self.tol, _SIZE_NAMES.get(method, "n_random_features"))
         else:
             text = (
                 f"tol={self.tol}: the one-pass fit ({method}, size {growth.size}) has an error "
@@ -967,7 +973,7 @@ class _Run:
         entry = {
             "method": method,
             "size": None if size is None else int(size),
-            "size_name": _SIZE_NAMES.get(method, "n_features"),
+            "size_name": _SIZE_NAMES.get(method, "n_random_features"),
             "params": _plain(dict(params)),
             "reason": reason,
             "error": None if err is None else float(err),
@@ -1088,7 +1094,7 @@ class _Run:
             pilot = RandomFeatureKPCA(
                 self.k,
                 kernel=self.kernel,
-                n_features=size,
+                n_random_features=size,
                 random_state=self.seed,
                 features=params.get("features", "auto"),
             ).fit(self.pilot_rows)
@@ -1118,7 +1124,7 @@ class _Run:
         elif method == "exact":
             own = {}
         else:
-            own = dict(params, n_features=int(size))
+            own = dict(params, n_random_features=int(size))
         model = cls(**common, **own)
         start = time.perf_counter()
         # In-memory rows were checked whole by AutoKPCA's own validation (finite values

@@ -64,7 +64,7 @@ from ..features import (
     feature_projection,
     init_feature_map,
     resolve_features,
-    resolve_n_features,
+    resolve_n_random_features,
 )
 from ..statistics.covariance_sketch import ScatterSketch, gemm_width, informed_test_matrix
 from ..statistics.feature_countsketch import rf_kpca_countsketch
@@ -102,7 +102,7 @@ SOLVERS = ("auto", "exact", "randomized", "countsketch")
 #: sketching error.
 RANDOMIZED_MIN_FLOPS = 1e9
 
-#: ``n_features="auto"``: the sizes tried double from this (or 2 n_components) ...
+#: ``n_random_features="auto"``: the sizes tried double from this (or 2 n_components) ...
 TOL_START_FEATURES = 256
 #: ... up to this many output features (a 2 GiB float64 feature Gram).
 TOL_MAX_FEATURES = 2**14
@@ -160,7 +160,7 @@ class RandomFeatureKPCA(BaseKPCA):
     ``fit`` makes one pass over X in row blocks (or over an iterable of row blocks) and never
     holds the n x m feature matrix; ``transform(X) = (z(X) - mean_) @ components_.T``
     approximates ``sklearn.decomposition.KernelPCA(...).transform(X)`` (same scale, column signs
-    deterministic), better as ``n_features`` grows.
+    deterministic), better as ``n_random_features`` grows.
 
     Accepts scipy.sparse (CSR) X.  ``kernel="precomputed"`` is refused (ValueError): random
     features need the rows themselves.
@@ -170,9 +170,9 @@ class RandomFeatureKPCA(BaseKPCA):
     n_components : int, float in (0, 1) or None
         Number of components; None gives min(10, n_samples, n_output_features), a deliberate
         difference from scikit-learn's ``KernelPCA`` (all nonzero components), which here would
-        be up to n_features mostly-noise components.  A float (``solver="exact"`` only) keeps
-        the smallest number whose ``explained_variance_ratio_`` (with respect to the estimated
-        ``total_variance_``) reaches that fraction.
+        be up to m (``n_random_features``) mostly-noise components.  A float
+        (``solver="exact"`` only) keeps the smallest number whose ``explained_variance_ratio_``
+        (with respect to the estimated ``total_variance_``) reaches that fraction.
     kernel : str or Kernel
         ``"rbf"``, ``"laplacian"``, ``"matern"`` (``rff``; ``orf`` and ``fastfood`` take rbf and
         matern) or ``"polynomial"`` (``tensorsketch``); other kernels raise ValueError.
@@ -180,10 +180,11 @@ class RandomFeatureKPCA(BaseKPCA):
         Kernel coefficient; None is 1 / n_features_in as in ``KernelPCA``.  The string forms are
         resolved on the first 8192 rows (the first block of a stream).
     degree, coef0 : polynomial kernel parameters.  nu : Matern smoothness.
-    n_features : int or None
-        Number m of random features (None: 1000, :data:`fastkpca.features.DEFAULT_N_FEATURES`;
-        it does not depend on n).  The Fourier maps output cos / sin pairs, so an odd m is
-        rounded up to even (``n_output_features_``).
+    n_random_features : int or None
+        Number m of random features (None: 1000,
+        :data:`fastkpca.features.DEFAULT_N_RANDOM_FEATURES`; it does not depend on n).  The
+        Fourier maps output cos / sin pairs, so an odd m is rounded up to even
+        (``n_output_features_``).
         ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
     features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
         The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
@@ -227,7 +228,7 @@ class RandomFeatureKPCA(BaseKPCA):
         (rbf: ``exp(-gamma ||S(x - y)||^2)``); ``||S v||^2`` estimates ``||v||^2`` without bias
         with variance ``2 (||v||^4 - ||v||_4^4) / t``, so a kernel entry at ``u = gamma
         ||x - y||^2`` moves by a relative ~``u sqrt(2 / t)`` (:mod:`fastkpca._input_sketch`).
-        ``"auto"``: t = ceil(n_features / 2), the number of frequencies, at which the added
+        ``"auto"``: t = ceil(n_random_features / 2), the number of frequencies, at which the added
         variance of every kernel entry is at most the features' own; no sketch where that is
         not below the input width.  An integer: that t.  None (default): the exact ``X W``.
         Host (numpy / scipy.sparse) rows only.
@@ -245,17 +246,17 @@ class RandomFeatureKPCA(BaseKPCA):
         Draws the features (and the CountSketch hash); the same seed gives the same model, and
         the same features as ``StreamingKPCA`` with equal parameters.
     tol : float or None
-        Size by tolerance: fit at ``n_features`` = 256 (or the power of 2 above ``2
+        Size by tolerance: fit at ``n_random_features`` = 256 (or the power of 2 above ``2
         n_components``), 512, 1024, ... up to 2^14 and stop at the first whose relative
         rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
         exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
         estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a
         uniform sample of 2000 training rows, cross-fitted on its halves) plus 2 standard errors
         (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``. None (default) with
-        an integer ``n_features`` fits that size; ``n_features="auto"`` without ``tol`` uses
-        ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features already
-        drawn at each doubling (the whole search costs about one fit at the final size plus
-        the probe estimates); other maps refit.  Needs an array or a re-iterable block
+        an integer ``n_random_features`` fits that size; ``n_random_features="auto"`` without
+        ``tol`` uses ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features
+        already drawn at each doubling (the whole search costs about one fit at the final size
+        plus the probe estimates); other maps refit.  Needs an array or a re-iterable block
         source (a pass per size).
     fit_inverse_transform : bool, default False
         Learn the pre-image map of :meth:`inverse_transform`: kernel ridge regression (as
@@ -296,8 +297,8 @@ class RandomFeatureKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
-    n_features_ : int, the chosen number of output features (with ``tol`` only).
-    size_history_ : list of (n_features, estimated relative rank-k error), the sizes tried
+    n_random_features_ : int, the chosen number of output features (with ``tol`` only).
+    size_history_ : list of (n_random_features, estimated relative rank-k error), the sizes tried
         (with ``tol`` only).
     total_variance_ : float
         ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact: ``n k(0)``, or summed
@@ -320,7 +321,7 @@ class RandomFeatureKPCA(BaseKPCA):
     >>> import numpy as np
     >>> from fastkpca import ExactKPCA, RandomFeatureKPCA
     >>> X = np.random.default_rng(0).standard_normal((300, 5))
-    >>> model = RandomFeatureKPCA(n_components=3, gamma=0.1, n_features=500,
+    >>> model = RandomFeatureKPCA(n_components=3, gamma=0.1, n_random_features=500,
     ...                           random_state=0).fit(X)
     >>> model.transform(X[:2]).shape
     (2, 3)
@@ -342,7 +343,7 @@ class RandomFeatureKPCA(BaseKPCA):
         degree=3,
         coef0=1.0,
         nu=1.5,
-        n_features=None,
+        n_random_features=None,
         features="auto",
         input_sketch=None,
         solver="auto",
@@ -364,7 +365,7 @@ class RandomFeatureKPCA(BaseKPCA):
         self.degree = degree
         self.coef0 = coef0
         self.nu = nu
-        self.n_features = n_features
+        self.n_random_features = n_random_features
         self.features = features
         self.input_sketch = input_sketch
         self.solver = solver
@@ -438,12 +439,14 @@ class RandomFeatureKPCA(BaseKPCA):
         (:func:`fastkpca.features.draw_feature_map`).  The per-thread sketches are counted for
         the threads that can get rows, ``min(n_workers, row chunks)``, not for every thread an
         ``n_jobs`` names."""
-        m_asked = resolve_n_features(self.n_features)
+        m_asked = resolve_n_random_features(self.n_random_features)
         m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
         solver = self._choose_solver(n, m)
         parts = []
         if solver == "exact":
-            parts.append((3 * 8 * m * m, f"n_features={m_asked}: the {m} x {m} feature covariance"))
+            parts.append(
+                (3 * 8 * m * m, f"n_random_features={m_asked}: the {m} x {m} feature covariance")
+            )
         elif solver == "randomized":
             q = self._sketch_width(self._resolve_n_components(m, what="n_output_features"), m)
             # one sketch per thread that gets a chunk of rows (reduce_feature_chunks), and the
@@ -452,7 +455,7 @@ class RandomFeatureKPCA(BaseKPCA):
             parts.append(
                 (
                     8 * m * (q + 1) * (threads + 3),
-                    f"n_features={m_asked}: a {m} x {q + 1} covariance sketch per thread "
+                    f"n_random_features={m_asked}: a {m} x {q + 1} covariance sketch per thread "
                     f"({threads} threads)",
                 )
             )
@@ -461,8 +464,8 @@ class RandomFeatureKPCA(BaseKPCA):
             parts.append(
                 (
                     8 * (2 * t * m + 2 * min(t, m) ** 2),
-                    f"n_buckets={t} and n_features={m_asked}: the {t} x {m} CountSketch of the "
-                    "features",
+                    f"n_buckets={t} and n_random_features={m_asked}: the {t} x {m} CountSketch "
+                    "of the features",
                 )
             )
         if self.fit_inverse_transform:
@@ -486,7 +489,7 @@ class RandomFeatureKPCA(BaseKPCA):
         rows, and the statistics of all blocks are merged.
         """
         self._check_params()
-        if check_auto_size("n_features", self.n_features, self.tol):
+        if check_auto_size("n_random_features", self.n_random_features, self.tol):
             return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         first = source.head()
@@ -563,7 +566,7 @@ class RandomFeatureKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_features`` = 256, 512, ... until the relative rank-k error bound from a
+        """Fit at ``n_random_features`` = 256, 512, ... until the relative rank-k error bound from a
         probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
 
         ``rff`` / ``orf`` with ``solver="exact"`` draw the frequencies in blocks, so each
@@ -612,9 +615,11 @@ class RandomFeatureKPCA(BaseKPCA):
             seed = int(rng.integers(2**31))
 
             def fit_at(m):
-                return clone(self).set_params(n_features=m, tol=None, random_state=seed).fit(X)
+                return (
+                    clone(self).set_params(n_random_features=m, tol=None, random_state=seed).fit(X)
+                )
 
-        grow_estimator(self, source, probe, fit_at, sizes, "n_features")
+        grow_estimator(self, source, probe, fit_at, sizes, "n_random_features")
         if grows:
             # The grown moments are small (m x m) host totals of features computed where the
             # rows live: the model's arrays move there, as a fit's.
@@ -628,7 +633,7 @@ class RandomFeatureKPCA(BaseKPCA):
                 *feature_mean_embedding(self.feature_map_, self.mean_),
                 self._inverse_anchor_sampler(source),
             )
-        self.n_features_ = self.n_output_features_
+        self.n_random_features_ = self.n_output_features_
         return self
 
     def _transform_rows(self, X):

@@ -39,7 +39,7 @@ from ..features import (
     check_feature_spec,
     feature_projection,
     init_feature_map,
-    resolve_n_features,
+    resolve_n_random_features,
 )
 from ..source import as_source
 from ..statistics.feature_sketch import (
@@ -79,7 +79,7 @@ DEFAULT_SKETCH_SIZE = 50
 TOL_START_FEATURES = 256
 #: ... up to this many, ...
 TOL_MAX_FEATURES = 2**14
-#: ... with ``sketch_size = max(default, n_features / TOL_FEATURES_PER_ROW)`` unless given.
+#: ... with ``sketch_size = max(default, n_random_features / TOL_FEATURES_PER_ROW)`` unless given.
 TOL_FEATURES_PER_ROW = 8
 
 #: Each estimator's lock (:func:`_serialized`), kept beside it rather than in its attributes:
@@ -131,7 +131,7 @@ class StreamingKPCA(BaseKPCA):
     ``transform(X) = (z(X) - mean_) @ components_.T`` approximates
     ``sklearn.decomposition.KernelPCA(...).transform(X)`` (same scale, deterministic column
     signs).  With ``sketch_size >= n_output_features_`` it equals ``RandomFeatureKPCA`` with the
-    same ``n_features``, ``features`` and ``random_state`` up to round-off.
+    same ``n_random_features``, ``features`` and ``random_state`` up to round-off.
 
     Parameters
     ----------
@@ -144,7 +144,7 @@ class StreamingKPCA(BaseKPCA):
         Kernel coefficient; None is 1 / n_features_in as in ``KernelPCA``.  The string forms are
         resolved on the first row block (at most 8192 rows) the model sees.
     degree, coef0 : polynomial kernel parameters.  nu : Matern smoothness.
-    n_features : int or None
+    n_random_features : int or None
         Number m of random features (None: 1000, as ``RandomFeatureKPCA``); the Fourier maps
         round an odd m up to even.  ``"auto"`` (or None with a ``tol``): chosen by tolerance.
     sketch_size : int or None
@@ -159,8 +159,8 @@ class StreamingKPCA(BaseKPCA):
         more row).  The rows are dealt, in runs of 1024 by row index, between 32 sketches
         (fewer, at least 2, when 32 would take more than 256 MiB:
         :func:`~fastkpca.statistics.feature_sketch.sketch_count`, a function of ``sketch_size``
-        and ``n_features`` alone) updated by parallel threads and merged up a fixed tree (same
-        bound); a sketch that gets no rows costs nothing, and a ``sketch_size`` whose sketches
+        and ``n_random_features`` alone) updated by parallel threads and merged up a fixed tree
+        (same bound); a sketch that gets no rows costs nothing, and a ``sketch_size`` whose sketches
         cannot fit in memory is refused up front (ValueError).  ``ell >= n_output_features_``
         never shrinks (the model is then exact; the buffer is capped at
         ``2 n_output_features_`` rows).
@@ -171,15 +171,16 @@ class StreamingKPCA(BaseKPCA):
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
     tol : float or None
-        Size by tolerance (needs ``n_features`` None or ``"auto"``): fit at ``n_features`` =
-        256 (or the power of 2 above ``2 n_components``), 512, ... up to 2^14, with
-        ``sketch_size`` = ``max(default, n_features / 8)`` unless given, and stop at the
+        Size by tolerance (needs ``n_random_features`` None or ``"auto"``): fit at
+        ``n_random_features`` = 256 (or the power of 2 above ``2 n_components``), 512, ... up
+        to 2^14, with
+        ``sketch_size`` = ``max(default, n_random_features / 8)`` unless given, and stop at the
         first whose relative rank-k error on all training rows (``||Kc - T T^T||_F /
         ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error
         taken into account: the estimate of the error probe
         (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
         rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
-        docs/auto.md) is at most ``1 + tol``. ``n_features="auto"`` without ``tol`` uses
+        docs/auto.md) is at most ``1 + tol``. ``n_random_features="auto"`` without ``tol`` uses
         ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit`` needs an
         array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False
@@ -232,8 +233,8 @@ class StreamingKPCA(BaseKPCA):
     n_output_features_ : int, m.
     n_samples_seen_ : int.
     n_components_, n_features_in_.
-    n_features_ : int, the chosen number of output features (with ``tol`` only).
-    size_history_ : list of (n_features, estimated relative rank-k error), the sizes tried
+    n_random_features_ : int, the chosen number of output features (with ``tol`` only).
+    size_history_ : list of (n_random_features, estimated relative rank-k error), the sizes tried
         (with ``tol`` only).
     total_variance_, total_variance_error_ : float
         ``tr(H K H)`` of the training Gram, estimated as for ``RandomFeatureKPCA``: ``n k(0)``
@@ -265,7 +266,7 @@ class StreamingKPCA(BaseKPCA):
     >>> import numpy as np
     >>> from fastkpca import StreamingKPCA
     >>> X = np.random.default_rng(0).standard_normal((300, 5))
-    >>> model = StreamingKPCA(n_components=3, gamma=0.1, n_features=200, sketch_size=20,
+    >>> model = StreamingKPCA(n_components=3, gamma=0.1, n_random_features=200, sketch_size=20,
     ...                       random_state=0)
     >>> for block in np.array_split(X, 3):
     ...     model = model.partial_fit(block)
@@ -290,7 +291,7 @@ class StreamingKPCA(BaseKPCA):
         degree=3,
         coef0=1.0,
         nu=1.5,
-        n_features=None,
+        n_random_features=None,
         sketch_size=None,
         features="auto",
         random_state=None,
@@ -308,7 +309,7 @@ class StreamingKPCA(BaseKPCA):
         self.degree = degree
         self.coef0 = coef0
         self.nu = nu
-        self.n_features = n_features
+        self.n_random_features = n_random_features
         self.sketch_size = sketch_size
         self.features = features
         self.random_state = random_state
@@ -339,7 +340,7 @@ class StreamingKPCA(BaseKPCA):
         buffer, shrink workspace and loss, and as much again while they are merged when read)
         and the pre-image anchors (rows and their Gram).  The frequencies are sized, and refused,
         where they are drawn just before (:func:`fastkpca.features.draw_feature_map`)."""
-        m_asked = resolve_n_features(self.n_features)
+        m_asked = resolve_n_random_features(self.n_random_features)
         m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
         ell = self._sketch_rows()
         count = sketch_count(ell, m)
@@ -347,7 +348,7 @@ class StreamingKPCA(BaseKPCA):
         parts = [
             (
                 2 * used * sketch_bytes(ell, m),
-                f"sketch_size={ell} with n_features={m_asked}: {used} Frequent Directions "
+                f"sketch_size={ell} with n_random_features={m_asked}: {used} Frequent Directions "
                 f"sketches of {ell} rows by {m} features (each with its buffer of up to "
                 f"{3 * ell} rows) and their merge",
             )
@@ -386,7 +387,7 @@ class StreamingKPCA(BaseKPCA):
             "n_components_",
             "n_output_features_",
             "n_features_in_",
-            "n_features_",
+            "n_random_features_",
             "size_history_",
             "_sketch_parts",
         ):
@@ -404,7 +405,7 @@ class StreamingKPCA(BaseKPCA):
         """
         self._reset()
         self._check_params()
-        if check_auto_size("n_features", self.n_features, self.tol):
+        if check_auto_size("n_random_features", self.n_random_features, self.tol):
             return self._fit_by_tolerance(X)  # size chosen by tolerance (statistics/growth.py)
         source = self._fit_source(X)
         first = source.head()
@@ -442,10 +443,11 @@ class StreamingKPCA(BaseKPCA):
         first = not hasattr(self, "sketch_")
         if first:
             self._check_params()
-            if check_auto_size("n_features", self.n_features, self.tol):
+            if check_auto_size("n_random_features", self.n_random_features, self.tol):
                 raise ValueError(
-                    "partial_fit cannot choose n_features by tolerance (tol / n_features='auto'):"
-                    " it sees each row once; use fit on an array or a re-iterable block source"
+                    "partial_fit cannot choose n_random_features by tolerance (tol / "
+                    "n_random_features='auto'): it sees each row once; use fit on an array or a "
+                    "re-iterable block source"
                 )
         source = as_source(
             X, estimator=self, reset=first, accept_sparse=True, placement=self._placement(X)
@@ -481,8 +483,8 @@ class StreamingKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_features`` = 256, 512, ... (and ``sketch_size`` = ``max(default,
-        n_features / 8)`` unless given) until the relative rank-k error bound from a probe of
+        """Fit at ``n_random_features`` = 256, 512, ... (and ``sketch_size`` = ``max(default,
+        n_random_features / 8)`` unless given) until the relative rank-k error bound from a probe of
         the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
 
         A Frequent Directions sketch of m features cannot be extended by new feature columns,
@@ -502,12 +504,12 @@ class StreamingKPCA(BaseKPCA):
             ell = self.sketch_size or max(self._sketch_rows(), m // TOL_FEATURES_PER_ROW)
             return (
                 clone(self)
-                .set_params(n_features=m, sketch_size=ell, tol=None, random_state=seed)
+                .set_params(n_random_features=m, sketch_size=ell, tol=None, random_state=seed)
                 .fit(X)
             )
 
-        grow_estimator(self, source, probe, fit_at, sizes, "n_features")
-        self.n_features_ = self.n_output_features_
+        grow_estimator(self, source, probe, fit_at, sizes, "n_random_features")
+        self.n_random_features_ = self.n_output_features_
         return self
 
     def _draw(self, X_first):
@@ -542,7 +544,7 @@ class StreamingKPCA(BaseKPCA):
         n = self.n_samples_seen_
         k = self._resolve_n_components(
             min(n, self.sketch_.sketch_size, B.shape[1]),
-            what="min(n_samples_seen, sketch_size, n_features)",
+            what="min(n_samples_seen, sketch_size, n_random_features)",
         )
         sketch = self.sketch_
         self.eigenvalues_, self.components_, self.eigenvalue_bounds_ = skpca_eigen(

@@ -115,7 +115,7 @@ def require_memory(nbytes: float, what: str, *, hint: str = "", available=None) 
     nbytes : number
         The size of what is about to be allocated.
     what : str
-        What it is, naming the parameter that decides it (``"n_features=10**9 random
+        What it is, naming the parameter that decides it (``"n_random_features=10**9 random
         frequencies (10**9 x 100 float64)"``).
     hint : str
         What to do instead, appended to the message.

@@ -35,7 +35,7 @@ What it does not implement:
 - with exact features, the fast Gaussian multiplication of step (2): the fit is then
   O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps)
   (``docs/papers/countsketch.md``);
-- the choice of m from the statistical dimension: m is ``n_features`` (or sized by ``tol``);
+- the choice of m from the statistical dimension: m is ``n_random_features`` (or sized by ``tol``);
 - sketch sizes from the target error: t is ``n_buckets`` (default ``max(2000, 50 q)``), not
   O(k^2 / eps^2), so no (1 + eps) guarantee is claimed; the relative error is measured instead.
 """

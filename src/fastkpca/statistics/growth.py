@@ -1,6 +1,7 @@
 """Model sizes chosen by tolerance: one growth loop, stopped by the error probe.
 
-``NystromKPCA(n_landmarks="auto", tol=...)``, ``RandomFeatureKPCA(n_features="auto", tol=...)``,
+``NystromKPCA(n_landmarks="auto", tol=...)``,
+``RandomFeatureKPCA(n_random_features="auto", tol=...)``,
 ``StreamingKPCA(tol=...)`` and ``AutoKPCA(tol=...)`` fit a model at growing sizes and stop at the
 first whose relative rank-k error on all training rows, ``||Kc - T T^T||_F / ||Kc -
 (Kc)_k||_F`` (1 = exact KPCA), is at most ``1 + tol`` with the estimate's standard error taken
