@@ -568,8 +568,15 @@ def test_evaluate_and_fit_report_the_error_estimate(tmp_path, capsys):
     assert abs(est["estimate"] - truth) <= max(0.01, (truth - 1) / 2) or (
         0.5 <= (est["estimate"] - 1) / (truth - 1) <= 2
     )
+    assert "probe of 600 rows" in res["why_they_differ"]
     fitted = __import__("fastkpca").load(model)
     assert truth == pytest.approx(relative_rank_k_error(X, fitted.transform(X), fitted.kernel_))
+    # both figures for people: each says what it is, and a line says why they differ
+    args = ["evaluate", str(model), str(path), "--max-samples", "1500", "--n-probe", "600", "-q"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "error estimate (fastkpca.metrics.estimate_error)" in out and "against exact KPCA" in out
+    assert "the two relative rank-k errors differ: the estimate reads a probe of 600 rows" in out
     # only the estimate: no exact KPCA, so no exact table
     assert main(["evaluate", str(model), str(path), "--no-exact", "--n-probe", "600", "-q"]) == 0
     out = capsys.readouterr().out

@@ -158,6 +158,7 @@ def run(args):
                     "estimate": estimate,
                     "metrics": _plain(rows),
                     "metrics_computation": "skipped (--no-exact)" if rows is None else exact_how,
+                    "why_they_differ": None if rows is None else _why_they_differ(estimate) or None,
                 },
                 indent=2,
             )
@@ -171,9 +172,25 @@ def run(args):
         print(f"    {'metric':<24}{'model':>12}{'exact':>12}  meaning")
         for name, r in rows.items():
             print(f"    {name:<24}{r['model']:>12.4g}{r['exact']:>12.4g}  {_METRIC_NOTES[name]}")
+        why = _why_they_differ(estimate)
+        if why:
+            print(why)
     else:
         print("exact KPCA of the rows: skipped (--no-exact)")
     return 0
+
+
+def _why_they_differ(estimate: dict) -> str:
+    """Why the estimate and the exact relative rank-k error printed for one model differ, when
+    the estimate came from a probe (empty when it was computed exactly on the same rows)."""
+    err = estimate["relative_rank_k_error"]
+    if err["method"] != PROBE_ESTIMATE:
+        return ""
+    return (
+        "the two relative rank-k errors differ: the estimate reads a probe of "
+        f"{int(estimate['n_probe'])} rows and no exact KPCA (its interval is the probe's sampling "
+        "uncertainty); the exact column is exact KPCA of the evaluated rows, the error itself"
+    )
 
 
 def _estimate(model, X, args) -> dict:
