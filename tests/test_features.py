@@ -286,6 +286,19 @@ def _expected_failed_checks(estimator):
     }
 
 
+@pytest.mark.parametrize("cls", [RandomFourierFeatures, OrthogonalRandomFeatures, FastfoodFeatures])
+def test_a_rows_features_do_not_depend_on_its_batch_beyond_float32(cls):
+    """What the two checks above test, at float32's resolution: a row's features alone, or in
+    another place of the batch, agree to 1e-6 (a few float32 roundings of phases of order 1)."""
+    X = np.random.default_rng(3).standard_normal((40, 5))
+    t = cls(n_components=1, random_state=0).fit(X)
+    Z = t.transform(X)
+    order = np.random.default_rng(4).permutation(40)
+    np.testing.assert_allclose(t.transform(X[order]), Z[order], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(t.transform(X[5:6]), Z[5:6], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(t.transform(X[:13]), Z[:13], rtol=0, atol=1e-6)
+
+
 @parametrize_with_checks(
     [
         RandomFourierFeatures(n_components=32, random_state=0),
