@@ -1,33 +1,22 @@
 """Top-k eigensolvers for symmetric positive semi-definite operators.
 
-One entry point, :func:`eigh_topk`, serves a dense Gram, a float32 Gram, a sparsified (CSR)
-Gram, an implicitly centered Gram and any ``scipy.sparse.linalg.LinearOperator``, and the same
-on a device (a PyTorch tensor or CuPy array, an ``array_api_strict`` array, or an operator with a
-``placement`` there, such as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
+One entry point, :func:`eigh_topk`, for a dense (or float32, or CSR) Gram, an implicitly centered
+Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``, such
+as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
 
 ``dense``
-    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`:
-    LAPACK ``syevr`` for the index range in host memory, overwriting the input when allowed so
-    an n x n Gram is never copied; the namespace's full ``eigh`` on a device).
+    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`).
 ``lanczos``
-    ARPACK ``eigsh`` (implicitly restarted Lanczos) to a relative Ritz residual of 1e-10
-    (float64) by default; host only, elsewhere ``randomized``.
+    ARPACK ``eigsh`` (host only; elsewhere ``randomized``).
 ``randomized``
-    Randomized block Krylov iteration (Musco & Musco 2015) with ``k + oversamples`` vectors per
-    block, Rayleigh-Ritz on the whole Krylov basis and thick restarts, until the Ritz residuals
-    of the top k pairs fall below ``tol``: one pass per *block* of vectors.
+    Randomized block Krylov iteration (Musco & Musco 2015) with thick restarts, until the top k
+    Ritz residuals fall below ``tol``.
 ``orthogonal``
-    Orthogonal (subspace) iteration with exactly k vectors, as in Achlioptas, McSherry &
-    Schoelkopf (2001, section 3), stopping when the subspace changes by less than ``tol``
-    (sine of the largest principal angle between successive iterates).
+    Orthogonal iteration with k vectors (Achlioptas, McSherry & Schoelkopf 2001, section 3).
 
-The methods are written once over the array namespace; the dense linear algebra under them
-(products, QR, small ``eigh``, the rank-revealing orthogonalisation, the dense solve, ARPACK,
-the dense-or-Krylov rule) is :mod:`fastkpca.execution.linalg`, where the host's LAPACK and the
-device's library differ.  Start blocks are drawn from the host generator and moved, so every
-namespace starts from the same vectors.  All methods return eigenvalues in descending order and
-eigenvectors post-processed by :func:`postprocess_eigen` (tiny negatives clipped, deterministic
-signs), float64, in A's namespace and on its device.
+Written once over the array namespace; the dense linear algebra under them is
+:mod:`fastkpca.execution.linalg`.  Start blocks come from the host generator, so every namespace
+starts alike; results are float64 in A's namespace, post-processed by :func:`postprocess_eigen`.
 """
 
 from __future__ import annotations

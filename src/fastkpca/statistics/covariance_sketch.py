@@ -1,32 +1,14 @@
 """One-pass sketch of a centered scatter matrix, and its fixed-rank PSD reconstruction.
 
-For rows ``r_i`` in R^p (random features, kernel rows against landmarks) the centered scatter
+The centered scatter ``S = sum_i (r_i - mean)(r_i - mean)^T`` (p x p) of rows in R^p is recovered
+to a fixed rank from the sketch ``Y = S T`` against a p x q test matrix (Tropp, Yurtsever, Udell
+& Cevher, NeurIPS 2017, section 3): O(n p q) time, O(p q) memory, S never formed.
 
-    S = sum_i (r_i - mean)(r_i - mean)^T                          (p x p, PSD)
-
-is what exact linear PCA of the rows diagonalises; forming it costs O(n p^2).  Its top-rank
-eigenpairs can be recovered instead from the *sketch* ``Y = S T`` against a fixed p x q test
-matrix T (q << p): Tropp, Yurtsever, Udell & Cevher, "Fixed-rank approximation of a
-positive-semidefinite matrix from streaming data" (NeurIPS 2017), section 3.  One pass over row
-blocks accumulates Y in O(n p q) time and O(p q) memory, and ``S`` is never formed.
-
-The statistic (:class:`ScatterSketch`): count, mean and ``Y`` of a set of rows.  ``Y`` is linear
-in S, so a block's sketch is ``Rc^T (Rc T)`` (two thin products, ``2 p q`` flops a row, against
-``p^2`` for the scatter itself) with ``Rc`` the block centered at its own mean, and two sets
-pool by Chan, Golub & LeVeque's pairwise update of the centered scatter, multiplied by T:
-
-    Y = Y_a + Y_b + (n_a n_b / n) d (d^T T),     d = mean_a - mean_b,
-
-so block sketches merge in any order (a tree reduction over dask chunks, or a stream).
-
-The reconstruction (:func:`fixed_rank_psd`) is the paper's Algorithm 3: the Nystrom
-approximation ``Y (T^T Y)^+ Y^T`` of S, computed stably from a Cholesky factor of a slightly
-shifted core matrix, then truncated to the requested rank.  Its eigenvalues are those of the
-best rank-r approximation of that Nystrom approximation: they never exceed S's (Nystrom
-approximations are dominated by the matrix, ``S_nys <= S`` in the PSD order), and for S of rank
-at most q they are exact.  Otherwise the error is controlled by S's tail beyond rank ~q (the
-paper's Theorem 4.1: the expected trace-norm error is at most ``(1 + r / (q - r - 1))`` times
-the best rank-r error), so q should be a few times the rank asked for.
+:class:`ScatterSketch` holds count, mean and Y; a block's sketch is ``Rc^T (Rc T)`` and two sets
+pool by Chan, Golub & LeVeque's update, ``Y = Y_a + Y_b + (n_a n_b / n) d (d^T T)``, ``d =
+mean_a - mean_b``, so sketches merge in any order.  :func:`fixed_rank_psd` is the paper's
+Algorithm 3; its eigenvalues never exceed S's, are exact for rank S <= q, and otherwise err by
+S's tail beyond rank ~q (Theorem 4.1).
 """
 
 from __future__ import annotations
