@@ -418,16 +418,12 @@ def rpcholesky_indices(
     accelerated: bool = True,
     tol: float | None = None,
 ) -> RPCholeskyResult:
-    """Landmark rows by randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024).
+    """Landmark rows by randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, Alg. 1).
 
-    Plain RPCholesky keeps the residual diagonal ``d = diag(K - F F^T)``; at each step it draws
-    a pivot s with probability ``d_s / sum(d)``, forms the residual column
-    ``g = K[:, s] - F F[s]^T`` and appends ``g / sqrt(g_s)`` to F, so ``d -= g^2 / g_s``
-    (CETW Alg. 1).  The accelerated form (Epperly, Tropp & Webber 2024) proposes
-    ``block_size`` pivots i.i.d. from ``d / sum(d)``, accepts a subset by rejection sampling on
-    the proposals' b x b residual kernel (:func:`_rejection_cholesky`), then evaluates the
-    accepted columns as one n x l kernel block and appends them with one triangular solve: the
-    same distribution of pivots with BLAS-3 work and far fewer passes over X.
+    Pivots are drawn with probability ``d_s / sum(d)``, d the residual diagonal of ``K - F F^T``.
+    The accelerated form (Epperly, Tropp & Webber 2024) proposes ``block_size`` pivots at once and
+    accepts a subset by rejection sampling (:func:`_rejection_cholesky`): the same distribution with
+    BLAS-3 work.
 
     Parameters
     ----------
@@ -441,14 +437,13 @@ def rpcholesky_indices(
     accelerated : bool
         Block rejection sampling (True) or one pivot per kernel column (False).
     tol : float in (0, 1), optional
-        Stop as soon as ``tr(K - F F^T) <= tol * tr(K)`` (then fewer than c pivots).
+        Stop once ``tr(K - F F^T) <= tol * tr(K)``.
 
     Returns
     -------
     RPCholeskyResult
-        Pivots in order, the factor, the residual diagonal (its sum is the certificate
-        ``tr(K - C W^+ C^T)``) and ``tr(K)``.  Cost: ``n (c + 1)`` kernel evaluations plus
-        ``block_size^2`` per round, ``O(n c^2)`` flops, ``n c`` float64 of memory for F.
+        Pivots, factor, residual diagonal (its sum certifies ``tr(K - C W^+ C^T)``) and ``tr(K)``;
+        ``n (c + 1)`` kernel evaluations, ``n c`` float64 for F.
     """
     n = X.shape[0]
     if n == 0:

@@ -729,24 +729,15 @@ def check_feature_spec(estimator) -> None:
 def init_feature_map(estimator, X_first, *, n_input_features=None):
     """Resolve an estimator's kernel and draw its feature map from the first data block.
 
-    The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers
-    (:mod:`fastkpca.transformers`) turn their parameters into a map, so that the same
-    ``random_state`` gives the same features in all of them::
-
-        rng = estimator._make_rng()
-        kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)
-        fmap = draw_feature_map(estimator.features, kernel,
-                                resolve_n_features(estimator.n_features), d, rng)
-
-    Data-dependent ``gamma`` is resolved on at most the first
-    :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of ``X_first``, so an array and the same rows
-    streamed in blocks of that size give the same kernel.
+    The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers turn their
+    parameters into a map, so one ``random_state`` gives the same features in all of them.  A
+    data-dependent ``gamma`` is resolved on the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS`
+    rows, so an array and the same rows streamed give the same kernel.
 
     Parameters
     ----------
     estimator : object
-        Has ``_make_rng()``, ``_resolve_kernel(X, rng)`` (as
-        :class:`fastkpca.decomposition._base.BaseKPCA`), ``features`` and ``n_features``.
+        Has ``_make_rng()``, ``_resolve_kernel(X, rng)``, ``features`` and ``n_features``.
     X_first : array or CSR matrix
         The training data, or its first row block (already validated).
     n_input_features : int, optional
@@ -756,7 +747,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None):
     -------
     fmap : FeatureMap
     rng : numpy.random.Generator
-        The generator after drawing (for any further randomness of the fit).
+        The generator after drawing.
     """
     rng = estimator._make_rng()
     kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)

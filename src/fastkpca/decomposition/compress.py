@@ -322,33 +322,26 @@ class CompressedKPCA(BaseKPCA):
 def compress_expansion(model, rounding=None, projection_dim=None, random_state=None):
     """A cheaper-to-evaluate, unbiased copy of a fitted expansion-based model's transform.
 
-    Achlioptas, McSherry & Schoelkopf (2001), sections 4 (randomized rounding of the expansion
-    coefficients, the Hoeffding bound of eq. 1) and 5 (random +-1 projections, Theorem 6).
+    Achlioptas, McSherry & Schoelkopf (2001), sections 4 (randomized rounding, the Hoeffding bound
+    of eq. 1) and 5 (random +-1 projections, Theorem 6).
 
     Parameters
     ----------
     model : fitted ExactKPCA, SparsifiedKPCA, or any model with ``kernel_expansion()``
-        (NystromKPCA, ReducedSetKPCA).
     rounding : float in (0, 1] or None
-        Expected fraction of expansion terms (kernel evaluations) kept.  1 keeps every term with
-        its exact coefficient; None does no rounding.
+        Expected fraction of expansion terms kept (1: all, exact; None: no rounding).
     projection_dim : int >= 1 or None
-        Evaluate the kernel on inputs projected to this many random +-1 combinations of the
-        features (kernels of Euclidean distances / dot products only: rbf, matern, polynomial,
-        linear, cosine).  Kernel values are then approximate: distances are preserved within
-        ``1 +- eps`` for ``projection_dim ~ 4 (2 + beta) ln(n) / eps^2`` (Theorem 6).
+        Evaluate the kernel on inputs projected to this many random +-1 combinations (kernels of
+        distances / dot products only); distances within ``1 +- eps`` for ``projection_dim ~ 4 (2
+        + beta) ln(n) / eps^2`` (Theorem 6).
     random_state : int, Generator or None
 
     Returns
     -------
     CompressedKPCA
-        Fitted, on the device of the model's expansion points (the rounding coins and the
-        projection are drawn on the host generator, so every device gets the same terms);
-        ``transform`` estimates ``model.transform``: for the rounding, exactly
-        unbiased in the coefficients (``E[coef~] = coef``); for one component ``j`` and a point
-        x, ``P(|T~_j(x) - T_j(x)| >= t) <= 2 exp(-2 t^2 / sum_i w_i^2)`` (Hoeffding) with
-        ``w_i = |coef_ij k(x, z_i)| / pi_i`` over the rounded terms; with ``|k| <= c`` and
-        unit-norm coefficients this is the paper's ``2 exp(-2 t^2 s^2 / (m c^2))``.
+        On the device of the model's expansion (host draws: every device gets the same terms);
+        unbiased in the coefficients, and for one component ``P(|T~_j(x) - T_j(x)| >= t) <= 2
+        exp(-2 t^2 / sum_i w_i^2)``, ``w_i = |coef_ij k(x, z_i)| / pi_i`` (Hoeffding).
     """
     out = CompressedKPCA(
         rounding=rounding,

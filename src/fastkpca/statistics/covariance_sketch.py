@@ -298,46 +298,26 @@ def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
 def fixed_rank_psd(Y, T, rank: int, *, eps: float | None = None, scale=None):
     """Top-``rank`` eigenpairs of the PSD matrix S from its sketch ``Y = S T``.
 
-    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3 ("fixed-rank PSD
-    approximation"):
-
-    1. ``nu = sqrt(p) eps ||Y||_2`` and ``Y_nu = Y + nu T``: the sketch of ``S + nu I``, whose
-       core matrix ``B = T^T Y_nu`` is positive definite, so its Cholesky factor exists (the
-       ``sqrt(p)`` factor is the one of the authors' reference code, ``sqrt(n) eps(norm(Y))``);
-    2. ``B = C^T C`` (Cholesky of the symmetrised B), ``E = Y_nu C^{-1}``;
-    3. ``E = U Sigma V^T`` (thin SVD): ``E E^T = Y_nu B^{-1} Y_nu^T`` is the Nystrom
-       approximation of ``S + nu I``, with eigenpairs ``(Sigma^2, U)``;
-    4. remove the shift, ``Lambda = max(Sigma^2 - nu, 0)``, and keep the top ``rank`` pairs
-       (the paper's truncation ``[[.]]_r``, its section 3.3: truncating improves on the raw
-       rank-q Nystrom approximation).
-
-    The shift must be at least the rounding in Y: errors of size delta in the directions where
-    B is nearly singular are amplified to ``delta^2 / nu``.  ``eps`` is therefore the unit
-    roundoff of the products that formed Y (:attr:`ScatterSketch.eps`: float32's for float32
-    rows), not always float64's.  If B still fails to be positive definite, nu is raised to
-    twice the most negative eigenvalue of the symmetrised ``T^T Y`` (a measured noise level) and
-    the Cholesky retried.  The shift is removed in step 4 either way: it moves the top
-    eigenvalues by at most about nu.
+    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3: shift ``Y_nu = Y + nu T`` with
+    ``nu = sqrt(p) eps ||Y||_2`` (the authors' code), Cholesky ``T^T Y_nu = C^T C``, thin SVD of
+    ``Y_nu C^{-1} = U Sigma V^T``, then ``Lambda = max(Sigma^2 - nu, 0)`` truncated to ``rank``
+    (section 3.3).  ``eps`` is the unit roundoff of Y's products (:attr:`ScatterSketch.eps`); if
+    the Cholesky still fails, nu becomes twice the most negative eigenvalue of ``T^T Y``.
 
     Parameters
     ----------
-    Y : (p, q) array, the sketch ``S T``, of any namespace: the reconstruction is small
-        (p x q) and runs with the host's LAPACK (a Cholesky with a retry, a triangular solve, an
-        SVD with a fallback driver), its results returned on Y's placement
+    Y : (p, q) array, the sketch, of any namespace (solved with the host's LAPACK, returned on Y's
+        placement)
     T : (p, q) array with orthonormal columns (:func:`test_matrix`)
     rank : int, ``1 <= rank <= q``
     eps : float or None
         Unit roundoff of Y's products (None: float64's).
     scale : float or None
-        The trace of the uncentered Gram behind S (``sum_i k(x_i, x_i)``): eigenvalues at its
-        rounding level are 0 (:func:`fastkpca.solvers.postprocess_eigen`); None: unknown.
+        The uncentered Gram's trace, for :func:`fastkpca.solvers.postprocess_eigen`.
 
     Returns
     -------
-    eigenvalues : (rank,) float64, descending, >= 0
-        Those of the rank-``rank`` truncation of the Nystrom approximation: at most S's (the
-        Nystrom approximation is dominated by S) up to the rounding in Y, equal to them when
-        rank(S) <= q.
+    eigenvalues : (rank,) float64, descending, >= 0, at most S's (exact when rank(S) <= q)
     eigenvectors : (p, rank) float64, orthonormal columns, signs fixed (largest entry positive)
     """
     placement = placement_of(Y)

@@ -171,7 +171,7 @@ def rf_kpca_countsketch(
     Parameters
     ----------
     source : fastkpca.source.RowSource
-        The rows; ``source.reduce`` makes one pass per call (two for ``n_passes=2``).
+        The rows; one pass per ``source.reduce`` (two for ``n_passes=2``).
     fmap : FeatureMap
         The feature map; m = ``fmap.n_output_features``.
     n_components : k.
@@ -187,13 +187,9 @@ def rf_kpca_countsketch(
 
     Notes
     -----
-    ``E[(S y)^T (S y)] = y^T y`` for every vector y, so ``(S Zc)^T (S Zc)`` is an unbiased
-    estimate of ``Zc^T Zc`` whose error falls like ``||Zc||_F^2 / sqrt(t)`` (CountSketch is an
-    approximate-matrix-multiplication sketch, Clarkson & Woodruff 2013).  Its top right singular
-    vectors V therefore nearly span the top eigenvectors of ``Zc^T Zc``.  The one-pass variant
-    reports them and the squared singular values; the two-pass variant projects the data on V and
-    solves the q x q eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz), so its eigenvalues
-    are those of the true covariance restricted to span(V) and never overestimate.
+    ``(S Zc)^T (S Zc)`` is unbiased for ``Zc^T Zc`` with error ``~ ||Zc||_F^2 / sqrt(t)`` (Clarkson
+    & Woodruff 2013), so its top right singular vectors V nearly span the top eigenvectors; the
+    two-pass variant's Rayleigh-Ritz eigenvalues never overestimate.
     """
     sk = source.reduce(feature_countsketch, FeatureCountSketch.merge, fmap, n_buckets, seed)
     xp = placement_of(sk.SZ).xp

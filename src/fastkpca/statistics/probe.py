@@ -274,26 +274,20 @@ class ErrorProbe:
     Parameters
     ----------
     X : array, CSR matrix or tensor (p, d)
-        The probe rows, a uniform sample (without replacement) of the N rows the errors refer to
-        (or a stream's first rows).  Their Gram is computed where they are (a device's rows
-        on the device), then kept on the host with a host copy of the rows.
+        The probe rows, a uniform sample of the N rows the errors refer to (or a stream's first
+        rows); their Gram is computed where they are and kept on the host.
     kernel : Kernel or None
-        None: the kernel of the first model estimated (its ``kernel_``).
+        None: the kernel of the first model estimated.
     rng : numpy.random.Generator
         The halves' splits and the bootstrap.
     n_rows : int or None
-        N; None: a sample of an unlimited population (the diagonal weight is 0).  With
-        ``p >= N`` the probe is all the rows: the errors are exact, with standard error 0.
+        N (None: an unlimited population).  With ``p >= N`` the errors are exact.
 
     Notes
     -----
-    The probe, in a random order of its rows, is split in halves :data:`SPLITS` ways (the
-    pairings of its quarters); the estimate sums the model's and the reference's residual
-    rows over the splits, and the spread of the halves' own ratios is pooled over them (as
-    many degrees of freedom).  Cost: p^2 kernel values, ``2 SPLITS`` top-k eigenproblems of
-    ``p / 2`` rows per rank k (once per k) and their re-weighting steps (``O(p^2 k)`` each),
-    then per model its transform of the probe and ``O(SPLITS p^2 k)``; memory
-    :func:`probe_memory_bytes`.
+    The probe is halved :data:`SPLITS` ways (the pairings of its quarters), residuals summed and
+    spreads pooled over the splits.  Cost: p^2 kernel values and ``2 SPLITS`` top-k eigenproblems of
+    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model; memory :func:`probe_memory_bytes`.
     """
 
     def __init__(self, X, kernel, rng, n_rows: int | None = None):
