@@ -1,45 +1,16 @@
 """Random Fourier features in input-sparsity time: a CountSketch of the inputs, then Gaussians.
 
-Musco & Woodruff ("Is input sparsity time possible for kernel low-rank approximation?", NIPS
-2017, section 3.2.2) avoid the O(nnz(X) m) product ``X W`` with the d x m frequency matrix by
-Kapralov, Potluru & Woodruff's "fake Gaussian" (ICML 2016): the Gaussian directions are replaced
-by ``W = S^T G``, with S a t x d CountSketch (bucket ``h(j)`` in [0, t) and sign ``s(j)`` of
-each input coordinate j) and G a dense t x D matrix of frequencies drawn from the kernel's
-spectral density in R^t, so that
+Musco & Woodruff (NIPS 2017, section 3.2.2), after Kapralov, Potluru & Woodruff's "fake
+Gaussian" (ICML 2016): ``W = S^T G`` with S a t x d CountSketch and G t x D frequencies drawn
+from the kernel's spectral density in R^t, so ``X W = (X S^T) G`` costs O(nnz(X) + n t D) and no
+d x D matrix is formed.
 
-    X W = (X S^T) G        O(nnz(X)) for ``X S^T``, then O(n t D) for the dense product,
-
-and no d x D matrix is ever formed (the map holds d hashes and signs and the t x D G).  The
-paper's section 3.2.1 writes the frequencies as ``G Sigma`` (Gaussian directions rescaled by
-radii of the kernel's spectral density); for the rbf kernel that is ``sqrt(2 gamma)`` times a
-standard Gaussian and for the Matern kernel a Gaussian times one Student-t scale per column, so
-drawing the columns of G from the density in R^t (:meth:`fastkpca.kernels.Kernel.sample_
-frequencies`) is that construction.
-
-What the features approximate (the distributional error).  Given S, the map
-``z(x) = [cos(Sx . G), sin(Sx . G)] / sqrt(D)`` is exactly the random Fourier feature map of
-the kernel ``k_S(x, y) = k(Sx, Sy)``; for the rbf kernel ``k_S(x, y) = exp(-gamma ||S(x -
-y)||^2)``.  For a difference ``v = x - y`` CountSketch keeps the squared norm in expectation,
-``E ||S v||^2 = ||v||^2``, with variance ``2 (||v||^4 - ||v||_4^4) / t`` (the cross terms
-``s_i s_j v_i v_j`` of colliding coordinates, each pair colliding with probability 1 / t).  So
-with ``u = gamma ||v||^2`` and ``rho = ||v||_4^4 / ||v||^4`` (1 / nnz(v) for a flat v), to first
-order in the relative norm error delta (``Var delta = 2 (1 - rho) / t``):
-
-    k_S / k = exp(-u delta),   relative deviation: std ~ u sqrt(2 (1 - rho) / t),
-                               bias E[k_S] / k - 1 ~ u^2 (1 - rho) / t (k_S is high on average),
-    absolute deviation:        std ~ u exp(-u) sqrt(2 (1 - rho) / t) <= exp(-1) sqrt(2 / t).
-
-The features' own Monte-Carlo variance with D frequencies is ``(1 - k^2)^2 / (2 D)`` per entry
-(:mod:`fastkpca.features`), so the ratio of the added variance to it is
-``(2 D / t) (1 - rho) u^2 / (2 sinh(u)^2) <= D / t`` at every distance (``sinh u >= u``).
-Hence the default :func:`resolve_sketch_size` rule t = D: the sketch adds at most the variance
-the features already have (the total standard deviation at most sqrt(2) times that of exact
-random Fourier features), whatever the distance.  Unlike the Monte-Carlo error, the sketch's
-error is one draw of S shared by all entries (a Johnson-Lindenstrauss-type distortion of the
-distances), not independent noise.  ``tests/test_input_sketch.py`` checks these moments.
-
-Cost.  ``X S^T`` touches each non-zero once; the dense ``(X S^T) G`` is a GEMM of n t D flops in
-float32, and cos / sin O(n D) as for every Fourier map.
+Given S, ``z`` is exactly the random Fourier map of ``k_S(x, y) = k(Sx, Sy)``.  CountSketch keeps
+``E ||S v||^2 = ||v||^2`` with variance ``2 (||v||^4 - ||v||_4^4) / t``, so for rbf the added
+variance is at most ``D / t`` times the features' own Monte-Carlo variance ``(1 - k^2)^2 / (2 D)``
+at every distance; hence the default t = D (:func:`resolve_sketch_size`).  The sketch's error is
+one draw shared by all entries (a Johnson-Lindenstrauss-type distortion), not independent noise;
+``tests/test_input_sketch.py`` checks these moments.
 """
 
 from __future__ import annotations

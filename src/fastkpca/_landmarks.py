@@ -1,38 +1,22 @@
 """Landmark selection for the Nystrom method: uniform, reservoir, k-means and ridge leverage.
 
-Every selector returns landmark *rows* (or row indices) plus per-landmark weights that describe
-how much of the data each landmark stands for (non-negative, summing to 1):
+Every selector returns landmark rows (or indices) and weights summing to 1:
 
 ``uniform``
-    A uniformly random subset without replacement, drawn as the rows with the ``c`` smallest of
-    n i.i.d. uniform keys.  :class:`ReservoirSampler` draws the *same* keys one row block at a time,
-    so it gives the same subset from a stream of blocks of any sizes, in one pass and O(c) memory
-    (reservoir sampling with random priorities).  Weights ``1 / c``.
+    The rows with the c smallest of n uniform keys; :class:`ReservoirSampler` draws the same
+    keys block by block, so a stream gives the same subset in one pass.  Weights ``1 / c``.
 ``kmeans``
-    k-means centres (scikit-learn's ``KMeans`` / ``MiniBatchKMeans``) with the cluster sizes as
-    weights: the density-weighted Nystrom landmarks of Zhang & Kwok (2009); Kingravi et al.
-    (``papers/003``) use the same centres-plus-sizes pair as a reduced-set density estimate.
+    k-means centres weighted by cluster sizes (Zhang & Kwok 2009).
 ``rls``
-    Recursive ridge-leverage-score sampling (Musco & Musco 2017, "Recursive sampling for the
-    Nystrom method", cited as the general-kernel method in ``papers/002``): nested uniform halvings
-    of the data, with the leverage scores of each level estimated from the Nystrom sample of the
-    level below.  O(n c) kernel evaluations in row blocks; the n x n Gram is never formed.
-    Weights ``1 / p_i`` (the inverse inclusion probabilities), normalized.
+    Recursive ridge-leverage-score sampling (Musco & Musco 2017): nested uniform halvings, each
+    level's scores from the level below's Nystrom sample.  Weights ``1 / p_i``, normalized.
 ``rpcholesky``
-    Randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, CPAM), by default in the
-    accelerated block form with rejection sampling (Epperly, Tropp & Webber 2024, "Embrace
-    rejection").  Each pivot is drawn with probability proportional to the diagonal of the
-    current residual ``K - F F^T``, so points the landmarks already explain are not drawn again.
-    ``c n`` kernel evaluations for the columns plus n for the diagonal (and ``b^2`` per round of
-    b proposals); the n x c factor F is the only large array.  The residual diagonal it keeps is a
-    certificate: ``tr(K - C W^+ C^T)`` of the landmarks' Nystrom approximation, and a stopping
-    rule (``tol``).  Weights ``1 / c``.
+    Randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024), block form with rejection
+    sampling (Epperly, Tropp & Webber 2024); the residual diagonal certifies ``tr(K - C W^+
+    C^T)`` and gives a stopping rule.  Weights ``1 / c``.
 
-Every selector is written once over the rows' array namespace; the random draws come from the
-host generator (each round or level copies its scores to the host), so every namespace gets the
-same landmarks up to rounding.  ``kmeans`` runs on a host copy of the rows.  Sparse rows of more
-than :data:`~fastkpca.execution.budget.SPARSE_LANDMARKS_MIN_FEATURES` features stay sparse as
-landmarks (:func:`keeps_sparse`).
+Written once over the rows' namespace with host random draws, so every namespace gets the same
+landmarks; ``kmeans`` runs on a host copy.  Wide sparse rows stay sparse (:func:`keeps_sparse`).
 """
 
 from __future__ import annotations
@@ -434,16 +418,12 @@ def rpcholesky_indices(
     accelerated: bool = True,
     tol: float | None = None,
 ) -> RPCholeskyResult:
-    """Landmark rows by randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024).
+    """Landmark rows by randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, Alg. 1).
 
-    Plain RPCholesky keeps the residual diagonal ``d = diag(K - F F^T)``; at each step it draws
-    a pivot s with probability ``d_s / sum(d)``, forms the residual column
-    ``g = K[:, s] - F F[s]^T`` and appends ``g / sqrt(g_s)`` to F, so ``d -= g^2 / g_s``
-    (CETW Alg. 1).  The accelerated form (Epperly, Tropp & Webber 2024) proposes
-    ``block_size`` pivots i.i.d. from ``d / sum(d)``, accepts a subset by rejection sampling on
-    the proposals' b x b residual kernel (:func:`_rejection_cholesky`), then evaluates the
-    accepted columns as one n x l kernel block and appends them with one triangular solve: the
-    same distribution of pivots with BLAS-3 work and far fewer passes over X.
+    Pivots are drawn with probability ``d_s / sum(d)``, d the residual diagonal of ``K - F F^T``.
+    The accelerated form (Epperly, Tropp & Webber 2024) proposes ``block_size`` pivots at once and
+    accepts a subset by rejection sampling (:func:`_rejection_cholesky`): the same distribution with
+    BLAS-3 work.
 
     Parameters
     ----------
@@ -457,14 +437,13 @@ def rpcholesky_indices(
     accelerated : bool
         Block rejection sampling (True) or one pivot per kernel column (False).
     tol : float in (0, 1), optional
-        Stop as soon as ``tr(K - F F^T) <= tol * tr(K)`` (then fewer than c pivots).
+        Stop once ``tr(K - F F^T) <= tol * tr(K)``.
 
     Returns
     -------
     RPCholeskyResult
-        Pivots in order, the factor, the residual diagonal (its sum is the certificate
-        ``tr(K - C W^+ C^T)``) and ``tr(K)``.  Cost: ``n (c + 1)`` kernel evaluations plus
-        ``block_size^2`` per round, ``O(n c^2)`` flops, ``n c`` float64 of memory for F.
+        Pivots, factor, residual diagonal (its sum certifies ``tr(K - C W^+ C^T)``) and ``tr(K)``;
+        ``n (c + 1)`` kernel evaluations, ``n c`` float64 for F.
     """
     n = X.shape[0]
     if n == 0:

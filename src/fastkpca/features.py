@@ -11,39 +11,17 @@ name             kernels                                   cost per row (d input
 ``tensorsketch`` polynomial                                O(p (d + m log m))
 ================ ========================================= ====================================
 
-Random Fourier features (Rahimi & Recht 2007; slide "RFF" of Sriperumbudur & Sterge, file
-``001`` of the papers): by Bochner's theorem ``k(x - y) = E_w[cos(w . (x - y))]`` for w drawn
-from the kernel's spectral density (:meth:`fastkpca.kernels.Kernel.sample_frequencies`), so with
-D frequencies
+Random Fourier features (Rahimi & Recht 2007): by Bochner's theorem, with D frequencies from the
+kernel's spectral density (:meth:`fastkpca.kernels.Kernel.sample_frequencies`),
+``z(x) = [cos(W x), sin(W x)] / sqrt(D)`` gives an unbiased ``k(x, y)``.  The cos / sin pair has
+lower variance than scikit-learn's random-phase ``sqrt(2) cos(w . x + b)`` (Sutherland &
+Schneider, UAI 2015, section 2).
 
-    z(x) = [cos(W x), sin(W x)] / sqrt(D)        (m = 2 D output columns)
-
-gives ``z(x) . z(y) = (1/D) sum_j cos(w_j . (x - y))``, an unbiased estimate of ``k(x, y)``.  The
-cos / sin pair is used instead of scikit-learn's ``sqrt(2) cos(w . x + b)`` with a random phase b:
-``2 cos(w.x + b) cos(w.y + b) = cos(w.(x - y)) + cos(w.(x + y) + 2 b)`` carries the extra phase
-noise term ``cos(w.(x + y) + 2 b)``, which the pair does not, so for the same number of output
-columns the pair has lower variance for smooth kernels such as the Gaussian (Sutherland &
-Schneider, "On the error of random Fourier features", UAI 2015, section 2): per entry, for the
-Gaussian, ``(1 - k^2)^2 / m`` against ``(1 + k^4 / 2 - k^2) / m``.
-
-For kernel PCA the double centering ``H K H`` removes most of the phase noise when the bandwidth
-is wide next to the data, so the pairs' advantage shrinks there; ``orf`` (orthogonal
-frequencies, also cos / sin pairs) beats both.
-
-All maps are small objects holding their random parameters (registered for model files without
-pickle); ``__call__`` keeps float32 input in float32 and accepts CSR input where noted.
-
-Precision: the Fourier maps (``rff``, ``orf``, ``fastfood``) compute in float32 for any input
-    Their Monte-Carlo error, ~1/sqrt(m), dwarfs float32's rounding of a cosine, so
-    ``feature_blocks`` (what every fit reads) gets float32 features, which the statistics
-    accumulate in float64; ``__call__`` and the transforms return float64 for float64 input.
-    Rows far from the origin would lose the phase ``w . x`` in float32, so each row chunk is
-    shifted by its own mean c and the offset phase ``phi = w . c`` (float64, reduced modulo
-    2 pi) is added back by the rotation ``cos(theta + phi) = cos theta cos phi - sin theta sin
-    phi``: the features of the formula above, to float32 rounding, whatever the offset and the
-    chunking.  Where float32 phases could overflow, float64 phases are used.  Written once over
-    the rows' array namespace (:class:`fastkpca._feature_map.FourierMap`).  The tensorsketch map
-    keeps the input's precision.
+The maps hold their random parameters (registered for model files without pickle).  The Fourier
+maps compute in float32 (their Monte-Carlo error dwarfs its rounding), each row chunk shifted by
+its mean with the offset phase added back in float64 by a rotation
+(:class:`fastkpca._feature_map.FourierMap`); ``__call__`` returns float64 for float64 input.
+TensorSketch keeps the input's precision.
 """
 
 from __future__ import annotations
@@ -755,25 +733,15 @@ def check_feature_spec(estimator, count: str = "n_random_features") -> None:
 def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_random_features"):
     """Resolve an estimator's kernel and draw its feature map from the first data block.
 
-    The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers
-    (:mod:`fastkpca.transformers`) turn their parameters into a map, so that the same
-    ``random_state`` gives the same features in all of them::
-
-        rng = estimator._make_rng()
-        kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)
-        fmap = draw_feature_map(estimator.features, kernel,
-                                resolve_n_random_features(estimator.n_random_features), d, rng)
-
-    Data-dependent ``gamma`` is resolved on at most the first
-    :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows of ``X_first``, so an array and the same rows
-    streamed in blocks of that size give the same kernel.
+    The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers turn their
+    parameters into a map, so one ``random_state`` gives the same features in all of them.  A
+    data-dependent ``gamma`` is resolved on the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS`
+    rows, so an array and the same rows streamed give the same kernel.
 
     Parameters
     ----------
     estimator : object
-        Has ``_make_rng()``, ``_resolve_kernel(X, rng)`` (as
-        :class:`fastkpca.decomposition._base.BaseKPCA`), ``features`` and the number of
-        features, the parameter named ``count``.
+        Has ``_make_rng()``, ``_resolve_kernel(X, rng)``, ``features`` and ``n_random_features``.
     X_first : array or CSR matrix
         The training data, or its first row block (already validated).
     n_input_features : int, optional
@@ -786,7 +754,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_rand
     -------
     fmap : FeatureMap
     rng : numpy.random.Generator
-        The generator after drawing (for any further randomness of the fit).
+        The generator after drawing.
     """
     rng = estimator._make_rng()
     kernel = estimator._resolve_kernel(row_range(X_first, 0, DEFAULT_BLOCK_ROWS), rng)

@@ -1,19 +1,11 @@
 """Error measures for approximate kernel PCA.
 
-Gram errors compare the (centered) Gram matrix ``HGH`` of X with the Gram ``T T^T`` of an
-embedding ``T = model.transform(X)``; they are computed in row blocks and never hold more than
-one n x n matrix:
-
-- :func:`gram_spectral_error`: ``||HGH - T T^T||_2 / n`` (the streaming paper's kernel spectral
-  error, Ghashami et al. 2016 section 5; ``center=False`` gives their uncentered G),
-- :func:`gram_frobenius_error`: ``||HGH - T T^T||_F / n^2``,
-- :func:`relative_rank_k_error`: ``||HGH - T T^T||_F / ||HGH - (HGH)_k||_F`` with k the
-  embedding's width (1.0 is optimal: the exact rank-k KPCA embedding),
-
-and embedding-space measures: :func:`embedding_error`, :func:`eigenvalue_error`,
-:func:`subspace_distance`, plus :func:`mmd` for reduced-set density estimates, and the
-statistical measure :func:`reconstruction_error` (Sriperumbudur & Sterge's reconstruction error
-R of a fitted model, estimated on held-out data).
+Gram errors compare the (centered) Gram ``HGH`` of X with ``T T^T``, ``T = model.transform(X)``,
+in row blocks: :func:`gram_spectral_error` ``||HGH - T T^T||_2 / n`` (Ghashami et al. 2016
+section 5), :func:`gram_frobenius_error` ``||HGH - T T^T||_F / n^2`` and
+:func:`relative_rank_k_error` ``||HGH - T T^T||_F / ||HGH - (HGH)_k||_F`` (1.0: exact KPCA).
+Also :func:`embedding_error`, :func:`eigenvalue_error`, :func:`subspace_distance`, :func:`mmd`,
+and :func:`reconstruction_error` (Sriperumbudur & Sterge's R on held-out data).
 """
 
 from __future__ import annotations
@@ -51,8 +43,7 @@ __all__ = [
     "reconstruction_error",
 ]
 
-#: Up to this n the Gram errors are computed from one explicit n x n matrix (n = 20000 in
-#: float64 is 3.2 GB); above it they are estimated with passes over Gram row blocks.
+#: Up to this n the Gram errors use one explicit n x n matrix; above, passes over row blocks.
 MAX_EXACT_N = 20000
 
 
@@ -150,13 +141,9 @@ def gram_spectral_error(
 ) -> float:
     """``||HGH - T T^T||_2 / n``: the worst-case kernel error.
 
-    For ``n <= max_exact_n`` the difference matrix is formed once (one n x n array) and its
-    largest-magnitude eigenvalue found by ARPACK to machine precision.  Above that it is
-    *estimated* by block power iteration (4 random start vectors, one pass over the Gram row
-    blocks per iteration) stopped when the estimate changes by less than ``rtol`` relative or
-    after ``max_passes`` passes.  The estimate is a Rayleigh quotient, so it never exceeds the
-    true norm; with a random start it is within a relative ``rtol`` of it in practice unless
-    the top two singular values of the difference are closer than that.
+    Exact (ARPACK on the formed difference) for ``n <= max_exact_n``; above, a block power
+    iteration (4 start vectors) stopped at relative change ``rtol`` or ``max_passes``: a
+    Rayleigh quotient, so never above the true norm.
     """
     T = _check_pair(X, embedding, kernel)
     n = X.shape[0]
@@ -192,11 +179,9 @@ def relative_rank_k_error(
 ) -> float:
     """``||HGH - T T^T||_F / ||HGH - (HGH)_k||_F`` with k = embedding.shape[1]; 1.0 is optimal.
 
-    The denominator is ``sqrt(||HGH||_F^2 - sum_{i<=k} lambda_i^2)``.  For ``n <= max_exact_n``
-    the top-k eigenvalues come from the explicit centered Gram (ARPACK to machine precision);
-    above, from the randomized block solver on the implicit operator (relative residual 1e-6).
-    If HGH has rank <= k the denominator is 0: the result is 1.0 when the numerator is 0 too
-    (up to round-off) and inf otherwise.
+    The denominator is ``sqrt(||HGH||_F^2 - sum_{i<=k} lambda_i^2)`` (explicit Gram up to
+    ``max_exact_n``, else the randomized solver to 1e-6); if it is 0 the result is 1.0 when the
+    numerator is 0 too and inf otherwise.
     """
     T = _check_pair(X, embedding, kernel)
     n, k = T.shape
@@ -271,10 +256,7 @@ def embedding_error(embedding, reference, *, align="procrustes") -> float:
 
 
 def eigenvalue_error(eigenvalues, reference) -> float:
-    """Relative l2 error ``||lambda_hat - lambda||_2 / ||lambda||_2``.
-
-    Over the leading entries the two arrays have in common.
-    """
+    """Relative l2 error ``||lambda_hat - lambda||_2 / ||lambda||_2`` over the common entries."""
     a = np.asarray(eigenvalues, dtype=np.float64).ravel()
     b = np.asarray(reference, dtype=np.float64).ravel()
     k = min(a.size, b.size)
@@ -307,10 +289,8 @@ def subspace_distance(U, V) -> float:
 def mmd(X, centers, weights, kernel) -> float:
     """Maximum mean discrepancy between the data X and a weighted set (centers, weights).
 
-    ``MMD^2 = mean_ij k(x_i, x_j) - 2 sum_j w_j mean_i k(x_i, c_j) + w^T K_cc w`` with w
-    normalised to sum to 1: the distance in the RKHS between the kernel mean embeddings of the
-    empirical distribution and the reduced-set density estimate (Kingravi et al., Theorem 5.1).
-    The first term needs O(n^2) kernel evaluations, done in row blocks.
+    ``MMD^2 = mean_ij k(x_i, x_j) - 2 sum_j w_j mean_i k(x_i, c_j) + w^T K_cc w``, w normalised
+    to sum 1 (Kingravi et al., Theorem 5.1); O(n^2) kernel evaluations in row blocks.
     """
     if not isinstance(kernel, Kernel):
         raise ValueError("kernel must be a fastkpca.kernels.Kernel")
@@ -352,25 +332,11 @@ SKLEARN_KERNELS = {
 
 @dataclass(frozen=True)
 class _FittedKPCA:
-    """What the error estimates need of a fitted kernel PCA model, whatever its class.
+    """What the error estimates need of a fitted kernel PCA model (or Pipeline).
 
-    Attributes
-    ----------
-    model : object
-        The fitted transformer whose ``transform`` gives the projections (a whole Pipeline).
-    before_kernel : tuple
-        The steps before the one that holds the kernel: their ``transform`` gives the rows the
-        kernel is evaluated on (empty for a plain model).
-    final : object
-        The last step (the model itself if not a Pipeline): the eigenvalues and the training
-        size come from it.
-    kernel_step : object or None
-        The step that holds the kernel (None when ``kernel=`` was given and no step names one).
-    kernel : Kernel
-    eigenvalues : (k,) float64 array or None
-        ``final.eigenvalues_`` (eigenvalues of the centered training Gram), if it has them.
-    n_train : int or None
-        The number of training rows, if ``final`` tells it.
+    ``before_kernel``: the steps whose ``transform`` gives the kernel's rows; ``final``: the
+    last step (eigenvalues and training size come from it); ``kernel_step``: the step holding
+    the kernel (None when only ``kernel=`` names it).
     """
 
     model: Any
@@ -391,19 +357,9 @@ class _FittedKPCA:
 def _fitted_kpca(model, kernel=None) -> _FittedKPCA:
     """Describe a fitted kernel PCA transformer for :func:`estimate_error`.
 
-    The kernel is ``kernel`` when given, else the one of the last step that names one:
-    fastkpca's ``kernel_``, or scikit-learn's ``kernel`` name (:data:`SKLEARN_KERNELS`) with
-    ``gamma_`` (else ``gamma``, else ``1 / n_features_in_``, scikit-learn's default), ``degree``
-    and ``coef0`` (``sklearn.kernel_approximation.Nystroem`` and ``RBFSampler``-style steps
-    included).  It is evaluated on the rows that step receives: the pipeline's input for
-    ``Pipeline(Nystroem(...), PCA(...))``, the scaled rows for ``Pipeline(StandardScaler(),
-    KernelPCA(...))``.
-
-    Raises
-    ------
-    ValueError
-        Not a fitted transformer, or its kernel cannot be known (a precomputed Gram, a callable
-        or unknown kernel name, no kernel at all) and ``kernel`` is not given.
+    The kernel is ``kernel``, else that of the last step naming one (``kernel_``, or
+    scikit-learn's name and parameters, :data:`SKLEARN_KERNELS`), on the rows that step
+    receives.  ValueError if not fitted or the kernel cannot be known.
     """
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
@@ -499,8 +455,7 @@ def _model_kernel(model) -> Kernel:
 
 
 def _model_spectrum(model) -> tuple[np.ndarray | None, int | None]:
-    """A fitted model's eigenvalues of its centered training Gram and its number of training
-    rows, from its fitted attributes (None where it has none)."""
+    """A fitted model's centered-Gram eigenvalues and training size (None where unknown)."""
     eigenvalues = getattr(model, "eigenvalues_", None)
     if eigenvalues is None:
         eigenvalues = getattr(model, "lambdas_", None)  # scikit-learn before 1.0
@@ -524,16 +479,9 @@ def _model_spectrum(model) -> tuple[np.ndarray | None, int | None]:
 def eigenvalues_per_row(model) -> np.ndarray:
     """A fitted model's eigenvalues per training row, ``eigenvalues_ / n_train``.
 
-    These are the eigenvalues of the centered kernel covariance of the training rows,
-    ``(1/n) sum_i (phi(x_i) - mu)(phi(x_i) - mu)^T``, which do not grow with n: the same for
-    the training rows and for a uniform sample of them, up to sampling noise.  The eigenvalue
-    errors of :func:`estimate_error` compare these.  ``model`` may be a Pipeline (its last
-    step's).
-
-    Raises
-    ------
-    ValueError
-        The model has no eigenvalues or does not tell its number of training rows.
+    The eigenvalues of the centered kernel covariance, which do not grow with n (compared by
+    :func:`estimate_error`).  ``model`` may be a Pipeline.  ValueError if it has no
+    eigenvalues or training size.
     """
     final = _leaf_steps(model)[-1]
     eigenvalues, n_train = _model_spectrum(final)
@@ -576,9 +524,8 @@ def _as_rows(X):
 
 
 def _eigenvalue_estimates(fitted: _FittedKPCA, per_row, se, method):
-    """``"eigenvalues_per_row"``, ``"eigenvalue_error"``, ``"model_eigenvalues_per_row"``:
-    the N rows' top eigenvalues per row (``per_row``, with standard errors ``se``) against the
-    model's ``eigenvalues_ / n_train``."""
+    """The eigenvalue entries of :func:`estimate_error`: ``per_row`` (stderr ``se``) against
+    the model's ``eigenvalues_ / n_train``."""
     out: dict = {
         "eigenvalues_per_row": {"estimate": per_row, "stderr": se, "method": method},
         "eigenvalue_error": None,
@@ -606,72 +553,40 @@ def _eigenvalue_estimates(fitted: _FittedKPCA, per_row, se, method):
 def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
     """Estimate a fitted model's relative rank-k error and eigenvalue error without exact KPCA.
 
-    The estimates are those of the error probe that sizes by ``tol`` use
-    (:class:`fastkpca.statistics.probe.ErrorProbe`): X is taken to be the model's training rows
-    or a uniform sample of them, and every number refers to the N training rows (N =
-    ``n_train``, the model's training size; X's own n when the model does not tell it), with
-    ``T = model.transform``, ``Kc`` the centered Gram of the N rows and ``lambda_i`` its
-    eigenvalues:
-
-    - ``relative_rank_k_error`` = ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` (1.0 is exact KPCA's
-      optimum);
-    - ``eigenvalue_error`` = ``||m - l||_2 / ||l||_2`` with ``m = model.eigenvalues_[:k] /
-      n_train`` and ``l = lambda_{1..k} / N`` (eigenvalues per row, which do not grow with N).
-
-    When X holds all N rows and ``N <= n_probe`` both are computed exactly (standard error 0);
-    otherwise from a uniform probe of ``min(n_probe, n)`` rows of X, cross-fitted on its two
-    halves, with a bootstrap standard error (the probe's Notes): a 2000-row sample of the
-    training rows gives the same estimate, with its own uncertainty, as all of them.
+    The probe that sizes by ``tol`` use (:class:`fastkpca.statistics.probe.ErrorProbe`).  X is
+    the training rows or a uniform sample; every number refers to the N training rows, with
+    ``T = model.transform``, ``Kc`` their centered Gram and ``lambda_i`` its eigenvalues:
+    ``relative_rank_k_error`` = ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` (1.0 is optimal) and
+    ``eigenvalue_error`` = ``||m - l||_2 / ||l||_2``, ``m = model.eigenvalues_[:k] / n_train``,
+    ``l = lambda_{1..k} / N``.  Exact when X holds all N rows and ``N <= n_probe``; otherwise
+    from a uniform probe cross-fitted on its halves, with a bootstrap standard error.
 
     Parameters
     ----------
     model : fitted transformer
-        A fastkpca estimator, a ``sklearn.decomposition.KernelPCA`` or a
-        ``sklearn.pipeline.Pipeline``; the kernel is that of the last step naming one (fastkpca's
-        ``kernel_``, or scikit-learn's name, :data:`SKLEARN_KERNELS`, with its parameters), on
-        the rows that step receives (a precomputed, callable or unknown kernel needs ``kernel=``).
-        The eigenvalue entries need the last step's ``eigenvalues_`` and training size (else None).
+        A fastkpca estimator, ``sklearn.decomposition.KernelPCA`` or ``Pipeline``; the kernel
+        is that of the last step naming one (:data:`SKLEARN_KERNELS`), on the rows that step
+        receives.  The eigenvalue entries need the last step's ``eigenvalues_`` and training size.
     X : array, CSR matrix or tensor of shape (n_samples, n_features)
         The training rows or a uniform sample of them (device rows are copied to the host).
     n_probe : int
-        Probe rows p; cost ``O(p^2 (d + k))`` time plus the model's transform of the probe,
-        ``O(p^2)`` memory.  At least ``2 k + 2``.
+        Probe rows p (at least ``2 k + 2``): ``O(p^2 (d + k))`` time, ``O(p^2)`` memory.
     random_state : int, Generator or None
         Draws the probe (and the bootstrap).
     kernel : fastkpca.kernels.Kernel or None
-        The model's kernel, evaluated on the rows the step that names a kernel receives (the
-        model's input if none does); None takes it from the model as described under ``model``.
+        The kernel, when the model cannot tell it (precomputed, callable or unknown).
 
     Returns
     -------
     dict
-        Plain Python values only (``float``, ``int``, ``str``, ``None``, ``list``, ``dict``:
-        ``json.dumps`` writes it as it is).  Each error entry is a dict ``{"estimate": float,
-        "stderr": float, "interval": [low, high], "method": "exact" | "probe"}``.
-
-        ``"relative_rank_k_error"``
-            ``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` on the N rows.  ``interval``: ``estimate
-            -+ 1.96 stderr`` (95 %); ``"bound"``: the one-sided bound ``estimate + 2
-            stderr`` that a size chosen by ``tol`` meets.  ``method`` ``"exact"``: X is all N
-            rows, stderr 0 and the interval one point, the value itself.
-        ``"excess_error"``
-            ``relative_rank_k_error - 1``, same uncertainty.
-        ``"eigenvalue_error"``
-            ``||m - l||_2 / ||l||_2`` (see above), or None when the model has no eigenvalues or
-            training size.  ``stderr`` bounds the root-mean-square error of the estimate from the
-            uncertainty of l (``"eigenvalues_per_row"``'s stderr, propagated by the triangle
-            inequality: ``(1 + estimate) ||stderr|| / ||l||``); ``interval``: estimate +- 2
-            stderr, clipped at 0.
-        ``"eigenvalues_per_row"``
-            ``{"estimate": [k floats], "stderr": [k floats], "method"}``: ``l``, cross-fitted
-            on the probe's halves as the error's reference is.
-        ``"model_eigenvalues_per_row"``
-            ``[k floats]``, ``model.eigenvalues_[:k] / n_train`` (m above), or None.
-        ``"n_samples"``, ``"n_probe"``, ``"n_train"``
-            int: n (X's rows), p (the rows whose Gram was computed), the model's training rows
-            (None when unknown).
-        ``"certificates"``
-            :func:`method_certificates`: the error certificates the model's method gives.
+        Plain Python values (``json.dumps`` writes it).  Error entries are ``{"estimate",
+        "stderr", "interval", "method": "exact" | "probe"}``: ``"relative_rank_k_error"``
+        (interval +- 1.96 stderr; ``"bound"``: ``estimate + 2 stderr``, what ``tol`` meets),
+        ``"excess_error"`` (it minus 1), ``"eigenvalue_error"`` (or None; stderr
+        ``(1 + estimate) ||stderr(l)|| / ||l||``, interval +- 2 stderr clipped at 0).  Also
+        ``"eigenvalues_per_row"`` (l with stderr), ``"model_eigenvalues_per_row"`` (m or None),
+        ``"n_samples"``, ``"n_probe"``, ``"n_train"`` and ``"certificates"``
+        (:func:`method_certificates`).
     """
     with _model_threads(model):
         fitted = _fitted_kpca(model, kernel)
@@ -733,9 +648,7 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
 
 
 def _model_threads(model):
-    """A fastkpca model's ``n_jobs`` and ``verbose`` for the work done on its behalf
-    (:func:`fastkpca.decomposition._base.execution_context`); other models leave the context as
-    it is."""
+    """A fastkpca model's ``execution_context`` (``n_jobs``, ``verbose``); else a no-op."""
     return execution_context(model) if isinstance(model, BaseKPCA) else contextlib.nullcontext()
 
 
@@ -757,21 +670,17 @@ def _plain(value):
 def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
     """The error certificates a fitted model gives for free, on the rows X.
 
-    ``NystromKPCA`` (and any model with ``landmarks_`` and ``normalization_``)
-        ``"nystrom_residual_trace"``: ``tr(K - K~)`` over X, ``K~ = C W^+ C^T``, from one pass
-        over the kernel diagonal and the landmark columns; ``K - K~`` is PSD, so it bounds
-        ``||K - K~||_2`` and ``||K - K~||_F``.  ``"relative"``: it over ``tr(K)``.  Not given on
-        the exact-KPCA path (``solver_ == "exact_kpca"``).
+    ``NystromKPCA`` (``landmarks_``, ``normalization_``; not on the exact-KPCA path)
+        ``"nystrom_residual_trace"``: ``tr(K - K~)``, ``K~ = C W^+ C^T``, which bounds
+        ``||K - K~||_2`` and ``||K - K~||_F`` (``K - K~`` is PSD); ``"relative"``: over ``tr(K)``.
     ``StreamingKPCA``
-        ``"fd_eigenvalue_bounds"``: the sketch's lower / upper bounds on the eigenvalues of the
-        features' centered covariance (``eigenvalue_bounds_``) and ``"max_relative_width"``: a
-        bound against exact PCA of the features (RNCA), not against exact KPCA.
+        ``"fd_eigenvalue_bounds"``: ``eigenvalue_bounds_`` and ``"max_relative_width"``, against
+        exact PCA of the features, not exact KPCA.
     random-feature models (``feature_map_``)
-        ``"feature_gram_error"``: ``||K_PP - Z_P Z_P^T||_F / ||K_PP||_F`` on a probe P of at
-        most ``min(n_probe, 1000)`` rows.
+        ``"feature_gram_error"``: ``||K_PP - Z_P Z_P^T||_F / ||K_PP||_F`` on at most
+        ``min(n_probe, 1000)`` rows.
 
-    Other models give an empty mapping.  ``kernel``: the model's kernel (None: its
-    ``kernel_``).  The values are plain Python floats, ints and lists.
+    Other models give ``{}``.  ``kernel`` None: the model's ``kernel_``.  Plain Python values.
     """
     X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
     rng = as_generator(random_state)
@@ -841,22 +750,15 @@ def reconstruction_error(
 ) -> dict:
     """Estimate the reconstruction error R of a fitted model's eigenspace on held-out data.
 
-    R is the error of Sriperumbudur & Sterge's slides "Approximate kernel PCA: computational vs
-    statistical trade-off" (slides "Embedding to L2(P)" and "Reconstruction Error"): the
-    centered kernel function ``k~(., X) = k(., X) - mu_P`` is embedded in L2(P) by the inclusion
-    ``J f = f - E_P f`` (so ``J k~(., x)`` is the doubly centered kernel ``y -> kbar(x, y)``),
-    and projected on the model's ``l`` eigenfunctions, embedded in L2(P) too and scaled by their
-    eigenvalues, ``a_i = (J phi_i) / sqrt(lambda_i)``::
+    Sriperumbudur & Sterge, "Approximate kernel PCA: computational vs statistical trade-off"
+    (slides "Embedding to L2(P)", "Reconstruction Error"): with ``J f = f - E_P f`` and
+    ``a_i = (J phi_i) / sqrt(lambda_i)``::
 
-        R = E_X || J k~(., X) - sum_{i <= l} <J k~(., X), a_i>_{L2(P)} a_i ||^2_{L2(P)}.
+        R = E_X || J k~(., X) - sum_{i <= l} <J k~(., X), a_i>_{L2(P)} a_i ||^2_{L2(P)}
 
-    For exact KPCA ``phi_i`` are the eigenfunctions of the empirical covariance operator (slides'
-    ``R_{n,l}``); for random-feature KPCA the eigenvectors ``beta_i`` of the m-dimensional
-    feature covariance, ``a_i = U beta_i / sqrt(lambda_i)`` (slides' ``R_{m,n,l}``).  Both are
-    computed from the model's projections: ``a_i(x) = model.transform(x)_i / sqrt(lambda_i)``
-    with ``lambda_i = eigenvalues_[i] / n_train``, so any fastkpca estimator with a kernel
-    works.  For the population eigenspace ``R = sum_{i > l} lambda_i^2`` (slides'
-    ``||Sigma - Sigma_l||_HS^2``).
+    (their ``R_{n,l}`` for exact KPCA, ``R_{m,n,l}`` for random features), computed from the
+    projections, ``a_i(x) = model.transform(x)_i / sqrt(lambda_i)`` with ``lambda_i =
+    eigenvalues_[i] / n_train``.  For the population eigenspace ``R = sum_{i > l} lambda_i^2``.
 
     Parameters
     ----------
@@ -864,36 +766,30 @@ def reconstruction_error(
         Anything with ``transform``, ``kernel_`` (a :class:`fastkpca.kernels.Kernel`),
         ``eigenvalues_`` and ``n_features_in_``.
     X : array of shape (n_samples, n_features)
-        Held-out rows drawn from P (not the training rows, unless the training distribution's
-        empirical measure is meant: with ``estimator="plugin"`` and the training rows, exact
-        KPCA's R is ``sum_{i > l} eigenvalues_i^2 / n^2``, over all eigenvalues of the centered
-        training Gram).
+        Held-out rows drawn from P (the training rows with ``"plugin"`` give exact KPCA's
+        ``sum_{i > l} eigenvalues_i^2 / n^2``).
     n_components : int or None
         ``l``, the number of leading components (default: all of the model's).
     estimator : {"unbiased", "plugin"}
-        ``"unbiased"``: in each batch, U-statistics over distinct rows (Notes), so the diagonal
-        ``k(x, x)`` never enters.  ``"plugin"``: P replaced by the batch's empirical measure,
-        ``||(I - A A^T / N) Kc||_F^2 / N^2`` (``Kc`` the centered batch Gram, ``A`` the centered
-        ``a_i`` at the batch's rows); it overestimates R by about ``E kbar(X, X)^2 / N``.
+        ``"unbiased"``: U-statistics over distinct rows of each batch (Notes).  ``"plugin"``:
+        the batch's empirical measure, ``||(I - A A^T / N) Kc||_F^2 / N^2``; biased up by about
+        ``E kbar(X, X)^2 / N``.
     batch_size : int or None
-        Rows per batch (the held-out rows are split into ``max(2, n_samples // batch_size)``
-        batches after a random permutation); None: one batch of all rows.
+        Rows per batch (``max(2, n_samples // batch_size)`` random batches); None: one batch.
     random_state : int, Generator or None
         The permutation that forms the batches.
 
     Returns
     -------
     dict
-        ``"estimate"``: the mean of the batch estimates; ``"stderr"``: their standard deviation
-        over ``sqrt(n_batches)`` (nan for one batch); ``"method"``, ``"n_components"``,
-        ``"n_batches"``, ``"batch_size"`` (the largest batch).
+        ``"estimate"`` (mean over batches), ``"stderr"`` (nan for one batch), ``"method"``,
+        ``"n_components"``, ``"n_batches"``, ``"batch_size"`` (the largest batch).
 
     Raises
     ------
     ValueError
-        If the model is not a fitted estimator with a kernel, X is not a finite 2-d array with
-        the model's feature count, a batch has fewer than 4 rows (``"unbiased"``) or 2 rows,
-        ``n_components`` is out of range, or a kept eigenvalue is not positive.
+        Not a fitted estimator with a kernel, bad X, batches under 4 (``"unbiased"``) or 2
+        rows, ``n_components`` out of range, or a kept eigenvalue not positive.
 
     Notes
     -----
@@ -902,17 +798,10 @@ def reconstruction_error(
 
         R = E kbar(X, Y)^2 - 2 E ||c(X)||^2 + E_{X, W} (a(W)^T c(X))^2,
 
-    four independent draws at most.  In a batch of N rows the "unbiased" estimator averages each
-    term over distinct indices (``N (N-1)``, ``N (N-1) (N-2)``, ``N (N-1) (N-2) (N-3)`` tuples),
-    in closed form with O(N^2 l) products.  The population means inside ``kbar`` and ``a`` are
-    the batch's (row means of the Gram without its diagonal): this leaves a bias of relative
-    order 1/N in each term, i.e. ``O(||Sigma||_HS^2 / N)`` in R, against ``E kbar(X, X)^2 / N``
-    for the plug-in.  The batch means are independent and unbiased, so ``"stderr"`` is an
-    honest standard error of the batch mean.
-
-    Cost: ``n_samples * batch_size * (d + l)`` flops (the batch Grams and products) plus
-    ``model.transform(X)``; memory ``O(batch_size^2 + n_samples l)``: no n_samples x
-    n_samples array unless ``batch_size=None``.
+    The "unbiased" estimator averages each term over distinct index tuples of a batch, in
+    closed form with O(N^2 l) products; the means inside ``kbar`` and ``a`` are the batch's,
+    leaving a bias ``O(||Sigma||_HS^2 / N)`` (plug-in: ``E kbar(X, X)^2 / N``).  Cost
+    ``n_samples * batch_size * (d + l)`` flops, ``O(batch_size^2 + n_samples l)`` memory.
     """
     _check_fitted_model(model)
     if estimator not in RECONSTRUCTION_ESTIMATORS:
@@ -987,9 +876,10 @@ def _reconstruction_plugin(K, A) -> float:
 def _reconstruction_unbiased(K, A) -> float:
     """``T1 - 2 T2 + T3`` (reconstruction_error's Notes) over distinct rows of one batch.
 
-    ``Kb`` is the batch Gram centered with its off-diagonal row means and its diagonal set to
-    zero, so every sum over ``b`` skips ``b = a``; the other coincidences are subtracted.
+    ``Kb`` has a zero diagonal, so sums over ``b`` skip ``b = a``; other coincidences are
+    subtracted.
     """
+
     N = K.shape[0]
     K = K.copy()
     np.fill_diagonal(K, 0.0)

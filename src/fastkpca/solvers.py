@@ -1,33 +1,22 @@
 """Top-k eigensolvers for symmetric positive semi-definite operators.
 
-One entry point, :func:`eigh_topk`, serves a dense Gram, a float32 Gram, a sparsified (CSR)
-Gram, an implicitly centered Gram and any ``scipy.sparse.linalg.LinearOperator``, and the same
-on a device (a PyTorch tensor or CuPy array, an ``array_api_strict`` array, or an operator with a
-``placement`` there, such as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
+One entry point, :func:`eigh_topk`, for a dense (or float32, or CSR) Gram, an implicitly centered
+Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``, such
+as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
 
 ``dense``
-    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`:
-    LAPACK ``syevr`` for the index range in host memory, overwriting the input when allowed so
-    an n x n Gram is never copied; the namespace's full ``eigh`` on a device).
+    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`).
 ``lanczos``
-    ARPACK ``eigsh`` (implicitly restarted Lanczos) to a relative Ritz residual of 1e-10
-    (float64) by default; host only, elsewhere ``randomized``.
+    ARPACK ``eigsh`` (host only; elsewhere ``randomized``).
 ``randomized``
-    Randomized block Krylov iteration (Musco & Musco 2015) with ``k + oversamples`` vectors per
-    block, Rayleigh-Ritz on the whole Krylov basis and thick restarts, until the Ritz residuals
-    of the top k pairs fall below ``tol``: one pass per *block* of vectors.
+    Randomized block Krylov iteration (Musco & Musco 2015) with thick restarts, until the top k
+    Ritz residuals fall below ``tol``.
 ``orthogonal``
-    Orthogonal (subspace) iteration with exactly k vectors, as in Achlioptas, McSherry &
-    Schoelkopf (2001, section 3), stopping when the subspace changes by less than ``tol``
-    (sine of the largest principal angle between successive iterates).
+    Orthogonal iteration with k vectors (Achlioptas, McSherry & Schoelkopf 2001, section 3).
 
-The methods are written once over the array namespace; the dense linear algebra under them
-(products, QR, small ``eigh``, the rank-revealing orthogonalisation, the dense solve, ARPACK,
-the dense-or-Krylov rule) is :mod:`fastkpca.execution.linalg`, where the host's LAPACK and the
-device's library differ.  Start blocks are drawn from the host generator and moved, so every
-namespace starts from the same vectors.  All methods return eigenvalues in descending order and
-eigenvectors post-processed by :func:`postprocess_eigen` (tiny negatives clipped, deterministic
-signs), float64, in A's namespace and on its device.
+Written once over the array namespace; the dense linear algebra under them is
+:mod:`fastkpca.execution.linalg`.  Start blocks come from the host generator, so every namespace
+starts alike; results are float64 in A's namespace, post-processed by :func:`postprocess_eigen`.
 """
 
 from __future__ import annotations
@@ -275,47 +264,34 @@ def eigh_topk(
     Parameters
     ----------
     A : array, sparse matrix or operator, shape (n, n)
-        Symmetric: a numpy array, scipy.sparse matrix or ``LinearOperator`` on the host; an
-        array of another namespace (PyTorch, CuPy, ``array_api_strict``) or an operator with a
-        ``placement`` and ``matmat`` on a device.  float32 arrays are multiplied in float32, all
-        else in float64.
+        Symmetric, on the host or of another namespace (or an operator with a ``placement`` and
+        ``matmat``).  float32 arrays are multiplied in float32, all else in float64.
     k : int
         Number of eigenpairs, ``1 <= k <= n``.
     method : {"auto", "dense", "lanczos", "randomized", "orthogonal"}
-        ``auto`` picks ``dense`` for small n or large k / n, else ``randomized``
-        (:func:`auto_method`).  Every method is replaced by ``dense`` when ``k >= n - 1`` (an
-        operator is then formed with n products); a zero operator gives eigenvalues exactly 0.
+        ``auto``: :func:`auto_method`.  ``dense`` replaces every method when ``k >= n - 1``.
     rng : numpy.random.Generator or seed
         Start vectors; the same seed gives the same result on every namespace.
     tol : float, optional
-        Stopping tolerance: relative residual ``||A v - lambda v|| / lambda_1`` for
-        ``randomized``, ARPACK's ``tol`` for ``lanczos`` (0 = machine precision), subspace change
-        for ``orthogonal``.  None takes the per-dtype default from :data:`TOLERANCES`.
+        Relative residual ``||A v - lambda v|| / lambda_1`` (``randomized``), ARPACK's ``tol``
+        (``lanczos``) or subspace change (``orthogonal``); None: :data:`TOLERANCES`.
     max_iter : int, optional
-        Iteration cap for the iterative methods; stopping there before ``tol`` is met gives a
-        ``sklearn.exceptions.ConvergenceWarning`` (and the best approximation found).
+        Iteration cap; reaching it gives a ``ConvergenceWarning`` and the best approximation.
     oversamples : int
-        Extra vectors of the randomized block (block size ``k + oversamples``).
+        Extra vectors of the randomized block.
     overwrite : bool
-        Allow ``dense`` to destroy A (saves one n x n copy).
+        Allow ``dense`` to destroy A.
     return_n_iter : bool
-        Also return the work done: 1 for ``dense``, the number of matrix-vector products for
-        ``lanczos``, the number of block iterations (passes over A) for the others.
+        Also return the work: 1 (dense), matrix-vector products (lanczos) or block iterations.
     scale : float, optional
-        The scale of the kernel behind A for the rounding threshold of
-        :func:`postprocess_eigen`: the trace of the *uncentered* Gram (``sum_i k(x_i, x_i)``).
-        None: the trace of A for an array (right for an uncentered PSD matrix; a centered Gram's
-        own trace is not a scale: 0 when its rows are identical), unknown for an operator.
+        The uncentered Gram's trace, for the rounding threshold of :func:`postprocess_eigen`
+        (None: A's trace for an array, unknown for an operator).
     eps : float, optional
-        Unit roundoff of A's computation (None: that of A's dtype; float64 for a
-        ``LinearOperator``).
+        Unit roundoff of A's computation (None: A's dtype's).
 
-    Every method's output is checked: k eigenpairs, all finite, and for ``lanczos`` the Ritz
-    residuals, recomputed with one block product.  A method that fails falls back: ``dense``
-    (LAPACK ``syevr``) to ``syev`` on the whole spectrum, ``lanczos`` (any ARPACK error, or
-    residuals far above its tol) to ``randomized``, the iterative methods on an array to
-    ``dense``.  An A with NaN or infinite entries gives a ``ValueError``
-    (:class:`NonFiniteError`); no ``ArpackError`` or ``LinAlgError`` reaches the caller.
+    Every output is checked, and a failing method falls back (``syevr`` to ``syev``, ``lanczos``
+    to ``randomized``, iterative methods on an array to ``dense``); non-finite A is a
+    :class:`NonFiniteError` (ValueError).
 
     Returns
     -------

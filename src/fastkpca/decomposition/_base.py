@@ -1,38 +1,21 @@
 """What every fastkpca estimator shares: the data path in and out, kernel, n_components, tags.
 
-Subclasses write their own ``__init__`` (scikit-learn reads the signature for ``get_params``) that
-only stores arguments, and a ``fit`` that reads as a pipeline: check parameters -> make the source
-(:meth:`BaseKPCA._fit_source`) -> draw what is random from its first rows -> reduce a statistic
-over its blocks (``source.reduce``) -> a pure solver function -> store fitted attributes.
-``transform`` is shared: it validates the new rows through the same source mechanism and calls the
-estimator's ``_transform_rows`` on an in-memory array, or lazily on each chunk of a dask array.
+A subclass's ``__init__`` only stores arguments; its ``fit`` reads as a pipeline: check
+parameters, make the source (:meth:`BaseKPCA._fit_source`), draw what is random, reduce a
+statistic over its blocks, a pure solver function, store fitted attributes.  ``transform`` is
+shared (``_transform_rows`` on an in-memory array, or per chunk of a dask array), and so are the
+total variance and pre-image map (:meth:`BaseKPCA._finish_fit`).
 
-Also shared, after the solver (:meth:`BaseKPCA._finish_fit`): the total variance
-``tr(H K H)`` of the training Gram behind ``explained_variance_ratio_`` and a float
-``n_components`` (a fraction of that variance), and the pre-image map of ``inverse_transform``
-(kernel ridge regression from projections back to rows, learned on a bounded set of anchor rows).
-
-Every public call (:data:`ESTIMATOR_CALLS`) runs through :func:`estimator_call`, which holds the
-estimator's ``n_jobs`` and ``verbose`` in the execution layer's context while it runs, so no
-numerical function takes them as arguments.
-
-A failed call leaves the model as it was: every call that changes a model
-(:data:`MUTATING_METHODS`) keeps the attribute mapping before the call and puts it back if the
-call raises (:func:`restores_on_failure`).  The copy is shallow, so a call never modifies an
-object the model already holds; it builds new ones and assigns them
-(``tests/test_failed_calls.py``).
+Every public call (:data:`ESTIMATOR_CALLS`) runs in :func:`estimator_call`, holding ``n_jobs``
+and ``verbose`` in the execution context; a failed mutating call (:data:`MUTATING_METHODS`)
+restores the model's attributes (:func:`restores_on_failure`).
 
 Where fitted attributes live (scikit-learn's array-API rule): **the public fitted arrays have the
-array type and device of the data given to fit** (numpy for host data whatever ``device`` is,
-tensors on their device for PyTorch data, and so on).  The work runs where ``device`` says
-(:func:`fastkpca.execution.arrays.placement_for`); the outermost mutating call moves the fitted
-arrays back to the data's placement at its end and keeps the model as computed as the cached copy
-for its own placement (:meth:`BaseKPCA._placed`).  ``transform`` returns the input's array type,
-device and float dtype.  Model files hold host arrays.
-
-Inputs reach every estimator through the one edge of :mod:`fastkpca.source`: integer, boolean
-and half-precision rows become float64, tensors that require grad are detached, and a device
-fastkpca cannot compute on is one ``ValueError``.
+array type and device of the data given to fit**.  The work runs where ``device`` says
+(:func:`fastkpca.execution.arrays.placement_for`) and the model as computed is cached for its
+placement (:meth:`BaseKPCA._placed`); ``transform`` returns the input's array type, device and
+float dtype; model files hold host arrays.  Inputs go through the one edge of
+:mod:`fastkpca.source`.
 """
 
 from __future__ import annotations

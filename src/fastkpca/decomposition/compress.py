@@ -1,40 +1,18 @@
 """Fast evaluation of kernel expansions (Achlioptas, McSherry & Schoelkopf 2001, sections 4-5).
 
-Every expansion-based model projects a point x as a kernel expansion over m points z_i::
+An expansion-based model projects ``transform(x) = k(x, Z) @ coef + offset`` over m points
+(KPCA's centering folded in, :func:`centered_expansion`).  :func:`compress_expansion` shrinks
+both factors at random, without bias:
 
-    transform(x) = k(x, Z) @ coef + offset          (coef: m x n_components)
+- ``rounding`` (section 4): point i kept with probability ``pi_i = min(1, s rho_i)`` (one coin
+  per point, shared by the components) and its coefficients divided by ``pi_i``;
+- ``projection_dim`` (section 5): distances from ``x P``, P d x q of +-1 / sqrt(q) entries
+  (Theorem 6), so a kernel evaluation costs O(q) instead of O(d).
 
-(for KPCA the feature-space centering folds into ``coef`` and ``offset``, see
-:func:`centered_expansion`).  Evaluating it costs m kernel evaluations of d-dimensional points
-per new x.  :func:`compress_expansion` makes both factors smaller, at random and without bias:
-
-- ``rounding`` (section 4): randomized rounding of the coefficients.  Point i is kept with
-  probability ``pi_i = min(1, s rho_i)`` and its coefficients divided by ``pi_i``, so
-  ``E[coef~] = coef`` exactly; ``rho_i`` is the size of row i of the column-normalized
-  coefficients, and ``s`` is solved from ``sum_i pi_i = rounding * m``.  For one component this
-  is the paper's rule: coefficients with ``|a_i| >= 1/s`` kept as they are, the others replaced
-  by ``sgn(a_i) / s`` with probability ``s |a_i|``.  Sharing the coin per *point* across
-  components is what saves kernel evaluations (a point dropped in one component but kept in
-  another would still cost its evaluation).
-- ``projection_dim`` (section 5): distances and dot products are estimated from ``x P`` with P a
-  d x q matrix of i.i.d. +-1 / sqrt(q) entries (``E ||z P||^2 = ||z||^2``; within a factor
-  1 +- eps for all pairs with high probability when q = O(log n / eps^2), Theorem 6), so each
-  kernel evaluation costs O(q) instead of O(d).  The projected training points are stored.
-
-The protocol
-------------
-A model is expansion-based when :func:`kernel_expansion` can read it: either it has a method
-``kernel_expansion()`` returning a :class:`KernelExpansion` (SparsifiedKPCA, NystromKPCA,
-ReducedSetKPCA), or it holds a dual expansion over its training rows, as
-:class:`~fastkpca.ExactKPCA` and :class:`~fastkpca.KernelPCA` do (read from its
-:data:`DUAL_EXPANSION` attributes ``X_fit_``, ``eigenvectors_``, ``eigenvalues_``,
-``gram_col_means_``, ``gram_total_mean_`` and ``kernel_``).
-
-Array namespaces
-----------------
-An expansion of PyTorch, CuPy or ``array_api_strict`` arrays is compressed and evaluated where
-it lives (:func:`evaluate_expansion`); the random draws come from the host generator, so every
-namespace gets the same terms.
+A model is expansion-based when :func:`kernel_expansion` can read it: a ``kernel_expansion()``
+method returning a :class:`KernelExpansion`, or the :data:`DUAL_EXPANSION` attributes of
+:class:`~fastkpca.ExactKPCA` and :class:`~fastkpca.KernelPCA`.  Expansions are compressed and
+evaluated where they live (:func:`evaluate_expansion`), with host random draws.
 """
 
 from __future__ import annotations
@@ -344,33 +322,26 @@ class CompressedKPCA(BaseKPCA):
 def compress_expansion(model, rounding=None, projection_dim=None, random_state=None):
     """A cheaper-to-evaluate, unbiased copy of a fitted expansion-based model's transform.
 
-    Achlioptas, McSherry & Schoelkopf (2001), sections 4 (randomized rounding of the expansion
-    coefficients, the Hoeffding bound of eq. 1) and 5 (random +-1 projections, Theorem 6).
+    Achlioptas, McSherry & Schoelkopf (2001), sections 4 (randomized rounding, the Hoeffding bound
+    of eq. 1) and 5 (random +-1 projections, Theorem 6).
 
     Parameters
     ----------
     model : fitted ExactKPCA, SparsifiedKPCA, or any model with ``kernel_expansion()``
-        (NystromKPCA, ReducedSetKPCA).
     rounding : float in (0, 1] or None
-        Expected fraction of expansion terms (kernel evaluations) kept.  1 keeps every term with
-        its exact coefficient; None does no rounding.
+        Expected fraction of expansion terms kept (1: all, exact; None: no rounding).
     projection_dim : int >= 1 or None
-        Evaluate the kernel on inputs projected to this many random +-1 combinations of the
-        features (kernels of Euclidean distances / dot products only: rbf, matern, polynomial,
-        linear, cosine).  Kernel values are then approximate: distances are preserved within
-        ``1 +- eps`` for ``projection_dim ~ 4 (2 + beta) ln(n) / eps^2`` (Theorem 6).
+        Evaluate the kernel on inputs projected to this many random +-1 combinations (kernels of
+        distances / dot products only); distances within ``1 +- eps`` for ``projection_dim ~ 4 (2
+        + beta) ln(n) / eps^2`` (Theorem 6).
     random_state : int, Generator or None
 
     Returns
     -------
     CompressedKPCA
-        Fitted, on the device of the model's expansion points (the rounding coins and the
-        projection are drawn on the host generator, so every device gets the same terms);
-        ``transform`` estimates ``model.transform``: for the rounding, exactly
-        unbiased in the coefficients (``E[coef~] = coef``); for one component ``j`` and a point
-        x, ``P(|T~_j(x) - T_j(x)| >= t) <= 2 exp(-2 t^2 / sum_i w_i^2)`` (Hoeffding) with
-        ``w_i = |coef_ij k(x, z_i)| / pi_i`` over the rounded terms; with ``|k| <= c`` and
-        unit-norm coefficients this is the paper's ``2 exp(-2 t^2 s^2 / (m c^2))``.
+        On the device of the model's expansion (host draws: every device gets the same terms);
+        unbiased in the coefficients, and for one component ``P(|T~_j(x) - T_j(x)| >= t) <= 2
+        exp(-2 t^2 / sum_i w_i^2)``, ``w_i = |coef_ij k(x, z_i)| / pi_i`` (Hoeffding).
     """
     out = CompressedKPCA(
         rounding=rounding,

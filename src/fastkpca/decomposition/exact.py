@@ -1,12 +1,9 @@
-"""Exact kernel PCA: the reference every approximate method is measured against.
+"""Exact kernel PCA (Schoelkopf, Smola & Mueller 1998): the reference of every approximation.
 
-One fit on every placement (numpy on the host, PyTorch / CuPy tensors, ``array_api_strict``):
-the n x n Gram is stored (:func:`fastkpca.execution.kernel_ops.symmetric_gram`: threads over row
-strips on the host, tiles on a device), centered in place (:mod:`fastkpca._centering`) and
-decomposed by :func:`fastkpca.solvers.eigh_topk`; or, when it does not fit, never stored:
-block Krylov iteration on the centered Gram recomputed in every pass
-(:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`).  Schoelkopf, Smola & Mueller
-(1998).
+The n x n Gram is stored (:func:`fastkpca.execution.kernel_ops.symmetric_gram`), centered in
+place and decomposed by :func:`fastkpca.solvers.eigh_topk`; or, when it does not fit, block
+Krylov iteration runs on the Gram recomputed in every pass
+(:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`).
 """
 
 from __future__ import annotations
@@ -61,22 +58,16 @@ __all__ = [
 #: ``eigen_solver`` names scikit-learn users type, and the fastkpca solver each one means.
 EIGEN_SOLVER_ALIASES = {"arpack": "lanczos"}
 
-#: ExactKPCA's ``eigen_solver`` names: the solvers of :func:`fastkpca.solvers.eigh_topk` on the
-#: stored Gram, and ``"matrix_free"`` (block Krylov on a Gram recomputed in every pass,
-#: :func:`matrix_free_kpca`), which ``"auto"`` takes when the Gram does not fit in memory.
+#: ExactKPCA's ``eigen_solver`` names: :func:`fastkpca.solvers.eigh_topk`'s and
+#: ``"matrix_free"`` (:func:`matrix_free_kpca`, ``"auto"``'s choice when the Gram does not fit).
 EXACT_SOLVERS = (*SOLVERS, "matrix_free")
 
-#: Vectors of the matrix-free solver's block beyond ``n_components``.  Each pass recomputes the
-#: Gram and applies it to the block, so a wider block costs more per pass but needs fewer
-#: passes: block Krylov converges at a rate set by the gap between lambda_k and lambda_{b+1}
-#: (Musco & Musco 2015).  30 keeps the passes (and the exps) few.
+#: Vectors of the matrix-free block beyond ``n_components``: a wider block needs fewer passes
+#: (the rate is set by the gap between lambda_k and lambda_{b+1}, Musco & Musco 2015).
 MATRIX_FREE_OVERSAMPLES = 30
 
-#: A precomputed Gram is symmetric when ``max |K - K^T| <= tolerance * max |K|``, the tolerance
-#: by its dtype: 1e-5 for float32 (about 170 of its unit roundoffs, 6e-8), 1e-10 for float64
-#: (scikit-learn's ``check_symmetric`` default).  Both are far above the difference between
-#: ``k(x_i, x_j)`` and ``k(x_j, x_i)`` computed in two orders (a dot product of d terms rounds by
-#: about sqrt(d) unit roundoffs), and far below the asymmetry of a matrix that is no Gram.
+#: A precomputed Gram is symmetric when ``max |K - K^T| <= tolerance * max |K|`` (float64:
+#: scikit-learn's ``check_symmetric`` default); far above rounding, far below a non-Gram's.
 SYMMETRY_TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
 
 
@@ -92,12 +83,8 @@ def resolve_eigen_solver(name, allowed=SOLVERS):
 
 
 class PrecomputedKernel(kernels.Kernel):
-    """``kernel="precomputed"``: the rows given are already kernel values.
-
-    At fit X is the n x n training Gram; at transform the n_new x n_train kernel between the new
-    and the training points (as ``sklearn.decomposition.KernelPCA(kernel="precomputed")``).  A
-    block of "kernel values" is the rows themselves (made dense), on any placement.
-    """
+    """``kernel="precomputed"``: the rows given are already kernel values (the n x n training
+    Gram at fit, n_new x n_train at transform), as scikit-learn's."""
 
     name = "precomputed"
     namespace_math = True
@@ -128,12 +115,9 @@ def check_exact_fits(
 ) -> None:
     """Raise ValueError unless the n x n Gram of X (an array, dask array or row source) fits.
 
-    The Gram, in X's dtype, must take at most ``fraction`` (default
-    :data:`EXACT_MEMORY_FRACTION`) of the memory available on ``placement`` (default the host),
-    beside the eigensolver's ``n_components`` float64 vectors of length n (n of them for a
-    fraction of the variance), or for ``method="dense"`` the dense solve's workspace
-    (:func:`fastkpca.execution.linalg.dense_topk_bytes`).  ``estimator`` names the model in
-    the message.
+    The Gram may take ``fraction`` (default :data:`EXACT_MEMORY_FRACTION`) of the memory on
+    ``placement`` (default the host), beside the eigensolver's workspace
+    (:func:`fastkpca.execution.linalg.dense_topk_bytes` for ``method="dense"``).
     """
     fraction = EXACT_MEMORY_FRACTION if fraction is None else fraction
     n = int(X.shape[0])
@@ -158,12 +142,8 @@ def check_exact_fits(
 
 
 def check_symmetric_gram(K) -> None:
-    """ValueError unless the square array K (any namespace) is symmetric within
-    :data:`SYMMETRY_TOLERANCE` of its dtype, relative to its largest entry.
-
-    Read in row strips: strip ``[s, e)`` of the upper triangle against the transpose of the
-    column strip below it, so no n x n copy is made.
-    """
+    """ValueError unless the square K is symmetric within :data:`SYMMETRY_TOLERANCE`, relative
+    to its largest entry (row strips against column strips: no n x n copy)."""
     xp = namespace_of(K)
     n = int(K.shape[0])
     step = chunk_rows(n)  # the strip, its transposed partner's difference and its magnitude
@@ -194,18 +174,12 @@ def matrix_free_kpca(
     oversamples=MATRIX_FREE_OVERSAMPLES,
     rows=None,
 ):
-    """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b)) and a
-    strip of the Gram per thread).
+    """Top eigenpairs of the centered Gram of X without storing it (memory O(n (k + b))).
 
-    Block Krylov iteration (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, a block of
-    ``n_components + oversamples`` vectors) on ``H K H`` applied implicitly
-    (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`), the strips float64 whatever
-    X's dtype.  Each iteration is one pass; it stops when the Ritz residuals ``||H K H v -
-    lambda v|| / lambda_1`` are below ``tol`` (default 1e-8), the ``randomized`` solver's
-    criterion, and warns (ConvergenceWarning) at ``max_iter``.  The first pass also gives the
-    Gram's row means.
-
-    Returns the same tuple as :func:`exact_kpca`; ``n_iter`` is the number of passes.
+    Block Krylov (:func:`fastkpca.solvers.eigh_topk`, ``randomized``, ``n_components +
+    oversamples`` vectors) on the implicit ``H K H``
+    (:class:`fastkpca.execution.kernel_ops.CenteredGramOperator`), one pass per iteration.
+    Returns :func:`exact_kpca`'s tuple; ``n_iter`` is the number of passes.
     """
     op = CenteredGramOperator(X, kernel, dtype="float64", rows=rows)
     trace, scale = _trace_and_scale(kernel_diag(kernel, X))
@@ -229,15 +203,10 @@ def matrix_free_kpca(
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
     """Top eigenpairs of the centered Gram matrix of X, on X's placement.
 
-    Holds exactly one n x n Gram (X's dtype): its upper block triangle is filled and mirrored
-    (:func:`fastkpca.execution.kernel_ops.symmetric_gram`; for a :class:`PrecomputedKernel`, a
-    copy of X, checked symmetric by :func:`check_symmetric_gram`), centered in place
-    (:func:`fastkpca._centering.center_gram_inplace`) and handed to the eigensolver
-    (:func:`fastkpca.solvers.eigh_topk`; ``auto`` by
-    :func:`fastkpca.execution.linalg.prefer_dense`), which may overwrite it (Schoelkopf, Smola &
-    Mueller 1998).  Eigenvalues at the rounding level of the Gram (``16 eps sum_i |K_ii|``) are
-    0; a centered Gram with no positive eigenvalue and a negative trace is not positive
-    semi-definite: ValueError.
+    Holds one n x n Gram (X's dtype; a :class:`PrecomputedKernel`'s checked by
+    :func:`check_symmetric_gram`), centered in place and overwritten by
+    :func:`fastkpca.solvers.eigh_topk`.  Eigenvalues at the Gram's rounding level are 0; a
+    centered Gram that is not positive semi-definite is a ValueError.
 
     Returns
     -------
@@ -281,9 +250,7 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
 
 
 def _trace_and_scale(diagonal) -> tuple[float, float]:
-    """``sum_i K_ii`` and ``sum_i |K_ii|`` of a Gram's diagonal, in float64.  The second scales
-    the rounding threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`); for
-    a PSD kernel both are its trace."""
+    """``sum_i K_ii`` and ``sum_i |K_ii|`` (the rounding threshold's scale) in float64."""
     xp = namespace_of(diagonal)
     d = xp.astype(diagonal, xp.float64)
     return float(xp.sum(d)), float(xp.sum(xp.abs(d)))
@@ -294,13 +261,8 @@ def _mean(values) -> float:
 
 
 def _check_spectrum(values, total_variance: float, n: int, scale: float) -> None:
-    """ValueError when the centered Gram has no positive eigenvalue and a negative trace.
-
-    The sum of its eigenvalues is the trace ``tr(H K H)``: when the largest is 0 (rounding) and
-    the sum is below ``-n`` times the rounding threshold
-    (:func:`fastkpca.solvers.rounding_threshold`), the matrix is not positive semi-definite and
-    every projection would be 0 (scikit-learn's ``KernelPCA`` raises too).
-    """
+    """ValueError when the centered Gram has no positive eigenvalue and a trace below ``-n``
+    rounding thresholds: not PSD (scikit-learn's ``KernelPCA`` raises too)."""
     top = float(namespace_of(values).max(values)) if values.shape[0] else 0.0
     if top <= 0.0 and total_variance < -n * rounding_threshold(scale):
         raise ValueError(
@@ -322,41 +284,30 @@ def _check_fraction_solver(eigen_solver, n_components) -> None:
 class ExactKPCA(BaseKPCA):
     """Exact kernel PCA on the full centered Gram matrix.
 
-    The same projections as ``sklearn.decomposition.KernelPCA`` (up to column signs, which are
-    deterministic here).  One n x n Gram in memory, in X's dtype, filled by its upper triangle
-    on all cores and centered in place; a Gram too large for memory is recomputed in each pass
-    (``eigen_solver="matrix_free"``).  Accepts CSR X (the Gram is dense).
+    ``sklearn.decomposition.KernelPCA``'s projections (deterministic signs), from one n x n
+    Gram in X's dtype, or recomputed in each pass (``eigen_solver="matrix_free"``).  Accepts CSR.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_samples) (scikit-learn's ``KernelPCA``
-        keeps all nonzero components; ``fastkpca.KernelPCA`` is the drop-in with that default).
-        A float keeps the smallest number of components whose ``explained_variance_ratio_``
-        sums to at least that fraction (all n eigenpairs are computed: dense, for moderate n).
+        Number of components; None gives min(10, n_samples) (``fastkpca.KernelPCA`` keeps
+        scikit-learn's default).  A float: the fewest whose ``explained_variance_ratio_``
+        reaches it (all n eigenpairs: moderate n).
     kernel : str or Kernel
         ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``,
-        a :class:`fastkpca.kernels.Kernel`, or ``"precomputed"``: ``fit`` takes the n x n
-        training Gram and ``transform`` the n_new x n_train kernel against the training points
-        (such a model cannot be saved, compressed, or fit an inverse transform).  The Gram must
-        be symmetric (:data:`SYMMETRY_TOLERANCE`), and a Gram whose centered form has no
-        positive eigenvalue and a negative trace (not positive semi-definite) is a ValueError.
+        a :class:`fastkpca.kernels.Kernel`, or ``"precomputed"`` (a symmetric PSD n x n Gram at
+        fit, n_new x n_train at transform; not saved, compressed or inverted).
     gamma : float, None, "scale" or "median"
         Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.
     degree, coef0 : polynomial kernel parameters.
     nu : Matern smoothness.
     eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "matrix_free", \
 "arpack"}
-        See :func:`fastkpca.solvers.eigh_topk`.  ``auto`` uses ``dense`` for small n or
-        n_components >= n / 5 (:data:`fastkpca.execution.linalg.DENSE_RULE`) and
-        ``randomized`` above; when the Gram does not fit in memory (:func:`check_exact_fits`),
-        ``matrix_free``: block Krylov iteration on ``H K H`` with K recomputed tile by tile in
-        every pass (:func:`matrix_free_kpca`; memory O(n (k + 40))), the same eigenpairs to the
-        same tolerance.  ``"arpack"`` is ``"lanczos"`` (host only; block Krylov on a device).
-        Every solver's output is checked and a failing one falls back (see ``eigh_topk``).
-        Eigenvalues at the rounding level of the Gram (``16 eps sum_i k(x_i, x_i)``) are 0.
-    eigen_tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults;
-        scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
+        See :func:`fastkpca.solvers.eigh_topk`.  ``auto``: ``dense`` or ``randomized``
+        (:data:`fastkpca.execution.linalg.DENSE_RULE`), or ``matrix_free``
+        (:func:`matrix_free_kpca`, the Gram recomputed in every pass) when the Gram does not fit
+        (:func:`check_exact_fits`).  ``"arpack"`` is ``"lanczos"``.
+    eigen_tol, max_iter : iterative-solver stopping parameters (None: per-dtype defaults).
     random_state : int, Generator or None
         Start vectors of the iterative solvers.
     fit_inverse_transform : bool, default False
@@ -382,11 +333,8 @@ class ExactKPCA(BaseKPCA):
     X_fit_ : the training data (needed to evaluate the kernel for new points).
     kernel_ : the resolved Kernel.
     n_components_ : the number of components used.
-    n_iter_ : eigensolver work: 1 (dense), matrix-vector products (lanczos) or block
-        iterations (randomized, orthogonal).
-    total_variance_ : float
-        ``tr(H K H)``, the total variance of the centered training Gram (exact).
-    total_variance_error_ : float, 0 (exact).
+    n_iter_ : eigensolver work (see ``eigh_topk(return_n_iter=True)``).
+    total_variance_ : float, ``tr(H K H)``; total_variance_error_ : 0 (exact).
     explained_variance_ratio_ : (n_components,) ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
@@ -459,8 +407,7 @@ class ExactKPCA(BaseKPCA):
         return output_like(xp.astype(out, getattr(xp, result_dtype(rows).__name__)), X)
 
     def _check_params(self):
-        """The shared checks, the eigensolver, its ``eigen_tol`` and ``max_iter``, and what a
-        precomputed kernel cannot do; returns the resolved eigensolver."""
+        """The shared checks and this estimator's; returns the resolved eigensolver."""
         super()._check_params()
         eigen_solver = resolve_eigen_solver(self.eigen_solver, EXACT_SOLVERS)
         check_solver_stopping(self.eigen_tol, self.max_iter)
@@ -511,10 +458,8 @@ class ExactKPCA(BaseKPCA):
         return X
 
     def _stored_or_matrix_free(self, source, eigen_solver: str) -> str:
-        """``eigen_solver``, or ``"matrix_free"`` when ``auto`` finds that the stored Gram does
-        not fit the memory where the fit runs (:func:`check_exact_fits`) and n is within
-        :func:`fastkpca.execution.budget.matrix_free_auto_max_n` there; otherwise a Gram that
-        does not fit is a ValueError naming the memory."""
+        """``eigen_solver``, or for ``auto`` ``"matrix_free"`` when the stored Gram does not fit
+        (:func:`check_exact_fits`) and n is within ``matrix_free_auto_max_n``; else ValueError."""
         n = source.n_samples
         placement = source.placement
         fraction = _is_fraction(self.n_components)
@@ -571,18 +516,13 @@ class ExactKPCA(BaseKPCA):
 
 
 def centered_projection(X, points, kernel, stats, coef, dtype, weights=None):
-    """``k~(X, points) @ coef``: the kernel rows of X against the expansion points, centered
-    with the training statistics (:func:`~fastkpca._centering.center_gram_out_of_sample`,
-    optionally weighted), projected on ``coef``; shape ``(len(X), coef.shape[1])`` in ``dtype``,
-    where the rows and points are (host rows meeting a device's points go there).
+    """``k~(X, points) @ coef``, the kernel rows centered with the training statistics
+    (:func:`~fastkpca._centering.center_gram_out_of_sample`), in ``dtype``, where the points are.
 
-    The kernel rows are computed and projected block by block
-    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`: chunks in threads on the host,
-    tiles on a device), in float64 whatever X's dtype; only the output is cast.  Every product
-    runs with BLAS held to one thread: the limit is process-wide, so a product outside it would
-    sum in another order whenever another thread holds it, and a transform would depend on what
-    other threads do.
+    Block by block in float64 (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), BLAS on
+    one thread throughout so the result does not depend on other threads.
     """
+
     X, points, placement = on_one_placement(X, points)
     xp = placement.xp
     coef = placement.asarray(coef, dtype=np.float64)

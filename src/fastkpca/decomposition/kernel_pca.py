@@ -171,24 +171,12 @@ class KernelPCA(BaseKPCA):
     """Kernel PCA with scikit-learn's ``KernelPCA`` interface, computed by fastkpca.
 
     A drop-in for ``sklearn.decomposition.KernelPCA``: same parameters, defaults, fitted
-    attributes, errors and outputs (columns up to sign; the signs are deterministic, each
-    eigenvector's largest-magnitude entry positive, scikit-learn's ``svd_flip`` rule, so they
-    agree with scikit-learn's wherever that entry is not a near tie).  What differs is how it is
-    computed:
-
-    - one n x n Gram in X's dtype (float32 input: a float32 Gram, half the memory), its upper
-      triangle filled by threads, centered in place and handed to the eigensolver, which may
-      overwrite it;
-    - ``eigen_solver="randomized"`` is fastkpca's block Krylov iteration (Musco & Musco 2015),
-      which stops at a residual tolerance instead of after a fixed number of power iterations,
-      and returns the largest eigenvalues (scikit-learn's randomized solver selects them by
-      modulus);
-    - ``eigen_solver="auto"`` follows scikit-learn's rule (dense for n <= 200 or
-      n_components >= 10, ARPACK otherwise) except that where scikit-learn would pick ARPACK,
-      or dense for n > 1000 with n_components < n / 5, it runs block Krylov.
-
-    Of fastkpca's shared estimator machinery it takes only :meth:`save` (``fastkpca.load``
-    reads the model back; a callable kernel cannot be stored).
+    attributes, errors and outputs (columns up to sign, fixed by ``svd_flip``'s rule).  It
+    differs in how it computes: one n x n Gram in X's dtype, centered in place;
+    ``eigen_solver="randomized"`` is block Krylov (Musco & Musco 2015) to a residual tolerance,
+    returning the largest eigenvalues; ``"auto"`` runs block Krylov where scikit-learn would
+    pick ARPACK, or dense for n > 1000 with n_components < n / 5.  :meth:`save` works (not for
+    a callable kernel).
 
     Parameters
     ----------
@@ -213,20 +201,16 @@ class KernelPCA(BaseKPCA):
     fit_inverse_transform : bool, default=False
         Learn pre-images (Bakir, Weston & Schoelkopf 2004) for ``inverse_transform``.
     eigen_solver : {"auto", "dense", "arpack", "randomized"}, default="auto"
-        ``"dense"``: LAPACK ``syevr`` on the top n_components; ``"arpack"`` (or ``"lanczos"``):
-        ARPACK implicitly restarted Lanczos; ``"randomized"``: block Krylov iteration.  On a
-        device ``"arpack"`` is block Krylov, and ``"auto"`` follows
-        :data:`fastkpca.execution.linalg.DENSE_RULE`.
+        ``"dense"``: LAPACK ``syevr``; ``"arpack"`` (or ``"lanczos"``): ARPACK (block Krylov on
+        a device); ``"randomized"``: block Krylov iteration.
     tol : float, default=0
         ARPACK's tolerance (0: machine precision, as scikit-learn); for ``randomized`` the
         relative Ritz residual at which it stops (0: 1e-8 in float64, 1e-5 in float32).
     max_iter : int or None, default=None
         Iteration cap of ARPACK, and of the block Krylov passes (default 500).
     iterated_power : int >= 0 or "auto", default="auto"
-        ``randomized`` only: an int caps the passes over the Gram at ``iterated_power + 2``,
-        as many as scikit-learn's power iteration makes; the Krylov space of those passes
-        contains scikit-learn's subspace, so the result is at least as accurate.  ``"auto"``
-        iterates to ``tol``.
+        ``randomized`` only: an int caps the passes at ``iterated_power + 2`` (a Krylov space
+        containing scikit-learn's subspace); ``"auto"`` iterates to ``tol``.
     remove_zero_eig : bool, default=False
         Drop components with zero eigenvalue (always done when n_components is None).
     random_state : int, RandomState, Generator or None, default=None
@@ -234,17 +218,9 @@ class KernelPCA(BaseKPCA):
     copy_X : bool, default=True
         Store a copy of X in ``X_fit_``; with False, ``X_fit_`` is X itself (and a precomputed
         Gram is centered in place, as in scikit-learn).
-    n_jobs : int or None, default=None
-        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
-        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
-        limit (scikit-learn's None is one job).  The model does not depend on it, up to rounding.
-    verbose : int, default=0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) where the output is a terminal
-        (not a scikit-learn parameter).
-    device : None, str or torch.device, default=None
-        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
-        PyTorch device) sends host data there block by block.  ``transform`` returns the
-        input's array type, device and dtype.
+    n_jobs, verbose, device :
+        As for :class:`~fastkpca.ExactKPCA` (scikit-learn's ``n_jobs=None`` is one job; here
+        the usable cores).
 
     Attributes
     ----------
@@ -264,8 +240,8 @@ class KernelPCA(BaseKPCA):
     kernel_ : Kernel or None
         The resolved fastkpca kernel (None for ``"precomputed"``).
     n_iter_ : int
-        Eigensolver work: 1 (dense), matrix-vector products (arpack) or passes over the Gram
-        (randomized).
+        Eigensolver work (see :func:`fastkpca.solvers.eigh_topk`).
+
     n_features_in_, feature_names_in_ : as every scikit-learn estimator.
 
     See Also

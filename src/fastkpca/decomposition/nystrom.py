@@ -1,14 +1,10 @@
 """NystromKPCA: exact linear PCA on the Nystrom features of c landmarks.
 
-With landmarks L and W = k(L, L), the Nystrom feature map ``z(x) = N k(L, x)`` (N a whitening,
-``N^T N = W^{-1}``) gives ``z(x) . z(y) = k(x, L) W^{-1} k(L, y)``, the Nystrom approximation
-``C W^{-1} C^T`` of the Gram matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et
-al. 2016, ``papers/004`` section 3); kernel PCA on it is linear PCA on z.  With all n points as
-landmarks it is exact KPCA.
-
-The fit: source -> landmarks (:mod:`fastkpca._landmarks`) -> the whitening of W -> the moments
-of the kernel rows, or their one-pass sketch, reduced over the blocks
-(:mod:`fastkpca.statistics.kernel_moments`) -> the eigenproblem.
+With W = k(L, L) and ``z(x) = N k(L, x)``, ``N^T N = W^{-1}``, ``z(x) . z(y)`` is the Nystrom
+approximation ``C W^{-1} C^T`` of the Gram (Williams & Seeger 2001; Ghashami et al. 2016 section
+3), so kernel PCA on it is linear PCA on z.  The fit: landmarks (:mod:`fastkpca._landmarks`),
+the whitening of W, the kernel rows' moments or sketch reduced over the blocks
+(:mod:`fastkpca.statistics.kernel_moments`), the eigenproblem.
 """
 
 from __future__ import annotations
@@ -51,7 +47,7 @@ from ..statistics.kernel_moments import (
     weighted_landmark_moments,
     whitening_noise_gain,
 )
-from ._base import BaseKPCA, reduce_with_diag_sum
+from ._base import BaseKPCA, _is_fraction, reduce_with_diag_sum
 from .compress import KernelExpansion
 from .exact import GRAM_FRACTION, check_exact_fits, exact_kpca
 
@@ -60,36 +56,31 @@ __all__ = ["NystromKPCA", "DEFAULT_N_LANDMARKS", "LANDMARK_SUBSAMPLE"]
 #: ``n_landmarks=None`` means this many, capped at n.
 DEFAULT_N_LANDMARKS = 1000
 
-#: ``landmarks="kmeans"`` / ``"rls"`` / ``"rpcholesky"`` on rows that are not in memory (a dask
-#: array) run on a uniform subsample of this many rows (they need random access to the rows).
+#: Landmark methods needing random access run on a uniform subsample this large of a dask array.
 LANDMARK_SUBSAMPLE = 100_000
 
 COVARIANCES = ("data", "landmarks")
 SOLVERS = ("auto", "exact", "randomized")
 
-#: ``sketch_size=None``: q = SKETCH_FACTOR * n_components + SKETCH_EXTRA columns (capped at the
-#: rank of W); see the class docstring for the measurements behind it.
+#: ``sketch_size=None``: q = SKETCH_FACTOR * n_components + SKETCH_EXTRA (capped at rank W).
 SKETCH_FACTOR = 4
 SKETCH_EXTRA = 20
 
-#: ``solver="auto"`` computes the kernel rows in float32 when independent rounding errors of
-#: this rms (float32 rbf blocks, tests/test_kernels.py) in the kernel rows, amplified by the
-#: whitening (:func:`~fastkpca.statistics.kernel_moments.whitening_noise_gain`), stay below
-#: FLOAT32_MAX_FEATURE_NOISE relative to the features' rms (1 for a kernel with unit diagonal).
+#: ``solver="auto"`` uses float32 kernel rows when their rounding (this rms), amplified by the
+#: whitening (:func:`~fastkpca.statistics.kernel_moments.whitening_noise_gain`), stays below
+#: FLOAT32_MAX_FEATURE_NOISE of the features' rms.
 FLOAT32_KERNEL_RMS = 2e-7
 FLOAT32_MAX_FEATURE_NOISE = 1e-4
 
 #: Rows per kernel block of the sketch pass (float64 blocks of c columns in 64 MiB).
 SKETCH_BLOCK_MB = 64
 
-#: Cost model of ``solver="auto"`` in flops: a kernel value costs about ``2 d +
-#: KERNEL_VALUE_FLOPS`` (its share of the distance GEMM, the exp, the memory passes), and exact
-#: KPCA's centering and block-Krylov passes about ``EXACT_EIGEN_FLOPS`` per Gram entry.
+#: ``solver="auto"``'s cost model: a kernel value ``2 d + KERNEL_VALUE_FLOPS`` flops, exact
+#: KPCA's eigensolve ``EXACT_EIGEN_FLOPS`` per Gram entry.
 KERNEL_VALUE_FLOPS = 30
 EXACT_EIGEN_FLOPS = 300
 
-#: ``solver="auto"`` sketches only when the scatter's SYRK (``n c^2 / 2`` flops) would cost at
-#: least this: below, the exact covariance is as fast and has no sketching error.
+#: ``solver="auto"`` sketches only when the scatter (``n c^2 / 2`` flops) costs at least this.
 RANDOMIZED_MIN_FLOPS = 1e9
 
 #: ``n_landmarks="auto"``: the sizes tried double from this (or 2 n_components) ...
@@ -101,133 +92,88 @@ TOL_MAX_LANDMARKS = 8192
 class NystromKPCA(BaseKPCA):
     """Kernel PCA on the Nystrom approximation ``C W^{-1} C^T`` of the Gram matrix.
 
-    Linear PCA of the Nystrom features ``z(x) = N k(L, x)`` over c landmarks L (N the
-    whitening of ``W = k(L, L)``, ``N^T N = W^{-1}``), in one pass over row blocks with O(c^2)
-    memory.  Fit costs ``n c (2 d + c / 2)`` flops with ``solver="exact"``, ``n c (2 d + 4 q)``
-    with ``"randomized"``, plus ``2 c^3 / 3`` for the whitening; transform ``c (d + k)`` a row.
-
-    Accepts CSR X (wide rows keep CSR landmarks).  ``kernel="precomputed"`` is refused.
+    Linear PCA of the Nystrom features ``z(x) = N k(L, x)`` over c landmarks L (``N^T N =
+    W^{-1}``, ``W = k(L, L)``), one pass over row blocks, O(c^2) memory.  Fit costs ``n c (2 d
+    + c / 2)`` flops (``"exact"``) or ``n c (2 d + 4 q)`` (``"randomized"``) plus ``2 c^3 / 3``;
+    transform ``c (d + k)`` a row.  Accepts CSR X; ``kernel="precomputed"`` is refused.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_samples, n_landmarks) (scikit-learn's
-        ``KernelPCA`` keeps all nonzero ones, here up to n_landmarks mostly-noise components).
-        A float keeps the smallest number whose ``explained_variance_ratio_`` reaches it.
+        Number of components; None gives min(10, n_samples, n_landmarks).  A float: the fewest
+        whose ``explained_variance_ratio_`` reaches it.
     kernel, gamma, degree, coef0, nu
         Kernel spec (:func:`fastkpca.kernels.make_kernel`); on a stream ``gamma="scale"`` /
         ``"median"`` are resolved on the landmarks.
     n_landmarks : int or None
-        Number of landmarks c; None gives ``min(1000, n_samples)``, larger values are capped at
-        n_samples.  ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
+        Number of landmarks c (capped at n_samples); None gives ``min(1000, n_samples)``.
+        ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
     landmarks : {"uniform", "kmeans", "rls", "rpcholesky"} or array of shape (c, n_features)
-        ``"uniform"``: a uniformly random subset of the rows (reservoir sampling on a stream);
-        ``"kmeans"``: k-means centres weighted by cluster sizes (density-weighted Nystrom,
-        Zhang & Kwok 2009); ``"rls"``: recursive ridge leverage score sampling (Musco & Musco
-        2017, O(n c^2)), which finds small clusters and outliers; ``"rpcholesky"``: randomly
-        pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024, Alg. 2.1) with block rejection
-        sampling (Epperly, Tropp & Webber 2024): n c kernel evaluations and an n x c factor,
-        fewer landmarks when the kernel's numerical rank is lower; better than uniform on
-        clustered or heavy-tailed data.  An array gives the landmarks (``n_landmarks`` is
-        ignored).  ``"uniform"`` is the only method that works on a one-pass stream.
+        ``"uniform"``: a random subset (reservoir sampling on a stream, the only method for
+        one); ``"kmeans"``: centres weighted by cluster sizes (Zhang & Kwok 2009); ``"rls"``:
+        recursive ridge leverage scores (Musco & Musco 2017); ``"rpcholesky"``: randomly pivoted
+        Cholesky (Chen, Epperly, Tropp & Webber 2024, Alg. 2.1) with block rejection sampling
+        (Epperly, Tropp & Webber 2024).  An array gives the landmarks.
     solver : {"auto", "exact", "randomized"}
-        ``"exact"``: the c x c scatter of the kernel rows (``c^2 / 2`` flops a row), then its top
-        eigenpairs.  ``"randomized"``: the sketch ``S T`` of the scatter against a c x q test
-        matrix (``2 c q`` flops a row) and the fixed-rank PSD approximation of Tropp, Yurtsever,
-        Udell & Cevher (NeurIPS 2017, Alg. 3), half the test matrix Gaussian and half the
-        landmarks' leading directions
-        (:func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`); rbf kernel rows are
-        then float32 where their rounding, amplified by the whitening, stays below
-        ``FLOAT32_MAX_FEATURE_NOISE``.  ``"auto"``: ``"randomized"`` when ``c >= 4 q`` and the
-        scatter costs at least ``RANDOMIZED_MIN_FLOPS`` (never for a float ``n_components``),
-        else ``"exact"``; exact KPCA instead when that is cheaper (see Notes).
+        ``"exact"``: the c x c scatter of the kernel rows, then its top eigenpairs.
+        ``"randomized"``: a c x q sketch of the scatter and the fixed-rank PSD approximation of
+        Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017, Alg. 3)
+        (:func:`~fastkpca.statistics.kernel_moments.landmark_test_matrix`), rbf rows in float32
+        where safe.  ``"auto"``: ``"randomized"`` when ``c >= 4 q`` and the scatter costs at
+        least ``RANDOMIZED_MIN_FLOPS`` (not for a float ``n_components``), else ``"exact"``; or
+        exact KPCA when cheaper (Notes).
     sketch_size : int or None
-        Columns q of the randomized solver's test matrix; None gives ``4 n_components + 20``
-        (capped at the rank of W).  Error: the best rank-k one plus the scatter's tail beyond
-        rank ~q (Tropp et al. 2017, Theorem 4.1).
+        Columns q of the sketch; None gives ``4 n_components + 20``.  Error: the best rank-k one
+        plus the scatter's tail beyond rank ~q (Tropp et al. 2017, Theorem 4.1).
     covariance : {"data", "landmarks"}
-        ``"data"``: the covariance of z over all training rows (the Nystrom approximation's exact
-        KPCA; landmark weights cancel).  ``"landmarks"``: over the landmarks weighted by
-        ``landmark_weights_`` -- Zhang & Kwok's density-weighted eigenproblem with ``kmeans``,
-        subsampled KPCA with ``uniform``; no pass over the data after landmark selection (a
-        one-shot stream suffices).
+        ``"data"``: the covariance of z over all rows.  ``"landmarks"``: over the landmarks
+        weighted by ``landmark_weights_`` (Zhang & Kwok's density-weighted eigenproblem); no
+        pass after landmark selection.
     random_state : int, Generator or None
         Landmark selection and gamma heuristics.
     tol : float or None
         Size by tolerance: fit at ``n_landmarks`` = 128 (or the power of 2 above ``2
-        n_components``), 256, ... up to ``min(n, 8192)`` and stop at the first whose relative
-        rank-k error (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 = exact KPCA), estimated by
-        :class:`fastkpca.statistics.probe.ErrorProbe` plus 2 standard errors, is at most
-        ``1 + tol``.  ``n_landmarks="auto"`` without ``tol`` uses ``tol=0.05``.  Uniform landmark
-        sets of the sizes are nested; each size is a pass over the data (an array or a
-        re-iterable block source).
-    fit_inverse_transform : bool, default False
-        Learn the pre-image map of :meth:`inverse_transform` on the landmarks (kernel ridge
-        regression from their projections to them, as ``KernelPCA`` does on all rows).
-    alpha : float, default 1.0
-        Ridge parameter of the pre-image map.
-    n_jobs : int or None, default None
-        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
-        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
-        limit.  The model does not depend on it, up to rounding.
-    verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) where the output is a terminal.
-    device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
-        PyTorch device) sends host data there block by block.  ``transform`` returns the
-        input's array type, device and dtype.
+        n_components``), 256, ... up to ``min(n, 8192)``, stopping at the first whose relative
+        rank-k error bound (:class:`fastkpca.statistics.probe.ErrorProbe`, estimate plus 2
+        standard errors) is at most ``1 + tol``.  ``n_landmarks="auto"`` alone: ``tol=0.05``.
+        Each size is a pass over the data.
+    fit_inverse_transform, alpha :
+        The pre-image map of :meth:`inverse_transform`, learnt on the landmarks.
+    n_jobs, verbose, device :
+        As for :class:`~fastkpca.ExactKPCA`.
 
     Attributes
     ----------
-    landmarks_ : (n_landmarks_, n_features) the landmarks, in the training data's dtype; CSR
-        for sparse X of more than 4096 features (:func:`fastkpca._landmarks.keeps_sparse`).
+    landmarks_ : (n_landmarks_, n_features) the landmarks (CSR for wide sparse X,
+        :func:`fastkpca._landmarks.keeps_sparse`).
     landmark_weights_ : (n_landmarks_,) float64 density weights, summing to 1.
     projection_ : (n_landmarks_, n_components_) float64 ``N^T components_^T``: ``transform(X)
         = k(X, landmarks_) @ projection_ - mean_ @ components_.T``.
-    normalization_ : (r, n_landmarks_) the whitening N, recomputed on each access: ``z(x) = N
-        k(L, x)``, ``N W N^T = I_r`` on the r pivots of a pivoted Cholesky of W
-        (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`); on the exact-KPCA
-        path ``diag(lambda)^{-1/2} alpha^T``.
+    normalization_ : (r, n_landmarks_) the whitening N, recomputed on each access
+        (:func:`~fastkpca.statistics.kernel_moments.nystrom_whitening`).
     mean_ : (r,) mean of the Nystrom features z over the training data.
-    components_ : (n_components_, r) principal axes in z-space (orthonormal rows; the identity
-        on the exact-KPCA path).
-    solver_ : str, what the fit ran: ``"exact"``, ``"randomized"`` or ``"exact_kpca"``.
-    kernel_row_dtype_ : str, the precision of the kernel rows of the pass (``"float32"`` only
-        with ``solver_ == "randomized"``, see ``solver``).
+    components_ : (n_components_, r) principal axes in z-space (orthonormal rows).
+    solver_ : str, ``"exact"``, ``"randomized"`` or ``"exact_kpca"``.
+    kernel_row_dtype_ : str, the precision of the kernel rows of the pass.
     eigenvalues_ : (n_components_,) eigenvalues of the centered n x n Nystrom Gram, descending.
     kernel_ : the resolved Kernel.
     n_landmarks_, n_samples_seen_, n_components_, n_features_in_ : ints.
-    size_history_ : list of (n_landmarks, estimated relative rank-k error), the sizes tried
-        (with ``tol`` only; ``n_landmarks_`` is the chosen size).
-    total_variance_ : float
-        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` minus ``n ||mu||^2``, the mean
-        embedding estimated from the landmarks' mean kernel rows.
-    total_variance_error_ : float
-        One standard error of ``total_variance_`` (uniform landmarks, ``covariance="data"``;
-        else nan).
+    size_history_ : list of (n_landmarks, estimated error), the sizes tried (``tol`` only).
+    total_variance_, total_variance_error_ : float
+        ``tr(H K H)``, the mean embedding estimated from the landmarks, and its standard error
+        (uniform landmarks, ``covariance="data"``; else nan).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
     Notes
     -----
-    ``transform(x) = (z(x) - mean_) @ components_.T``, on the scale of scikit-learn's
-    ``KernelPCA.transform`` (equal to ``make_pipeline(Nystroem(...), PCA(...))`` for the same
-    landmarks, up to column signs).  The c x c whitening N is not kept: ``transform``,
-    ``inverse_transform``, ``compress_expansion`` and ``tol`` need only ``projection_``; a model
-    file of an earlier release holding ``normalization_`` loads with its projection computed
-    from it.
+    ``transform(x) = (z(x) - mean_) @ components_.T`` (``make_pipeline(Nystroem(...),
+    PCA(...))`` for the same landmarks, up to signs); only ``projection_`` is kept, not N.
 
-    The exact-KPCA path.  With ``solver="auto"``, ``covariance="data"``, an integer (or None)
-    ``n_components`` and dense rows that can be taken by index, the fit is exact KPCA (the
-    Nystrom method with all n rows as landmarks) when (a) ``n_landmarks >= n``, or (b) it costs
-    less: ``n^2 (d + 15 + 300)`` flops against ``n c (2 d + 30 + min(c / 2, 2 q)) + 2 c^3 / 3``
-    (for d ~ 100-1000 and a few thousand rows, from c ~ n / 3); in both cases only if the Gram
-    fits in memory (``ExactKPCA``'s rule).  The model then has ``solver_ = "exact_kpca"``,
-    ``landmarks_`` = the training rows and ``transform`` equal to ``ExactKPCA``'s.
-
-    On every array namespace the fit is the same code and gives the same model up to rounding.
-    Computed on host copies: the fixed-rank solve of the sketch, ``"kmeans"``, the exact-KPCA
-    path and the probe of ``tol``.
+    The exact-KPCA path: with ``solver="auto"``, ``covariance="data"``, an integer (or None)
+    ``n_components`` and dense rows taken by index, the fit is exact KPCA when ``n_landmarks >=
+    n`` or when it costs fewer flops, and the Gram fits (``ExactKPCA``'s rule):
+    ``solver_ = "exact_kpca"``, ``landmarks_`` the training rows.
 
     See Also
     --------
@@ -321,14 +267,9 @@ class NystromKPCA(BaseKPCA):
     def fit(self, X, y=None):
         """Fit on an array / CSR matrix, an iterable of row blocks or a dask array.
 
-        Every input gives the model of the in-memory array with the same seed: the same uniform
-        landmarks (drawn by index, or by reservoir sampling in one pass over a stream), the
-        kernel-row moments reduced over the blocks (per chunk on the workers for a dask array).
-        ``"kmeans"``, ``"rls"`` and ``"rpcholesky"`` need random access to the rows: they run on
-        the array, or on a uniform subsample of at most ``LANDMARK_SUBSAMPLE`` rows of a dask
-        array, and refuse a stream.  A stream must be re-iterable (a list of blocks, a reader) for
-        ``landmarks="uniform"`` with ``covariance="data"`` (reservoir sampling, then the
-        covariance); given landmarks or ``covariance="landmarks"`` need one pass.
+        Every input gives the in-memory array's model for the same seed.  ``"kmeans"``,
+        ``"rls"`` and ``"rpcholesky"`` need random access (a dask array: a subsample of
+        ``LANDMARK_SUBSAMPLE`` rows); ``"uniform"`` with ``covariance="data"`` needs two passes.
         """
         self._check_params()
         if check_auto_size("n_landmarks", self.n_landmarks, self.tol):
@@ -457,11 +398,8 @@ class NystromKPCA(BaseKPCA):
         return self
 
     def _require_fit_memory(self, c, n, method) -> None:
-        """Refuse, before the landmarks are chosen, a number of landmarks whose c x c arrays
-        cannot fit (ValueError naming it and the memory): the landmark Gram W, its pivoted
-        Cholesky factor, inverse and the landmarks' features, the kernel-row scatter and its
-        merged copy and ``N S N^T`` (8 c x c float64 arrays in all); ``rpcholesky`` also holds
-        an n x c factor.  (The landmark rows themselves: ``RowSource.require_dense``.)"""
+        """ValueError, before landmark selection, if the 8 c x c float64 arrays (and
+        ``rpcholesky``'s n x c factor) cannot fit."""
         c = int(c if n is None else min(c, n))
         name = f"n_landmarks={c}" if method is not None else f"landmarks ({c} rows)"
         parts = [
@@ -483,17 +421,13 @@ class NystromKPCA(BaseKPCA):
 
     def _n_components_guess(self) -> int:
         k = self.n_components
-        return 10 if k is None or _is_fraction_like(k) else int(k)
+        return 10 if k is None or _is_fraction(k) else int(k)
 
     def _choose_solver(self, N, sketch_size, n) -> str:
-        """``"exact"`` (the scatter, ``c^2 / 2`` flops a row) or ``"randomized"`` (the sketch,
-        ``2 c q``): ``auto`` takes the sketch when it is at least twice cheaper (``c >= 4 q``)
-        and the scatter would cost at least RANDOMIZED_MIN_FLOPS, and never for a fraction of
-        the variance (``n_components`` a float), which needs every eigenvalue of the scatter:
-        the sketch has at most q non-zero ones."""
+        """``"exact"`` or ``"randomized"`` (see the ``solver`` parameter)."""
         if self.solver != "auto" or self.covariance == "landmarks":
             return "exact" if self.solver == "auto" else self.solver
-        if _is_fraction_like(self.n_components):
+        if _is_fraction(self.n_components):
             return "exact"
         c = N.shape[1]
         if n is not None and n * c * c / 2 < RANDOMIZED_MIN_FLOPS:
@@ -502,8 +436,7 @@ class NystromKPCA(BaseKPCA):
 
     @staticmethod
     def _kernel_row_dtype(kernel, N):
-        """float32 kernel rows where their rounding, amplified by the whitening, stays below
-        FLOAT32_MAX_FEATURE_NOISE of the features' scale (the kernel's largest diagonal)."""
+        """float32 rbf kernel rows where FLOAT32_MAX_FEATURE_NOISE allows, else float64."""
         if not isinstance(kernel, kernels.RBF):
             return np.float64
         noise = FLOAT32_KERNEL_RMS * whitening_noise_gain(N)
@@ -516,7 +449,7 @@ class NystromKPCA(BaseKPCA):
             return False
         # Not for: unknown n, sparse rows (landmarks_ would be all of X, densified), a float
         # n_components (exact KPCA would compute and store every eigenpair).
-        if not n or source.sparse or _is_fraction_like(self.n_components):
+        if not n or source.sparse or _is_fraction(self.n_components):
             return False
         all_rows = isinstance(self.landmarks, str) and c >= n
         c = min(int(c), n)
@@ -541,9 +474,7 @@ class NystromKPCA(BaseKPCA):
         X = to_host(source.in_memory(purpose="NystromKPCA's exact path"))
         n = X.shape[0]
         k = self._resolve_n_components(n, what="min(n_samples, n_landmarks)")
-        # On a device this n x n eigenproblem runs on the host (a documented fallback: the path
-        # is taken only where the n x n Gram fits the host's memory and costs less than the
-        # Nystrom pass); its (n, k) results move to the device.
+        # On the host (the Gram fits there); the (n, k) results move to the device.
         vals, vecs, stats, _ = exact_kpca(X, kernel, k, eigen_solver="auto", rng=rng)
         N, components, mean = nystrom_from_exact(vals, vecs, stats.col_means)
         self.solver_ = "exact_kpca"
@@ -562,12 +493,8 @@ class NystromKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_landmarks`` = 128, 256, ... until the relative rank-k error bound from a
-        probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
-
-        Every size is a fit with the same seed, so the uniform landmark sets are nested (the
-        smallest uniform keys of the same draw); the kernel-row moments are recomputed.
-        """
+        """Fit at ``n_landmarks`` = 128, 256, ... until the error bound is at most ``1 + tol``
+        (:mod:`fastkpca.statistics.growth`); one seed, so uniform landmark sets are nested."""
         tol = check_tol(self.tol, auto=True)
         source = self._fit_source(X)
         source.require_passes(2, f"tol={tol} (a pass per model size)")
@@ -586,12 +513,8 @@ class NystromKPCA(BaseKPCA):
         return self
 
     def _mean_embedding(self, h, method):
-        """``||mu||^2`` and its standard error from the landmarks' mean kernel rows h.
-
-        ``||mu||^2 = mean_i h(x_i)`` with ``h(x) = mean_j k(x, x_j)``, and h holds it at each
-        landmark; uniform landmarks are a uniform sample of the rows, so their mean h is
-        unbiased, with standard error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (0 when c = n).
-        """
+        """``||mu||^2 = mean_i h(x_i)`` from the landmarks' mean kernel rows h, and its standard
+        error ``std(h) / sqrt(c) sqrt(1 - c / n)`` (uniform landmarks only; else nan)."""
         estimate = float(self.landmark_weights_ @ h)
         c, n = int(h.shape[0]), self.n_samples_seen_
         if method != "uniform" or self.covariance != "data":
@@ -607,14 +530,8 @@ class NystromKPCA(BaseKPCA):
 
     @property
     def normalization_(self):
-        """The whitening N, ``(r, n_landmarks_)``: the Nystrom features are ``z(x) = N k(L, x)``.
-
-        Not kept by the model (see the class Notes): recomputed from ``landmarks_`` and
-        ``kernel_`` on each access (``n_landmarks_^2`` kernel values and a pivoted Cholesky,
-        ``c^3 / 3`` flops, or on a GPU an ``eigh``), as the fit computed it, up to round-off;
-        on the exact-KPCA path it is ``projection_.T`` (the components are the identity
-        there).
-        """
+        """The whitening N, ``(r, n_landmarks_)``, ``z(x) = N k(L, x)``: recomputed on each
+        access (``projection_.T`` on the exact-KPCA path)."""
         check_is_fitted(self)
         if getattr(self, "solver_", None) == "exact_kpca":
             return get_namespace(self.projection_).asarray(self.projection_.T, copy=True)
@@ -623,11 +540,7 @@ class NystromKPCA(BaseKPCA):
 
     # --- transform ------------------------------------------------------------------------
     def kernel_expansion(self):
-        """The transform as a kernel expansion over the landmarks (for ``compress_expansion``).
-
-        ``transform(X) = k(X, landmarks_) @ coef + offset`` with ``coef = projection_``
-        (c x k) and ``offset = -mean_ @ components_.T``.
-        """
+        """``transform(X) = k(X, landmarks_) @ projection_ - mean_ @ components_.T``."""
         check_is_fitted(self)
         return KernelExpansion(
             points=self.landmarks_,
@@ -637,11 +550,8 @@ class NystromKPCA(BaseKPCA):
         )
 
     def _transform_rows(self, X):
-        """``(N k(L, x) - mean_) @ components_.T`` in X's float dtype: z never materialises,
-        ``(N k - mean) . u = k . (N^T u) - mean . u`` with ``projection_ = N^T components_^T``
-        computed once at fit.  Float64 kernel rows times ``projection_``
-        (:func:`fastkpca.execution.kernel_ops.kernel_matmat`: on the host small chunks on all
-        cores, on a device large tiles), by the model's copy where X lives."""
+        """``k(X, L) @ projection_ - mean_ @ components_.T`` in X's float dtype (z never
+        materialises; :func:`fastkpca.execution.kernel_ops.kernel_matmat`)."""
         model = self._placed(placement_of(X))
         with one_blas_thread():  # the summation order of a product does not depend on threads
             offset = model.mean_ @ model.components_.T
@@ -659,14 +569,9 @@ def _describe(value) -> str:
 
 
 def _projection(N, components):
-    """``N^T components^T`` (c x k): the kernel rows' map to the projections (before the mean),
-    all ``transform`` needs of the c x c whitening N."""
+    """``N^T components^T`` (c x k): all ``transform`` needs of the whitening N."""
     with one_blas_thread():  # a fixed summation order, whatever other threads hold the BLAS
         return N.T @ components.T
-
-
-def _is_fraction_like(k) -> bool:
-    return isinstance(k, float) and 0 < k < 1
 
 
 def _diag_sum(blocks, kernel) -> float:
@@ -674,8 +579,8 @@ def _diag_sum(blocks, kernel) -> float:
 
 
 def _block_diag_sum(kernel, block) -> float:
-    """``sum_i k(x_i, x_i)`` over a block, on the block's placement
-    (:func:`fastkpca.execution.kernel_ops.kernel_diag`)."""
+    """``sum_i k(x_i, x_i)`` over a block, on its placement."""
+
     diag = kernel_diag(kernel, block)
     xp = placement_of(diag).xp
     return float(xp.sum(xp.astype(diag, xp.float64)))

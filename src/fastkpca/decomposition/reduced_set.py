@@ -1,32 +1,14 @@
 """Reduced-set KPCA: kernel PCA on a weighted m x m Gram matrix of a few centres.
 
-Kingravi, Vela & Gray, "Reduced set KPCA".  A reduced-set density estimate (RSDE,
-:mod:`fastkpca._density`) replaces the n data points by m weighted centres; KPCA then runs on the
-weighted m x m Gram matrix of the centres (Algorithm 1) and the data are discarded, so training
-costs the RSDE plus O(m^3) and transforming a point costs O(m) kernel evaluations.
-
-Why the weighted Gram gives KPCA's answer (the scaling of ``eigenvalues_``)
---------------------------------------------------------------------------
-Let centre j stand for ``w_j`` data points (``sum_j w_j = n``; ``p = w / n`` are the probability
-weights ``weights_``) and let P (n x m) map each point to its centre.  The quantised data set
-``C~`` (centre j repeated w_j times) has Gram ``P K_c P^T`` and, with weighted centering of the
-centres ``K~_c = (I - 1 p^T) K_c (I - p 1^T)``, centered Gram ``H P K_c P^T H = P K~_c P^T``.
-Its nonzero eigenpairs follow from the m x m matrix ``n S K~_c S`` with ``S = diag(sqrt(p))``
-(Algorithm 1's ``W K^c W``, eq. 13): if ``S K~_c S u = mu u`` then
-
-    lambda = n mu,      v = P diag(w)^(-1/2) u  (unit norm)
-
-is an eigenpair of the n x n centered Gram of ``C~``.  So ``eigenvalues_ = n mu`` are on the scale
-of the centered n x n training Gram (``KernelPCA.eigenvalues_``), and a new point projects as
-
-    t(x) = sum_i k~(x, c_a(i)) v_i / sqrt(lambda) = sum_j k~(x, c_j) sqrt(p_j) u_j / sqrt(mu),
-
-with ``k~`` centered by the weighted mean embedding ``sum_j p_j phi(c_j)``.  When every data point
-is its own centre (duplicates merged) this is exact KPCA, to rounding.
-
-Every array namespace gets the same centres: the density estimates and the m x m eigenproblem
-run on a host copy of the rows with the host generator of ``random_state``; the passes over all
-n rows that use the kernel, and ``transform``, run where the rows live.
+Kingravi, Vela & Gray, "Reduced set KPCA".  A reduced-set density estimate
+(:mod:`fastkpca._density`) replaces the n points by m centres with probability weights p; KPCA
+runs on their weighted m x m Gram (Algorithm 1), so a point transforms with O(m) kernel
+evaluations.  With ``S = diag(sqrt(p))`` and the weighted-centered ``K~_c``, an eigenpair
+``S K~_c S u = mu u`` (eq. 13, ``W K^c W``) gives the eigenvalue ``lambda = n mu`` of the n x n
+centered Gram of the quantised data, and a new point projects as
+``t(x) = sum_j k~(x, c_j) sqrt(p_j) u_j / sqrt(mu)``.  With every point its own centre this is
+exact KPCA.  The density and the m x m eigenproblem run on host copies; the kernel passes over
+all rows and ``transform`` run where the rows live.
 """
 
 from __future__ import annotations
@@ -74,16 +56,10 @@ def reduced_set_kpca(centers, weights, kernel, n_components, *, eigen_solver="au
 
     Returns
     -------
-    mu : (k,) float64
-        Eigenvalues of ``S K~_c S``: the covariance-operator eigenvalues (KPCA's eigenvalues / n).
-    vectors : (m, k) float64
-        Unit eigenvectors u of ``S K~_c S``, signed so that each axis's largest-magnitude centre
-        projection is positive (ExactKPCA's rule applied to the quantised data).
-    dual_coef : (m, k) float64
-        ``sqrt(p_j) u_j / sqrt(mu)``: a new point projects as ``k~(x, centers) @ dual_coef``
-        (columns with mu = 0 are 0).
-    stats : CenteringStats
-        The weighted centering statistics of the centres' Gram.
+    mu : (k,) float64, the eigenvalues of ``S K~_c S`` (KPCA's eigenvalues / n).
+    vectors : (m, k) float64, its unit eigenvectors u (ExactKPCA's sign rule).
+    dual_coef : (m, k) float64, ``sqrt(p_j) u_j / sqrt(mu)`` (0 where mu = 0).
+    stats : CenteringStats, weighted, of the centres' Gram.
     """
     p = np.asarray(weights, dtype=np.float64)
     p = p / p.sum()
@@ -113,104 +89,58 @@ def reduced_set_kpca(centers, weights, kernel, n_components, *, eigen_solver="au
 class ReducedSetKPCA(BaseKPCA):
     """Reduced-set kernel PCA: exact KPCA on a weighted set of m << n centres.
 
-    Kingravi, Vela & Gray, "Reduced set KPCA": a reduced-set density estimate (the shadow
-    density estimate by default) replaces the data by m weighted centres, and KPCA runs on their
-    weighted m x m Gram matrix (Algorithm 1).  Only the centres are kept: ``transform`` costs
-    O(m) kernel evaluations per point instead of O(n), on the scale of ``KernelPCA`` on the full
-    data (module notes).  ``kernel="precomputed"`` is refused.
+    Kingravi, Vela & Gray, "Reduced set KPCA" (Algorithm 1; module notes): only the m centres
+    are kept, so ``transform`` costs O(m) kernel evaluations.  No ``kernel="precomputed"``.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_centers_).  A float keeps the smallest number
-        whose ``explained_variance_ratio_`` reaches that fraction.
-    kernel : str or Kernel
-        ``"rbf"``, ``"laplacian"``, ``"matern"``, ``"polynomial"``, ``"linear"``, ``"cosine"``
-        or a :class:`fastkpca.kernels.Kernel`.  ``density="shadow"`` needs a radial kernel
-        with a bandwidth (rbf, laplacian, matern); the other densities take any kernel.
-    gamma : float, None, "scale" or "median"
-        Kernel coefficient; None is 1 / n_features as in ``KernelPCA``.  For rbf,
-        gamma = 1 / (2 sigma^2).
-    degree, coef0 : polynomial kernel parameters.
-    nu : Matern smoothness.
+        Number of components; None gives min(10, n_centers_).  A float: the fewest whose
+        ``explained_variance_ratio_`` reaches it.
+    kernel, gamma, degree, coef0, nu :
+        Kernel spec, as for :class:`~fastkpca.ExactKPCA`; ``density="shadow"`` needs rbf,
+        laplacian or matern.
     density : {"shadow", "kmeans", "paring", "herding", "uniform"}
         The reduced-set density estimate (:mod:`fastkpca._density`):
 
-        - ``"shadow"``: the single-pass shadow density estimate (Algorithm 2): in data order,
-          each point not within eps = sigma / ell of an earlier centre opens a new shadow set;
-          weights are the set sizes.  sigma is the kernel bandwidth: 1 / sqrt(2 gamma) for rbf
-          and matern (Euclidean distance), 1 / gamma for laplacian (L1 distance).  m follows
-          from ell and the data.
-        - ``"kmeans"``: k-means centroids weighted by cluster sizes (the density of Zhang &
-          Kwok's density-weighted Nystrom).
-        - ``"paring"``: KDE paring (Freedman & Kisilev 2010, as Kingravi et al. describe it):
-          ``n_centers`` mixture components of the kernel density estimate drawn with
-          replacement, weighted by multiplicity (an unbiased pared KDE).
-        - ``"herding"``: kernel herding (Chen, Welling & Smola 2010) over a random candidate
-          subsample; weights are how often a point was chosen.
-        - ``"uniform"``: ``n_centers`` random rows, equal weights: the paper's "subsampled
-          KPCA" baseline.
+        - ``"shadow"``: the single-pass shadow density (Algorithm 2): each point farther than
+          sigma / ell from every earlier centre opens a set, weighted by its size.
+        - ``"kmeans"``: centroids weighted by cluster sizes (Zhang & Kwok).
+        - ``"paring"``: KDE paring (Freedman & Kisilev 2010), components drawn with replacement.
+        - ``"herding"``: kernel herding (Chen, Welling & Smola 2010) over random candidates.
+        - ``"uniform"``: random rows, equal weights (the paper's "subsampled KPCA").
     ell : float
-        The shadow parameter ell > 0 (``density="shadow"`` only): the shadow radius is
-        sigma / ell, so larger ell gives more centres and a closer approximation.  The default
-        4 is the paper's generic value.
+        Shadow parameter (radius sigma / ell; larger gives more centres); 4 is the paper's.
     n_centers : int or None
-        Number of centres m for ``"kmeans"``, ``"paring"``, ``"herding"`` and ``"uniform"``;
-        None gives min(500, n_samples).  Ignored by ``"shadow"`` (m is set by ell).
+        m for the densities other than ``"shadow"``; None gives min(500, n_samples).
     center : {"centroid", "first"}
-        Representative of a shadow set: the mean of its points, or the paper's first point.
-        The partition and weights are the same; the centroid's embeddings are closer to exact
-        KPCA at the same m (its leading eigenvalues may be overstated by O(eps^2)).
+        A shadow set's representative: its mean (closer to exact KPCA) or the paper's first.
     eigen_solver : {"auto", "dense", "lanczos", "randomized", "orthogonal", "arpack"}
-        Solver for the m x m problem (:func:`fastkpca.solvers.eigh_topk`); ``"arpack"`` is
-        ``"lanczos"``.
+        Solver for the m x m problem (:func:`fastkpca.solvers.eigh_topk`).
     random_state : int, Generator or None
-        Randomness of kmeans / paring / herding / uniform and of the iterative eigensolvers
-        (the shadow density is deterministic: it follows the data order; so is herding when
-        its candidate set is all of X, n <= 2000).
-    fit_inverse_transform : bool, default False
-        Learn the pre-image map of :meth:`inverse_transform` on the centres: kernel ridge
-        regression (as ``KernelPCA``) from the centres' projections to the centres, O(m^2).
-    alpha : float, default 1.0
-        Ridge parameter of the pre-image map.
-    n_jobs : int or None, default None
-        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
-        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
-        limit.  The model does not depend on it, up to rounding.
-    verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where the output is a terminal.
-    device : None, str or torch.device, default None
-        Where the kernel passes and ``transform`` run: None where the data live; ``"cuda"`` (or
-        any PyTorch device) sends host data there.  The density estimate and the m x m
-        eigenproblem run on host copies: the same model as numpy.
+        Randomness of the densities (not shadow's) and of the iterative eigensolvers.
+    fit_inverse_transform, alpha :
+        The pre-image map of :meth:`inverse_transform`, learnt on the centres.
+    n_jobs, verbose, device :
+        As for :class:`~fastkpca.ExactKPCA`; the density and the m x m eigenproblem run on
+        host copies.
 
     Attributes
     ----------
-    centers_ : ndarray (n_centers_, n_features)
-        The reduced set (the training data are not kept).
-    weights_ : ndarray (n_centers_,)
-        Probability weights of the centres, summing to 1 (``weights_ * n_samples_fit_`` is the
-        number of points each centre stands for: integers for shadow, kmeans and uniform).
-    n_centers_ : int
-        m, the size of the reduced set.
+    centers_ : ndarray (n_centers_, n_features), the reduced set; n_centers_ : int, m.
+    weights_ : ndarray (n_centers_,), probability weights of the centres.
     eigenvalues_ : ndarray (n_components_,)
-        Estimated eigenvalues of the centered n x n training Gram (``n_samples_fit_`` times
-        those of the weighted m x m problem), descending.
-    eigenvectors_ : ndarray (n_centers_, n_components_)
-        Unit eigenvectors of the weighted centered m x m Gram ``S K~_c S``.
+        Estimated eigenvalues of the centered n x n training Gram (n mu).
+    eigenvectors_ : ndarray (n_centers_, n_components_), the unit eigenvectors u.
     dual_coef_ : ndarray (n_centers_, n_components_)
-        Expansion coefficients: ``transform(X) = k~(X, centers_) @ dual_coef_`` with ``k~`` the
-        kernel centered by the weighted mean of the centres.
+        ``transform(X) = k~(X, centers_) @ dual_coef_``.
     gram_col_means_, gram_total_mean_ : weighted centering statistics of the centres' Gram.
-    radius_ : float or None
-        The shadow radius sigma / ell (None for the other densities).
+    radius_ : float or None, the shadow radius sigma / ell.
     n_samples_fit_ : int
-    total_variance_ : float
-        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact) minus ``n ||mu||^2``,
-        the mean embedding estimated by 1000 uniform probe rows against all training rows
-        (:func:`fastkpca.decomposition._base.mean_embedding_probe`; exact for n <= 1000).
-    total_variance_error_ : float
-        Its standard error.
+    total_variance_, total_variance_error_ : float
+        ``tr(H K H)`` with the mean embedding estimated by a probe
+        (:func:`fastkpca.decomposition._base.mean_embedding_probe`), and its standard error.
+
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
     kernel_ : the resolved Kernel.  n_components_ : int.  n_features_in_ : int.

@@ -1,30 +1,14 @@
 """Kernel PCA on a sampled and/or quantized Gram matrix (Achlioptas, McSherry & Schoelkopf 2001).
 
-Section 3 of the paper replaces the Gram matrix K by a random matrix K^ with ``E[K^] = K`` that
-is cheaper to build, store and multiply:
-
-- sparsification: ``K^_ij = s K_ij`` with probability ``1 / s`` and 0 otherwise
-  (``sample_prob = 1 / s``): only the kept entries are ever evaluated;
-- quantization: ``K^_ij = +b`` with probability ``1/2 + K_ij / (2b)`` and ``-b`` otherwise,
-  ``b = max_ij |K_ij|``: one bit per entry (its sign), one level b for all entries;
-- both: quantize the kept entries, ``K^_ij = +-s b``.
-
-The error ``E = K^ - K`` has independent, mean-zero entries, so by the Furedi-Komlos theorem
-(Theorem 1) ``||E||_2 <= 4 sigma sqrt(n)`` with high probability, sigma^2 bounding the entries'
-variance, and by Davis-Kahan (Theorems 2-4) the top eigenvectors of K^ are close to those of K
-*when the eigen-gap stands well above that noise norm*.  KPCA then runs on the implicitly centered
-K^ (``fastkpca._centering.centered_operator``) with Lanczos (the default) or orthogonal iteration
-(the paper's exposition); each product costs O(nnz) instead of O(n^2).
-
-The eigenvalues of K^ are biased upwards by the noise (a top eigenvalue lambda of K becomes about
-``lambda + v / lambda``, v the noise variance along its eigenvector); ``explained_variance_ratio_``
-uses estimates of exact KPCA's eigenvalues with that bias removed
-(:func:`debiased_eigenvalues`).
-
-The kept entries are computed where the rows live
-(:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`); the sampling decisions, the
-scipy.sparse matrix and its eigensolver stay on the host, so the same ``random_state`` gives the
-same model on every namespace, up to the rounding of the kernel values.
+Section 3 replaces the Gram K by a random K^ with ``E[K^] = K``: sparsification keeps
+``K^_ij = s K_ij`` with probability ``1 / s`` (``sample_prob``); quantization rounds to ``+-b``
+with ``P(+) = 1/2 + K_ij / (2b)``, ``b = max |K_ij|``; both give ``+-s b``.  The error has
+independent mean-zero entries, so ``||E||_2 <= 4 sigma sqrt(n)`` (Furedi-Komlos, Theorem 1) and
+the top eigenvectors survive when the eigen-gap stands well above that (Davis-Kahan, Theorems
+2-4).  KPCA runs on the implicitly centered K^ at O(nnz) per product; the noise biases the
+eigenvalues up, removed by :func:`debiased_eigenvalues`.  The kept entries are computed where the
+rows live (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`); the sparse matrix and its
+eigensolver stay on the host, so a ``random_state`` gives the same model on every namespace.
 """
 
 from __future__ import annotations
@@ -46,7 +30,7 @@ from ..kernels import _Radial
 from ..solvers import TOLERANCES, eigh_topk, flip_signs, postprocess_eigen
 from ._base import BaseKPCA, _is_fraction, check_solver_stopping
 from .compress import centered_expansion, fitted_arrays_to, inverse_sqrt_or_zero
-from .exact import centered_projection, resolve_eigen_solver
+from .exact import centered_projection, own_copy, resolve_eigen_solver
 
 __all__ = [
     "SparsifiedKPCA",
@@ -64,13 +48,9 @@ EIGEN_SOLVERS = ("lanczos", "orthogonal")
 class SparsifiedGram:
     """The random symmetric matrix ``K^ = scale * (U + U^T) + diag(d)`` of section 3.
 
-    ``upper`` holds the kept entries strictly above the diagonal (CSR; the lower triangle is its
-    mirror image, because (i, j) and (j, i) are one random decision); ``diag`` is the exact
-    diagonal.  Quantized entries are stored as +-1 (float32 holds them exactly) with the level
-    ``b / sample_prob`` in ``scale``.  ``kept_sq[i]`` is the sum of ``K_ij^2`` over the kept
-    entries of row i (both triangles, the kernel values before quantization), float64, and
-    ``kept_quartic`` the sum of ``K_ij^4`` over the kept pairs i < j: what the noise's variances
-    are estimated from.
+    ``upper``: kept entries above the diagonal (CSR), quantized ones as +-1 with the level in
+    ``scale``; ``diag``: exact.  ``kept_sq[i]``: sum of kept ``K_ij^2`` of row i (before
+    quantization), ``kept_quartic``: sum of kept ``K_ij^4``, i < j (the noise estimates' input).
     """
 
     upper: sp.csr_matrix
@@ -121,12 +101,8 @@ class SparsifiedGram:
     def noise_norm(self) -> float:
         """Estimate of ``||K^ - K||_2``: ``2 sqrt(max_i sum_j Var(K^_ij))``.
 
-        The leading term of the norm of a random symmetric matrix with independent centred
-        entries (the semicircle edge ``2 sigma sqrt(n)`` when all variances equal sigma^2;
-        Bandeira & van Handel 2016 for unequal ones): sharper than the Furedi-Komlos bound of
-        the paper, which uses the largest variance for every entry.  Sampling has
-        ``Var = (1/p - 1) K_ij^2``, estimated without bias from the kept entries; quantization
-        ``Var = b^2 / p - K_ij^2``, bounded by ``b^2 / p``.
+        The semicircle edge (Bandeira & van Handel 2016), sharper than Furedi-Komlos.  Sampling:
+        ``Var = (1/p - 1) K_ij^2``; quantization: bounded by ``b^2 / p``.
         """
         n = self.shape[0]
         if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
@@ -141,9 +117,8 @@ class SparsifiedGram:
         return 2.0 * float(np.sqrt(row_var))
 
     def row_noise_variances(self) -> np.ndarray:
-        """``v_i = sum_j Var(K^_ij)`` for every row i, estimated without bias from the kept
-        entries: ``(1/p - 1) sum_j K_ij^2`` when sampling, ``(n - 1) b^2 / p - sum_j K_ij^2``
-        when quantizing, with ``sum_j K_ij^2`` estimated by ``(1/p) sum over kept j``."""
+        """Unbiased ``v_i = sum_j Var(K^_ij)``: ``(1/p - 1) sum_j K_ij^2`` (sampling) or
+        ``(n - 1) b^2 / p - sum_j K_ij^2`` (quantizing)."""
         n = self.shape[0]
         if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
             return np.zeros(n)
@@ -155,13 +130,10 @@ class SparsifiedGram:
         return (s - 1.0) * row_sq
 
     def centered_frobenius_sq(self, row_means=None) -> float:
-        """An unbiased estimate of ``||H K H||_F^2`` (H the centering matrix, K the exact Gram),
-        in O(n) from the kept values; ``row_means`` (:meth:`row_means`) when already known.
+        """An unbiased O(n) estimate of ``||H K H||_F^2`` (K the exact Gram).
 
-        ``||H K H||_F^2 = ||K||_F^2 - 2 ||K 1||^2 / n + (1^T K 1)^2 / n^2``: the off-diagonal
-        ``sum K_ij^2`` estimated by ``(1/p)`` times its kept part (before quantization), and the
-        two sums of ``K^ 1`` corrected by their noise, ``E ||K^ 1||^2 = ||K 1||^2 + sum_i v_i``
-        and ``E (1^T K^ 1)^2 = (1^T K 1)^2 + 2 sum_i v_i`` (:meth:`row_noise_variances`).
+        ``||K||_F^2 - 2 ||K 1||^2 / n + (1^T K 1)^2 / n^2``, with ``E ||K^ 1||^2 = ||K 1||^2 +
+        sum_i v_i`` and ``E (1^T K^ 1)^2 = (1^T K 1)^2 + 2 sum_i v_i`` corrected.
         """
         n = self.shape[0]
         noise = float(np.sum(self.row_noise_variances()))
@@ -172,10 +144,8 @@ class SparsifiedGram:
         return frob - 2.0 / n * rows_sq + total_sq / n**2
 
     def centered_frobenius_sq_error(self, row_means=None) -> float:
-        """The standard error of :meth:`centered_frobenius_sq`, to first order: the sampling of
-        ``sum K_ij^2`` (``4 (1/p - 1) sum_{i<j} K_ij^4 / p``, estimated from the kept pairs)
-        and the noise of the row sums ``K^ 1`` and of their total (``Var ||K^ 1||^2 ~ sum_i
-        (4 (K 1)_i^2 v_i + 2 v_i^2)``, ``Var (1^T K^ 1)^2 ~ 8 (1^T K 1)^2 sum_i v_i``)."""
+        """First-order standard error of :meth:`centered_frobenius_sq` (sampling of ``sum
+        K_ij^2`` and the noise of ``K^ 1`` and its total)."""
         n = self.shape[0]
         if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
             return 0.0
@@ -189,12 +159,8 @@ class SparsifiedGram:
         return float(np.sqrt(sampled + rows + total))
 
     def total_mean_error(self) -> float:
-        """Standard error of the total mean ``1^T K^ 1 / n^2`` (an unbiased estimate of
-        ``||mu||^2``, the squared mean embedding).
-
-        It is ``2 sqrt(sum_{i<j} Var(K^_ij)) / n^2``: with sampling ``Var = (1/p - 1) K_ij^2``,
-        summed without bias from the kept entries; with quantization bounded by ``b^2 / p``.
-        """
+        """Standard error ``2 sqrt(sum_{i<j} Var(K^_ij)) / n^2`` of the total mean
+        ``1^T K^ 1 / n^2`` (unbiased for ``||mu||^2``)."""
         n = self.shape[0]
         if n < 2 or (self.sample_prob >= 1.0 and not self.quantized):
             return 0.0
@@ -214,8 +180,7 @@ class SparsifiedGram:
 
 
 def _entry_chunks(indptr, max_entries=1 << 20):
-    """Row ranges ``(start, stop)`` of a CSR structure holding about ``max_entries`` entries
-    each, so per-entry temporaries stay small next to the matrix."""
+    """Row ranges ``(start, stop)`` of a CSR structure of about ``max_entries`` entries each."""
     n = indptr.size - 1
     start = 0
     while start < n:
@@ -226,9 +191,8 @@ def _entry_chunks(indptr, max_entries=1 << 20):
 
 
 def _row_sums_of_squares(indptr, indices, values, n) -> tuple[np.ndarray, float]:
-    """``sum_j K_ij^2`` over the stored entries of each row of the symmetric matrix whose strict
-    upper triangle is the CSR structure ``(values, indices, indptr)`` (float64), and the sum of
-    ``K_ij^4`` over the stored entries."""
+    """Per-row ``sum_j K_ij^2`` of the symmetric matrix whose strict upper triangle is the CSR
+    ``(values, indices, indptr)``, and the sum of its stored ``K_ij^4``."""
     out, quartic = np.zeros(n), 0.0
     for start, stop in _entry_chunks(indptr):
         lo, hi = indptr[start], indptr[stop]
@@ -241,10 +205,10 @@ def _row_sums_of_squares(indptr, indices, values, n) -> tuple[np.ndarray, float]
 
 
 def _kept_columns(n, sample_prob, rng):
-    """CSR structure of the kept pairs i < j: each pair is kept independently w.p. sample_prob.
+    """CSR structure of the kept pairs i < j, each kept independently w.p. sample_prob.
 
-    Row i keeps a Binomial(n - 1 - i, p) number of columns drawn without replacement from
-    i + 1 .. n - 1, which is the same law as n - 1 - i independent coin flips, at O(kept) cost.
+    Row i draws Binomial(n - 1 - i, p) columns without replacement: the coin flips' law at
+    O(kept) cost.
     """
     lengths = n - 1 - np.arange(n)
     counts = lengths if sample_prob >= 1.0 else rng.binomial(lengths, sample_prob)
@@ -267,9 +231,7 @@ def sparsify_gram(
 ) -> SparsifiedGram:
     """Sample (and optionally 1-bit quantize) the Gram matrix of X without forming it.
 
-    Achlioptas, McSherry & Schoelkopf (2001), section 3: kept entries ``K_ij / p`` (p =
-    ``sample_prob``), or with ``quantize`` ``+-b / p`` with ``P(+) = 1/2 + K_ij / (2b)``; either
-    way ``E[K^] = K``.  The diagonal is kept exactly (see :class:`SparsifiedKPCA`).
+    Achlioptas, McSherry & Schoelkopf (2001), section 3; the diagonal is kept exactly.
 
     Parameters
     ----------
@@ -279,11 +241,8 @@ def sparsify_gram(
     quantize : bool
     rng : numpy Generator or seed
     pairwise : bool or None
-        Host rows: evaluate the kernel only at the kept pairs (True) or read them off dense row
-        blocks of the upper triangle (False); None picks the cheaper by a rough cost model.
-        Both give the same matrix for the same seed.  Rows on a device always use dense tiles
-        (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`; the matrix itself is built on
-        the host).
+        Evaluate only the kept pairs (True) or dense row blocks (False); None: the cheaper
+        (:func:`fastkpca.execution.kernel_ops.kernel_at_pairs`).  Same matrix either way.
 
     Returns
     -------
@@ -320,33 +279,16 @@ def sparsify_gram(
 
 
 def debiased_eigenvalues(vals, vecs, gram: SparsifiedGram, row_means) -> np.ndarray:
-    """Estimates of the exact centered Gram's eigenvalues from the top eigenpairs of the centered
-    K^ (``vals`` descending, unit ``vecs``; ``row_means`` of K^).
+    """Estimates of the exact centered Gram's eigenvalues from the top eigenpairs of centered K^.
 
-    The noise ``E = K^ - K`` has independent mean-zero entries, and it pushes the top eigenvalues
-    of K^ up.  An eigenvalue lambda of the centered Gram K~ whose unit eigenvector u carries the
-    noise variance ``v = sum_i u_i^2 v_i`` (``v_i = sum_j Var(E_ij)``,
-    :meth:`SparsifiedGram.row_noise_variances`) is, in K^, ``lambda^ = lambda + v / lambda`` when
-    ``lambda > sqrt(v)``; below that threshold it is lost in the noise's bulk, whose edge is
-    ``2 sqrt(v)`` (the BBP phase transition of a deformed Wigner matrix: Feral & Peche 2007;
-    Benaych-Georges & Nadakuditi 2011, Theorem 2.1 with the semicircle law).  So:
-
-    - the leading components with ``lambda^ > 2 sqrt(v)`` (v read along their eigenvectors of
-      K^), and estimates that do not increase, are resolved:
-      ``lambda = (lambda^ + sqrt(lambda^2 - 4 v)) / 2``;
-    - the rest cannot be read off K^.  The variance they leave, ``tr(K~)`` minus the resolved
-      ones, and the same for ``||K~||_F^2`` and their squares (estimated without bias,
-      :meth:`SparsifiedGram.centered_frobenius_sq`) are spread over them as a stretched
-      exponential ``a exp(-c sqrt(j))`` with these two moments (the second at least its
-      standard error), its first term at most the last resolved estimate and the threshold
-      ``sqrt(v)`` (:func:`_tail_model`).
-
-    Over all n components the estimates sum to at most ``tr(K~)`` (the estimate of
-    ``total_variance_``), so ratios sum to at most 1 and a fraction of the variance is reached
-    with about as many components as exact KPCA needs: within a factor of 2 or so on the
-    spectra of ``tests/test_sparsified.py``, since below the noise the spectrum is a model
-    (raise ``sample_prob`` to resolve more of it).
-    Without noise (``sample_prob=1``, no quantization) they are the eigenvalues themselves.
+    An eigenvalue lambda whose eigenvector carries noise variance ``v = sum_i u_i^2 v_i``
+    (:meth:`SparsifiedGram.row_noise_variances`) shows in K^ as ``lambda + v / lambda`` above
+    the bulk edge ``2 sqrt(v)`` (BBP transition: Feral & Peche 2007; Benaych-Georges &
+    Nadakuditi 2011, Theorem 2.1).  Leading components above it (with non-increasing estimates)
+    are resolved, ``lambda = (lambda^ + sqrt(lambda^2 - 4 v)) / 2``; the variance left (trace
+    and ``||K~||_F^2``, :meth:`SparsifiedGram.centered_frobenius_sq`) is spread over the rest
+    by :func:`_tail_model`.  The estimates sum to at most ``tr(K~)``; without noise they are
+    the eigenvalues themselves.
     """
     vals = np.asarray(vals, dtype=np.float64)
     k, n = vals.size, int(gram.shape[0])
@@ -391,13 +333,9 @@ def _tail_shape(rate: float, span: int) -> np.ndarray:
 
 
 def _tail_model(total: float, second: float, span: int, cap: float) -> np.ndarray:
-    """``span`` values ``a exp(-c sqrt(j))`` that sum to ``total``, with the sum of squares
-    ``second`` where it can be met, and a first value at most ``cap``.
-
-    The stretched exponential sits between the geometric decay of a smooth kernel's spectrum
-    on low-dimensional data and the slower decay in more dimensions (the Gaussian kernel's on
-    d-dimensional data falls like ``exp(-c j^(1/d))``, Widom 1963); the two moments fix a and c.
-    """
+    """``span`` values ``a exp(-c sqrt(j))`` summing to ``total``, with sum of squares
+    ``second`` where possible and a first value at most ``cap`` (between geometric and
+    ``exp(-c j^(1/d))`` decay, Widom 1963)."""
     # The participation ratio (sum w)^2 / sum w^2 falls from span (c = 0) towards 1 as c grows.
     target = total**2 / second if second > 0 else float(span)
     if target >= span:
@@ -435,15 +373,9 @@ def noise_norm_bound(n, sample_prob, max_entry, quantize) -> float:
 
 
 def _negative_shift(op, rng, tol=1e-2):
-    """A shift c >= -lambda_min(op) (approximately), making ``op + c I`` positive semi-definite.
-
-    K^ is not PSD: its noise E has a symmetric spectrum of radius about ``2 sigma sqrt(n)``.
-    Orthogonal iteration converges to the eigenvalues of largest *magnitude*, so on K^ it could
-    lock onto noise eigenvalues below -lambda_k; on ``K^ + c I`` the largest-magnitude
-    eigenvalues are the largest ones (the paper's shift in the proof of Theorem 4).  A loose
-    Lanczos run for the smallest eigenvalue gives c; its Ritz value errs towards 0, so c gets a
-    5 % margin (a slightly too small shift leaves only tiny negative eigenvalues, harmless).
-    """
+    """A shift c >= -lambda_min(op) (roughly) making ``op + c I`` PSD, so orthogonal iteration
+    finds the largest, not largest-magnitude, eigenvalues (the paper's proof of Theorem 4); a
+    loose Lanczos estimate with a 5 % margin."""
     n = op.shape[0]
     if n < 3:
         return 0.0
@@ -465,9 +397,8 @@ def _shifted(op, shift):
 
 
 def _gram_is_constant(X, kernel) -> bool:
-    """True if the Gram matrix of X is constant in float64: all rows equal, or (for kernels of
-    the squared distance) all squared differences to the first row underflow to 0 (entries of
-    ~1e-300), so that every distance the kernel computes is below its rounding."""
+    """True if the Gram of X is constant in float64: rows equal, or (radial kernels) all
+    squared differences underflow to 0."""
     if X.shape[0] <= 1:
         return True
     if sp.issparse(X):
@@ -487,10 +418,8 @@ def _gram_is_constant(X, kernel) -> bool:
 def _constant_gram_kpca(X, kernel, n_components, rng):
     """The exact answer of :func:`sparsified_kpca` for a constant Gram ``K = c 1 1^T``.
 
-    Its centered Gram is exactly 0, but a sparsified (or quantized) K^ is not constant, and its
-    centering leaves the sampling noise, whose eigenvalues (of order ``c sqrt(n / p)``) would be
-    reported as structure.  Identical rows are detected in O(n d), so no entry is sampled: the
-    eigenvalues are 0, the dual coefficients any orthonormal vectors orthogonal to 1.
+    Sampling would report its noise as structure; the eigenvalues are 0 and the dual
+    coefficients orthonormal vectors orthogonal to 1.
     """
     n = X.shape[0]
     c = float(np.asarray(to_host(kernel_diag(kernel, row_range(X, 0, 1))), dtype=np.float64)[0])
@@ -530,10 +459,8 @@ def sparsified_kpca(
     eigenvalues : (k,) float64, descending
     eigenvectors : (n, k) float64, orthonormal (dual coefficients)
     stats : CenteringStats of K^ (unbiased estimates of the Gram row means)
-    info : dict with ``n_kept`` (pairs i < j kept), ``n_iter`` (eigensolver work),
-        ``max_entry`` (b), ``noise_norm`` (estimate of ``||K^ - K||_2``), ``mean_sq_error``
-        (standard error of the total mean) and ``debiased_eigenvalues`` (estimates of the
-        exact centered Gram's eigenvalues, :func:`debiased_eigenvalues`)
+    info : dict with ``n_kept``, ``n_iter``, ``max_entry`` (b), ``noise_norm``,
+        ``mean_sq_error`` and ``debiased_eigenvalues`` (:func:`debiased_eigenvalues`)
     """
     rng = as_generator(rng, name="rng")
     if _gram_is_constant(X, kernel):
@@ -583,37 +510,25 @@ class SparsifiedKPCA(BaseKPCA):
     """Kernel PCA on a randomly sampled and/or 1-bit quantized Gram matrix.
 
     Achlioptas, McSherry & Schoelkopf, "Sampling techniques for kernel methods" (NIPS 2001),
-    section 3.  Each pair (i, j), i < j, is kept with probability ``sample_prob`` and scaled by
-    ``1 / sample_prob`` (one decision for (i, j) and (j, i), so the matrix stays symmetric);
-    only kept entries are evaluated and stored (CSR, upper triangle), so building the matrix
-    costs about ``sample_prob * n^2 / 2`` kernel evaluations and memory, and each product in the
-    eigensolver ``sample_prob * n^2`` operations.  With ``quantize=True`` each kept entry is
-    rounded at random to ``+-b`` (``b = max_ij |K_ij|``) so that its expectation is unchanged;
-    it is then stored as a sign.
+    section 3.  Each pair i < j is kept with probability ``sample_prob`` and scaled by its
+    inverse; only kept entries are evaluated and stored (CSR), about ``sample_prob * n^2 / 2``.
+    ``quantize=True`` rounds each kept entry at random to ``+-b`` (``b = max |K_ij|``), stored
+    as a sign.  The diagonal is kept exactly.
 
-    When it works: the noise ``E = K^ - K`` has independent mean-zero entries, so ``||E||_2 <= 4
-    sigma sqrt(n)`` (Furedi-Komlos, the paper's Theorem 1: ``noise_norm_bound_``), in practice
-    about ``2 sqrt(max_i sum_j Var E_ij)`` (``noise_norm_``).  The leading eigenvectors are
-    recovered when the eigenvalues kept, and the gap after the last one, stand well above that
-    norm (Davis-Kahan, Theorems 2-4), e.g. well-separated clusters; components below
-    ``noise_norm_`` are noise.  The noise pushes the eigenvalues of K^ up (by about ``v /
-    lambda``), so ``explained_variance_ratio_`` uses ``debiased_eigenvalues_``
-    (:func:`debiased_eigenvalues`).  Quantization adds variance ``b^2 / p - K_ij^2`` even where
-    ``K_ij ~ 0``, so it needs a larger margin.  For slowly decaying spectra use
-    :class:`~fastkpca.NystromKPCA`.
-
-    The diagonal is kept exactly (n kernel evaluations): sampled, its error would not average
-    out over a row.  ``transform`` is the exact kernel expansion over the training points with
-    the dual coefficients found on K^, centred with the row means of K^; ``fit_transform(X)``
-    equals ``fit(X).transform(X)`` (the exact kernel rows cancel the first-order effect of E
-    outside the leading subspace).  Accepts CSR X; ``kernel="precomputed"`` is not offered.
+    It works when the leading eigenvalues and the gap after them stand well above the noise
+    norm ``||K^ - K||_2`` (Davis-Kahan, Theorems 2-4; ``noise_norm_``, and the Furedi-Komlos
+    bound of Theorem 1, ``noise_norm_bound_``); components below it are noise.  Quantization
+    needs a larger margin; for slowly decaying spectra use :class:`~fastkpca.NystromKPCA`.
+    ``explained_variance_ratio_`` uses ``debiased_eigenvalues_`` (:func:`debiased_eigenvalues`).
+    ``transform`` is the exact kernel expansion with the dual coefficients found on K^;
+    ``fit_transform(X)`` equals ``fit(X).transform(X)``.  Accepts CSR X; no
+    ``kernel="precomputed"``.
 
     Parameters
     ----------
     n_components : int, float in (0, 1) or None
-        Number of components; None gives min(10, n_samples).  A float keeps the smallest
-        number whose ``explained_variance_ratio_`` reaches it (all n eigenpairs of K^: moderate
-        n only).
+        Number of components; None gives min(10, n_samples).  A float: the fewest reaching
+        that ``explained_variance_ratio_`` (all n eigenpairs of K^: moderate n only).
     kernel, gamma, degree, coef0, nu :
         Kernel spec, as for :class:`~fastkpca.ExactKPCA`.
     sample_prob : float in (0, 1], default 0.1
@@ -622,38 +537,23 @@ class SparsifiedKPCA(BaseKPCA):
     quantize : bool, default False
         Round kept entries at random to ``+-b`` (1 bit each).
     eigen_solver : {"lanczos", "orthogonal", "arpack"}, default "lanczos"
-        ARPACK Lanczos (``"arpack"`` is scikit-learn's name for it), which the paper notes is
-        often preferable, or orthogonal iteration with ``n_components`` vectors on ``K^ + c I``
-        (K^ is indefinite; c from a loose Lanczos estimate of the smallest eigenvalue), slower
-        by its rate ``(lambda_{k+1} + c) / (lambda_k + c)``.  For ``n_components >= n_samples``
-        orthogonal iteration is used, which is then exact.
+        ARPACK Lanczos (``"arpack"``: scikit-learn's name), or orthogonal iteration on the
+        shifted ``K^ + c I`` (the paper's exposition; exact for ``n_components >= n_samples``).
     eigen_tol, max_iter :
-        Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`;
-        scikit-learn's ``SpectralEmbedding`` name: ``tol`` is, in fastkpca, only an error target).
+        Eigensolver stopping rule (None: per-dtype defaults of :func:`fastkpca.solvers.eigh_topk`).
     random_state : int, Generator or None
         Sampling, quantization and solver start vectors.
-    fit_inverse_transform : bool, default False
-        Learn the pre-image map of :meth:`inverse_transform` on the training rows (kernel ridge
-        regression from their projections, as ``KernelPCA``; the model is O(n) already).
-    alpha : float, default 1.0
-        Ridge parameter of the pre-image map.
-    n_jobs : int or None, default None
-        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
-        None: ``joblib.parallel_config``'s, else the usable cores within the inherited thread
-        limit.  The model does not depend on it, up to rounding.
-    verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows progress bars (tqdm) where the output is a terminal.
-    device : None, str or torch.device, default None
-        Where the kernel entries and ``transform`` are computed: None where the data live;
-        ``"cuda"`` (or any PyTorch device) sends host data there.  The sampled matrix and its
-        eigensolver stay on the host.
+    fit_inverse_transform, alpha :
+        The pre-image map of :meth:`inverse_transform`, as for :class:`~fastkpca.ExactKPCA`.
+    n_jobs, verbose, device :
+        As for :class:`~fastkpca.ExactKPCA`; the sampled matrix and its eigensolver stay on the
+        host.
 
     Attributes
     ----------
-    eigenvalues_ : (n_components,) eigenvalues of the centered K^: the scale of the dual
-        coefficients of ``transform``; biased upwards by the sampling noise.
-    debiased_eigenvalues_ : (n_components,) estimates of the centered training Gram's
-        eigenvalues (exact KPCA's), the noise's bias removed (:func:`debiased_eigenvalues`).
+    eigenvalues_ : (n_components,) eigenvalues of the centered K^ (biased up by the noise).
+    debiased_eigenvalues_ : (n_components,) estimates of exact KPCA's eigenvalues
+        (:func:`debiased_eigenvalues`).
     eigenvectors_ : (n_samples, n_components) unit-norm dual coefficients.
     X_fit_ : training data; gram_col_means_, gram_total_mean_ : centering statistics.
     kernel_, n_components_ : resolved kernel and number of components.
@@ -662,11 +562,9 @@ class SparsifiedKPCA(BaseKPCA):
     noise_norm_ : estimate ``2 sqrt(max_i sum_j Var E_ij)`` of ``||K^ - K||_2``.
     noise_norm_bound_ : Furedi-Komlos bound ``4 sigma sqrt(n)`` on ``||K^ - K||_2``.
     n_iter_ : eigensolver work (block iterations or matrix-vector products).
-    total_variance_ : float
-        ``tr(H K H)`` estimated as ``sum_i K_ii - n * 1^T K^ 1 / n^2`` (the diagonal exact, the
-        mean embedding term unbiased from K^).
-    total_variance_error_ : float
-        Its standard error (see :meth:`SparsifiedGram.total_mean_error`).
+    total_variance_, total_variance_error_ : float
+        Unbiased ``tr(H K H)`` estimate and its standard error
+        (:meth:`SparsifiedGram.total_mean_error`).
     explained_variance_ratio_ : ``debiased_eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
@@ -729,8 +627,7 @@ class SparsifiedKPCA(BaseKPCA):
         self.device = device
 
     def _check_params(self):
-        """The shared checks, then this estimator's parameters (ValueError naming each);
-        returns the resolved eigensolver."""
+        """The shared checks, then this estimator's; returns the resolved eigensolver."""
         super()._check_params()
         check_float("sample_prob", self.sample_prob, low=0.0, high=1.0, low_open=True)
         if not isinstance(self.quantize, bool | np.bool_):
@@ -739,11 +636,8 @@ class SparsifiedKPCA(BaseKPCA):
         return resolve_eigen_solver(self.eigen_solver, EIGEN_SOLVERS)
 
     def _require_fit_memory(self, n, dtype) -> None:
-        """Refuse, before any entry is sampled, a ``sample_prob`` whose kept Gram entries cannot
-        fit (ValueError naming it and the memory): about ``sample_prob n (n - 1) / 2`` of them,
-        each a column index (int32) and a value (X's dtype; a float32 sign more with
-        ``quantize``), and the CSR row pointers; and the eigensolver's n x k blocks (k = n for
-        a fraction of the variance); ``dtype`` is the rows' (numpy) dtype."""
+        """ValueError, before sampling, if the kept entries (index, value, sign) or the
+        eigensolver's n x k blocks cannot fit."""
         p = float(self.sample_prob)
         kept = p * n * (n - 1) / 2
         per_entry = 4 + np.dtype(dtype).itemsize + (4 if self.quantize else 0)
@@ -784,7 +678,7 @@ class SparsifiedKPCA(BaseKPCA):
             tol=self.eigen_tol,
             max_iter=self.max_iter,
         )
-        self.X_fit_ = _copied(X)
+        self.X_fit_ = own_copy(X)
         # The solver's (host) results where the rows live: the model is computed there.
         self.eigenvalues_ = placement.asarray(vals)
         self.eigenvectors_ = placement.asarray(vecs)
@@ -807,10 +701,9 @@ class SparsifiedKPCA(BaseKPCA):
 
     @property
     def explained_variance_ratio_(self):
-        """Estimated fraction of the total variance ``tr(H K H)`` of the training Gram that
-        exact KPCA's components of the same rank explain: ``debiased_eigenvalues_ /
-        total_variance_`` (:func:`debiased_eigenvalues`; a model file written before they were
-        stored gives ``eigenvalues_ / total_variance_``)."""
+        """``debiased_eigenvalues_ / total_variance_``: exact KPCA's estimated explained
+        fraction (older model files: ``eigenvalues_ / total_variance_``)."""
+
         check_is_fitted(self)
         if not hasattr(self, "total_variance_"):
             raise AttributeError("SparsifiedKPCA has no total variance for this model")
@@ -844,8 +737,3 @@ class SparsifiedKPCA(BaseKPCA):
             self.gram_total_mean_,
             self.kernel_,
         )
-
-
-def _copied(X):
-    """A copy of the rows X (scipy.sparse, numpy or another namespace's array)."""
-    return X.copy() if sp.issparse(X) else get_namespace(X).asarray(X, copy=True)

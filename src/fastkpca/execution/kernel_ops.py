@@ -1,34 +1,15 @@
-"""Blocked kernel products, with one signature on every placement.
+"""Blocked kernel products, with one signature on every placement (Falkon's ``mmv_ops`` model).
 
-Falkon's ``mmv_ops`` is the model: the same operations on the host and on a device, the kernel
-supplied by :mod:`fastkpca.kernels`, block sizes chosen here (:mod:`fastkpca.execution.budget`):
-
-:func:`gram`
-    ``k(X, Y)`` in one array (Y defaults to X: exact ones on the diagonal where the kernel has
-    them).
-:func:`symmetric_gram`
-    ``k(X, X)`` from its upper block triangle only, exactly symmetric (the stored Gram of exact
-    KPCA).
-:func:`kernel_blocks`
-    ``(start, stop, K[start:stop])`` row blocks of ``k(X, Y)``.
-:func:`fold_kernel_rows`
-    ``step(state, start, stop, K)`` over the row blocks, one state per share of the rows.
-:func:`kernel_matmat`, :func:`symmetric_kernel_matmat`
-    ``k(X, Y) @ V`` block by block; the symmetric one from the upper block triangle only.
-:class:`CenteredGramOperator`
-    ``(H K H) V`` for the matrix-free exact solvers, K recomputed in every product.
-:func:`kernel_diag`
-    ``k(x_i, x_i)``.
-:func:`kernel_at_pairs`
-    ``k(x_i, x_j)`` at sampled pairs of the upper triangle (a sparse Gram), on the host pair by
-    pair or read off dense row blocks; on a device gathered from dense tiles.
+:func:`gram` ``k(X, Y)``; :func:`symmetric_gram` from the upper block triangle, exactly
+symmetric; :func:`kernel_blocks` row blocks; :func:`fold_kernel_rows` a fold over them;
+:func:`kernel_matmat`, :func:`symmetric_kernel_matmat` ``k(X, Y) @ V``;
+:class:`CenteredGramOperator` ``(H K H) V``, K recomputed in every product; :func:`kernel_diag`;
+:func:`kernel_at_pairs` at sampled pairs of the upper triangle.
 
 Host rows are cut into chunks of about 1 MiB (:func:`~fastkpca.execution.budget.kernel_chunk_rows`)
-run on all cores with BLAS held to one thread (numpy's ``exp`` runs on one core, and a chunk stays
-in cache from its GEMM to the caller's products); the chunk grid depends on the row and column
-counts alone.  Device rows come in large tiles sized from the free memory
-(:func:`~fastkpca.execution.budget.tile_rows`).  Every block is the kernel's own math, written
-once over the array namespace; a kernel without namespace math is evaluated on host copies.
+run on all cores with BLAS on one thread, the grid depending on the shapes alone; device rows
+come in large tiles sized from free memory (:func:`~fastkpca.execution.budget.tile_rows`).  A
+kernel without namespace math is evaluated on host copies.
 """
 
 from __future__ import annotations

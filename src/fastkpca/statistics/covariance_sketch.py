@@ -1,32 +1,14 @@
 """One-pass sketch of a centered scatter matrix, and its fixed-rank PSD reconstruction.
 
-For rows ``r_i`` in R^p (random features, kernel rows against landmarks) the centered scatter
+The centered scatter ``S = sum_i (r_i - mean)(r_i - mean)^T`` (p x p) of rows in R^p is recovered
+to a fixed rank from the sketch ``Y = S T`` against a p x q test matrix (Tropp, Yurtsever, Udell
+& Cevher, NeurIPS 2017, section 3): O(n p q) time, O(p q) memory, S never formed.
 
-    S = sum_i (r_i - mean)(r_i - mean)^T                          (p x p, PSD)
-
-is what exact linear PCA of the rows diagonalises; forming it costs O(n p^2).  Its top-rank
-eigenpairs can be recovered instead from the *sketch* ``Y = S T`` against a fixed p x q test
-matrix T (q << p): Tropp, Yurtsever, Udell & Cevher, "Fixed-rank approximation of a
-positive-semidefinite matrix from streaming data" (NeurIPS 2017), section 3.  One pass over row
-blocks accumulates Y in O(n p q) time and O(p q) memory, and ``S`` is never formed.
-
-The statistic (:class:`ScatterSketch`): count, mean and ``Y`` of a set of rows.  ``Y`` is linear
-in S, so a block's sketch is ``Rc^T (Rc T)`` (two thin products, ``2 p q`` flops a row, against
-``p^2`` for the scatter itself) with ``Rc`` the block centered at its own mean, and two sets
-pool by Chan, Golub & LeVeque's pairwise update of the centered scatter, multiplied by T:
-
-    Y = Y_a + Y_b + (n_a n_b / n) d (d^T T),     d = mean_a - mean_b,
-
-so block sketches merge in any order (a tree reduction over dask chunks, or a stream).
-
-The reconstruction (:func:`fixed_rank_psd`) is the paper's Algorithm 3: the Nystrom
-approximation ``Y (T^T Y)^+ Y^T`` of S, computed stably from a Cholesky factor of a slightly
-shifted core matrix, then truncated to the requested rank.  Its eigenvalues are those of the
-best rank-r approximation of that Nystrom approximation: they never exceed S's (Nystrom
-approximations are dominated by the matrix, ``S_nys <= S`` in the PSD order), and for S of rank
-at most q they are exact.  Otherwise the error is controlled by S's tail beyond rank ~q (the
-paper's Theorem 4.1: the expected trace-norm error is at most ``(1 + r / (q - r - 1))`` times
-the best rank-r error), so q should be a few times the rank asked for.
+:class:`ScatterSketch` holds count, mean and Y; a block's sketch is ``Rc^T (Rc T)`` and two sets
+pool by Chan, Golub & LeVeque's update, ``Y = Y_a + Y_b + (n_a n_b / n) d (d^T T)``, ``d =
+mean_a - mean_b``, so sketches merge in any order.  :func:`fixed_rank_psd` is the paper's
+Algorithm 3; its eigenvalues never exceed S's, are exact for rank S <= q, and otherwise err by
+S's tail beyond rank ~q (Theorem 4.1).
 """
 
 from __future__ import annotations
@@ -316,46 +298,26 @@ def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
 def fixed_rank_psd(Y, T, rank: int, *, eps: float | None = None, scale=None):
     """Top-``rank`` eigenpairs of the PSD matrix S from its sketch ``Y = S T``.
 
-    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3 ("fixed-rank PSD
-    approximation"):
-
-    1. ``nu = sqrt(p) eps ||Y||_2`` and ``Y_nu = Y + nu T``: the sketch of ``S + nu I``, whose
-       core matrix ``B = T^T Y_nu`` is positive definite, so its Cholesky factor exists (the
-       ``sqrt(p)`` factor is the one of the authors' reference code, ``sqrt(n) eps(norm(Y))``);
-    2. ``B = C^T C`` (Cholesky of the symmetrised B), ``E = Y_nu C^{-1}``;
-    3. ``E = U Sigma V^T`` (thin SVD): ``E E^T = Y_nu B^{-1} Y_nu^T`` is the Nystrom
-       approximation of ``S + nu I``, with eigenpairs ``(Sigma^2, U)``;
-    4. remove the shift, ``Lambda = max(Sigma^2 - nu, 0)``, and keep the top ``rank`` pairs
-       (the paper's truncation ``[[.]]_r``, its section 3.3: truncating improves on the raw
-       rank-q Nystrom approximation).
-
-    The shift must be at least the rounding in Y: errors of size delta in the directions where
-    B is nearly singular are amplified to ``delta^2 / nu``.  ``eps`` is therefore the unit
-    roundoff of the products that formed Y (:attr:`ScatterSketch.eps`: float32's for float32
-    rows), not always float64's.  If B still fails to be positive definite, nu is raised to
-    twice the most negative eigenvalue of the symmetrised ``T^T Y`` (a measured noise level) and
-    the Cholesky retried.  The shift is removed in step 4 either way: it moves the top
-    eigenvalues by at most about nu.
+    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3: shift ``Y_nu = Y + nu T`` with
+    ``nu = sqrt(p) eps ||Y||_2`` (the authors' code), Cholesky ``T^T Y_nu = C^T C``, thin SVD of
+    ``Y_nu C^{-1} = U Sigma V^T``, then ``Lambda = max(Sigma^2 - nu, 0)`` truncated to ``rank``
+    (section 3.3).  ``eps`` is the unit roundoff of Y's products (:attr:`ScatterSketch.eps`); if
+    the Cholesky still fails, nu becomes twice the most negative eigenvalue of ``T^T Y``.
 
     Parameters
     ----------
-    Y : (p, q) array, the sketch ``S T``, of any namespace: the reconstruction is small
-        (p x q) and runs with the host's LAPACK (a Cholesky with a retry, a triangular solve, an
-        SVD with a fallback driver), its results returned on Y's placement
+    Y : (p, q) array, the sketch, of any namespace (solved with the host's LAPACK, returned on Y's
+        placement)
     T : (p, q) array with orthonormal columns (:func:`test_matrix`)
     rank : int, ``1 <= rank <= q``
     eps : float or None
         Unit roundoff of Y's products (None: float64's).
     scale : float or None
-        The trace of the uncentered Gram behind S (``sum_i k(x_i, x_i)``): eigenvalues at its
-        rounding level are 0 (:func:`fastkpca.solvers.postprocess_eigen`); None: unknown.
+        The uncentered Gram's trace, for :func:`fastkpca.solvers.postprocess_eigen`.
 
     Returns
     -------
-    eigenvalues : (rank,) float64, descending, >= 0
-        Those of the rank-``rank`` truncation of the Nystrom approximation: at most S's (the
-        Nystrom approximation is dominated by S) up to the rounding in Y, equal to them when
-        rank(S) <= q.
+    eigenvalues : (rank,) float64, descending, >= 0, at most S's (exact when rank(S) <= q)
     eigenvectors : (p, rank) float64, orthonormal columns, signs fixed (largest entry positive)
     """
     placement = placement_of(Y)

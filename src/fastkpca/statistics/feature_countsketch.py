@@ -1,43 +1,15 @@
 """CountSketch of random features: the statistics and the solver of ``solver="countsketch"``.
 
-Musco & Woodruff (2017, section 3) get kernel PCA for shift-invariant kernels in input-sparsity
-time in three steps: (1) m random Fourier features, m set from the statistical dimension of the
-kernel matrix (Lemma 7: then the feature matrix Z is a projection-cost-preserving sketch of the
-kernelized data, so a near-best rank-k subspace of Z is one of the data, their guarantee (2));
-(2) the features computed with a fast multiplication by the Gaussian frequency matrix
-(section 3.2.2, after Kapralov et al. 2016), so that ``X W`` costs O(nnz(X)) plus lower-order
-terms instead of O(nnz(X) m); (3) an input-sparsity low-rank method on Z (Clarkson & Woodruff
-2013; their Corollary 8).
-
-``RandomFeatureKPCA(solver="countsketch")`` implements step (3), and step (2) with
-``features="rff", input_sketch=...`` (``fastkpca._input_sketch``: a CountSketch of the d
-coordinates to t, then a dense Gaussian t x m/2, so ``X W`` costs O(nnz(X) + n t m / 2)); without
-``input_sketch`` the features are computed exactly:
-
-- the features ``Z = [cos(X W), sin(X W)] / sqrt(m/2)`` (``features="rff"`` draws the paper's
-  i.i.d. Gaussian frequencies; the default ``"auto"`` draws orthogonal ones, ``orf``) are formed
-  one row block at a time: ``X @ W`` costs O(nnz(X) m) on CSR input (O(n d m) dense), cos / sin
-  O(n m), per pass; the n x m matrix Z is never held;
-- the feature rows are hashed into a t x m CountSketch ``S Z`` (:class:`FeatureCountSketch`,
-  merged by sums): O(n m) time, O(t m) memory; centering is exact afterwards
-  (``S Zc = S Z - (S 1) mu^T``);
-- the top ``q = k + oversamples`` right singular vectors V of ``S Zc`` (from the smaller Gram of
-  the sketch: O(t m min(t, m)), independent of n) span the approximate top subspace; with
-  ``n_passes=2`` (default) a second pass recomputes the features and solves the q x q
-  eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz, :func:`ritz_scatter`,
-  O(n m q)); with ``n_passes=1`` the sketch's squared singular values are the eigenvalues.
-  Clarkson & Woodruff project onto the whole t-dimensional row space of ``S Z``; truncating to
-  its top q directions first is this implementation's choice (it keeps the second pass at
-  O(n m q)).
-
-What it does not implement:
-
-- with exact features, the fast Gaussian multiplication of step (2): the fit is then
-  O(nnz(X) m + n m (1 + q)), not O(nnz(X)) + n poly(k / eps)
-  (``docs/papers/countsketch.md``);
-- the choice of m from the statistical dimension: m is ``n_random_features`` (or sized by ``tol``);
-- sketch sizes from the target error: t is ``n_buckets`` (default ``max(2000, 50 q)``), not
-  O(k^2 / eps^2), so no (1 + eps) guarantee is claimed; the relative error is measured instead.
+Musco & Woodruff (2017, section 3): (1) m random Fourier features (Lemma 7), (2) a fast product
+with the Gaussian frequencies (section 3.2.2; ``input_sketch=``, :mod:`fastkpca._input_sketch`),
+(3) an input-sparsity low-rank method on the features (Clarkson & Woodruff 2013; Corollary 8).
+This module is step (3): feature rows hashed into a t x m CountSketch (:class:`FeatureCountSketch`,
+merged by sums, centered exactly afterwards); the top ``q = k + oversamples`` right singular
+vectors of the sketch span the subspace, and with ``n_passes=2`` a second pass solves the q x q
+Rayleigh-Ritz problem (:func:`ritz_scatter`).  Truncating to q directions before the second pass
+is this implementation's choice.  Not implemented: m from the statistical dimension (m is
+``n_random_features`` or sized by ``tol``) and t from the target error (``n_buckets``), so no (1 + eps)
+guarantee is claimed (``docs/papers/countsketch.md``).
 """
 
 from __future__ import annotations
@@ -199,7 +171,7 @@ def rf_kpca_countsketch(
     Parameters
     ----------
     source : fastkpca.source.RowSource
-        The rows; ``source.reduce`` makes one pass per call (two for ``n_passes=2``).
+        The rows; one pass per ``source.reduce`` (two for ``n_passes=2``).
     fmap : FeatureMap
         The feature map; m = ``fmap.n_output_features``.
     n_components : k.
@@ -215,13 +187,9 @@ def rf_kpca_countsketch(
 
     Notes
     -----
-    ``E[(S y)^T (S y)] = y^T y`` for every vector y, so ``(S Zc)^T (S Zc)`` is an unbiased
-    estimate of ``Zc^T Zc`` whose error falls like ``||Zc||_F^2 / sqrt(t)`` (CountSketch is an
-    approximate-matrix-multiplication sketch, Clarkson & Woodruff 2013).  Its top right singular
-    vectors V therefore nearly span the top eigenvectors of ``Zc^T Zc``.  The one-pass variant
-    reports them and the squared singular values; the two-pass variant projects the data on V and
-    solves the q x q eigenproblem of ``V^T Zc^T Zc V`` exactly (Rayleigh-Ritz), so its eigenvalues
-    are those of the true covariance restricted to span(V) and never overestimate.
+    ``(S Zc)^T (S Zc)`` is unbiased for ``Zc^T Zc`` with error ``~ ||Zc||_F^2 / sqrt(t)`` (Clarkson
+    & Woodruff 2013), so its top right singular vectors V nearly span the top eigenvectors; the
+    two-pass variant's Rayleigh-Ritz eigenvalues never overestimate.
     """
     sk = source.reduce(feature_countsketch, FeatureCountSketch.merge, fmap, n_buckets, seed)
     xp = placement_of(sk.SZ).xp

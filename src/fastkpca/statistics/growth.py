@@ -1,30 +1,14 @@
 """Model sizes chosen by tolerance: one growth loop, stopped by the error probe.
 
-``NystromKPCA(n_landmarks="auto", tol=...)``,
-``RandomFeatureKPCA(n_random_features="auto", tol=...)``,
-``StreamingKPCA(tol=...)`` and ``AutoKPCA(tol=...)`` fit a model at growing sizes and stop at the
-first whose relative rank-k error on all training rows, ``||Kc - T T^T||_F / ||Kc -
-(Kc)_k||_F`` (1 = exact KPCA), is at most ``1 + tol`` with the estimate's standard error taken
-into account: its one-sided bound ``estimate + z stderr`` (z = 2, calibrated) from the error probe
-(:class:`fastkpca.statistics.probe.ErrorProbe`, unbiased to the probe's noise) is at most ``1 +
-tol`` (:func:`grow_until`).  The estimators' sizes double (:func:`doubling_sizes`); AutoKPCA's
-landmarks grow by a factor read from the bound.  Doubling makes the whole search cost at most
-``sum_j (s / 2^j)^a <= 2`` fits at the final size s for a fit cost growing like ``s^a``,
-a >= 1, and less where work is reused:
-
-* random Fourier features (``rff``, ``orf``) are drawn in blocks of frequencies, so the map of
-  size 2m is the map of size m plus m new columns, and the m x m block of the feature moments
-  stays valid (:class:`GrowingFourierMoments`): a doubling pass only computes the new columns'
-  products with all columns;
-* the other estimators refit at each size: Nystrom's uniform landmark sets are nested (a larger
-  set is a superset drawn from the same uniform keys, :func:`fastkpca.source.uniform_indices`)
-  but the kernel-row moments are recomputed; Frequent Directions sketches of m features cannot
-  be extended by columns, so ``StreamingKPCA`` re-sketches.
-
-Growth also ends, short of ``tol``, where the probe cannot tell larger sizes apart (the estimate
-level with the last one and within :data:`RESOLUTION_STDERRS` standard errors of 1), where the
-estimate stops falling above it (:data:`PLATEAU_STEPS`), at the largest size, or where a size
-is refused (a budget): :class:`Growth` says which, and :meth:`Growth.shortfall` how.
+Every estimator's ``tol`` fits at growing sizes and stops at the first whose one-sided bound
+``estimate + z stderr`` of the relative rank-k error
+(:class:`fastkpca.statistics.probe.ErrorProbe`) is at most ``1 + tol`` (:func:`grow_until`).
+Sizes double (:func:`doubling_sizes`), so the search costs at most about two fits at the final
+size; random Fourier features grow by blocks of frequencies, keeping the moments already
+computed (:class:`GrowingFourierMoments`), and Nystrom's uniform landmark sets are nested.
+Growth also ends where the probe cannot tell sizes apart (:data:`RESOLUTION_STDERRS`), where the
+estimate stops falling (:data:`PLATEAU_STEPS`), at the largest size, or at a refused size:
+:class:`Growth` says which, and :meth:`Growth.shortfall` how.
 """
 
 from __future__ import annotations

@@ -1,68 +1,31 @@
 """Kernel-row moments: the statistic and the solver of Nystrom kernel PCA.
 
-With landmarks L = (l_1, ..., l_c) and W = k(L, L), the Nystrom feature map is
-
-    z(x) = N k(L, x),      N a whitening of W: N^T N = W^{-1}   (r <= c dimensional)
-
-so that ``z(x) . z(y) = k(x, L) W^{-1} k(L, y)`` is the Nystrom approximation ``C W^{-1} C^T`` of
-the Gram matrix (Williams & Seeger 2001; the NYSTROM baseline of Ghashami et al. 2016,
-``papers/004`` section 3).  Kernel PCA on that approximate Gram is linear PCA on z: the top
-eigenvectors of the centered covariance of z over the n training points.  With all n points as
-landmarks ``C W^{-1} C^T = K`` and the method is exact KPCA.
+With landmarks L, W = k(L, L) and ``z(x) = N k(L, x)``, ``N^T N = W^{-1}``, ``z(x) . z(y)`` is the
+Nystrom approximation ``C W^{-1} C^T`` of the Gram (Williams & Seeger 2001; Ghashami et al. 2016
+section 3), so kernel PCA on it is linear PCA on z (exact KPCA with all n points as landmarks).
 
 The whitening (:func:`nystrom_whitening`)
-    Any N with ``N^T N = W^{-1}`` gives the same Nystrom Gram, so the cheapest is taken: the
-    inverse transposed pivoted Cholesky factor, ``N = R^{-T} P^T`` (``c^3 / 3`` flops for the
-    factor, as many for the triangular inverse), not ``W^{-1/2}`` from a full ``eigh`` (about 9
-    c^3 flops, and memory-bound).  The landmarks' own features ``N W`` are the columns of R, for
-    free.  On a GPU, which has no pivoted Cholesky, the device's ``eigh`` gives
-    ``N = diag(w)^{-1/2} U^T`` instead (:func:`fastkpca.execution.linalg.whitening`).
+    ``N = R^{-T} P^T`` from a pivoted Cholesky of W (``c^3 / 3`` flops; the landmarks' own
+    features are the columns of R), stopped at the first pivot below :data:`EIGENVALUE_FLOOR`
+    times W's largest diagonal, which bounds N's amplification of round-off.  A device with no
+    pivoted Cholesky uses ``eigh`` (:func:`fastkpca.execution.linalg.whitening`).
 
-Rank-deficient W (duplicate or nearly collinear landmarks)
-    The pivoted Cholesky stops at the first pivot below :data:`EIGENVALUE_FLOOR` times W's
-    largest diagonal entry; the r landmarks factored so far (the pivots) span the others to
-    that accuracy, and z has r coordinates.  The floor bounds how much round-off in the kernel
-    rows N amplifies (by at most ``1 / sqrt(floor)`` relative to ``||W||``, up to the
-    pivoting's growth).
+Two solvers (the estimator's ``solver``)
+    ``"exact"``: z's covariance is ``N S N^T``, S the centered scatter of the kernel rows, built
+    by one SYRK per block and merged by Chan et al.'s pairwise update (:class:`KernelMoments`).
+    ``"randomized"``: the sketch ``S T``, ``T = N^T Omega``, merged the same way
+    (:mod:`.covariance_sketch`), then the fixed-rank PSD approximation of Tropp, Yurtsever,
+    Udell & Cevher (NeurIPS 2017) (:func:`nystrom_sketch_kpca`); half of Omega is Gaussian, half
+    the landmarks' leading directions (:func:`landmark_test_matrix`).  Its kernel rows may be
+    float32 where the whitening's amplification allows.
 
-Two solvers for the covariance of z (the estimator's ``solver``)
-    ``"exact"``: z is linear in k, so the covariance of z is ``N S N^T`` with S the centered
-    scatter of the kernel rows ``k(L, x_i)``.  Each block accumulates S by one SYRK of its
-    kernel block (``c^2 / 2`` flops per row) and merges it into the running total by Chan et
-    al.'s pairwise update (block means subtracted first, so nothing cancels catastrophically);
-    S, the mean and the count are mergeable statistics (:class:`KernelMoments`), so a tree
-    reduction over blocks gives the same model.
-    ``"randomized"``: S is never formed.  The sketch ``S T`` against ``T = N^T Omega`` (Omega
-    r x q with orthonormal columns) costs ``2 c q`` flops per row and merges the same way
-    (:mod:`.covariance_sketch`); ``N S T = (N S N^T) Omega`` is then the sketch of z's
-    covariance, from which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation
-    (NeurIPS 2017) gives the top eigenpairs (:func:`nystrom_sketch_kpca`).  Half of Omega is
-    Gaussian, half the leading directions of the landmarks' own features
-    (:func:`landmark_test_matrix`), which a Gaussian Omega alone misses on the slowly decaying
-    spectra of kernel matrices.
+Density weights (Zhang & Kwok 2009)
+    Weights cancel from ``C W^{-1} C^T``; they matter only for ``covariance="landmarks"``, the
+    covariance ``W^{1/2} diag(w) W^{1/2}`` of z over the weighted landmarks.
 
-Density weights (``landmarks="kmeans"``, Zhang & Kwok 2009)
-    Scaling the landmarks by any positive weights leaves ``C W^{-1} C^T`` unchanged
-    (``C D (D W D)^{-1} D C^T = C W^{-1} C^T``), so with the covariance taken over all n points
-    (``covariance="data"``, the default) the cluster-size weights cannot matter: k-means only
-    chooses *where* the landmarks are.  The weights matter when the data covariance is replaced by
-    the weighted landmark measure ``sum_j w_j delta(l_j)`` (``covariance="landmarks"``): that is
-    Zhang & Kwok's density-weighted eigenproblem ``S^{1/2} W S^{1/2}`` (S = diag(cluster sizes)),
-    here as the covariance ``W^{1/2} diag(w) W^{1/2}`` of z over the landmarks, and it needs no
-    pass over the data after the landmarks are chosen.  Every landmark method stores its weights
-    in ``landmark_weights_`` (uniform: 1/c; rls: inverse inclusion probabilities).
-
-Precision
-    ``"randomized"`` computes float32 kernel rows when their rounding, amplified by the
-    whitening (``||N||_F``), stays below 1e-4 of the features' scale.  ``"exact"`` keeps float64
-    rows: a float32 SYRK's round-off in S would be amplified by up to ``1 / floor``.  Small dense
-    LAPACK calls run with one BLAS thread.
-
-On every array namespace
-    The pass folds kernel rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`) into
-    float64 accumulators of the rows' namespace; the c x c algebra and the top eigenpairs run
-    there.  The whitening differs by backend (:func:`fastkpca.execution.linalg.whitening`); the
-    fixed-rank solve of the sketch and the test matrix's draws use host copies.
+The pass folds kernel rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`) into float64
+accumulators of the rows' namespace; the fixed-rank solve and the test matrix's draws use host
+copies.
 """
 
 from __future__ import annotations

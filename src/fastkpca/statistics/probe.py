@@ -1,47 +1,22 @@
 """The error probe: a fitted model's relative rank-k error on all rows, estimated on a sample.
 
-Every error estimate of the package is this one (:class:`ErrorProbe`): ``tol`` of
-``NystromKPCA``, ``RandomFeatureKPCA``, ``StreamingKPCA`` and ``AutoKPCA`` (grown until the
-estimate's one-sided upper bound meets it, :mod:`fastkpca.statistics.growth`), and
-:func:`fastkpca.metrics.estimate_error` (the command line's ``fit --estimate-error`` and
-``evaluate``).
+Every error estimate of the package is this one (:class:`ErrorProbe`): ``tol`` of every
+estimator (grown until the one-sided upper bound meets it, :mod:`fastkpca.statistics.growth`)
+and :func:`fastkpca.metrics.estimate_error`.  The quantity is ``e = ||Kc - T T^T||_F / ||Kc -
+(Kc)_k||_F`` over the N training rows (1 is exact KPCA), estimated from a uniform probe of p:
 
-The quantity is the relative rank-k error of the N rows the model refers to (its training
-rows), ``e = ||Kc - T T^T||_F / ||Kc - (Kc)_k||_F`` with ``Kc`` their centered Gram and
-``T = model.transform(rows)``: 1 is exact KPCA's optimum.  From a uniform probe of p of the N
-rows (all of them: ``e`` itself, exactly) it is estimated as follows.
+* **Rows weighted as in the N x N Gram**: the probe's diagonal entries weigh ``w = (p - 1) /
+  (N - 1)`` times its off-diagonal ones (a U-statistic, Hoeffding 1948).
+* **The reference, cross-fitted** on two halves of m rows: the own-half optimum's residual (too
+  small) and the other half's (too large) combine as ``own + (1 - m / N) / 2 (fresh - own)``
+  (the covariance penalty of Efron 2004, eq. 2.6).  Each optimum is the weighted rank-k fit by
+  expectation-maximization (Srebro & Jaakkola 2003, section 3; :data:`WEIGHTED_FIT_STEPS`).
+* **Standard error**: a bootstrap over the probe's rows (:data:`N_BOOTSTRAP`; Efron &
+  Tibshirani 1993, chapter 6) combined with the two halves' difference over :data:`SPLITS`
+  halvings (:func:`bootstrap_stderr`).
 
-* **Numerator and denominator by rows, the diagonal weighted as in the N x N Gram.**  On p rows,
-  a squared residual ``||G - T T^T||_F^2`` holds p diagonal and ``p (p - 1)`` off-diagonal
-  entries, on N rows ``N`` and ``N (N - 1)``: the unbiased estimate of the N x N sum (a
-  U-statistic, Hoeffding 1948) weighs the probe's diagonal entries ``w = (p - 1) / (N - 1)``
-  times as much as its off-diagonal ones.  Without that weight the diagonal, whose residuals
-  sit near the optimum's for any model (``k(x, x) - ||t(x)||^2`` is the unexplained variance of
-  x), is ``N / p`` times too heavy in the ratio, which reads large excesses low.
-* **The reference, cross-fitted.**  The best rank-k residual of the N rows is not that of the
-  probe's own optimum, which is fitted to those very rows (in-sample optimism: exact KPCA would
-  score above 1).  The probe is split in two halves H, H' of m rows; on each half the
-  reference combines the residual of H's own optimum (too small) and of H''s optimum applied
-  to H's rows (too large): to first order in ``1 / m`` the optimism of an m-row fit on its own
-  rows equals its excess on fresh rows, ``a / m`` (the covariance penalty of Efron 2004, "The
-  estimation of prediction error", eq. 2.6), and the N-row optimum has the optimism ``a / N``
-  on its own rows, so ``own + (1 - m / N) / 2 (fresh - own)`` estimates its residual (the mean
-  of the two for an unlimited N; the own residual, exact, when m = N).  Each optimum
-  minimizes the same weighted loss as it is judged by: the rank-k fit of a matrix with entry
-  weights in [0, 1] by expectation-maximization (Srebro & Jaakkola 2003, "Weighted low-rank
-  approximations", section 3: the diagonal replaced by ``w G_ii + (1 - w) (T T^T)_ii``, then
-  the top-k eigenpairs, :data:`WEIGHTED_FIT_STEPS` times, each by Rayleigh-Ritz from the
-  last).
-* **Standard error.**  A bootstrap over the probe's rows (:data:`N_BOOTSTRAP` replicates; the
-  model's and the reference's residual rows resampled together, Efron & Tibshirani 1993,
-  chapter 6) holds the halves' fitted references fixed; half the difference of the two halves'
-  own ratios (two estimates from disjoint rows) adds the spread of those fits, combined as
-  ``sqrt(bootstrap^2 + max((e_1 - e_2)^2 / 4, bootstrap^2))`` (:func:`bootstrap_stderr`), the
-  difference's square averaged over :data:`SPLITS` ways of halving the probe.
-
-:meth:`ErrorEstimate.upper` is the one-sided bound ``estimate + z stderr`` (z =
-:data:`CONFIDENCE_Z`) that sizes by ``tol`` must meet.  Bias and coverage measured on the real
-data sets are in ``docs/auto.md`` ("The estimate").
+:meth:`ErrorEstimate.upper` is the bound ``estimate + z stderr`` (:data:`CONFIDENCE_Z`) that
+``tol`` must meet; bias and coverage measured on real data are in ``docs/auto.md``.
 """
 
 from __future__ import annotations
@@ -299,26 +274,20 @@ class ErrorProbe:
     Parameters
     ----------
     X : array, CSR matrix or tensor (p, d)
-        The probe rows, a uniform sample (without replacement) of the N rows the errors refer to
-        (or a stream's first rows).  Their Gram is computed where they are (a device's rows
-        on the device), then kept on the host with a host copy of the rows.
+        The probe rows, a uniform sample of the N rows the errors refer to (or a stream's first
+        rows); their Gram is computed where they are and kept on the host.
     kernel : Kernel or None
-        None: the kernel of the first model estimated (its ``kernel_``).
+        None: the kernel of the first model estimated.
     rng : numpy.random.Generator
         The halves' splits and the bootstrap.
     n_rows : int or None
-        N; None: a sample of an unlimited population (the diagonal weight is 0).  With
-        ``p >= N`` the probe is all the rows: the errors are exact, with standard error 0.
+        N (None: an unlimited population).  With ``p >= N`` the errors are exact.
 
     Notes
     -----
-    The probe, in a random order of its rows, is split in halves :data:`SPLITS` ways (the
-    pairings of its quarters); the estimate sums the model's and the reference's residual
-    rows over the splits, and the spread of the halves' own ratios is pooled over them (as
-    many degrees of freedom).  Cost: p^2 kernel values, ``2 SPLITS`` top-k eigenproblems of
-    ``p / 2`` rows per rank k (once per k) and their re-weighting steps (``O(p^2 k)`` each),
-    then per model its transform of the probe and ``O(SPLITS p^2 k)``; memory
-    :func:`probe_memory_bytes`.
+    The probe is halved :data:`SPLITS` ways (the pairings of its quarters), residuals summed and
+    spreads pooled over the splits.  Cost: p^2 kernel values and ``2 SPLITS`` top-k eigenproblems of
+    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model; memory :func:`probe_memory_bytes`.
     """
 
     def __init__(self, X, kernel, rng, n_rows: int | None = None):
