@@ -75,7 +75,10 @@ def test_fit_transform_match_python_api(data, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "fitted ExactKPCA (3 components" in r.stdout and "120 rows x 4 features" in r.stdout
-    assert r.stderr == ""  # no progress bar when stderr is not a terminal
+    # no progress bar when stderr is not a terminal: at most the plain lines a piped run prints
+    # every few seconds (a loaded machine may take that long)
+    assert all(line.endswith("s elapsed") for line in r.stderr.splitlines())
+    assert "\r" not in r.stderr
     r = run_cli("transform", model, csv, "--label-column", "-1", "-o", tmp_path / "t.npy")
     assert r.returncode == 0, r.stderr
     r = run_cli("transform", model, csv, "--label-column", "-1", "-o", tmp_path / "t.csv")

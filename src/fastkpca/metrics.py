@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_array
 from ._centering import center_gram_inplace
 from ._utils import as_generator
 from .decomposition._base import BaseKPCA, execution_context
-from .execution.arrays import to_host
+from .execution.arrays import take_rows, to_host
 from .kernels import Kernel, chunk_rows, make_kernel
 from .solvers import eigh_topk
 from .statistics.probe import ErrorProbe
@@ -596,7 +596,7 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
         rng = as_generator(random_state)
         p = min(int(n_probe), n)
         rows = np.sort(rng.choice(n, size=p, replace=False)) if p < n else np.arange(n)
-        XP = X[rows]
+        XP = take_rows(X, rows)
         probe = ErrorProbe(_as_rows(fitted.kernel_rows(XP)), fitted.kernel, rng, n_rows=N)
         T = np.asarray(to_host(fitted.model.transform(XP)), dtype=np.float64)
         if T.ndim != 2 or T.shape[0] != p:
@@ -720,7 +720,7 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=Non
     if fmap is not None:
         p = min(int(n_probe), 1000, X.shape[0])
         idx = np.sort(rng.choice(X.shape[0], size=p, replace=False))
-        XP = X[idx]
+        XP = take_rows(X, idx)
         KP = np.asarray(kernel(XP.toarray() if hasattr(XP, "toarray") else XP), np.float64)
         Z = np.asarray(
             fmap(XP if fmap.accepts_sparse or not hasattr(XP, "toarray") else XP.toarray()),

@@ -29,7 +29,7 @@ import scipy.linalg
 
 from .._centering import center_gram_inplace
 from ..execution import one_blas_thread
-from ..execution.arrays import to_host
+from ..execution.arrays import take_rows, to_host
 from ..solvers import eigh_topk
 
 __all__ = [
@@ -295,7 +295,7 @@ class ErrorProbe:
         if p < 2:
             raise ValueError(f"the error probe needs at least 2 rows, got {p}")
         self.order = rng.permutation(p)  # the probe's rows are X[order]
-        self._rows = X[self.order]
+        self._rows = take_rows(X, self.order)
         self.X = to_host(self._rows)
         self.kernel = kernel
         self.rng = rng
