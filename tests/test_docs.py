@@ -132,6 +132,8 @@ def _matches(actual: str, expected: str) -> bool:
 @pytest.mark.parametrize(
     "page", [p for p in PAGES if _with_outputs(p)], ids=lambda p: str(p.relative_to(ROOT))
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a documented example warns of nothing
+@pytest.mark.filterwarnings("error::fastkpca.kernels.DegenerateKernelWarning")
 def test_page_python_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files the examples write go here
     monkeypatch.setenv("MPLBACKEND", "Agg")
