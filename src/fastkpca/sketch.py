@@ -225,8 +225,13 @@ def _shrink_factors(grams, ell, row_sq, loss, energy, shrinkage, m):
     top = lam[:, :ell]  # the ell largest, descending
     U_top = U[:, :, :ell]
     live = top > delta[:, None]
-    # B = diag(sqrt(1 - delta / s_i^2)) U^T C, 0 for the directions at or below delta
-    ratio = np.divide(delta[:, None], top, out=np.ones_like(top), where=live)
+    all_live = bool(live.all())
+    # B = diag(sqrt(1 - delta / s_i^2)) U^T C, 0 for the directions at or below delta (the
+    # usual case, every direction above delta, without the masks: this runs once per batch)
+    if all_live:
+        ratio = delta[:, None] / top
+    else:
+        ratio = np.divide(delta[:, None], top, out=np.ones_like(top), where=live)
     W = np.swapaxes(U_top * np.sqrt(1.0 - ratio)[:, None, :], 1, 2)
     # Tracked loss (see _shrink): v_i . w_j = s_j u_ij / ||C_i|| for the sketch rows i < ell.
     ok = row_sq > _DIRECTION_TOL**2 * np.max(row_sq, axis=1, keepdims=True)
@@ -235,21 +240,25 @@ def _shrink_factors(grams, ell, row_sq, loss, energy, shrinkage, m):
         loss = np.where(ok[:, :, None] & ok[:, None, :], loss, 0.0)
     tracked = np.trace(loss, axis1=1, axis2=2)
     missing = energy - np.sum(lam, axis=1)
-    free = m - np.sum(ok, axis=1)
-    average = np.divide(missing - tracked, free, out=np.zeros(J), where=free > 0)
-    rho = np.sqrt(np.minimum(np.maximum(average, 0.0), shrinkage) * shrinkage)
     P = U_top[:, :ell, :] * np.sqrt(top)[:, None, :]
-    P /= np.sqrt(np.where(ok, row_sq, 1.0))[:, :, None]
-    if not all_ok:
+    if all_ok:
+        average = (missing - tracked) / (m - ell) if m > ell else np.zeros(J)
+        P /= np.sqrt(row_sq)[:, :, None]
+    else:
+        free = m - np.sum(ok, axis=1)
+        average = np.divide(missing - tracked, free, out=np.zeros(J), where=free > 0)
+        P /= np.sqrt(np.where(ok, row_sq, 1.0))[:, :, None]
         P[~ok] = 0.0
+    rho = np.sqrt(np.minimum(np.maximum(average, 0.0), shrinkage) * shrinkage)
     # P^T H P + rho (I - P^T P) = P^T (H - rho I) P + rho I
     diagonal = np.arange(ell)
     shifted = np.array(loss, dtype=np.float64)
     shifted[:, diagonal, diagonal] -= rho[:, None]
     H = np.swapaxes(P, 1, 2) @ shifted @ P
     H[:, diagonal, diagonal] += (delta + rho)[:, None]
-    if not bool(live.all()):
-        H = np.where(live[:, :, None] & live[:, None, :], H, 0.0)
+    if all_live:
+        return W, delta, H, top - delta[:, None]
+    H = np.where(live[:, :, None] & live[:, None, :], H, 0.0)
     return W, delta, H, np.where(live, top - delta[:, None], 0.0)
 
 

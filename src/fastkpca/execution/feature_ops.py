@@ -220,10 +220,14 @@ def stacked_eigh(G: np.ndarray):
     read), eigenvalues descending: ``(values (J, r), vectors (J, r, r))``, vectors in columns.
 
     numpy's LAPACK (``syevd``, which releases the interpreter lock) over the stack; called
-    outside a worker thread (a device fit's batched shrink), the stack is shared out to the
-    worker threads (:func:`~fastkpca.execution.map_row_chunks`), each matrix's
-    eigendecomposition the same whatever the share."""
+    outside a worker thread (a device fit's batched shrink), a stack of several is shared out
+    to the worker threads (:func:`~fastkpca.execution.map_row_chunks`), each matrix's
+    eigendecomposition the same whatever the share.  One matrix (a sketch's own shrink) is
+    decomposed right here: the thread count is not worth reading for it."""
     J = G.shape[0]
+    if J == 1:
+        w, v = np.linalg.eigh(G)
+        return w[:, ::-1], v[:, :, ::-1]
     vals = np.empty(G.shape[:2])
     vecs = np.empty(G.shape)
 
