@@ -17,6 +17,21 @@ cores themselves (:func:`fastkpca.execution.usable_cores`), and scikit-learn's B
 ``--n-jobs J ...`` adds fastkpca runs on all usable cores with ``n_jobs=J`` instead (e.g.
 ``--n-jobs 1 2``: one thread against two on an unconfined 2-core machine).
 
+The machine's own ceiling, measured in the same run beside the fits (``--no-ceiling`` skips
+it), for every core count k:
+
+``work``       k independent processes, one per core (``taskset -c``), each doing the same number
+               of the fits' per-chunk steps (a float32 256 x d x m/2 product, then cos and sin
+               into a 256 x m chunk): their throughput over one process's is the speed-up the
+               machine itself allows k cores on this work (``ceiling_speedup``);
+``bandwidth``  the same k processes each streaming through a copy of the fit's input bytes
+               (n x d float64, read and written): GB/s all together;
+``gemm``       one process on the k cores, BLAS on all of them: a float32 2048^3 product, GFLOP/s.
+
+Every fit confined to k cores is then reported as a share of that ceiling: its speed-up over one
+core divided by ``ceiling_speedup`` (1.0: it scales as well as independent processes do; the
+rest is lost inside the fit, not to the machine).
+
 Reported per method and core count: the best of ``--repeats`` wall times (rounds run every
 configuration once in turn, so that a busy period of a shared machine hits them alike) with the
 CPU time of that run (all threads) and the load average before it, peak resident memory of the
@@ -35,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -186,6 +202,106 @@ def run_child(spec: dict, timeout: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+# the ceiling: independent processes doing the fit's per-chunk work, bandwidth, a threaded GEMM
+# ------------------------------------------------------------------------------------------------
+def ceiling_child(spec_json: str) -> None:
+    """One process of the ceiling (``spec["kind"]``: ``work``, ``bandwidth`` or ``gemm``);
+    prints its seconds (and what it measured) as one JSON line."""
+    spec = json.loads(spec_json)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    kind = spec["kind"]
+    if kind == "work":
+        d, half = spec["d"], spec["m"] // 2
+        X = rng.standard_normal((256, d)).astype(np.float32)
+        W = rng.standard_normal((d, half)).astype(np.float32)
+        P = np.empty((256, half), np.float32)
+        Z = np.empty((256, 2 * half), np.float32)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1, user_api="blas"):  # as the fits' chunk threads
+            t0 = time.perf_counter()
+            for _ in range(spec["chunks"]):
+                np.matmul(X, W, out=P)
+                np.cos(P, out=Z[:, :half])
+                np.sin(P, out=Z[:, half:])
+            seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds}))
+    elif kind == "bandwidth":
+        src = np.ones(spec["bytes"] // 8)
+        dst = np.empty_like(src)
+        t0 = time.perf_counter()
+        for _ in range(spec["passes"]):
+            np.copyto(dst, src)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"seconds": seconds, "bytes_moved": 2 * src.nbytes * spec["passes"]}))
+    else:
+        n = 2048
+        A = rng.standard_normal((n, n)).astype(np.float32)
+        B = rng.standard_normal((n, n)).astype(np.float32)
+        A @ B  # BLAS threads started
+        best = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            A @ B
+            best = min(best, time.perf_counter() - t0)
+        print(json.dumps({"seconds": best, "gflops": 2 * n**3 / best / 1e9}))
+
+
+def _ceiling_processes(spec: dict, cpus: list[int], timeout: float) -> list[dict]:
+    """``spec``'s ceiling child in one process per CPU of ``cpus``, all at once (or in one
+    process on all of them for ``gemm``); their measurements."""
+    base = [sys.executable, os.path.abspath(__file__), "--ceiling-child", json.dumps(spec)]
+    groups = [cpus] if spec["kind"] == "gemm" else [[c] for c in cpus]
+    taskset = shutil.which("taskset")
+    procs = [
+        subprocess.Popen(
+            (["taskset", "-c", ",".join(map(str, g))] if taskset else []) + base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for g in groups
+    ]
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"ceiling child failed: {stderr.strip()[-300:]}")
+        out.append(json.loads(lines[-1]))
+    return out
+
+
+def measure_ceiling(args, cpus: list[int], table: dict) -> None:
+    """One round of the ceiling into ``table``: ``k -> {work_seconds, bandwidth_gb_s,
+    gemm_gflops}`` for every core count k of ``--cores``, the best over the rounds kept."""
+    work = {"kind": "work", "d": args.n_features_in, "m": args.m, "chunks": args.ceiling_chunks}
+    stream = {"kind": "bandwidth", "bytes": 8 * args.n_samples * args.n_features_in, "passes": 3}
+    for k in args.cores:
+        group = cpus[:k]
+        # the slowest process sets the throughput: k processes' work in that time
+        w = max(r["seconds"] for r in _ceiling_processes(work, group, args.timeout))
+        runs = _ceiling_processes(stream, group, args.timeout)
+        gb_s = sum(r["bytes_moved"] for r in runs) / max(r["seconds"] for r in runs) / 1e9
+        g = _ceiling_processes({"kind": "gemm"}, group, args.timeout)[0]["gflops"]
+        row = table.setdefault(k, {"work_seconds": math.inf, "bandwidth_gb_s": 0.0})
+        row["work_seconds"] = min(row["work_seconds"], w)
+        row["bandwidth_gb_s"] = max(row["bandwidth_gb_s"], gb_s)
+        row["gemm_gflops"] = max(row.get("gemm_gflops", 0.0), g)
+        print(f"ceiling @{k}: work {w:.2f} s, {gb_s:.1f} GB/s, gemm {g:.0f} GFLOP/s", flush=True)
+
+
+def ceiling_speedups(table: dict) -> None:
+    """``ceiling_speedup`` of every core count k: k processes' throughput over one's (where 1
+    is among the core counts)."""
+    if 1 in table:
+        for k, row in table.items():
+            row["ceiling_speedup"] = k * table[1]["work_seconds"] / row["work_seconds"]
+
+
+# ------------------------------------------------------------------------------------------------
 def _usable_cpus() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
@@ -230,10 +346,17 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="rounds (the best is kept)")
     p.add_argument("--timeout", type=float, default=7200.0, help="seconds per fit")
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results/)")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the machine's ceiling")
+    p.add_argument(
+        "--ceiling-chunks", type=int, default=2000, help="per-chunk steps of each ceiling process"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--ceiling-child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return child(args.child)
+    if args.ceiling_child:
+        return ceiling_child(args.ceiling_child)
     if args.quick:
         args.n_samples, args.exact_n, args.repeats = 50_000, 2000, 1
     unknown = sorted(set(args.methods) - set(FASTKPCA) - set(SKLEARN))
@@ -256,7 +379,10 @@ def main(argv=None):
         "exact_n": min(args.exact_n, args.n_samples),
     }
     runs: dict[str, dict] = {}
+    ceiling: dict[int, dict] = {}
     for rep in range(args.repeats):
+        if not args.no_ceiling:  # in every round, beside the fits: the same load on both
+            measure_ceiling(args, cpus, ceiling)
         for label, method, k, jobs in configurations(args, cpus):
             spec = dict(base_spec, method=method, n_jobs=jobs, cpus=cpus[:k] if k else None)
             load = os.getloadavg()[0]
@@ -275,6 +401,7 @@ def main(argv=None):
                 runs[label] = dict(res, method=method, cores=k, n_jobs=jobs)
             runs[label]["rounds"] = rounds
 
+    ceiling_speedups(ceiling)
     table: dict[str, dict] = {}
     for label, row in runs.items():
         if not row.get("ok"):
@@ -288,6 +415,10 @@ def main(argv=None):
         one = runs.get(f"{method}@1", {})
         if k and one.get("ok"):
             entry["speedup_over_1_core"] = one["seconds"] / row["seconds"]
+            if "ceiling_speedup" in ceiling.get(k, {}):
+                entry["share_of_ceiling"] = (
+                    entry["speedup_over_1_core"] / ceiling[k]["ceiling_speedup"]
+                )
         base = runs.get(f"{BASELINE.get(method, '')}@{k}", {}) if k else {}
         if base.get("ok"):
             entry["baseline"] = BASELINE[method]
@@ -310,18 +441,27 @@ def main(argv=None):
         "repeats": args.repeats,
         "confinement": "taskset" if shutil.which("taskset") else "sched_setaffinity",
         "runs": runs,
+        "ceiling": {str(k): row for k, row in ceiling.items()},
         "table": table,
     }
     folder = args.out or results_dir()
     name = "bench_cores_quick.json" if args.quick else "bench_cores.json"
     save_json(out, os.path.join(folder, name))
     nan = float("nan")
-    print(f"\n{'fit':24s} {'s':>8s} {'cpu s':>8s} {'speed-up':>9s} {'x sklearn':>10s} {'MB':>7s}")
+    if ceiling:
+        print(f"\n{'cores':>5s} {'ceiling':>8s} {'GB/s':>7s} {'GEMM GFLOP/s':>13s}")
+        for k, c in ceiling.items():
+            print(
+                f"{k:5d} {c.get('ceiling_speedup', nan):8.2f} {c['bandwidth_gb_s']:7.1f} "
+                f"{c['gemm_gflops']:13.0f}"
+            )
+    header = ("fit", "s", "cpu s", "speed-up", "of ceiling", "x sklearn", "MB")
+    print("\n{:24s} {:>8s} {:>8s} {:>9s} {:>11s} {:>10s} {:>7s}".format(*header))
     for label, e in table.items():
         print(
             f"{label:24s} {e['seconds']:8.2f} {e.get('cpu_seconds') or nan:8.2f} "
-            f"{e.get('speedup_over_1_core', nan):9.2f} {e.get('time_ratio', nan):10.3f} "
-            f"{e['extra_peak_mb']:7.0f}"
+            f"{e.get('speedup_over_1_core', nan):9.2f} {e.get('share_of_ceiling', nan):11.2f} "
+            f"{e.get('time_ratio', nan):10.3f} {e['extra_peak_mb']:7.0f}"
         )
     print(f"saved {os.path.join(folder, name)}")
     return out

@@ -679,8 +679,8 @@ def test_model_fitted_off_the_host_saves_and_transforms_host_rows(noisy13, names
 def test_statistics_primitives_over_namespaces(dtype, namespace):
     """The execution primitives the statistics are written on: float64 sums of share products
     (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), the CountSketch of a block
-    (:func:`~fastkpca.execution.feature_ops.bucket_sums`) and the lockstep rows (none on the
-    host)."""
+    (:func:`~fastkpca.execution.feature_ops.bucket_sums`); the sketches' lockstep primitives
+    are tested in test_sketch_fast.py."""
     rng = np.random.default_rng(4)
     Z = rng.standard_normal((3000, 24)).astype(dtype)
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -692,8 +692,6 @@ def test_statistics_primitives_over_namespaces(dtype, namespace):
     sums = feature_ops.bucket_sums(S, namespace.to_ns(Z))
     assert namespace.is_native(sums) and sums.dtype == namespace.to_ns(Z).dtype
     assert _rel(S @ Z64, namespace.from_ns(sums)) < tol
-    rows = feature_ops.lockstep_rows(namespace.to_ns(Z), 3000, 1024)
-    assert rows == (0 if namespace.name == "numpy" else 2048)
 
 
 def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):

@@ -641,21 +641,28 @@ def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(noisy8, namespa
 
 
 def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
-    """Whole cycles of rows off the host (a run of 1024 rows for each of the 32 sketches) are
-    added with all sketches in lockstep (their shrinks batched), also over several blocks; the
-    tail and a block that starts mid-cycle one sketch at a time; on the host never.  Every part
-    equals numpy's: sketch, tracked loss, shrinkage and energy."""
+    """Every row goes to its sketch through a lockstep (their shrinks batched), on the host in
+    pieces of at most ``MAX_LOCKSTEP`` sketches, elsewhere all sketches whose runs have equal
+    lengths at once; also over blocks that end and start mid-cycle.  Every part equals numpy's:
+    sketch, tracked loss, shrinkage and energy."""
     import fastkpca.statistics.feature_sketch as module
+    from fastkpca.execution.feature_ops import MAX_LOCKSTEP
 
     rng = np.random.default_rng(6)
     m, ell = 48, 6
     Z = rng.standard_normal((2 * 32 * 1024 + 1500 + 3000, m)) * (0.92 ** np.arange(m))
-    added = []
+    widths, rows_added = [], []
     real = module.extend_in_lockstep
 
-    def spy(sketches, rows):
-        added.append(rows.shape)
-        return real(sketches, rows)
+    def spy(sketches, chunks):
+        widths.append(len(sketches))
+
+        def counted():
+            for chunk in chunks:
+                rows_added.append(chunk.shape[0] * chunk.shape[1])
+                yield chunk
+
+        return real(sketches, counted())
 
     monkeypatch.setattr(module, "extend_in_lockstep", spy)
     host = FeatureSketch.empty(ell, m)
@@ -666,11 +673,13 @@ def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
     cuts = (0, 32 * 1024, Z.shape[0] - 3000, Z.shape[0])
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
         host.update_rows(Z[lo:hi], Given(m))
-        if namespace.name == "numpy":
-            assert not added  # the host's sketches take their rows on the worker threads
+        assert sum(rows_added) == hi - lo and max(widths) <= MAX_LOCKSTEP
+        widths.clear(), rows_added.clear()
         other.update_rows(namespace.to_ns(Z[lo:hi]), Given(m))
-    if namespace.name != "numpy":
-        assert sum(shape[0] * shape[1] for shape in added) == 2 * 32 * 1024  # the whole cycles
+        assert sum(rows_added) == hi - lo
+        if namespace.name != "numpy" and hi - lo >= 32 * 1024:
+            assert max(widths) >= 30  # the sketches with one whole run, together
+        widths.clear(), rows_added.clear()
     for h, o in zip(host.parts, other.parts, strict=True):
         assert h.n_rows_seen == o.n_rows_seen
         assert rel(_sketch_gram(o.rows()), _sketch_gram(h.rows())) < SKETCH_RTOL

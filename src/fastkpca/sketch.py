@@ -29,9 +29,15 @@ import scipy.sparse as sp
 
 from ._state import register_state_class
 from ._utils import as_generator, check_int
-from .execution import map_tasks, one_blas_thread
+from .execution import one_blas_thread
 from .execution.arrays import HOST, placement_of, to_host
-from .execution.feature_ops import row_sums_of_squares, sum_of_squares
+from .execution.feature_ops import (
+    row_sums_of_squares,
+    sketch_grams,
+    stack_sums_of_squares,
+    stacked_eigh,
+    sum_of_squares,
+)
 from .execution.linalg import eigh
 from .source.memory import check_block
 
@@ -44,59 +50,19 @@ __all__ = [
 ]
 
 
-def _fd_eigh(C: np.ndarray, gram: np.ndarray | None = None):
+def _fd_eigh(C: np.ndarray):
     """Descending eigenvalues (clipped at 0) and vectors of the smaller Gram of a host C, and
     the squared row norms of C when that Gram is ``C C^T`` (its diagonal; else None).
 
-    ``gram``: ``C C^T`` already computed (symmetric, :func:`buffer_gram`), for a wide C.  The
-    eigendecomposition is :func:`fastkpca.execution.linalg.eigh` (numpy's LAPACK, which
+    The eigendecomposition is :func:`fastkpca.execution.linalg.eigh` (numpy's LAPACK, which
     releases the GIL: sketches shrink in parallel threads).
     """
     r, m = C.shape
     wide = r <= m
-    if gram is None:
-        gram = C @ C.T if wide else C.T @ C
+    gram = C @ C.T if wide else C.T @ C
     lam, U = eigh(gram)
     lam = np.maximum(lam, 0.0)
     return wide, lam, U, (np.diagonal(gram) if wide else None)
-
-
-def buffer_gram(C, n_orthogonal: int, row_sq: np.ndarray, out=None) -> np.ndarray:
-    """``C C^T`` when the first rows of C are orthogonal (a shrunk sketch).
-
-    After a shrink the sketch rows are ``B = diag(sigma') V^T`` with orthonormal V (Ghashami
-    et al. 2016, Algorithm 3.1), so ``B B^T = diag(row_sq)`` needs no product: only the new
-    rows' block ``N [B; N]^T`` is computed (``b (ell + b) m`` instead of ``(ell + b)^2 m``
-    multiply-adds for a buffer of ell sketch rows and b new ones).  ``B B^T``'s off-diagonal
-    entries are round-off (``eps ||B||^2``, the accuracy of the shrink that made B), taken as 0.
-
-    The products run where C lives (the O(b r m) part); G, small, is on the host.
-
-    Parameters
-    ----------
-    C : array (r, m), float64, of any namespace
-    n_orthogonal : int
-        The first n_orthogonal rows of C are orthogonal, with squared norms ``row_sq``.
-    row_sq : ndarray (n_orthogonal,)
-    out : ndarray (r, r) or None
-        Written in place when given.
-
-    Returns
-    -------
-    G : ndarray (r, r), symmetric: ``C C^T``, its ``(n_orthogonal, r - n_orthogonal)`` block
-        the transpose of the computed one.
-    """
-    xp = placement_of(C).xp
-    r = C.shape[0]
-    G = np.empty((r, r)) if out is None else out
-    k = n_orthogonal
-    G[:k, :k] = 0.0
-    G.flat[: k * (r + 1) : r + 1] = row_sq
-    N = C[k:, :]
-    G[k:, :k] = to_host(N @ xp.permute_dims(C[:k, :], (1, 0)))
-    G[:k, k:] = G[k:, :k].T
-    G[k:, k:] = to_host(N @ xp.permute_dims(N, (1, 0)))  # syrk: numpy's a @ a.T
-    return G
 
 
 def fd_shrink(C: np.ndarray, ell: int) -> tuple[np.ndarray, float]:
@@ -146,7 +112,7 @@ def _directions(rows: np.ndarray):
     return norms, norms > _DIRECTION_TOL * top if top > 0 else np.zeros(norms.shape, bool)
 
 
-def _shrink(C, ell: int, history=(), gram=None):
+def _shrink(C, ell: int, history=()):
     """:func:`fd_shrink` that also carries the estimated per-direction loss forward.
 
     ``history`` lists one ``(start, stop, H, energy, shrinkage)`` per merged part: rows
@@ -160,16 +126,14 @@ def _shrink(C, ell: int, history=(), gram=None):
     ``delta`` on each, the exact loss of this shrink in every kept direction (their squared
     singular values are all >= delta).  Zero rows of B get zero rows and columns.
 
-    ``gram``: C C^T when already known (:func:`buffer_gram`; a wide C only).
-
     It runs on the host: a device buffer is copied there and B moved back to it.  That is the
-    first shrink of a sketch, a merge, a tall buffer or a sketch row too short to define a
-    direction: O(r m) numbers, rare next to the streamed shrinks (:func:`_stream_shrink`).
+    first shrink of a sketch, a merge or a tall buffer: O(r m) numbers, rare next to the
+    streamed shrinks (:func:`_shrink_factors`).
     """
     placement = placement_of(C)
     C = to_host(C)
     r, m = C.shape
-    wide, lam, U, row_sq = _fd_eigh(C, gram)
+    wide, lam, U, row_sq = _fd_eigh(C)
     delta = float(lam[ell]) if lam.size > ell else 0.0
     kept = min(ell, lam.size)
     B = np.zeros((ell, m))
@@ -234,56 +198,68 @@ def _shrink(C, ell: int, history=(), gram=None):
     return placement.asarray(B, np.float64), delta, H_new
 
 
-def _stream_shrink(C, ell, row_sq, loss, energy, shrinkage, gram=None):
-    """:func:`_shrink` of a sketch's own full buffer, lean: the shrink of every ``batch`` rows.
+def _shrink_factors(grams, ell, row_sq, loss, energy, shrinkage, m):
+    """The small half of the streamed shrinks of J full buffers at once (host, numpy stacks).
 
-    C (r x m, ell < r <= m, numpy or a device array) is the buffer, its first ell rows the
-    sketch rows of the last shrink (orthogonal, squared norms ``row_sq``, all long enough to
-    define a direction), with tracked loss ``loss``; ``energy`` and ``shrinkage`` are the
-    sketch's ``squared_norm`` and ``total_shrinkage``.  The same arithmetic as ``_shrink(C,
-    ell, [(0, r, loss, energy, shrinkage)])`` with the Gram from :func:`buffer_gram` (written to
-    ``gram``, an r x r host array, when given), in about half of its numpy calls: this runs once
-    per ``batch`` rows, where the general function's Python overhead (~0.1 ms per shrink) was
-    not far below the cost of the Gram.  The products with C run where C lives, the small
-    eigendecomposition and the loss tracking on the host.  Returns ``(B, delta, H_new,
-    row_sq_new)``, B in C's namespace, the last the squared norms of B's rows,
-    ``lambda_i - delta`` (equal in exact arithmetic: row i is ``sqrt(1 - delta / lambda_i)
-    u_i^T C`` and ``u_i^T C C^T u_i = lambda_i``), which spares a pass over B.
+    Buffer j (r x m, ell < r <= m) holds the ell sketch rows of its last shrink (orthogonal,
+    squared norms ``row_sq[j]``) and ``r - ell`` new rows; ``grams[j]`` is its Gram ``C C^T``
+    (lower triangle read: ``diag(row_sq[j])`` then :func:`~fastkpca.execution.feature_ops.
+    sketch_grams`' block), ``loss[j]`` the tracked loss of its sketch rows, ``energy[j]`` and
+    ``shrinkage[j]`` the sketch's ``squared_norm`` (these rows included) and
+    ``total_shrinkage``.  Returns ``(W, delta, H, new_sq)``: the shrunk rows are ``B_j = W_j
+    C_j`` (W is ``(J, ell, r)``), ``delta`` the shrinkages, ``H`` the tracked losses in the
+    directions of B's rows and ``new_sq`` their squared norms ``lambda_i - delta`` (equal in
+    exact arithmetic: row i is ``sqrt(1 - delta / lambda_i) u_i^T C`` and ``u_i^T C C^T u_i =
+    lambda_i``), which spares a pass over B.
+
+    The arithmetic of :func:`_shrink` with the buffer as its one history part, batched: one
+    stacked eigendecomposition (:func:`~fastkpca.execution.feature_ops.stacked_eigh`) and a
+    few stacked products for all J sketches.  A sketch row too short to define a direction
+    (:data:`_DIRECTION_TOL`) carries no tracked loss and counts among the untracked ones, as
+    in :func:`_shrink`.
     """
-    gram = buffer_gram(C, ell, row_sq, out=gram)
-    m = C.shape[1]
-    W, delta, H, new_sq = _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m)
-    return placement_of(C).asarray(W, np.float64) @ C, delta, H, new_sq
-
-
-def _stream_shrink_factors(gram, ell, row_sq, loss, energy, shrinkage, m):
-    """The small half of :func:`_stream_shrink`, from the buffer's Gram (r x r, its lower
-    triangle read): ``(W, delta, H_new, row_sq_new)`` with ``B = W C`` the shrunk rows (W is
-    ell x r)."""
-    lam, U = eigh(gram)
+    J, r, _ = grams.shape
+    lam, U = stacked_eigh(grams)
     lam = np.maximum(lam, 0.0)
-    delta = float(lam[ell])  # the (ell+1)-th largest
-    top = lam[:ell]  # the ell largest, descending
-    U_top = U[:, :ell]
-    live = top > delta
+    delta = lam[:, ell]  # the (ell+1)-th largest
+    top = lam[:, :ell]  # the ell largest, descending
+    U_top = U[:, :, :ell]
+    live = top > delta[:, None]
     all_live = bool(live.all())
+    # B = diag(sqrt(1 - delta / s_i^2)) U^T C, 0 for the directions at or below delta (the
+    # usual case, every direction above delta, without the masks: this runs once per batch)
     if all_live:
-        scale = np.sqrt(1.0 - delta / top)
+        ratio = delta[:, None] / top
     else:
-        scale = np.zeros(ell)
-        scale[live] = np.sqrt(1.0 - delta / top[live])
-    W = (U_top * scale).T
+        ratio = np.divide(delta[:, None], top, out=np.ones_like(top), where=live)
+    W = np.swapaxes(U_top * np.sqrt(1.0 - ratio)[:, None, :], 1, 2)
     # Tracked loss (see _shrink): v_i . w_j = s_j u_ij / ||C_i|| for the sketch rows i < ell.
-    rho = _untracked_loss(energy - float(lam.sum()), float(loss.trace()), m - ell, shrinkage)
-    P = U_top[:ell] * np.sqrt(top)
-    P /= np.sqrt(row_sq)[:, None]
-    shifted = loss - rho * np.eye(ell)
-    H = P.T @ shifted @ P
-    H.flat[:: ell + 1] += delta + rho
-    if not all_live:
-        H[~live] = 0.0
-        H[:, ~live] = 0.0
-    return W, delta, H, np.where(live, top - delta, 0.0)
+    ok = row_sq > _DIRECTION_TOL**2 * np.max(row_sq, axis=1, keepdims=True)
+    all_ok = bool(ok.all())
+    if not all_ok:
+        loss = np.where(ok[:, :, None] & ok[:, None, :], loss, 0.0)
+    tracked = np.trace(loss, axis1=1, axis2=2)
+    missing = energy - np.sum(lam, axis=1)
+    P = U_top[:, :ell, :] * np.sqrt(top)[:, None, :]
+    if all_ok:
+        average = (missing - tracked) / (m - ell) if m > ell else np.zeros(J)
+        P /= np.sqrt(row_sq)[:, :, None]
+    else:
+        free = m - np.sum(ok, axis=1)
+        average = np.divide(missing - tracked, free, out=np.zeros(J), where=free > 0)
+        P /= np.sqrt(np.where(ok, row_sq, 1.0))[:, :, None]
+        P[~ok] = 0.0
+    rho = np.sqrt(np.minimum(np.maximum(average, 0.0), shrinkage) * shrinkage)
+    # P^T H P + rho (I - P^T P) = P^T (H - rho I) P + rho I
+    diagonal = np.arange(ell)
+    shifted = np.array(loss, dtype=np.float64)
+    shifted[:, diagonal, diagonal] -= rho[:, None]
+    H = np.swapaxes(P, 1, 2) @ shifted @ P
+    H[:, diagonal, diagonal] += (delta + rho)[:, None]
+    if all_live:
+        return W, delta, H, top - delta[:, None]
+    H = np.where(live[:, :, None] & live[:, None, :], H, 0.0)
+    return W, delta, H, np.where(live, top - delta[:, None], 0.0)
 
 
 def _copy(a):
@@ -390,10 +366,9 @@ class FrequentDirections:
         # after a shrink; 0 before the first one): see loss_model().
         self._loss: Any = None  # (ell, ell) float64 once the width is known
         self._n_kept = 0
-        # Shrink workspace: squared norms of the kept rows (None: not known, computed at the
-        # next shrink) and the buffer's Gram (host arrays).
+        # Squared norms of the kept rows (a host array; None: not known, computed at the next
+        # streamed shrink).
         self._row_sq: Any = None
-        self._gram: Any = None
         #: Where the buffer lives (:mod:`fastkpca.execution.arrays`): the host, or the device
         #: of the first device rows added (see :meth:`_extend`).
         self._placement = HOST
@@ -481,12 +456,13 @@ class FrequentDirections:
 
         The buffer lives with the rows (:mod:`fastkpca.execution.arrays`): a sketch that holds
         no rows yet moves to the placement of the rows it is given (:meth:`_moved_to`), later
-        rows are moved to it.  On a device the rows are copied in and the streamed shrinks'
-        products run there, while the small eigendecomposition and the loss tracking of each
-        shrink run on the host from the buffer's Gram (one transfer of at most (ell + batch)^2
-        numbers each way): the same shrink points and the same arithmetic, so the same sketch
-        as the host's up to rounding.  The rows' energy is summed where they are and read with
-        the next shrink."""
+        rows are moved to it.  The rows go through :func:`extend_in_lockstep` (a lockstep of this
+        one sketch): on a device they are copied in and the streamed shrinks' products run
+        there, while the small eigendecomposition and the loss tracking of each shrink run on
+        the host from the buffer's Gram (one transfer of at most (ell + batch)^2 numbers each
+        way): the same shrink points and the same arithmetic, so the same sketch as the host's
+        up to rounding.  The rows' energy is summed where they are and read with the next
+        shrink."""
         placement = placement_of(rows)
         if placement != self._placement and not (self.n_rows_seen or self._filled):
             self._moved_to(placement)
@@ -494,19 +470,14 @@ class FrequentDirections:
             self._allocate(rows.shape[1])
         home = self._placement
         cap = self._buffer.shape[0]
-        n, pos = rows.shape[0], 0
-        while pos < n:
-            take = min(cap - self._filled, n - pos)
-            part = rows[pos : pos + take, ...]
-            block = self._buffer[self._filled : self._filled + take, :]
-            block[...] = home.asarray(part.toarray() if sp.issparse(part) else part)
-            # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
-            self._add_pending_energy(sum_of_squares(block))
-            self._filled += take
-            pos += take
-            if self._filled == cap:
-                self._compress()
-        self.n_rows_seen += n
+
+        def chunks():
+            for start in range(0, rows.shape[0], cap):
+                part = rows[start : min(rows.shape[0], start + cap), ...]
+                part = home.asarray(part.toarray() if sp.issparse(part) else part)
+                yield home.xp.reshape(part, (1, *part.shape))
+
+        extend_in_lockstep([self], chunks())
 
     def _moved_to(self, placement) -> FrequentDirections:
         """Move the buffer (the only array of this sketch that grows with m) to ``placement``,
@@ -526,39 +497,14 @@ class FrequentDirections:
         return self.copy()._moved_to(placement)
 
     def _compress(self) -> None:
-        """Shrink the full buffer to ell rows.
-
-        After the first shrink the buffer's first ell rows are the sketch (orthogonal rows), so
-        its Gram is built by :func:`buffer_gram` (the new rows' part only), and the lean
-        :func:`_stream_shrink` runs, its products where the buffer is, its small steps on the
-        host.  Same arithmetic as :func:`fd_shrink` otherwise.  (The rest of the buffer is not
-        zeroed: only its first ``_filled`` rows are ever read.)
-        """
-        ell, C = self._ell, self._buffer[: self._filled, :]
-        r, m = C.shape
+        """Shrink the full buffer to ell rows by the general update (:func:`_shrink`): the first
+        shrink of a sketch (no tracked loss yet) and a buffer taller than it is wide.  The
+        streamed shrinks of a sketch that has shrunk before are batched
+        (:func:`extend_in_lockstep`).  (The rest of the buffer is not zeroed: only its first
+        ``_filled`` rows are ever read.)"""
+        C = self._buffer[: self._filled, :]
         self._settle_energy()  # before the shrink: a non-finite row is refused
-        if not self._n_kept or r > m:
-            self._set_shrunk(*_shrink(C, ell, self._history()))
-            return
-        if self._row_sq is None:
-            self._row_sq = to_host(row_sums_of_squares(C[:ell, :]))
-        row_sq = self._row_sq
-        if self._gram is None:
-            self._gram = np.empty((self._buffer.shape[0],) * 2)
-        gram = self._gram[:r, :r]
-        if row_sq.min() > _DIRECTION_TOL**2 * row_sq.max():
-            B, delta, H, new_sq = _stream_shrink(
-                C, ell, row_sq, self._loss, self.squared_norm, self.total_shrinkage, gram
-            )
-        else:  # a sketch row too short to define a direction: the general loss update
-            gram = buffer_gram(C, ell, row_sq, out=gram)
-            B, delta, H = _shrink(C, ell, self._history(), gram=gram)
-            new_sq = to_host(row_sums_of_squares(B))
-        self._buffer[:ell, :] = B
-        self._filled = ell
-        self.total_shrinkage += delta
-        self._loss = H
-        self._row_sq = new_sq
+        self._set_shrunk(*_shrink(C, self._ell, self._history()))
 
     def _set_shrunk(self, B: np.ndarray, delta: float, H: np.ndarray) -> None:
         ell = self._ell
@@ -735,7 +681,6 @@ class FrequentDirections:
             value = getattr(self, name)
             if value is not None:
                 setattr(out, name, _copy(value))
-        out._gram = None  # the shrink's workspace, reallocated when needed
         return out
 
     def __getstate__(self) -> dict:
@@ -818,114 +763,158 @@ class FrequentDirections:
 _PRIME = 2**31 - 1
 
 
-def extend_in_lockstep(sketches: list, rows) -> None:
-    """Add ``rows[j]`` to ``sketches[j]`` for every j, all sketches' shrinks batched: the
-    streaming of device sketches (:meth:`FrequentDirections._extend` of each in turn, the same
-    arithmetic on the same rows, so the same sketches up to rounding).
+def extend_in_lockstep(sketches: list, chunks) -> None:
+    """Add rows to every sketch of ``sketches`` at once, their streamed shrinks batched.
 
-    One sketch's device rows cost one round trip per shrink (its buffer's Gram to the host, the
-    small factor back): 25,000 for 10^6 rows and ell = 20, which made a device fit slower than
-    the host's.  Here the sketches' buffers are stacked into one ``(J, ell + batch, m)`` array;
-    each step copies the next batch of every sketch in one operation and shrinks all full
-    buffers at once: their Grams in one batched product and one transfer, the small
-    eigendecompositions on the host shared out to threads
-    (:func:`~fastkpca.execution.map_tasks`, :func:`_stream_shrink_factors` of each), the
-    factors back in one transfer and the new sketch rows in one batched product.
+    ``chunks`` yields ``(J, t, m)`` arrays (any float dtype, on the sketches' placement): chunk
+    ``[j]`` holds the next t rows of ``sketches[j]``.  The J sketches are in one state (rows
+    buffered, shrunk or not, width, placement) and take the same number of rows, so that their
+    buffers fill up together: they are stacked into one ``(J, ell + batch, m)`` array (each
+    sketch's buffer a view of it meanwhile, copied back at the end) and every round copies the
+    next rows of all of them in one operation and shrinks all the full buffers at once: the new
+    rows' Gram blocks in one batched product
+    (:func:`~fastkpca.execution.feature_ops.sketch_grams`, on the host with the rows' pending
+    energies), one stacked eigendecomposition and the loss tracking of all of them
+    (:func:`_shrink_factors`), and the new sketch rows in one batched product where the buffers
+    are.  That is the same arithmetic, per sketch, as shrinking each by itself (:func:`_shrink`
+    with the buffer as its one history part), so which sketches go together changes nothing: a
+    lockstep of one sketch is :meth:`FrequentDirections._extend`.  The few Python steps of a
+    round are shared by J sketches, and a round's work between two of them is J times larger,
+    which is what lets the threads that run lockstep groups side by side scale (their steps hold
+    the interpreter lock; the products and LAPACK release it).
 
-    ``sketches``: device :class:`FrequentDirections` on one placement, allocated, in the same
-    state (rows buffered, shrunk or not) with a buffer no taller than it is wide; ``rows``:
-    ``(J, R, m)`` on that device.  A shrink that needs the general update (a sketch's first
-    shrink, a sketch row too short to define a direction) runs sketch by sketch
-    (:meth:`FrequentDirections._compress`).
+    A shrink that needs the general update (a sketch's first shrink, a buffer taller than it
+    is wide) runs sketch by sketch (:meth:`FrequentDirections._compress`).  Non-finite rows are
+    refused (ValueError) at the next shrink or when the energy is read, as by
+    :meth:`FrequentDirections._extend`.
     """
     first = sketches[0]
     placement = first._placement
     xp = placement.xp
-    J, n_rows, m = rows.shape
-    ell, cap = first._ell, first._buffer.shape[0]
-    stacked = xp.stack([s._buffer for s in sketches])
+    J = len(sketches)
+    ell, cap, m = first._ell, first._buffer.shape[0], first.n_columns
+    own = [s._buffer for s in sketches]
+    if J == 1:
+        stacked = xp.reshape(first._buffer, (1, cap, m))  # a view: no copy of one buffer
+    else:
+        stacked = xp.stack(own)
     for j, s in enumerate(sketches):
         s._buffer = stacked[j, ...]
-    # The energy of the rows not yet counted on the host (each sketch's pending energy, then
-    # the rows copied since the last batched shrink), (J,) on the device.
-    pending = None
-    if any(s._energy_pending is not None for s in sketches):
-        zero = xp.zeros((), dtype=xp.float64, device=placement.device)
-        pending = xp.stack(
-            [zero if s._energy_pending is None else s._energy_pending for s in sketches]
+    state = _LockstepState(sketches)
+    filled, added = first._filled, 0
+    for chunk in chunks:
+        chunk = placement.asarray(chunk)  # rows from elsewhere are moved to the buffers
+        t, pos = chunk.shape[1], 0
+        while pos < t:
+            take = min(cap - filled, t - pos)
+            block = stacked[:, filled : filled + take, ...]
+            block[...] = chunk[:, pos : pos + take, ...]
+            # ||A||_F^2 in float64 as the rows arrive, so the total loss is known exactly
+            state.add_energy(stack_sums_of_squares(block))
+            filled += take
+            pos += take
+            if filled == cap:
+                state.shrink(stacked, sketches)
+                filled = ell
+        added += t
+    state.store(sketches, filled, added)
+    if J > 1:
+        # back into each sketch's own buffer: a view of the stack would keep all J buffers
+        # alive for as long as any one of the sketches is (J times their memory)
+        for j, s in enumerate(sketches):
+            own[j][:filled, ...] = stacked[j, :filled, ...]
+            s._buffer = own[j]
+
+
+class _LockstepState:
+    """The per-sketch state of :func:`extend_in_lockstep` as host stacks: tracked losses
+    ``(J, ell, ell)``, squared norms of the sketch rows ``(J, ell)`` (None until known), total
+    shrinkages and exact energies ``(J,)``, and the energy of rows not yet counted (``(J,)`` of
+    the rows' namespace: a device's moves to the host with the next shrink's Grams)."""
+
+    def __init__(self, sketches: list):
+        self.pending = None
+        self.load(sketches)
+
+    def load(self, sketches: list) -> None:
+        first = sketches[0]
+        self.n_kept = first._n_kept
+        self.loss = np.stack([np.asarray(s._loss, dtype=np.float64) for s in sketches])
+        self.row_sq = (
+            None
+            if any(s._row_sq is None for s in sketches)
+            else np.stack([s._row_sq for s in sketches])
         )
-        for s in sketches:
-            s._energy_pending = None
-    pos = 0
-    while pos < n_rows:
-        filled = first._filled
-        take = min(cap - filled, n_rows - pos)
-        block = stacked[:, filled : filled + take, ...]
-        block[...] = rows[:, pos : pos + take, ...]
-        energy = xp.sum(xp.reshape(block * block, (J, -1)), axis=1)
-        pending = energy if pending is None else pending + energy
-        for s in sketches:
-            s._filled += take
-        pos += take
-        if filled + take < cap:
-            continue
-        if _lockstep_ready(sketches, stacked, ell):
-            _lockstep_shrink(sketches, stacked, ell, pending)
-        else:
-            for j, s in enumerate(sketches):
-                s._add_pending_energy(pending[j])
+        self.shrinkage = np.array([s.total_shrinkage for s in sketches], dtype=np.float64)
+        self.energy = np.array([s._squared_norm for s in sketches], dtype=np.float64)
+        # the sketches' pending energies, stacked where they are (no transfer per sketch)
+        values = [s._energy_pending for s in sketches]
+        if any(v is not None for v in values):
+            placement = first._placement
+            if placement.host:
+                stacked = np.array([0.0 if v is None else float(v) for v in values])
+            else:
+                xp = placement.xp
+                zero = xp.zeros((), dtype=xp.float64, device=placement.device)
+                stacked = xp.stack([zero if v is None else v for v in values])
+            for s in sketches:
+                s._energy_pending = None
+            self.add_energy(stacked)
+
+    def add_energy(self, energy) -> None:
+        self.pending = energy if self.pending is None else self.pending + energy
+
+    def _count(self, pending) -> None:
+        """Add the pending energies (host values); a non-finite one means a non-finite row."""
+        self.pending = None
+        if pending is None:
+            return
+        if not np.isfinite(pending).all():
+            raise ValueError("rows: Input contains NaN or infinity.")
+        self.energy += pending
+
+    def shrink(self, stacked, sketches: list) -> None:
+        """Shrink every (full) buffer of ``stacked`` to its ell sketch rows."""
+        first = sketches[0]
+        ell, (J, r, m) = first._ell, stacked.shape
+        if not self.n_kept or r > m:
+            # the general update, sketch by sketch (its first shrink; a tall buffer)
+            self.store(sketches, r, 0)
+            for s in sketches:
                 s._compress()
-        pending = None
-    for j, s in enumerate(sketches):
-        if pending is not None:
-            s._add_pending_energy(pending[j])
-        s.n_rows_seen += n_rows
-
-
-def _lockstep_ready(sketches, stacked, ell) -> bool:
-    """Whether every sketch's full buffer takes the streamed shrink (shrunk before, its sketch
-    rows' squared norms known and all long enough to define a direction); computes the norms
-    where a sketch does not know them yet."""
-    if not all(s._n_kept for s in sketches):
-        return False
-    if any(s._row_sq is None for s in sketches):
-        xp = sketches[0]._placement.xp
-        top = stacked[:, :ell, ...]
-        row_sq = to_host(xp.sum(top * top, axis=2))
-        for s, sq in zip(sketches, row_sq, strict=True):
-            s._row_sq = sq
-    return all(s._row_sq.min() > _DIRECTION_TOL**2 * s._row_sq.max() for s in sketches)
-
-
-def _lockstep_shrink(sketches, stacked, ell, pending) -> None:
-    """The streamed shrink (:func:`_stream_shrink`) of every sketch's full buffer at once."""
-    placement = sketches[0]._placement
-    xp = placement.xp
-    J, r, _ = stacked.shape
-    N = stacked[:, ell:, ...]
-    block = N @ xp.permute_dims(stacked, (0, 2, 1))  # (J, r - ell, r): [N B^T, N N^T]
-    values = to_host(xp.concat([xp.reshape(block, (-1,)), pending]))
-    grams = np.zeros((J, r, r))
-    grams[:, ell:, :] = values[: J * (r - ell) * r].reshape(J, r - ell, r)
-    grams[:, :ell, ell:] = np.swapaxes(grams[:, ell:, :ell], 1, 2)  # symmetric, as buffer_gram
-    for j, s in enumerate(sketches):
-        grams[j].flat[: ell * (r + 1) : r + 1] = s._row_sq
-        s._flush_energy(values[J * (r - ell) * r + j])
-
-    def factors(j):
-        s = sketches[j]
-        return _stream_shrink_factors(
-            grams[j], ell, s._row_sq, s._loss, s.squared_norm, s.total_shrinkage, s.n_columns
+            self.load(sketches)
+            return
+        if self.row_sq is None:
+            top = stacked[:, :ell, ...]
+            self.row_sq = np.asarray(to_host(row_sums_of_squares(top)), dtype=np.float64)
+        block, pending = sketch_grams(stacked, ell, self.pending)
+        self._count(pending)
+        grams = np.zeros((J, r, r))
+        diagonal = np.arange(ell)
+        grams[:, diagonal, diagonal] = self.row_sq
+        grams[:, ell:, :] = block
+        W, delta, H, new_sq = _shrink_factors(
+            grams, ell, self.row_sq, self.loss, self.energy, self.shrinkage, m
         )
+        placement = first._placement
+        stacked[:, :ell, ...] = placement.asarray(W, np.float64) @ stacked
+        self.shrinkage += delta
+        self.loss, self.row_sq = H, new_sq
 
-    shrunk = map_tasks(factors, range(J))
-    W = placement.asarray(np.stack([f[0] for f in shrunk]), np.float64)
-    stacked[:, :ell, ...] = W @ stacked
-    for s, (_, delta, H, new_sq) in zip(sketches, shrunk, strict=True):
-        s._filled = ell
-        s.total_shrinkage += delta
-        s._loss = H
-        s._row_sq = new_sq
+    def store(self, sketches: list, filled: int, added: int) -> None:
+        """Write the state back into the sketches (``filled`` rows buffered, ``added`` rows
+        more seen); pending energy stays pending (a device's, until it is read)."""
+        pending, self.pending = self.pending, None
+        for j, s in enumerate(sketches):
+            s._filled = filled
+            s.n_rows_seen += added
+            s._loss = self.loss[j]
+            s._row_sq = None if self.row_sq is None else self.row_sq[j]
+            s.total_shrinkage = float(self.shrinkage[j])
+            s._energy_pending = None
+            s.squared_norm = float(self.energy[j])
+            if pending is not None:
+                s._add_pending_energy(pending[j])
 
 
 def _poly_hash(coefs, x: np.ndarray) -> np.ndarray:

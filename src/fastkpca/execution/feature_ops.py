@@ -25,8 +25,14 @@ differs between the host and a device is here, each with one signature:
   on one thread; on a device one product;
 - the CountSketch of a block of rows (:func:`bucket_sums`): scipy's sparse product on the host,
   PyTorch's ``index_add_`` or a one-hot product elsewhere;
-- how independent sketches take their rows (:func:`lockstep_rows`): each on a worker thread on
-  the host, all in lockstep (one batched shrink) on a device.
+- the Frequent Directions sketches' shrinks (:mod:`fastkpca.sketch`), batched over sketches
+  that go in lockstep: how many sketches one worker takes in lockstep (:func:`lockstep_width`:
+  on the host a share of them per worker thread, on a device all of them), the new rows' block
+  of their buffers' Grams on the host (:func:`sketch_grams`: a batched product and numpy's
+  SYRK per sketch on the host, one batched product and one transfer from a device), their
+  small eigendecompositions (:func:`stacked_eigh`: numpy's LAPACK over the stack, shared out to
+  the worker threads where the caller is not one) and the rows' energies
+  (:func:`stack_sums_of_squares`).
 """
 
 from __future__ import annotations
@@ -39,10 +45,10 @@ import numpy as np
 import scipy.fft
 import scipy.sparse as sp
 
-from .arrays import placement_of
-from .budget import FEATURE_DEVICE_TEMPORARIES, tile_rows
+from .arrays import placement_of, to_host
+from .budget import FEATURE_DEVICE_TEMPORARIES, LOCKSTEP_CHUNK_BYTES, tile_rows
 from .memory import require_memory
-from .threads import SHARE_ROWS, map_row_chunks, sum_over_shares
+from .threads import SHARE_ROWS, map_row_chunks, n_workers, sum_over_shares
 
 __all__ = [
     "ChunkBuffers",
@@ -53,12 +59,16 @@ __all__ = [
     "fwht",
     "hadamard",
     "irfft",
-    "lockstep_rows",
+    "lockstep_chunk_rows",
+    "lockstep_width",
     "map_rows",
     "rfft",
     "row_chunk_rows",
     "row_sums_of_squares",
+    "sketch_grams",
     "sparse_product",
+    "stack_sums_of_squares",
+    "stacked_eigh",
     "sum_of_squares",
     "sum_over_row_shares",
 ]
@@ -132,15 +142,112 @@ def map_rows(X, width: int, dtype, chunk: Callable, *, out=None):
     return Z
 
 
-def lockstep_rows(X, n_rows: int, cycle: int) -> int:
-    """How many of the next ``n_rows`` rows of X independent sketches take in lockstep: whole
-    cycles of ``cycle`` rows (a run for every sketch), whose shrinks are batched into one step
-    for all (:func:`fastkpca.sketch.extend_in_lockstep`), on a device, where each sketch's own
-    shrinks would cost a round trip to the host apiece; none on the host, where each sketch
-    takes its rows on a worker thread (:func:`~fastkpca.execution.map_tasks`) instead."""
+#: Sketches one host worker thread takes in lockstep at most (:func:`lockstep_width`): each
+#: round of a lockstep costs about 30 numpy calls whatever the number of sketches, so 8 sketches
+#: of ``batch_size`` 40 spread them over 320 rows; more would only grow the working set (their
+#: buffers and feature chunks, 8 MiB at m = 1000) beyond the L2 cache.
+MAX_LOCKSTEP = 8
+
+
+def lockstep_width(X, n_sketches: int) -> int:
+    """How many of ``n_sketches`` sketches in one state, taking rows of X, one worker takes in
+    lockstep (:func:`fastkpca.sketch.extend_in_lockstep`: their shrinks batched).
+
+    On the host an even share per worker thread (:func:`~fastkpca.execution.n_workers`), at
+    most :data:`MAX_LOCKSTEP`, so that every thread batches the shrinks of its own sketches; on
+    a device all of them, in the calling thread: one batched product and one transfer per round
+    for all the sketches, their small eigendecompositions shared out to the host's threads
+    (:func:`stacked_eigh`).  Which sketches go together never changes what any of them computes:
+    the batched steps are the same per-sketch operations."""
+    n_sketches = max(1, int(n_sketches))
+    if not placement_of(X).host:
+        return n_sketches
+    per_worker = -(-n_sketches // max(1, n_workers()))
+    return max(1, min(MAX_LOCKSTEP, per_worker))
+
+
+def lockstep_chunk_rows(X, n_sketches: int, width: int, itemsize: int, host_rows: int) -> int:
+    """Rows per sketch of one feature chunk of sketches in lockstep (an ``(n_sketches, rows,
+    width)`` array): ``host_rows`` on the host (in cache, per worker thread); on a device the
+    chunk that fits :data:`~fastkpca.execution.budget.LOCKSTEP_CHUNK_BYTES` and the device's
+    free memory (:func:`row_chunk_rows`), at least one row."""
     if placement_of(X).host:
-        return 0
-    return n_rows - n_rows % max(1, int(cycle))
+        return host_rows
+    per_sketch = LOCKSTEP_CHUNK_BYTES // max(1, n_sketches * width * itemsize)
+    device = row_chunk_rows(X, width * max(1, n_sketches), itemsize)
+    return max(1, min(per_sketch, device))
+
+
+def sketch_grams(C, n_kept: int, extra=None):
+    """The new rows' block of the Grams of stacked Frequent Directions buffers, on the host.
+
+    ``C`` is ``(J, r, m)``, float64, of any namespace: J buffers whose first ``n_kept`` rows are
+    a shrunk sketch B (orthogonal rows, whose Gram ``B B^T`` is diagonal and known to the
+    caller) and whose other rows N are new.  Returns the host float64 ``(J, r - n_kept, r)``
+    array ``N [B; N]^T`` (its ``[..., n_kept:]`` block ``N N^T`` exact in its lower triangle at
+    least: what ``numpy.linalg.eigh`` reads) and ``extra`` (a ``(J,)`` array of C's namespace,
+    e.g. the rows' energies) on the host, or None.
+
+    On the host ``N B^T`` is one batched product and ``N N^T`` numpy's SYRK of each sketch (half
+    the multiply-adds of a product); on a device one batched product, moved to the host with
+    ``extra`` in one transfer.
+    """
+    placement = placement_of(C)
+    k = int(n_kept)
+    if placement.host:
+        J, r, _ = C.shape
+        N = C[:, k:, :]
+        out = np.empty((J, r - k, r))
+        np.matmul(N, C[:, :k, :].transpose(0, 2, 1), out=out[:, :, :k])
+        for j in range(J):
+            out[j, :, k:] = N[j] @ N[j].T  # numpy's SYRK (a @ a.T of one array)
+        return out, (None if extra is None else np.asarray(extra, dtype=np.float64))
+    xp = placement.xp
+    N = C[:, k:, ...]
+    block = N @ xp.permute_dims(C, (0, 2, 1))
+    J, b, r = block.shape
+    if extra is None:
+        return np.asarray(to_host(block), dtype=np.float64), None
+    values = np.asarray(
+        to_host(xp.concat([xp.reshape(block, (-1,)), xp.astype(extra, xp.float64)])),
+        dtype=np.float64,
+    )
+    return values[: J * b * r].reshape(J, b, r), values[J * b * r :]
+
+
+def stacked_eigh(G: np.ndarray):
+    """Eigenpairs of a stack of small symmetric host matrices ``(J, r, r)`` (lower triangles
+    read), eigenvalues descending: ``(values (J, r), vectors (J, r, r))``, vectors in columns.
+
+    numpy's LAPACK (``syevd``, which releases the interpreter lock) over the stack; called
+    outside a worker thread (a device fit's batched shrink), a stack of several is shared out
+    to the worker threads (:func:`~fastkpca.execution.map_row_chunks`), each matrix's
+    eigendecomposition the same whatever the share.  One matrix (a sketch's own shrink) is
+    decomposed right here: the thread count is not worth reading for it."""
+    J = G.shape[0]
+    if J == 1:
+        w, v = np.linalg.eigh(G)
+        return w[:, ::-1], v[:, :, ::-1]
+    vals = np.empty(G.shape[:2])
+    vecs = np.empty(G.shape)
+
+    def part(start: int, stop: int) -> None:
+        w, v = np.linalg.eigh(G[start:stop])
+        vals[start:stop] = w[:, ::-1]
+        vecs[start:stop] = v[:, :, ::-1]
+
+    map_row_chunks(J, part, chunk_rows=max(1, -(-J // max(1, n_workers()))))
+    return vals, vecs
+
+
+def stack_sums_of_squares(A):
+    """``sum_ik A_jik^2`` for every j of a float64 ``(J, t, m)`` stack: a ``(J,)`` array of A's
+    namespace (numpy's ``einsum`` on the host, without a temporary)."""
+    placement = placement_of(A)
+    if placement.host:
+        return np.einsum("jik,jik->j", A, A)
+    xp = placement.xp
+    return xp.sum(xp.reshape(A * A, (A.shape[0], -1)), axis=1)
 
 
 class ChunkBuffers:
@@ -292,15 +399,16 @@ def bucket_sums(S: sp.csr_matrix, Z):
 
 
 def row_sums_of_squares(A, dtype=None):
-    """``sum_j A_ij^2`` for every row of A, in ``dtype`` (default A's), an array of A's
-    namespace; on the host by ``einsum`` (no temporary of A's size)."""
+    """``sum_k A_...k^2`` over the last axis of A (the squared norm of every row of a matrix,
+    or of a stack of them), in ``dtype`` (default A's), an array of A's namespace; on the host
+    by ``einsum`` (no temporary of A's size)."""
     placement = placement_of(A)
     if placement.host:
-        return np.einsum("ij,ij->i", A, A, dtype=dtype)
+        return np.einsum("...k,...k->...", A, A, dtype=dtype)
     xp = placement.xp
     if dtype is not None:
         A = xp.astype(A, placement.dtype(dtype))
-    return xp.sum(A * A, axis=1)
+    return xp.sum(A * A, axis=-1)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -32,12 +32,12 @@ streams mergeable.
 The same on every namespace (:meth:`FeatureSketch.update_rows`): the sketches' buffers and the
 feature sum live with the rows (:class:`fastkpca.sketch.FrequentDirections`), and the same rows
 go to the same sketch whatever the placement, so the same model up to rounding (a different
-assignment would give a different FD sketch, not a rounding of this one).  What differs is how
-the sketches take their rows, decided by the execution layer: on the host each on a worker
-thread, computing the features of its rows 256 at a time in cache; on a device whole cycles of
-runs in lockstep, one batched shrink for all the sketches
-(:func:`~fastkpca.execution.feature_ops.lockstep_rows`,
-:func:`~fastkpca.sketch.extend_in_lockstep`), and the rest of the rows run by run.
+assignment would give a different FD sketch, not a rounding of this one).  The sketches that
+get runs of equal lengths take them in lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`:
+their shrinks batched, the same arithmetic per sketch); what the execution layer decides is how
+many go together (:func:`~fastkpca.execution.feature_ops.lockstep_width`): on the host a share
+per worker thread, each computing its sketches' features 256 rows at a time in cache; on a
+device all of them, one batched shrink per round.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._feature_map import float_type
-from ..execution import CHUNK_ROWS, map_tasks, one_blas_thread
+from ..execution import CHUNK_ROWS, map_tasks
 from ..execution.arrays import placement_of, to_host
-from ..execution.budget import LOCKSTEP_CHUNK_BYTES, SKETCHES_MEMORY_MB
-from ..execution.feature_ops import ChunkBuffers, block_rows, lockstep_rows
+from ..execution.budget import SKETCHES_MEMORY_MB
+from ..execution.feature_ops import ChunkBuffers, lockstep_chunk_rows, lockstep_width
 from ..execution.linalg import eigh, qr
 from ..features import FeatureMap, column_sums
 from ..sketch import FrequentDirections, default_batch_size, extend_in_lockstep
@@ -189,11 +189,7 @@ class FeatureSketch:
     def update(self, Z) -> FeatureSketch:
         """Add a block of feature rows (finite: the features of validated input)."""
         self._take_sum_to(Z)
-        jobs = [
-            (self._part(j), [Z[lo:hi, ...] for lo, hi in spans])
-            for j, spans in self._deal_range(0, Z.shape[0])
-        ]
-        self._run(_extend, jobs)
+        self._add(Z, _copy_rows(Z), Z.dtype, Z.shape[1])
         return self._added(Z.shape[0])
 
     def update_rows(self, X, fmap: FeatureMap) -> FeatureSketch:
@@ -203,36 +199,18 @@ class FeatureSketch:
         formed).  The same rows go to the same sketch as with ``update(fmap(X))``; the features
         agree to their float32 rounding.
 
-        The block is taken in chunks (the whole block on the host; on a device, chunks sized
-        from its free memory, whole cycles of :data:`SPLIT_ROWS`-row runs for every sketch where
-        they fit): the leading whole cycles of a chunk that
-        :func:`~fastkpca.execution.feature_ops.lockstep_rows` gives go to all the sketches in
-        lockstep (:meth:`_extend_in_lockstep`), the rest run by run, each sketch's runs as a
-        job on the worker threads (:meth:`_run`).
+        The sketches that get rows go in lockstep groups (:meth:`_add`), each group's features
+        computed chunk by chunk as its sketches take them.
         """
         X = fmap._rows(X)  # dense float rows of their namespace, or CSR; width checked
         self._take_sum_to(X)
-        m = fmap.n_output_features
         dtype = fmap.feature_dtype(float_type(X))
-        n_rows = X.shape[0]
-        # Chunks of whole runs, so that each run's rows come from one chunk, and of whole
-        # cycles (a run for every sketch) where they fit, for the lockstep.
-        cycle = SPLIT_ROWS * len(self.parts)
-        step = block_rows(X, max(1, n_rows), m, 4)
-        if step < cycle and cycle * m * 4 <= LOCKSTEP_CHUNK_BYTES:
-            step = cycle
-        step = step - step % cycle if step >= cycle else max(SPLIT_ROWS, step - step % SPLIT_ROWS)
-        chunk = block_rows(X, CHUNK_ROWS, m, np.dtype(dtype).itemsize)
-        buffers = ChunkBuffers(X)
-        for done in range(0, n_rows, step):
-            stop = min(n_rows, done + step)
-            start = done + self._extend_in_lockstep(X, fmap, done, stop)
-            jobs = [
-                (self._part(j), X, fmap, spans, chunk, buffers, dtype)
-                for j, spans in self._deal_range(start, stop)
-            ]
-            self._run(_extend_features, jobs)
-        return self._added(n_rows)
+
+        def write(start, stop, out):
+            return fmap._chunk(X[start:stop, ...], out)
+
+        self._add(X, write, dtype, fmap.n_output_features)
+        return self._added(X.shape[0])
 
     def _take_sum_to(self, X) -> None:
         """Move the feature sum to the placement of the rows X, which are about to be added."""
@@ -240,45 +218,46 @@ class FeatureSketch:
         if placement_of(self.feature_sum) != placement:
             self.feature_sum = placement.asarray(self.feature_sum, np.float64)
 
-    def _extend_in_lockstep(self, X, fmap: FeatureMap, done: int, stop: int) -> int:
-        """Add the features of the leading whole cycles of the rows ``done:stop`` of the block
-        X (a cycle gives every sketch one run of :data:`SPLIT_ROWS` rows) with all sketches in
-        lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`: one batched shrink for all of
-        them instead of one round trip each), where the execution layer has them go in
-        lockstep (:func:`~fastkpca.execution.feature_ops.lockstep_rows`: on a device).  Returns
-        the number of rows added: 0 also where the rows do not start a cycle or the sketches
-        are not in one state (then they take their rows one by one, the same sketches)."""
-        J = len(self.parts)
-        cycle = SPLIT_ROWS * J
-        rows = lockstep_rows(X, stop - done, cycle)
-        if rows == 0 or (self.n + done) % cycle:
-            return 0
+    def _add(self, X, write, dtype, m: int) -> None:
+        """Add the rows of the block X to the sketches its runs are dealt to.
+
+        ``write(start, stop, out)`` gives the feature rows ``start:stop`` of the block (written
+        into ``out`` when it is not None).  The sketches that get rows are grouped: those in one
+        state (rows buffered, shrunk or not) that get runs of the same lengths go in lockstep
+        (:func:`~fastkpca.sketch.extend_in_lockstep`, their shrinks batched), in pieces of
+        :func:`~fastkpca.execution.feature_ops.lockstep_width` sketches (on the host a share of
+        them per worker thread; on a device all of them), the pieces run on the worker threads
+        (:meth:`_run`).  Each sketch's features are computed in chunks of its runs
+        (:func:`~fastkpca.execution.feature_ops.lockstep_chunk_rows`: 256 rows on the host),
+        whose rows depend on the rows and the blocking only, and neither grouping changes what a
+        sketch computes: the model does not depend on the number of threads.
+        """
         placement = placement_of(X)
-        m = fmap.n_output_features
-        parts = [self._part(j) for j in range(J)]
-        for part in parts:
-            part._moved_to(placement)
+        groups: dict = {}
+        for j, spans in self._deal_range(0, X.shape[0]):
+            part = self._part(j)
+            if not (part.n_rows_seen or part._filled):
+                part._moved_to(placement)  # an empty sketch lives where its rows come from
             if part._buffer is None:
                 part._allocate(m)
-        lead = parts[0]
-        same = all(
-            (p._filled, p._n_kept, p._buffer.shape)
-            == (lead._filled, lead._n_kept, lead._buffer.shape)
-            for p in parts
-        )
-        if not same or lead._buffer.shape[0] > lead.n_columns:
-            return 0
-        xp = placement.xp
-        Z = fmap._chunk(X[done : done + rows, ...])  # one chunk: sized from free memory
-        self.feature_sum += column_sums(Z)
-        n_cycles = rows // cycle
-        Z = xp.reshape(Z, (n_cycles, J, SPLIT_ROWS, m))
-        Z = xp.reshape(xp.permute_dims(Z, (1, 0, 2, 3)), (J, n_cycles * SPLIT_ROWS, m))
-        # The shrinks' small host eigendecompositions with one BLAS thread (idle BLAS threads'
-        # spin-waits cost more than these small problems).
-        with one_blas_thread():
-            extend_in_lockstep(parts, Z)
-        return rows
+            key = (
+                part._filled,
+                part._n_kept,
+                part._placement.name,
+                tuple(hi - lo for lo, hi in spans),
+            )
+            groups.setdefault(key, []).append((part, spans))
+        itemsize = np.dtype(dtype).itemsize
+        pieces = []
+        for group in groups.values():
+            width = lockstep_width(X, len(group))
+            pieces += [group[i : i + width] for i in range(0, len(group), width)]
+        if not pieces:
+            return
+        width = max(len(piece) for piece in pieces)
+        chunk = lockstep_chunk_rows(X, width, m, itemsize, CHUNK_ROWS)
+        buffers = ChunkBuffers(X)
+        self._run(_extend_group, [(piece, write, chunk, buffers, dtype, m) for piece in pieces])
 
     def _deal_range(self, start: int, stop: int) -> list:
         """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows ``start:stop``
@@ -295,11 +274,11 @@ class FeatureSketch:
         return [(j, own) for j, own in enumerate(spans) if own]
 
     def _run(self, extend, jobs: list) -> None:
-        """``extend(*job)`` for each sketch's job, on up to
+        """``extend(*job)`` for each lockstep piece, on up to
         :func:`~fastkpca.execution.n_workers` threads with BLAS held to one thread
         (:func:`~fastkpca.execution.map_tasks`: the shrinks are small eigendecompositions and
         the feature products small GEMMs, where more BLAS threads only spin); the column sums
-        the jobs return are added in sketch order."""
+        the jobs return are added in job order."""
         for part_sum in map_tasks(_run_job, [(extend, job) for job in jobs]):
             self.feature_sum += part_sum
 
@@ -333,39 +312,53 @@ def _run_job(task):
     return extend(*job)
 
 
-def _zeros_like_row(Z):
-    """float64 zeros of Z's width, namespace and device: a column-sum total."""
-    placement = placement_of(Z)
-    xp = placement.xp
-    return xp.zeros((Z.shape[1],), dtype=xp.float64, device=placement.device)
+def _copy_rows(Z):
+    """``write`` of :meth:`FeatureSketch._add` for feature rows already computed: rows of Z."""
+
+    def write(start, stop, out):
+        rows = Z[start:stop, ...]
+        if out is None:
+            return rows
+        out[...] = rows
+        return out
+
+    return write
 
 
-def _extend(sketch: FrequentDirections, pieces: list):
-    """Add the pieces to the sketch; returns their float64 column sum (summed here, in the
-    sketch's thread: a float32 -> float64 sum of a whole block took ~0.5 us per row on one
-    core, 0.5 s of a 10^6-row fit)."""
-    total = _zeros_like_row(pieces[0])
-    for rows in pieces:
-        sketch._extend(rows)
-        total += column_sums(rows)
-    return total
+def _extend_group(piece: list, write, chunk: int, buffers, dtype, m: int):
+    """Add their rows to the sketches of one lockstep piece (``(sketch, spans)`` pairs, the
+    spans of equal lengths), ``chunk`` rows of each sketch at a time: each sketch's features of
+    a chunk written by ``write`` (on the host into this thread's ``(J, chunk, m)`` buffer,
+    :class:`~fastkpca.execution.feature_ops.ChunkBuffers`; on a device stacked), then taken by
+    all the sketches at once (:func:`~fastkpca.sketch.extend_in_lockstep`).  Returns their
+    float64 column sum (each sketch's chunk summed as :func:`~fastkpca.features.column_sums`
+    sums a chunk, so the grouping changes the order of float64 additions only)."""
+    sketches = [part for part, _ in piece]
+    spans = [own for _, own in piece]
+    J = len(piece)
+    lengths = [hi - lo for lo, hi in spans[0]]
+    work = buffers.get("features", J * chunk, m, dtype)
+    stack = None if work is None else work.reshape(J, chunk, m)
+    totals: list = []
 
+    def chunks():
+        for k, length in enumerate(lengths):
+            for a in range(0, length, chunk):
+                c = min(chunk, length - a)
+                starts = [own[k][0] + a for own in spans]
+                if stack is None:
+                    rows = [write(start, start + c, None) for start in starts]
+                    block = placement_of(rows[0]).xp.stack(rows)
+                else:
+                    block = stack[:, :c, :]
+                    rows = [write(start, start + c, block[j]) for j, start in enumerate(starts)]
+                totals.extend(column_sums(r) for r in rows)
+                yield block
 
-def _extend_features(sketch: FrequentDirections, X, fmap, spans: list, chunk: int, buffers, dtype):
-    """Compute the features of the rows ``lo:hi`` of X for each span, ``chunk`` rows at a time
-    (:meth:`FeatureMap._chunk <fastkpca.features.FeatureMap>`, into this thread's buffer on the
-    host: :class:`~fastkpca.execution.feature_ops.ChunkBuffers`), and add them to the sketch;
-    returns their float64 column sum.  Runs in the sketch's thread."""
-    m = fmap.n_output_features
-    total = None
-    for lo, hi in spans:
-        for start in range(lo, hi, chunk):
-            stop = min(hi, start + chunk)
-            out = buffers.get("features", stop - start, m, dtype)
-            rows = fmap._chunk(X[start:stop, ...], out)
-            sketch._extend(rows)
-            part = column_sums(rows)
-            total = part if total is None else total + part
+    extend_in_lockstep(sketches, chunks())
+    total = totals[0]
+    for part in totals[1:]:
+        total = total + part
     return total
 
 
