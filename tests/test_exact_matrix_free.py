@@ -14,6 +14,7 @@ from fastkpca._centering import center_gram_inplace
 from fastkpca.decomposition import exact
 from fastkpca.decomposition.exact import exact_kpca, matrix_free_kpca
 from fastkpca.execution import budget, using_n_jobs
+from fastkpca.execution.arrays import Placement
 from fastkpca.execution.kernel_ops import CenteredGramOperator
 from fastkpca.kernels import make_kernel
 from fastkpca.solvers import eigh_topk
@@ -254,6 +255,10 @@ def test_auto_goes_matrix_free_where_the_fit_runs(namespace, data, monkeypatch):
     calls = _spy(monkeypatch)
     ref = ExactKPCA(4, gamma=0.15, random_state=0).fit(X)
     monkeypatch.setenv("FASTKPCA_MEMORY", "100000")  # < 300^2 * 8 bytes
+    # a device's own free memory decides there: as little, yet room for strips of rows
+    monkeypatch.setattr(
+        Placement, "free_memory_bytes", lambda self: 500_000 if self.is_cuda else None
+    )
     model = ExactKPCA(4, gamma=0.15, random_state=0).fit(namespace.to_ns(X))
     assert calls == [X.shape]
     assert namespace.is_native(model.eigenvectors_)

@@ -569,9 +569,23 @@ def _describe(value) -> str:
 
 
 def _projection(N, components):
-    """``N^T components^T`` (c x k): all ``transform`` needs of the whitening N."""
+    """``N^T components^T`` (c x k): all ``transform`` needs of the whitening N.
+
+    The whitening is unique only up to a rotation of its rows (pivoted Cholesky in host memory,
+    ``eigh`` on a GPU), the projection is not: each column's sign is fixed on it (its entry of
+    largest magnitude positive, ``svd_flip``'s rule), the component's row flipped with it, so
+    every placement gives the same model.
+    """
     with one_blas_thread():  # a fixed summation order, whatever other threads hold the BLAS
-        return N.T @ components.T
+        P = N.T @ components.T
+    xp = placement_of(P).xp
+    if 0 in tuple(P.shape):
+        return P
+    picked = xp.take_along_axis(P, xp.argmax(xp.abs(P), axis=0)[None, :], axis=0)[0, :]
+    signs = xp.where(picked < 0, -xp.ones_like(picked), xp.ones_like(picked))
+    P *= signs
+    components *= signs[:, None]
+    return P
 
 
 def _diag_sum(blocks, kernel) -> float:
