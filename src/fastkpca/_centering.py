@@ -23,9 +23,9 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from .execution import linalg
-from .execution.arrays import placement_of
+from .execution.arrays import get_namespace, placement_of
 from .execution.budget import chunk_rows
-from .execution.elementwise import as_float64, namespace_of
+from .execution.elementwise import as_float64
 
 __all__ = [
     "CenteringStats",
@@ -53,7 +53,7 @@ def normalize_weights(weights, n: int):
     uniform)."""
     if weights is None:
         return None
-    xp = namespace_of(weights)
+    xp = get_namespace(weights)
     w = xp.reshape(as_float64(xp.asarray(weights)), (-1,))
     if tuple(w.shape) != (n,):
         raise ValueError(f"weights has shape {tuple(w.shape)}, expected ({n},)")
@@ -96,7 +96,7 @@ def gram_row_stats(K, weights=None, *, block: int | None = None) -> CenteringSta
     w = normalize_weights(weights, K.shape[0])
     w = None if w is None else _on_placement_of(w, K)
     row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
-    total = float(namespace_of(K).mean(row_means) if w is None else row_means @ w)
+    total = float(get_namespace(K).mean(row_means) if w is None else row_means @ w)
     return CenteringStats(col_means=row_means, total_mean=total)
 
 
@@ -107,7 +107,7 @@ def center_gram_inplace(K, weights=None, *, block: int | None = None) -> Centeri
     time, so the only extra memory is O(n) and one block.
     """
     stats = gram_row_stats(K, weights, block=block)
-    xp = namespace_of(K)
+    xp = get_namespace(K)
     n = K.shape[0]
     block = block or _block_rows(n)
     r = stats.col_means
@@ -125,7 +125,7 @@ def center_gram_out_of_sample(K_new, stats: CenteringStats, weights=None):
     Modifies ``K_new`` in place and returns it; the statistics may live on the host when K_new
     is on a device.
     """
-    xp = namespace_of(K_new)
+    xp = get_namespace(K_new)
     w = normalize_weights(weights, K_new.shape[1])
     w = None if w is None else _on_placement_of(w, K_new)
     Kd = as_float64(K_new)

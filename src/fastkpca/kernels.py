@@ -55,7 +55,6 @@ from .execution.elementwise import (
     l1_distances,
     matmul,
     max_finite,
-    namespace_of,
     ones_rows,
     row_center,
     row_l1_norms,
@@ -491,7 +490,7 @@ class Matern(_Radial):
         nu = self.nu
         if np.isinf(nu):
             return exp_(E)
-        xp = namespace_of(E)
+        xp = get_namespace(E)
         r = xp.sqrt(-E) / self.length_scale
         if nu == 0.5:
             r *= -1.0
@@ -624,7 +623,7 @@ class Cosine(_Dot):
         6.4e-323, 1 % off).  Rows whose squared norm overflows are refused, as by every kernel
         of inner products (ValueError)."""
         max_finite(row_sq_norms(X64))
-        xp = namespace_of(X64)
+        xp = get_namespace(X64)
         top = row_max_abs(X64)
         X = divide_rows(X64, xp.where(top == 0.0, 1.0, top))
         norms = xp.sqrt(row_sq_norms(X))
@@ -658,7 +657,7 @@ class Sigmoid(_Dot):
         return tanh_(K)
 
     def _map_diag(self, sq):
-        return namespace_of(sq).tanh(self.gamma * sq + self.coef0)
+        return get_namespace(sq).tanh(self.gamma * sq + self.coef0)
 
 
 KERNELS: dict[str, type[Kernel]] = {

@@ -24,9 +24,16 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .. import solvers
 from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
-from ..execution.arrays import check_device, is_array, output_like, placement_of, to_host
+from ..execution.arrays import (
+    check_device,
+    get_namespace,
+    is_array,
+    output_like,
+    placement_of,
+    to_host,
+)
 from ..execution.budget import GRAM_FRACTION, centering_rows
-from ..execution.elementwise import as_float64, namespace_of
+from ..execution.elementwise import as_float64
 from ..execution.kernel_ops import kernel_matmat, symmetric_gram
 from ..kernels import Kernel, make_kernel, result_dtype
 from ..source import check_block
@@ -314,7 +321,7 @@ class KernelPCA(BaseKPCA):
     def fit_transform(self, X, y=None, **params):
         """Fit and return the training projections ``eigenvectors_ * sqrt(eigenvalues_)``."""
         self._fit(X)
-        xp = namespace_of(self.eigenvectors_)
+        xp = get_namespace(self.eigenvectors_)
         return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
 
     def _fit(self, X):
@@ -504,7 +511,7 @@ class KernelPCA(BaseKPCA):
         the rows' placement, in float64, cast to the rows' and the model's float dtype."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
-        xp = namespace_of(self.eigenvectors_)
+        xp = get_namespace(self.eigenvectors_)
         vals = xp.astype(self.eigenvalues_, xp.float64)
         alphas = xp.astype(self.eigenvectors_, xp.float64) * inverse_sqrt_or_zero(vals)[None, :]
         dtype = result_dtype(X, self.eigenvectors_)
