@@ -1,18 +1,10 @@
 """Feature-space centering of kernel matrices, in sample and out of sample, optionally weighted.
 
-With weights w (w >= 0, sum w = 1; uniform w = 1/n is ordinary centering) the feature-space mean
-is mu = sum_i w_i phi(x_i), and the centered kernel is
-
-    k~(x, y) = k(x, y) - (K w)(x) - (K w)(y) + w^T K w,
-
-i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)`` (Schoelkopf et al. 1998; the weighted form is the one the
-reduced-set method needs, Kingravi et al. Algorithm 1).  Nothing here forms the n x n centering
-matrix H: the in-sample version works in place on K, the implicit version is a LinearOperator.
-
-Written once over the array namespace of K (numpy, PyTorch, CuPy, any array-API library):
-statistics are accumulated in float64 whatever K's dtype, K is modified a row block at a time
-(blocks of the kernels' working-memory budget, :func:`fastkpca.execution.budget.chunk_rows`),
-in place; statistics fitted on the host are moved to K's device when it is used there.
+With weights w (w >= 0, sum w = 1; uniform is ordinary centering) the centered kernel is
+``k~(x, y) = k(x, y) - (K w)(x) - (K w)(y) + w^T K w``, i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)``
+(Schoelkopf et al. 1998; weighted: Kingravi et al. Algorithm 1).  The n x n centering matrix is
+never formed: K is centered in place a row block at a time, statistics in float64, over K's
+array namespace.
 """
 
 from __future__ import annotations

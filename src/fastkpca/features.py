@@ -606,20 +606,17 @@ def draw_feature_map(
         Shift-invariant for ``rff`` (rbf, laplacian, matern), isotropic for ``orf`` and
         ``fastfood`` (rbf, matern), polynomial for ``tensorsketch``; others raise ValueError.
     n_random_features : int
-        The number m of output columns asked for.  ``tensorsketch`` gives exactly m; the Fourier
-        maps draw ``ceil(m / 2)`` frequencies and output their cos / sin pairs, so
-        ``n_output_features = 2 * ceil(m / 2)`` (m rounded up to even).
+        The number m of output columns asked for; the Fourier maps output cos / sin pairs of
+        ``ceil(m / 2)`` frequencies (m rounded up to even).
     n_input_features : int
-        d, the width of the rows the map will be applied to.
+        d, the width of the rows.
     rng : numpy.random.Generator
-        The only source of randomness; the same generator state gives the same map.
+        The only source of randomness.
     input_sketch : None, "auto" or int
-        With ``features="rff"`` and an isotropic kernel: CountSketch the inputs to this width t
-        first, the features then cost O(nnz(x) + t m) a row instead of O(nnz(x) m) (Musco &
-        Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`, which states the kernel
-        error this adds and the ``"auto"`` width).
+        With ``features="rff"`` and an isotropic kernel: CountSketch the inputs to width t first
+        (Musco & Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`).
     name : str, default "n_random_features"
-        The caller's name for m, which error messages cite (the transformers': ``n_components``).
+        The caller's name for m, which error messages cite.
 
     Returns
     -------

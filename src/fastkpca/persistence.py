@@ -1,34 +1,22 @@
 """Model files: a fitted estimator saved as arrays plus JSON metadata, loaded without pickle.
 
 :func:`save_model` (``model.save(path)``) and :func:`load` (``fastkpca.load(path)``) store a fitted
-estimator as an ``.npz`` archive: one array per fitted array, plus a JSON metadata string
-(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, versions, estimator class, ``get_params()``, kernel
-config, the fitted attributes and their kinds, a SHA-256 of every array) and a SHA-256 of that
-metadata.  The checksums detect damage, not a deliberate forger, so :func:`load` treats every
-file as untrusted and checks, in this order, before any estimator exists:
-
-1. The archive, from its zip directory alone (its size read from the end record first): a
-   regular file of at most :data:`MAX_MEMBERS` members named plain ``name.npy``, none twice,
-   none encrypted, stored or deflated only, the metadata member present.
-2. The metadata: at most :data:`MAX_METADATA_BYTES` of valid JSON whose checksum matches, of a
-   known format version; every key of the expected type (trees at most :data:`MAX_DEPTH` deep,
-   strings at most :data:`MAX_STRING` characters), every array declared once.
-3. The arrays, before their data is read: each ``.npy`` header (at most :data:`MAX_NPY_HEADER`
-   bytes) and stored size agree with the metadata, and all together expand to at most
-   :data:`MAX_EXPANSION` times the file's size plus :data:`EXPANSION_SLACK`; then each checksum.
-4. The model: a whitelisted estimator class (:data:`fastkpca.decomposition.SAVEABLE`) and
-   declared state classes (:data:`fastkpca._model_schema.STATE_SCHEMAS`), so no other module is
-   imported; parameters that pass the estimator's own checks
-   (:func:`fastkpca._model_schema.check_params`); fitted attributes the class declares
-   (:data:`fastkpca._model_schema.FITTED_SCHEMAS`) with the declared kind, dtype, shape and
-   finite values; state objects checked before ``from_state`` runs, and their extra memory
-   refused up front when it does not fit; kernels fastkpca's own.  Files of earlier releases are
-   converted (:data:`fastkpca._model_schema.LEGACY_FITTED`,
-   :data:`fastkpca._model_schema.RENAMED_PARAMS`).
-
-Any failure is one ``ValueError`` naming the file and what is wrong; nothing in the file is ever
-executed.  :func:`save_model` runs the same model checks, so a model it writes loads.
-:func:`is_model_file` tells a model file from any other file cheaply.
+estimator as an ``.npz`` archive: one array per fitted array, a JSON metadata string
+(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, versions, class, ``get_params()``, kernel, fitted
+attributes and their kinds, a SHA-256 of every array) and a SHA-256 of that metadata.  The
+checksums detect damage, not a forger, so :func:`load` treats every file as untrusted and
+checks, before any estimator exists: the zip directory (at most :data:`MAX_MEMBERS` plain
+``name.npy`` members, stored or deflated); the metadata (at most :data:`MAX_METADATA_BYTES`,
+:data:`MAX_DEPTH` deep, strings at most :data:`MAX_STRING`); each array's header (at most
+:data:`MAX_NPY_HEADER` bytes) and size, all together at most :data:`MAX_EXPANSION` times the
+file plus :data:`EXPANSION_SLACK`, then each checksum; and the model: a whitelisted class
+(:data:`fastkpca.decomposition.SAVEABLE`, :data:`fastkpca._model_schema.STATE_SCHEMAS`),
+parameters that pass :func:`fastkpca._model_schema.check_params`, the fitted attributes
+:data:`fastkpca._model_schema.FITTED_SCHEMAS` declares, kernels fastkpca's own.  Files of
+earlier releases are converted (:data:`fastkpca._model_schema.LEGACY_FITTED`,
+:data:`fastkpca._model_schema.RENAMED_PARAMS`).  Any failure is one ``ValueError`` naming the
+file; nothing in it is executed.  :func:`save_model` runs the same model checks;
+:func:`is_model_file` tells a model file from any other cheaply.
 """
 
 from __future__ import annotations

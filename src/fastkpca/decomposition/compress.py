@@ -233,20 +233,16 @@ class CompressedKPCA(BaseKPCA):
 
     ``transform(X) = kernel_(X P, points_) @ coef_ + offset_`` (P = ``projection_``, or none),
     an unbiased estimate of the source model's transform for the rounding part (and for kernels
-    linear in dot products, the projection part).  Built from a fitted model only; it has no
-    ``fit``.
+    linear in dot products, the projection part).  It has no ``fit``.
 
     Parameters (recorded for ``get_params``)
     ----------------------------------------
     rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
-    n_jobs : int or None, default None
-        Threads of ``transform`` (scikit-learn's meaning); :func:`compress_expansion` takes the
-        source model's.
+    n_jobs, device : int or None, str or None
+        Where and with how many threads ``transform`` computes; :func:`compress_expansion`
+        takes the source model's.
     verbose : int, default 0
-        Kept for the shared estimator interface (``transform`` shows no progress bar).
-    device : None, str or torch.device, default None
-        Where ``transform`` computes (None: where the data live); :func:`compress_expansion`
-        takes the source model's.  The fitted arrays live where the source's expansion does.
+        Kept for the shared estimator interface.
 
     Attributes
     ----------

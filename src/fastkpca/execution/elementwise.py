@@ -1,19 +1,12 @@
 """Row and element-wise primitives of the kernels' math: one signature on every placement.
 
-The kernels of :mod:`fastkpca.kernels` are written once over the array namespace; the steps
-whose fast or only form differs by library are these functions, which take numpy arrays (and,
-where said, scipy.sparse rows on the host), PyTorch / CuPy arrays and any array-API array
-(``array_api_strict``):
-
-* in place where the library allows it (numpy's ``out=``, torch's ``exp_``): a kernel block
-  is overwritten step by step, with no second block in memory (:func:`exp_`, :func:`tanh_`,
-  :func:`clip_`, :func:`fill_diagonal_`);
-* products and norms of rows that may be scipy.sparse on the host, where centering or
-  densifying the rows would cost memory (:func:`matmul`, :func:`row_sq_norms`,
-  :func:`shift_rows`, :func:`with_columns`, :func:`l1_distances`, ...);
-* host-only special functions (:func:`bessel_kv`, scipy's ``kv`` for the Matern kernel of a
-  general nu): a kernel that needs one declares it has no namespace math, and its blocks of
-  device rows are computed on host copies (:mod:`fastkpca.execution.kernel_ops`).
+The steps of :mod:`fastkpca.kernels` whose fast or only form differs by library, for numpy
+(and where said scipy.sparse) rows, PyTorch / CuPy and any array-API array: in place where the
+library allows it (:func:`exp_`, :func:`tanh_`, :func:`clip_`, :func:`fill_diagonal_`);
+products and norms of rows that may be sparse (:func:`matmul`, :func:`row_sq_norms`,
+:func:`shift_rows`, :func:`with_columns`, :func:`l1_distances`, ...); host-only special
+functions (:func:`bessel_kv`: a kernel that needs one has no namespace math, and device rows'
+blocks are computed on host copies, :mod:`fastkpca.execution.kernel_ops`).
 """
 
 from __future__ import annotations

@@ -171,35 +171,34 @@ def grow_until(
     Parameters
     ----------
     fit_at : callable
-        ``fit_at(size)`` fits the model at that size (reusing earlier work where it can) and
-        returns it, or None to refuse the size (a budget): growth then ends.
+        ``fit_at(size)`` fits the model at that size and returns it, or None to refuse the size
+        (a budget): growth then ends.
     error : callable
         The estimated relative rank-k error of a fitted model, an
-        :class:`~fastkpca.statistics.probe.ErrorEstimate` (the probe's :meth:`error`).
+        :class:`~fastkpca.statistics.probe.ErrorEstimate`.
     first : int
         The first size.
     next_size : callable
-        ``next_size(size, estimate)``: the size after ``size`` (larger), or None at the largest.
+        ``next_size(size, estimate)``: the next (larger) size, or None at the largest.
     tol : float
         The allowed relative excess error.
     z : float
         The bound's multiple of the standard error
         (:data:`~fastkpca.statistics.probe.CONFIDENCE_Z`).
     is_exact : callable, optional
-        Whether a fitted model is exact KPCA (its error is 1 by construction: growth ends).
-        Default: ``solver_ == "exact_kpca"`` (``NystromKPCA``'s own exact path).
+        Whether a fitted model is exact KPCA (error 1: growth ends).  Default: ``solver_ ==
+        "exact_kpca"``.
     refine : callable, optional
-        Called once at most, when a standard error exceeds ``tol / z`` (no estimate of at least 1
-        can then meet tol): it may draw a larger probe and return True, and the estimate is
-        taken again.
+        Called at most once, when a standard error exceeds ``tol / z``: it may draw a larger
+        probe and return True, and the estimate is taken again.
     on_fit : callable, optional
-        ``on_fit(size, model, estimate)`` after each size (reports, progress).
+        ``on_fit(size, model, estimate)`` after each size.
 
     Returns
     -------
     Growth
-        The model kept: the first that meets tol; else the last fitted when the probe cannot
-        resolve tol, or the one with the lowest bound.
+        The first model that meets tol; else the last fitted when the probe cannot resolve tol,
+        or the one with the lowest bound.
     """
     if is_exact is None:
         is_exact = _solved_exactly
