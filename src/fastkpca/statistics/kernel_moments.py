@@ -219,16 +219,12 @@ def nystrom_whitening(W, floor: float = EIGENVALUE_FLOOR):
     """The whitening N of the landmark Gram W: ``z(x) = N k(L, x)`` are the Nystrom features.
 
     :func:`fastkpca.execution.linalg.whitening` with the threshold ``floor`` times W's largest
-    diagonal entry: in host memory the pivoted Cholesky ``P^T W P = R^T R`` stopped at the first
-    pivot below it, ``N = R_11^{-T} P_r^T`` (r x c), the Nystrom approximation on the r pivots
-    (the others are numerically in their span); on a GPU ``N = diag(w_r)^{-1/2} U_r^T`` from
-    W's ``eigh``, the same Nystrom Gram.
+    diagonal entry (pivoted Cholesky in host memory, ``eigh`` on a GPU: the same Nystrom Gram).
 
     Returns
     -------
     N : (r, c) float64, ``N W N^T = I_r`` (r >= 1 unless W = 0: ValueError)
-    Z : (r, c) float64, the landmarks' own features ``N W`` (for the pivoted Cholesky the
-        columns of R, un-permuted: free)
+    Z : (r, c) float64, the landmarks' own features ``N W``
     """
     xp = placement_of(W).xp
     top = float(xp.max(xp.linalg.diagonal(W))) if W.shape[0] else 0.0
@@ -248,12 +244,9 @@ def whitening_noise_gain(N) -> float:
 
 
 def nystrom_kpca(moments: KernelMoments, N, n_components: int):
-    """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments.
-
-    The scatter of z is ``N S N^T`` (r x r, S the kernel-row scatter); its eigenvalues are those
-    of the centered n x n Nystrom Gram.  Its top eigenpairs come from
-    :func:`fastkpca.solvers.eigh_topk` (``auto``: a dense solve up to r = 1000 in host memory,
-    block Krylov above; never a full eigendecomposition there), on N's namespace.
+    """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments: the
+    top eigenpairs (:func:`fastkpca.solvers.eigh_topk`) of the scatter ``N S N^T``, whose
+    eigenvalues are those of the centered n x n Nystrom Gram.
 
     Returns
     -------
@@ -291,14 +284,10 @@ def _padded(evals, U, n_components):
 # --- the one-pass randomized solver ---------------------------------------------------------
 def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working_memory_mb=None):
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
-    ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
-
-    Each row block is one :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass: every
-    chunk of kernel rows (``dtype``) is shifted and, while in cache, its products are added to
-    its share's float64 sketch (``2 c q`` flops a row); the shares' and blocks' sketches merge
-    exactly.  ``shift`` (near the rows' mean) keeps float32 products relative to the rows'
-    spread.  ``working_memory_mb`` is not used; it stays for callers that pass it.
-    """
+    ``k(L, x)`` over row blocks (S never formed): one
+    :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass a block, each chunk's products
+    added to its share's float64 sketch while in cache.  ``shift`` keeps float32 products
+    relative to the rows' spread; ``working_memory_mb`` is unused (kept for callers)."""
     p, q = T.shape
     placement = placement_of(T)
     low = dtype is not None and np.dtype(dtype) == np.float32
@@ -377,14 +366,9 @@ def _merged_with(T, a, b):
 
 
 def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
-    """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter.
-
-    Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee enlarging the
-    range only improves), the other half the leading left singular directions of the landmarks'
-    centered features Z (a randomized range finder, ``O(r c q)``): the landmarks are a sample of
-    the rows, so these directions approximate the top principal axes, which a Gaussian sketch
-    alone underestimates on the slowly decaying spectra of kernel matrices.
-    """
+    """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter:
+    half Gaussian (Tropp et al.'s), half the leading directions of the landmarks' centered
+    features (a randomized range finder), which approximate the top principal axes."""
     placement = placement_of(Z)
     xp = placement.xp
     r = Z.shape[0]
@@ -408,14 +392,10 @@ def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
 def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=None):
     """Top principal axes of the Nystrom features from a sketch of the kernel-row scatter.
 
-    The scatter of ``z = N k`` is ``C = N S N^T``.  Sketching S against ``T = N^T Omega``
-    (Omega r x q with orthonormal columns) gives ``N Y = C Omega``, the sketch of C itself, from
-    which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017, Alg. 3;
-    :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`) recovers the top
-    ``n_components`` eigenpairs; it never exceeds C's eigenvalues, and is exact when C has rank
-    at most q.  ``scale`` (the kernel's ``sum_i k(x_i, x_i)``, None: unknown) sets the rounding
-    threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`).  ``N Y`` is
-    formed on N's namespace, the (r, q) solve on host copies.
+    Sketching S against ``T = N^T Omega`` gives ``N Y = C Omega``, the sketch of ``C = N S N^T``,
+    from which :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd` (Tropp et al. 2017,
+    Alg. 3) recovers the top eigenpairs, never above C's.  ``scale`` (``sum_i k(x_i, x_i)``)
+    sets the rounding threshold (:func:`fastkpca.solvers.postprocess_eigen`).
 
     Returns
     -------
@@ -432,13 +412,9 @@ def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=
 
 
 def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
-    """Nystrom attributes of exact KPCA (all n rows as landmarks) from its dual solution.
-
-    With alpha the unit eigenvectors of the centered Gram and lambda their eigenvalues,
-    ``N = diag(lambda)^{-1/2} alpha^T`` (k x n), identity components and ``mean = N K 1 / n``
-    give ``(N k(X, x) - mean)`` = exact KPCA's centered projections (alpha is orthogonal to the
-    constant vector, so the other centering terms vanish); zero eigenvalues give zero rows.
-    The arrays are of the eigenvectors' namespace.
+    """Nystrom attributes of exact KPCA (all n rows as landmarks) from its dual solution:
+    ``N = diag(lambda)^{-1/2} alpha^T``, identity components, ``mean = N K 1 / n`` give exact
+    KPCA's projections (zero eigenvalues give zero rows), in the eigenvectors' namespace.
 
     Returns
     -------
