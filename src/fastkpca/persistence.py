@@ -362,13 +362,9 @@ def _state_class(name: str):
 
 
 def _registered_class(name, module=None):
-    """The class registered in the save whitelist under ``name``, or None.
-
-    The whitelist is :data:`fastkpca.decomposition.SAVEABLE` (class name -> defining module); the
-    class is looked up only in that module, and must be defined there (not re-exported).  A
-    ``module`` other than the registered one gives None, so a file cannot redirect the import.
-    Raises ImportError when the registered module is missing from this installation.
-    """
+    """The class registered in :data:`fastkpca.decomposition.SAVEABLE` under ``name``, looked up
+    only in (and defined in) its registered module; another ``module`` gives None.  ImportError
+    when the registered module is missing."""
     if not isinstance(name, str) or name not in SAVEABLE:
         return None
     registered = SAVEABLE[name]
@@ -406,14 +402,9 @@ def _saved_class(name, module=None):
 
 
 def fitted_attribute_names(cls) -> frozenset[str]:
-    """The fitted attributes a model file of ``cls`` may hold (its declaration in
-    :data:`fastkpca._model_schema.FITTED_SCHEMAS`).
-
-    Names that start with ``_``, do not end with ``_``, or name a member of the class (a method,
-    a property, a class attribute) or a constructor parameter are never included, whatever the
-    declaration says: loading sets nothing else, so a file cannot put a value where the class
-    has a method or a property (``transform``, ``__dict__``, ``__class__``).
-    """
+    """The fitted attributes a model file of ``cls`` may hold
+    (:data:`fastkpca._model_schema.FITTED_SCHEMAS`), never a private name, one not ending in
+    ``_``, a member of the class or a constructor parameter: a file cannot set a method."""
     schema = FITTED_SCHEMAS.get(cls.__name__)
     if schema is None:
         raise ValueError(
@@ -433,17 +424,12 @@ def _fitted_attributes(model) -> dict:
 
 
 def save_model(model, path, *, data=None) -> None:
-    """Write a (fitted) fastkpca estimator to ``path`` (see the module docstring for the format).
+    """Write a (fitted) fastkpca estimator to ``path`` (format: the module docstring).
 
-    The model passes the checks :func:`load` makes (its fitted attributes against their
-    declaration, its parameters through the estimator's own checks) before anything is
-    written, so a saved model loads.  The file is written to a temporary file beside ``path``
-    and renamed, so an interrupted save never leaves a half-written model under the final name
-    (:func:`atomic_output`).  ``data`` optionally describes the training file (``columns``: the
-    feature column names, ``label_column``, ``format``, ``libsvm_index_base``: 0 or 1); it is
-    kept in the metadata (``load_with_info``) so that the command line can read new files the
-    same way.  ``random_state`` given as a numpy Generator / RandomState cannot be stored and is
-    saved as None (it does not affect ``transform``).
+    The model passes :func:`load`'s checks before anything is written, and the file is renamed
+    into place (:func:`atomic_output`).  ``data`` optionally describes the training file
+    (``columns``, ``label_column``, ``format``, ``libsvm_index_base``), kept for
+    ``load_with_info``.  A Generator / RandomState ``random_state`` is saved as None.
     """
     cls = type(model)
     if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
