@@ -81,9 +81,7 @@ class ReducedSet:
         return int(self.centers.shape[0])
 
 
-# ---------------------------------------------------------------------------------------------
-# shadow density estimate (Kingravi et al., Algorithm 2)
-# ---------------------------------------------------------------------------------------------
+# --- shadow density estimate (Kingravi et al., Algorithm 2) ---------------------------------------
 def kernel_bandwidth(kernel: Kernel) -> tuple[float, str]:
     """The bandwidth sigma of a radial kernel and the distance it is a function of.
 
@@ -242,9 +240,7 @@ def shadow_density(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# the densities that take the number of centres m
-# ---------------------------------------------------------------------------------------------
+# --- the densities that take the number of centres m ----------------------------------------------
 def _dense_rows(X, idx) -> np.ndarray:
     """A dense copy of the rows ``X[idx]`` (X an array or a CSR matrix): centres are dense."""
     rows = X[idx]

@@ -115,9 +115,7 @@ def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
     return Q * signs
 
 
-# ------------------------------------------------------------------------------------------------
-# feature maps
-# ------------------------------------------------------------------------------------------------
+# --- feature maps ---------------------------------------------------------------------------------
 # Each map's ``_chunk`` is written once over the rows' array namespace; the execution layer runs
 # the chunks (``execution.feature_ops.map_rows``: on the host 256-row chunks on the
 # worker threads, written in place; on a device large chunks sized from its free memory).  The
@@ -374,9 +372,7 @@ class TensorSketchFeatureMap(FeatureMap):
         )
 
 
-# ------------------------------------------------------------------------------------------------
-# features of row blocks
-# ------------------------------------------------------------------------------------------------
+# --- features of row blocks -----------------------------------------------------------------------
 def _feature_block_rows(m: int, itemsize: int) -> int:
     """Rows per host feature block: DEFAULT_BLOCK_ROWS, or :data:`~fastkpca.execution.SHARE_ROWS`
     per worker thread above 8 threads, within ~2 block copies of
@@ -458,9 +454,7 @@ def feature_projection(X, fmap: FeatureMap, mean, components):
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# drawing
-# ------------------------------------------------------------------------------------------------
+# --- drawing --------------------------------------------------------------------------------------
 def _require_shift_invariant(kernel: Kernel, features: str):
     if not kernel.shift_invariant:
         raise ValueError(
@@ -733,9 +727,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_rand
     return fmap, rng
 
 
-# ------------------------------------------------------------------------------------------------
-# the scikit-learn transformers, moved to fastkpca.transformers
-# ------------------------------------------------------------------------------------------------
+# --- the scikit-learn transformers, moved to fastkpca.transformers --------------------------------
 #: Names this module held before they moved (name -> their module now).
 _MOVED = {
     "RandomFourierFeatures": "fastkpca.transformers",

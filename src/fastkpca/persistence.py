@@ -547,15 +547,9 @@ def _is_name_or_position(value) -> bool:
 
 @contextlib.contextmanager
 def atomic_output(path) -> Iterator[Path]:
-    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds.
-
-    On any error or interruption (any ``BaseException``: ``KeyboardInterrupt``, the
-    ``SystemExit`` of a signal handler), from the moment the temporary file exists, it is
-    removed and ``path`` is left as it was: an existing file keeps its content, a missing one
-    stays missing.  A symbolic link is followed (its target is replaced, the link kept); the new
-    file gets the mode of the file it replaces, or the usual mode of a new file (0666 less the
-    umask).
-    """
+    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds; on any
+    ``BaseException`` it is removed and ``path`` left as it was.  A symbolic link's target is
+    replaced; the new file gets the replaced file's mode, or 0666 less the umask."""
     target = Path(os.path.realpath(path))
     if not target.parent.is_dir():
         raise FileNotFoundError(f"folder not found: {target.parent}")
@@ -1138,20 +1132,16 @@ def _computable_here(params: dict, where) -> dict:
 
 
 def load(path):
-    """Load a model saved by ``model.save(path)`` / :func:`save_model`.
-
-    The file is treated as untrusted: see the module docstring for what is checked, and the
-    bounds on the work a load does.
+    """Load a model saved by ``model.save(path)`` / :func:`save_model`; the file is untrusted
+    (what is checked: the module docstring).
 
     Raises
     ------
     FileNotFoundError
         The file does not exist.
     ValueError
-        Not a fastkpca model file, a damaged or truncated one (checksum mismatch), one from an
-        unknown format version, one naming an estimator or state class fastkpca does not have,
-        or one whose parameters or fitted attributes are not those of a fitted model of its
-        class; the message names the file and what is wrong.
+        Not a valid fastkpca model file of a known format, class and fitted state; the message
+        names the file and what is wrong.
     """
     return load_with_info(path)[0]
 
@@ -1194,12 +1184,9 @@ def model_info(path) -> dict:
 def is_model_file(path) -> bool:
     """Whether ``path`` is a fastkpca model file; False for anything else, never an error.
 
-    Reads the zip directory (its size checked first) and the metadata member alone (at most
-    :data:`MAX_METADATA_BYTES`): True when that member is a JSON object of format
-    :data:`FORMAT_NAME`, of any version.  The arrays are not read or verified, so a model whose
-    arrays are damaged is still a model file (and :func:`load` then says what is wrong); a
-    file whose metadata is unreadable is not.  A missing path, a folder, a device, a pipe, a
-    file that cannot be read give False.
+    Reads the zip directory and the metadata member alone (at most :data:`MAX_METADATA_BYTES`):
+    True when it is a JSON object of format :data:`FORMAT_NAME`, of any version.  Arrays are
+    not verified (:func:`load` does that).
     """
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):

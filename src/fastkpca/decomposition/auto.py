@@ -124,9 +124,7 @@ MIN_GROWTH_FACTOR = 1.5
 PROBE_MEMORY_SHARE = 0.4
 
 
-# ------------------------------------------------------------------------------------------------
-# budgets
-# ------------------------------------------------------------------------------------------------
+# --- budgets --------------------------------------------------------------------------------------
 def parse_memory(memory) -> int | None:
     """``memory_budget`` as bytes: None (the default budget), a number of bytes > 0, or a
     string with a K / M / G / T suffix (``"2GB"``, ``"512M"``, powers of 1024).  ValueError
@@ -161,9 +159,7 @@ def _check_time(seconds) -> float | None:
     return float(seconds)
 
 
-# ------------------------------------------------------------------------------------------------
-# what the rows are
-# ------------------------------------------------------------------------------------------------
+# --- what the rows are ----------------------------------------------------------------------------
 class DataProfile:
     """What is known of the training rows before any pass: n (None for a stream not yet read),
     d, whether sparse and how dense, whether several passes are possible, whether rows can be
@@ -214,9 +210,7 @@ def profile_source(source) -> DataProfile:
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# the probe of the spectrum
-# ------------------------------------------------------------------------------------------------
+# --- the probe of the spectrum --------------------------------------------------------------------
 def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: float = 0.0):
     """The relative rank-k error of Nystrom KPCA with c landmarks on the probe's first half,
     for each c of ``sizes`` in order until one is at most ``stop``: landmarks among the half's
@@ -296,9 +290,7 @@ def _probe_rows(source, profile: DataProfile, rng, p: int | None = None):
     return head[idx], head
 
 
-# ------------------------------------------------------------------------------------------------
-# candidates
-# ------------------------------------------------------------------------------------------------
+# --- candidates -----------------------------------------------------------------------------------
 def candidate_methods(profile: DataProfile, kernel) -> list[tuple[str, str]]:
     """The methods to try, in order, each with the rule that put it there (docs/auto.md).
 
@@ -335,9 +327,7 @@ def candidate_methods(profile: DataProfile, kernel) -> list[tuple[str, str]]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# the estimator
-# ------------------------------------------------------------------------------------------------
+# --- the estimator --------------------------------------------------------------------------------
 class AutoKPCA(BaseKPCA):
     """Kernel PCA with the method and its size chosen from the data and the budgets.
 
@@ -907,14 +897,8 @@ class _Run:
 
     def next_size(self, method, size, sizes, estimate) -> int | None:
         """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
-        by a factor from the error bound: ``(bound - 1) / tol`` within
-        [:data:`MIN_GROWTH_FACTOR`, 2].
-
-        Where the excess rank-k error falls as 1 / c (faster on a fast-decaying spectrum),
-        ``c (bound - 1) / tol`` landmarks suffice; the factor is capped at the doubling (the
-        1 / c rate is a bound, not a law) and at least 1.5, so a bound just above ``1 + tol``
-        costs a step of 1.5x.
-        """
+        by ``(bound - 1) / tol`` within [:data:`MIN_GROWTH_FACTOR`, 2] (the excess error falls
+        about as 1 / c)."""
         later = [s for s in sizes if s > size]
         if not later:
             return None

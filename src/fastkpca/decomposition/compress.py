@@ -125,12 +125,8 @@ def fitted_arrays_to(model, placement: Placement) -> None:
 
 def evaluate_expansion(X, points, coef, offset, kernel, projection=None):
     """``kernel(X P, points) @ coef + offset`` for rows X of any placement, an ``(len(X), k)``
-    float64 array there (P = ``projection``, or none).
-
-    The kernel rows of a block of X are computed and projected while in cache
-    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), in float64, with BLAS held to one
-    thread on the host so the summation order does not depend on other threads.
-    """
+    float64 array there (P = ``projection``, or none), kernel rows projected while in cache
+    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), BLAS on one thread."""
     placement = placement_of(X)
     xp = placement.xp
     n, k = int(X.shape[0]), int(coef.shape[1])

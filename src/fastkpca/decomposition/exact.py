@@ -201,12 +201,10 @@ def matrix_free_kpca(
 
 
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
-    """Top eigenpairs of the centered Gram matrix of X, on X's placement.
-
-    Holds one n x n Gram (X's dtype; a :class:`PrecomputedKernel`'s checked by
-    :func:`check_symmetric_gram`), centered in place and overwritten by
-    :func:`fastkpca.solvers.eigh_topk`.  Eigenvalues at the Gram's rounding level are 0; a
-    centered Gram that is not positive semi-definite is a ValueError.
+    """Top eigenpairs of the centered Gram matrix of X, on X's placement: one n x n Gram
+    (:func:`check_symmetric_gram` for a :class:`PrecomputedKernel`), centered in place and
+    overwritten by :func:`fastkpca.solvers.eigh_topk`; a Gram not PSD is a ValueError.
+    ``eigen_solver="matrix_free"`` stores none: :func:`matrix_free_kpca`.
 
     Returns
     -------
@@ -214,8 +212,6 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     eigenvectors : (n, k) float64, unit norm (the dual coefficients alpha)
     stats : CenteringStats for out-of-sample centering
     n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
-
-    ``eigen_solver="matrix_free"`` stores no Gram: :func:`matrix_free_kpca`.
     """
     if eigen_solver == "matrix_free":
         return matrix_free_kpca(X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter)

@@ -116,15 +116,10 @@ def _check_bool(name, value):
 
 
 def _center_precomputed(K, block):
-    """Center a given (possibly non-symmetric) training Gram in place; symmetrize it if needed.
-
-    ``K - 1 c^T - r 1^T + mean`` with the column means c and the row means r, as scikit-learn's
-    ``KernelCenterer`` (both are the same vector for a symmetric Gram, which is all that
-    :func:`fastkpca._centering.center_gram_inplace` handles).  A Gram that is still not symmetric
-    is replaced by its symmetric part ``(K + K^T) / 2``: the eigensolvers read a symmetric
-    matrix, and the symmetric part is the nearest one.  Row blocks of ``block`` rows, on K's
-    placement; the means in float64.
-    """
+    """Center a given (possibly non-symmetric) training Gram in place, as scikit-learn's
+    ``KernelCenterer`` (``K - 1 c^T - r 1^T + mean``); a Gram still not symmetric is replaced by
+    its symmetric part ``(K + K^T) / 2``, the nearest symmetric matrix.  Row blocks of
+    ``block`` rows on K's placement, means in float64."""
     placement = placement_of(K)
     xp = placement.xp
     n = K.shape[0]
@@ -449,14 +444,11 @@ class KernelPCA(BaseKPCA):
     def _eigh(self, K, k, solver, rng, *, overwrite, scale, dtype):
         """Top-k eigenpairs of the centered Gram K: fastkpca's solvers, scikit-learn's checks.
 
-        The solver's pairs (:func:`fastkpca.solvers.solve_topk`) are checked before
-        :func:`fastkpca.solvers.postprocess_eigen`, which would clip negative eigenvalues to
-        zero: a significantly negative one must raise (a kernel that is not PSD), as in
-        scikit-learn.  Eigenvalues at the rounding level of the uncentered Gram (``scale``, its
-        trace) are 0 then, where scikit-learn's ``_check_psd_eigenvalues`` zeroes those below
-        1e-12 of the largest: the largest of a zero centered Gram (identical rows) is itself
-        rounding.  ``tol=0`` is ARPACK's machine precision, and the per-dtype default
-        (``fastkpca.solvers.TOLERANCES``) of block Krylov.
+        The pairs of :func:`fastkpca.solvers.solve_topk` are checked before
+        :func:`fastkpca.solvers.postprocess_eigen` clips negative eigenvalues: a significantly
+        negative one raises (not PSD), as in scikit-learn; those at the rounding level of the
+        uncentered Gram (``scale``) are 0.  ``tol=0`` is ARPACK's machine precision and block
+        Krylov's per-dtype default (``fastkpca.solvers.TOLERANCES``).
         """
         tol, max_iter = self.tol, self.max_iter
         if solver == "randomized":

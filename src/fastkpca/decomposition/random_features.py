@@ -365,14 +365,9 @@ class RandomFeatureKPCA(BaseKPCA):
 
     def _require_fit_memory(self, d: int, n) -> None:
         """Refuse, before anything is drawn, sizes whose arrays cannot fit (ValueError naming
-        the parameter and the memory): the statistic of the solver (``exact``: the m x m
-        covariance, its symmetrised copy and the eigensolver's; ``randomized``: an m x (q + 1)
-        sketch per thread and the merged ones; ``countsketch``: the t x m sketch, its centered
-        copy and the Gram of the smaller side) and the pre-image anchors (rows and their
-        Gram).  The frequencies are sized where they are drawn
-        (:func:`fastkpca.features.draw_feature_map`).  The per-thread sketches are counted for
-        the threads that can get rows, ``min(n_workers, row chunks)``, not for every thread an
-        ``n_jobs`` names."""
+        the parameter and the memory): the solver's statistic (per thread that can get rows)
+        and the pre-image anchors; the frequencies are sized in
+        :func:`fastkpca.features.draw_feature_map`."""
         m_asked = resolve_n_random_features(self.n_random_features)
         m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
         solver = self._choose_solver(n, m)
@@ -500,14 +495,10 @@ class RandomFeatureKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_random_features`` = 256, 512, ... until the relative rank-k error bound from a
-        probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
-
-        ``rff`` / ``orf`` with ``solver="exact"`` draw the frequencies in blocks, so each
-        doubling keeps the feature moments of the features already drawn and one pass adds the
-        new columns' products (:class:`~fastkpca.statistics.growth.GrowingFourierMoments`);
-        other maps and ``solver="countsketch"`` refit at each size.
-        """
+        """Fit at ``n_random_features`` = 256, 512, ... until the relative rank-k error bound
+        from a probe is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`); ``rff`` /
+        ``orf`` with ``solver="exact"`` keep the moments of the features already drawn
+        (:class:`~fastkpca.statistics.growth.GrowingFourierMoments`), others refit."""
         tol = check_tol(self.tol, auto=True)
         source = self._fit_source(X)
         source.require_passes(2, f"tol={tol} (a pass per model size)")

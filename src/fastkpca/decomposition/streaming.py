@@ -382,17 +382,11 @@ class StreamingKPCA(BaseKPCA):
     def partial_fit(self, X, y=None):
         """Add rows (an array, CSR matrix, iterable of blocks or dask array) to the model.
 
-        The first call resolves the kernel (``gamma`` strings on its first rows) and draws the
-        features; later rows must have the same width.  The rows are fed to the same sketches
-        in order (dealt between the parallel sketches by row index, as ``fit`` deals them), so
-        any blocking of the same rows gives the same sketch as ``fit`` up to round-off.  A
-        model read from a file continues from its merged sketch instead (the same guarantee,
-        a slightly different sketch).  Returns self.
-
-        A call that fails (NaN or a wrong width in a later block of an iterable) leaves the model
-        as it was: the rows go into a copy of the sketches (O(ell m) time and memory per call,
-        the size of the model), which replaces them only when every block was added.  Calls
-        from several threads take turns (the estimator's lock): every row is added once.
+        The first call resolves the kernel and draws the features; rows are dealt to the
+        sketches by row index, as ``fit`` deals them, so any blocking gives ``fit``'s sketch up
+        to round-off (a model read from a file continues from its merged sketch).  A failing
+        call leaves the model as it was (the rows go into a copy of the sketches); calls from
+        several threads take turns.  Returns self.
         """
         first = not hasattr(self, "sketch_")
         if first:
@@ -516,16 +510,10 @@ class StreamingKPCA(BaseKPCA):
     # --- merging --------------------------------------------------------------------------
     @_serialized
     def merge(self, other: StreamingKPCA) -> StreamingKPCA:
-        """A new model fitted on the rows of both models (neither is modified).
-
-        Needs the same parameters and the same drawn features (a fixed ``random_state``, and a
-        kernel resolved to the same value); the Frequent Directions sketches are merged
-        (:meth:`fastkpca.sketch.FrequentDirections.merge`, the bound holds for the union, the
-        exact energies and the loss estimates add) and the feature sums added.  This is the
-        reduction a tree merge over data blocks uses.  An incompatible ``other`` (another class,
-        unfitted, other parameters, input width or drawn features) raises ValueError before
-        anything is computed.
-        """
+        """A new model fitted on the rows of both models (neither is modified): the Frequent
+        Directions sketches merged (:meth:`fastkpca.sketch.FrequentDirections.merge`) and the
+        feature sums added.  Needs the same parameters and drawn features; otherwise ValueError
+        before anything is computed."""
         if not isinstance(other, StreamingKPCA):
             raise ValueError(f"can only merge with a StreamingKPCA, got {type(other).__name__}")
         check_is_fitted(self)

@@ -226,9 +226,7 @@ class DaskSource(RowSource):
         )
 
 
-# ------------------------------------------------------------------------------------------------
-# reading a .npy file as a dask array
-# ------------------------------------------------------------------------------------------------
+# --- reading a .npy file as a dask array ----------------------------------------------------------
 def _read_npy_rows(path, offset, dtype, n_columns, start, stop):
     """Rows ``start:stop`` of a C-ordered .npy file, read without a memory map."""
     with open(path, "rb") as f:

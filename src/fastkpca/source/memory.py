@@ -88,9 +88,7 @@ def _dense_rows(rows) -> np.ndarray:
     return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
 
 
-# ------------------------------------------------------------------------------------------------
-# arrays
-# ------------------------------------------------------------------------------------------------
+# --- arrays ---------------------------------------------------------------------------------------
 class ArraySource(RowSource):
     """An in-memory (or memory-mapped) array or CSR matrix, validated once (scikit-learn's
     ``validate_data`` with an estimator, ``check_array`` otherwise); blocks are views."""
@@ -139,9 +137,7 @@ class ArraySource(RowSource):
         return self.array
 
 
-# ------------------------------------------------------------------------------------------------
-# iterables of row blocks
-# ------------------------------------------------------------------------------------------------
+# --- iterables of row blocks ----------------------------------------------------------------------
 class BlockSource(RowSource):
     """An iterable of row blocks: a list of arrays, a generator, a file reader.
 
@@ -286,9 +282,7 @@ class BlockSource(RowSource):
         return get_namespace(parts[0]).concat(parts, axis=0)
 
 
-# ------------------------------------------------------------------------------------------------
-# uniform samples from a stream
-# ------------------------------------------------------------------------------------------------
+# --- uniform samples from a stream ----------------------------------------------------------------
 class ReservoirSampler:
     """A uniform sample of ``size`` rows from a stream of row blocks, in one pass.
 
