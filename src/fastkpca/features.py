@@ -11,17 +11,11 @@ name             kernels                                   cost per row (d input
 ``tensorsketch`` polynomial                                O(p (d + m log m))
 ================ ========================================= ====================================
 
-Random Fourier features (Rahimi & Recht 2007): by Bochner's theorem, with D frequencies from the
-kernel's spectral density (:meth:`fastkpca.kernels.Kernel.sample_frequencies`),
-``z(x) = [cos(W x), sin(W x)] / sqrt(D)`` gives an unbiased ``k(x, y)``.  The cos / sin pair has
-lower variance than scikit-learn's random-phase ``sqrt(2) cos(w . x + b)`` (Sutherland &
-Schneider, UAI 2015, section 2).
-
-The maps hold their random parameters (registered for model files without pickle).  The Fourier
-maps compute in float32 (their Monte-Carlo error dwarfs its rounding), each row chunk shifted by
-its mean with the offset phase added back in float64 by a rotation
-(:class:`fastkpca._feature_map.FourierMap`); ``__call__`` returns float64 for float64 input.
-TensorSketch keeps the input's precision.
+Random Fourier features (Rahimi & Recht 2007): ``z(x) = [cos(W x), sin(W x)] / sqrt(D)`` for D
+frequencies from the kernel's spectral density (Bochner), lower variance than scikit-learn's
+random phases (Sutherland & Schneider, UAI 2015, section 2).  The Fourier maps compute in
+float32, each chunk shifted by its mean (:class:`fastkpca._feature_map.FourierMap`);
+``__call__`` returns float64 for float64 input.  TensorSketch keeps the input's precision.
 """
 
 from __future__ import annotations

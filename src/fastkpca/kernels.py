@@ -15,15 +15,12 @@ cosine     <x, y> / (||x|| ||y||)
 sigmoid    tanh(gamma <x, y> + coef0)                             (not PSD in general)
 ========== ====================================================== =================
 
-The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(gamma), and
-Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
-
-Each kernel's math is written once, over the array namespace of its rows: :meth:`Kernel._prepare`
-computes what every block needs of the columns' rows once, :meth:`Kernel._block` one block and
-:meth:`Kernel.diag` the diagonal; where and in what pieces blocks are computed is the execution
-layer's (:mod:`fastkpca.execution.kernel_ops`).  Blocks are float64, or float32 when asked.
-Squared distances are accumulated in float64 about the columns' mean: ``|x|^2 + |y|^2 - 2 x.y``
-cancels catastrophically for nearby points far from the origin.
+Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)`` and
+tends to RBF(gamma) as nu -> inf.  Each kernel's math (:meth:`Kernel._prepare`,
+:meth:`Kernel._block`, :meth:`Kernel.diag`) is written once over the rows' namespace; the
+blocking is :mod:`fastkpca.execution.kernel_ops`'s.  Squared distances are accumulated in
+float64 about the columns' mean (``|x|^2 + |y|^2 - 2 x.y`` cancels for nearby points far from
+the origin).
 """
 
 from __future__ import annotations

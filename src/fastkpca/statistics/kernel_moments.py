@@ -2,30 +2,16 @@
 
 With landmarks L, W = k(L, L) and ``z(x) = N k(L, x)``, ``N^T N = W^{-1}``, ``z(x) . z(y)`` is the
 Nystrom approximation ``C W^{-1} C^T`` of the Gram (Williams & Seeger 2001; Ghashami et al. 2016
-section 3), so kernel PCA on it is linear PCA on z (exact KPCA with all n points as landmarks).
-
-The whitening (:func:`nystrom_whitening`)
-    ``N = R^{-T} P^T`` from a pivoted Cholesky of W (``c^3 / 3`` flops; the landmarks' own
-    features are the columns of R), stopped at the first pivot below :data:`EIGENVALUE_FLOOR`
-    times W's largest diagonal, which bounds N's amplification of round-off.  A device with no
-    pivoted Cholesky uses ``eigh`` (:func:`fastkpca.execution.linalg.whitening`).
-
-Two solvers (the estimator's ``solver``)
-    ``"exact"``: z's covariance is ``N S N^T``, S the centered scatter of the kernel rows, built
-    by one SYRK per block and merged by Chan et al.'s pairwise update (:class:`KernelMoments`).
-    ``"randomized"``: the sketch ``S T``, ``T = N^T Omega``, merged the same way
-    (:mod:`.covariance_sketch`), then the fixed-rank PSD approximation of Tropp, Yurtsever,
-    Udell & Cevher (NeurIPS 2017) (:func:`nystrom_sketch_kpca`); half of Omega is Gaussian, half
-    the landmarks' leading directions (:func:`landmark_test_matrix`).  Its kernel rows may be
-    float32 where the whitening's amplification allows.
-
-Density weights (Zhang & Kwok 2009)
-    Weights cancel from ``C W^{-1} C^T``; they matter only for ``covariance="landmarks"``, the
-    covariance ``W^{1/2} diag(w) W^{1/2}`` of z over the weighted landmarks.
-
-The pass folds kernel rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`) into float64
-accumulators of the rows' namespace; the fixed-rank solve and the test matrix's draws use host
-copies.
+section 3), so kernel PCA on it is linear PCA on z.  The whitening (:func:`nystrom_whitening`)
+stops at the first pivot below :data:`EIGENVALUE_FLOOR` times W's largest diagonal, bounding
+N's amplification of round-off.  ``solver="exact"``: z's covariance ``N S N^T``, S the centered
+scatter of the kernel rows (:class:`KernelMoments`, Chan et al.'s pairwise merge).
+``"randomized"``: the sketch ``S T``, ``T = N^T Omega`` (:mod:`.covariance_sketch`), then
+Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (:func:`nystrom_sketch_kpca`,
+:func:`landmark_test_matrix`), kernel rows in float32 where the whitening allows.  Density
+weights (Zhang & Kwok 2009) matter only for ``covariance="landmarks"``, the covariance ``W^{1/2}
+diag(w) W^{1/2}``.  Accumulators are float64 on the rows' namespace; the fixed-rank solve uses
+host copies.
 """
 
 from __future__ import annotations
