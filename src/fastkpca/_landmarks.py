@@ -1,22 +1,13 @@
 """Landmark selection for the Nystrom method: uniform, reservoir, k-means and ridge leverage.
 
-Every selector returns landmark rows (or indices) and weights summing to 1:
-
-``uniform``
-    The rows with the c smallest of n uniform keys; :class:`ReservoirSampler` draws the same
-    keys block by block, so a stream gives the same subset in one pass.  Weights ``1 / c``.
-``kmeans``
-    k-means centres weighted by cluster sizes (Zhang & Kwok 2009).
-``rls``
-    Recursive ridge-leverage-score sampling (Musco & Musco 2017): nested uniform halvings, each
-    level's scores from the level below's Nystrom sample.  Weights ``1 / p_i``, normalized.
-``rpcholesky``
-    Randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024), block form with rejection
-    sampling (Epperly, Tropp & Webber 2024); the residual diagonal certifies ``tr(K - C W^+
-    C^T)`` and gives a stopping rule.  Weights ``1 / c``.
-
-Written once over the rows' namespace with host random draws, so every namespace gets the same
-landmarks; ``kmeans`` runs on a host copy.  Wide sparse rows stay sparse (:func:`keeps_sparse`).
+Every selector returns landmark rows (or indices) and weights summing to 1: ``uniform`` (the c
+smallest of n uniform keys, as :class:`ReservoirSampler` draws them from a stream; weights
+``1 / c``); ``kmeans`` (centres weighted by cluster sizes, Zhang & Kwok 2009); ``rls``
+(recursive ridge-leverage-score sampling, Musco & Musco 2017; weights ``1 / p_i``, normalized);
+``rpcholesky`` (randomly pivoted Cholesky, Chen, Epperly, Tropp & Webber 2024, block rejection
+form of Epperly, Tropp & Webber 2024; the residual diagonal certifies ``tr(K - C W^+ C^T)``;
+weights ``1 / c``).  Written once over the rows' namespace with host random draws; ``kmeans``
+runs on a host copy; wide sparse rows stay sparse (:func:`keeps_sparse`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Top-k eigensolvers for symmetric positive semi-definite operators.
 
 One entry point, :func:`eigh_topk`, for a dense (or float32, or CSR) Gram, an implicitly centered
-Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``, such
-as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
-
-``dense``
-    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`).
-``lanczos``
-    ARPACK ``eigsh`` (host only; elsewhere ``randomized``).
-``randomized``
-    Randomized block Krylov iteration (Musco & Musco 2015) with thick restarts, until the top k
-    Ritz residuals fall below ``tol``.
-``orthogonal``
-    Orthogonal iteration with k vectors (Achlioptas, McSherry & Schoelkopf 2001, section 3).
-
-Written once over the array namespace; the dense linear algebra under them is
-:mod:`fastkpca.execution.linalg`.  Start blocks come from the host generator, so every namespace
-starts alike; results are float64 in A's namespace, post-processed by :func:`postprocess_eigen`.
+Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``):
+``dense`` (:func:`fastkpca.execution.linalg.dense_topk`), ``lanczos`` (ARPACK ``eigsh``, host
+only), ``randomized`` (block Krylov, Musco & Musco 2015, thick restarts) and ``orthogonal``
+(Achlioptas, McSherry & Schoelkopf 2001, section 3).  Written once over the array namespace on
+:mod:`fastkpca.execution.linalg`; host start blocks, float64 results in A's namespace,
+post-processed by :func:`postprocess_eigen`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Dense linear algebra with one signature on every array namespace: the eigensolvers' primitives.
 
-:mod:`fastkpca.solvers` writes its methods (block Krylov, orthogonal iteration, the dense solve,
-the post-processing) once over the array namespace; what differs by backend is here:
-
-* **the host** (numpy, scipy.sparse, ``LinearOperator``): scipy's LAPACK (``syevr``, pivoted QR,
-  pivoted Cholesky, triangular solves), ARPACK, and blocked dense products;
-* **arrays in host memory of another library** (PyTorch CPU tensors): the host's ``syevr`` and
-  pivoted Cholesky read through the tensor's memory, the library's own small ``eigh`` and QR;
-* **other namespaces** (CUDA tensors, CuPy, ``array_api_strict``): the standard's
-  ``xp.linalg.eigh`` and ``xp.linalg.qr``, a block's rank from the singular values of its R, a
-  whitening from ``eigh``.
-
-Start blocks are drawn from the host's numpy ``Generator`` and moved, so every namespace starts
-from the same vectors.  Products are float64 (a float32 matrix is multiplied in float32) and
-checked finite: a NaN or an infinity in a matrix is a :class:`NonFiniteError`, a ``ValueError``.
+:mod:`fastkpca.solvers` is written once over the array namespace; what differs by backend is
+here: on the host scipy's LAPACK (``syevr``, pivoted QR and Cholesky, triangular solves), ARPACK
+and blocked products; PyTorch CPU tensors read through by the host's LAPACK; other namespaces
+the standard's ``xp.linalg.eigh`` and ``qr`` (ranks from R's singular values, whitening from
+``eigh``).  Start blocks are host draws, moved.  Products are float64 (float32 matrices in
+float32) and checked finite (:class:`NonFiniteError`, a ``ValueError``).
 """
 
 from __future__ import annotations
