@@ -119,8 +119,9 @@ class TensorSource(RowSource):
 
 
 class DeviceSource(RowSource):
-    """A host source whose blocks are sent to a device, one ahead of the computation; sparse
-    rows are made dense block by block (checked first, :meth:`RowSource.require_dense`)."""
+    """A host source whose blocks are sent to a device, one ahead of the computation, keeping
+    what the host source knows (length, dtype, passes, random access); sparse rows are made
+    dense block by block (checked first, :meth:`RowSource.require_dense`)."""
 
     def __init__(self, host: RowSource, placement: Placement):
         self.host = host
