@@ -1,18 +1,10 @@
 """Feature-space centering of kernel matrices, in sample and out of sample, optionally weighted.
 
-With weights w (w >= 0, sum w = 1; uniform w = 1/n is ordinary centering) the feature-space mean
-is mu = sum_i w_i phi(x_i), and the centered kernel is
-
-    k~(x, y) = k(x, y) - (K w)(x) - (K w)(y) + w^T K w,
-
-i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)`` (Schoelkopf et al. 1998; the weighted form is the one the
-reduced-set method needs, Kingravi et al. Algorithm 1).  Nothing here forms the n x n centering
-matrix H: the in-sample version works in place on K, the implicit version is a LinearOperator.
-
-Written once over the array namespace of K (numpy, PyTorch, CuPy, any array-API library):
-statistics are accumulated in float64 whatever K's dtype, K is modified a row block at a time
-(blocks of the kernels' working-memory budget, :func:`fastkpca.execution.budget.chunk_rows`),
-in place; statistics fitted on the host are moved to K's device when it is used there.
+With weights w (w >= 0, sum w = 1; uniform is ordinary centering) the centered kernel is
+``k~(x, y) = k(x, y) - (K w)(x) - (K w)(y) + w^T K w``, i.e. ``K~ = (I - 1 w^T) K (I - w 1^T)``
+(Schoelkopf et al. 1998; weighted: Kingravi et al. Algorithm 1).  The n x n centering matrix is
+never formed: K is centered in place a row block at a time, statistics in float64, over K's
+array namespace.
 """
 
 from __future__ import annotations
@@ -23,9 +15,9 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from .execution import linalg
-from .execution.arrays import placement_of
+from .execution.arrays import get_namespace, placement_of
 from .execution.budget import chunk_rows
-from .execution.elementwise import as_float64, namespace_of
+from .execution.elementwise import as_float64
 
 __all__ = [
     "CenteringStats",
@@ -53,7 +45,7 @@ def normalize_weights(weights, n: int):
     uniform)."""
     if weights is None:
         return None
-    xp = namespace_of(weights)
+    xp = get_namespace(weights)
     w = xp.reshape(as_float64(xp.asarray(weights)), (-1,))
     if tuple(w.shape) != (n,):
         raise ValueError(f"weights has shape {tuple(w.shape)}, expected ({n},)")
@@ -96,7 +88,7 @@ def gram_row_stats(K, weights=None, *, block: int | None = None) -> CenteringSta
     w = normalize_weights(weights, K.shape[0])
     w = None if w is None else _on_placement_of(w, K)
     row_means = _weighted_row_means(K, w, block)  # K symmetric: row means = column means
-    total = float(namespace_of(K).mean(row_means) if w is None else row_means @ w)
+    total = float(get_namespace(K).mean(row_means) if w is None else row_means @ w)
     return CenteringStats(col_means=row_means, total_mean=total)
 
 
@@ -107,7 +99,7 @@ def center_gram_inplace(K, weights=None, *, block: int | None = None) -> Centeri
     time, so the only extra memory is O(n) and one block.
     """
     stats = gram_row_stats(K, weights, block=block)
-    xp = namespace_of(K)
+    xp = get_namespace(K)
     n = K.shape[0]
     block = block or _block_rows(n)
     r = stats.col_means
@@ -125,7 +117,7 @@ def center_gram_out_of_sample(K_new, stats: CenteringStats, weights=None):
     Modifies ``K_new`` in place and returns it; the statistics may live on the host when K_new
     is on a device.
     """
-    xp = namespace_of(K_new)
+    xp = get_namespace(K_new)
     w = normalize_weights(weights, K_new.shape[1])
     w = None if w is None else _on_placement_of(w, K_new)
     Kd = as_float64(K_new)

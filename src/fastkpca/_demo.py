@@ -1,17 +1,10 @@
 """``fastkpca demo``: every available method on the embedded pendigits sample, side by side.
 
-The data are the 3498 pen-digit trajectories shipped in ``fastkpca/data`` (16 coordinates in
-0..100, digits 0-9).  The kernel is the reduced-set paper's Gaussian with sigma = 120
-(Kingravi et al., section 6: gamma = 1 / (2 sigma^2)).  For each method the demo measures
-
-- fit and transform wall time (one run each, on this machine as it is),
-- peak memory of the fit: the peak of ``tracemalloc`` (every Python and NumPy allocation; memory
-  that BLAS / LAPACK allocate internally is not traced) in a second, separate fit, so tracing
-  does not slow the timed one,
-- the relative rank-k error ``||HGH - TT'||_F / ||HGH - (HGH)_k||_F`` (1 = exact) and the
-  embedding error against exact KPCA (Procrustes-aligned) from :mod:`fastkpca.metrics`,
-
-prints a table and plots the first two components of each method coloured by digit.
+3498 pen-digit trajectories (16 coordinates in 0..100, digits 0-9) with the reduced-set paper's
+Gaussian, sigma = 120 (Kingravi et al., section 6).  For each method: fit and transform wall
+time, the peak of ``tracemalloc`` in a second fit (BLAS-internal memory is not traced), the
+relative rank-k error and the embedding error against exact KPCA (:mod:`fastkpca.metrics`); a
+table and a plot of the first two components coloured by digit.
 """
 
 from __future__ import annotations

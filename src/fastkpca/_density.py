@@ -1,35 +1,20 @@
 """Reduced-set density estimates: a few weighted centres standing in for the whole data set.
 
-A reduced-set density estimate (RSDE) replaces the empirical measure ``(1/n) sum_i delta(x_i)``
-of the data by a weighted set of ``m << n`` centres, ``(1/n) sum_j w_j delta(c_j)``, so that the
-kernel density estimate ``(1/n) sum_j w_j k(c_j, x)`` stays close to the data's
-(Kingravi, Vela & Gray, "Reduced set KPCA", eq. 9-10).  Reduced-set KPCA then works on the
-weighted m x m Gram matrix of the centres (:mod:`fastkpca.decomposition.reduced_set`).
+A reduced-set density estimate replaces the empirical measure ``(1/n) sum_i delta(x_i)`` by
+``(1/n) sum_j w_j delta(c_j)`` over ``m << n`` centres, so the kernel density estimate stays
+close to the data's (Kingravi, Vela & Gray, "Reduced set KPCA", eq. 9-10); reduced-set KPCA
+works on their weighted m x m Gram (:mod:`fastkpca.decomposition.reduced_set`).  Every function
+returns a :class:`ReducedSet` whose ``weights`` sum to n:
 
-Every function here returns a :class:`ReducedSet` whose ``weights`` sum to ``n`` (the number of
-data points): each centre's weight is the number of data points it stands for, an integer count
-for ``shadow``, ``kmeans`` and ``uniform``, a multiple of n / m for ``paring`` and ``herding``.
-Divide by n for the probability weights the estimator stores (``weights_``, summing to 1).
+* ``shadow``: single-pass shadow sets of radius sigma / ell (Algorithm 2), O(m n d);
+* ``kmeans``: k-means centroids weighted by cluster size (as Zhang & Kwok's density-weighted
+  Nystrom), O(m n d) per iteration;
+* ``paring``: m draws of the KDE's mixture components (Freedman & Kisilev 2010), O(m d);
+* ``herding``: kernel herding over candidates (Chen, Welling & Smola 2010), O(n_cand (n + T) d);
+* ``uniform``: m rows without replacement, weights n / m (the paper's baseline), O(m d).
 
-=========== ============================================================= ==================
-density     centres and weights                                           cost
-=========== ============================================================= ==================
-shadow      single-pass shadow sets of radius eps = sigma / ell           O(m n d)
-            (Algorithm 2); weight = shadow-set size
-kmeans      k-means centroids; weight = cluster size (Zhang & Kwok's      O(m n d) per
-            density-weighted Nystrom uses the same density)               iteration
-paring      m draws (with replacement) of the KDE's mixture components    O(m d)
-            (KDE paring, Freedman & Kisilev 2010); weight = multiplicity
-herding     kernel herding over a candidate subsample (Chen, Welling &    O(n_cand (n + T) d)
-            Smola 2010); weight proportional to how often a point is
-            chosen
-uniform     m rows drawn without replacement; equal weights n / m (the    O(m d)
-            "subsampled KPCA" baseline of the paper)
-=========== ============================================================= ==================
-
-Nothing here holds an n x n or n x m array.  These are host algorithms on numpy rows:
-:class:`fastkpca.ReducedSetKPCA` gives them a host copy of device rows, so the same
-``random_state`` gives the same centres on every device.
+Host algorithms on numpy rows, never n x n or n x m: ReducedSetKPCA gives them a host copy of
+device rows, so a ``random_state`` gives the same centres on every device.
 """
 
 from __future__ import annotations
@@ -96,9 +81,7 @@ class ReducedSet:
         return int(self.centers.shape[0])
 
 
-# ---------------------------------------------------------------------------------------------
-# shadow density estimate (Kingravi et al., Algorithm 2)
-# ---------------------------------------------------------------------------------------------
+# --- shadow density estimate (Kingravi et al., Algorithm 2) ---------------------------------------
 def kernel_bandwidth(kernel: Kernel) -> tuple[float, str]:
     """The bandwidth sigma of a radial kernel and the distance it is a function of.
 
@@ -171,22 +154,19 @@ def shadow_density(
 ) -> ReducedSet:
     """Shadow density estimate: one pass, centres eps = ``radius`` apart (Kingravi et al., Alg. 2).
 
-    Algorithm 2 repeatedly takes the first remaining point as a centre and removes its shadow
-    set; a point is therefore taken by the *earliest* centre within ``radius`` of it, which is
-    decided in data order one block of rows at a time.  O(m n d) time, no n x n distances.
+    A point is taken by the *earliest* centre within ``radius`` of it, decided in data order one
+    block at a time.  O(m n d) time, no n x n distances.
 
     Parameters
     ----------
     X : array of shape (n_samples, n_features), or an iterable of row blocks
-        The data, visited once in order (so a block source can be streamed).
+        The data, visited once in order.
     radius : float
         The shadow radius eps (the paper's sigma / ell), > 0.
     metric : {"euclidean", "manhattan"}
         The distance the kernel is a function of (see :func:`kernel_bandwidth`).
     center : {"centroid", "first"}
-        Represent a shadow set by the mean of its points or, as in the paper, by the point that
-        opened it (the same sets and weights); the centroid cancels the first-order term of the
-        quantisation error ``phi(x) - phi(c)``.
+        A shadow set's centre: the mean of its points, or (the paper) the point that opened it.
     block_rows : int
         Rows per block.
 
@@ -260,9 +240,7 @@ def shadow_density(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# the densities that take the number of centres m
-# ---------------------------------------------------------------------------------------------
+# --- the densities that take the number of centres m ----------------------------------------------
 def _dense_rows(X, idx) -> np.ndarray:
     """A dense copy of the rows ``X[idx]`` (X an array or a CSR matrix): centres are dense."""
     rows = X[idx]
@@ -330,20 +308,15 @@ def paring_density(
 ) -> ReducedSet:
     """KDE paring: ``n_centers`` draws from the data's kernel density estimate.
 
-    The KDE ``(1/n) sum_i k(x_i, .)`` is a mixture of n kernels with equal weights; paring
-    (Freedman & Kisilev, "KDE paring and a faster mean shift algorithm", SIAM J. Imaging Sci.
-    2010) replaces it by the KDE of m draws from it, as Kingravi et al. (section 6) describe it:
-    m mixture components (rows of X) drawn uniformly *with* replacement, a row drawn c times
-    weighted c n / m, an unbiased estimate of the data's KDE.  ``bandwidth > 0`` adds Gaussian
-    noise of that standard deviation per coordinate (draws from the KDE as a density, as for mean
-    shift); evaluated with the same kernel the samples are smoothed twice, which loses the KPCA
-    embedding in more than a few dimensions.
+    Freedman & Kisilev (SIAM J. Imaging Sci. 2010), as Kingravi et al. (section 6) describe it:
+    m rows drawn uniformly *with* replacement, a row drawn c times weighted c n / m, an unbiased
+    estimate of the data's KDE.  ``bandwidth > 0`` adds Gaussian noise of that standard
+    deviation per coordinate (draws from the KDE as a density).
 
     Parameters
     ----------
     kernel : Kernel or None
-        Unused (paring does not look at the kernel unless through ``bandwidth``); accepted so
-        every density takes the same arguments.
+        Unused; accepted so every density takes the same arguments.
     """
     n, d = X.shape
     m = _check_m(n_centers, n)
@@ -367,23 +340,16 @@ def herding_density(
 ) -> ReducedSet:
     """Kernel herding: greedy points whose mean embedding tracks the data's (Chen et al. 2010).
 
-    Chen, Welling & Smola ("Super-samples from kernel herding", UAI 2010, eq. 7) choose
-
-        x_{T+1} = argmax_x  mu_p(x) - 1 / (T + 1) sum_{t <= T} k(x, x_t),
-        mu_p(x) = (1/n) sum_i k(x, x_i),
-
-    so the running mean of ``phi(x_t)`` approaches the data's mean embedding (MMD = O(1/T)).
-    The argmax runs over a candidate set: ``n_candidates`` rows drawn uniformly without
-    replacement (default ``min(n, max(2000, 5 n_centers))``, all of X when that is n);
-    ``mu_p`` on the candidates is exact (one blocked pass over X, O(n_cand n d)).  Herding may
-    choose a point again; steps continue until ``n_centers`` distinct points are chosen or after
-    ``max_steps`` steps (default ``4 n_centers``).  A point chosen c times out of T gets weight
-    c n / T, the equal-weight herding estimate.
+    Chen, Welling & Smola (UAI 2010, eq. 7): ``x_{T+1} = argmax_x mu_p(x) - 1 / (T + 1)
+    sum_{t <= T} k(x, x_t)`` with ``mu_p(x) = (1/n) sum_i k(x, x_i)``, over ``n_candidates``
+    uniform rows (default ``min(n, max(2000, 5 n_centers))``; ``mu_p`` exact, O(n_cand n d)),
+    until ``n_centers`` distinct points or ``max_steps`` steps (default ``4 n_centers``).  A
+    point chosen c times out of T gets weight c n / T.
 
     Returns
     -------
     ReducedSet
-        At most ``n_centers`` centres (fewer if herding kept revisiting points).
+        At most ``n_centers`` centres.
     """
     n = X.shape[0]
     m = _check_m(n_centers, n)

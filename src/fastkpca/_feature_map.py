@@ -1,17 +1,10 @@
 """The base of the random feature maps, and the float32 Fourier features they share.
 
-:class:`FeatureMap` is what every map of :mod:`fastkpca.features` and
-:mod:`fastkpca._input_sketch` is: a small object holding its random parameters whose one
-numerical method, ``_chunk(rows, out)``, computes the features of a chunk of rows with the rows'
-array namespace; the chunks are run by the execution layer
-(:func:`fastkpca.execution.feature_ops.map_rows`: the host's threads over cache-sized chunks, a
-device's large ones).  :class:`FourierMap` adds the Fourier maps' arithmetic, written once
-(:meth:`FourierMap._fourier_chunk`): float32 phases of the rows shifted by their chunk's mean,
-float64 offset phases, and float64 phases reduced modulo 2 pi where float32 would overflow (the
-precision notes of :mod:`fastkpca.features`).
-
-This module sits below both map modules, so that :mod:`fastkpca._input_sketch` builds on it
-without importing :mod:`fastkpca.features`, which draws its maps.
+:class:`FeatureMap` is every map of :mod:`fastkpca.features` and :mod:`fastkpca._input_sketch`:
+random parameters and one numerical method, ``_chunk(rows, out)``, over the rows' namespace,
+run by :func:`fastkpca.execution.feature_ops.map_rows`.  :class:`FourierMap` adds the Fourier
+arithmetic once (:meth:`FourierMap._fourier_chunk`).  This module sits below both map modules,
+so :mod:`fastkpca._input_sketch` does not import :mod:`fastkpca.features`.
 """
 
 from __future__ import annotations
@@ -67,12 +60,10 @@ def dense_rows(X, dtype=None):
 class FeatureMap:
     """A drawn random feature map ``z: R^d -> R^m`` with ``E[z(x) . z(y)] = k(x, y)``.
 
-    A map defines ``_chunk(rows, out=None)``: the features of a chunk of rows (dense float32 or
-    float64 rows of any array namespace, or CSR rows, which a map that does not
-    :attr:`accept <accepts_sparse>` them densifies) in its computing
-    dtype (:meth:`feature_dtype`), written into ``out`` and returned when ``out`` is given (the
-    host's threads pass slices of the result or per-thread buffers), a new array otherwise.
-    Everything else here runs that method over row chunks.
+    A map defines ``_chunk(rows, out=None)``: the features of a chunk of rows (dense rows of any
+    namespace, or CSR, densified unless :attr:`accepts_sparse`) in its computing dtype
+    (:meth:`feature_dtype`), written into ``out`` when given.  Everything else here runs that
+    method over row chunks.
 
     Attributes
     ----------
@@ -125,13 +116,10 @@ class FeatureMap:
     def feed_chunks(self, X, feed) -> None:
         """Call ``feed(Z)`` with the features of every row chunk of X.
 
-        Z is a ``(<= CHUNK_ROWS, m)`` array in the map's computing dtype (:meth:`feature_dtype`)
-        that ``feed`` may overwrite.  On the host it runs in the workers of
-        :func:`~fastkpca.execution.map_row_chunks`, with BLAS held to one thread
-        (:func:`~fastkpca.execution.worker_index` tells them apart), each chunk's features
-        written into a per-thread buffer right before ``feed`` sees them: in cache, never all in
-        memory (:func:`fastkpca.features.reduce_feature_chunks`).  On a device the chunks are
-        large and fed in order.
+        Z is a ``(<= CHUNK_ROWS, m)`` array in the computing dtype that ``feed`` may overwrite.
+        On the host it runs in the workers of :func:`~fastkpca.execution.map_row_chunks` (BLAS
+        on one thread, :func:`~fastkpca.execution.worker_index` tells them apart), features in
+        a per-thread buffer, in cache; on a device the chunks are large and fed in order.
         """
         X = self._rows(X)
         dtype = self.feature_dtype(float_type(X))
@@ -144,14 +132,9 @@ class FeatureMap:
         for_row_chunks(X, m, chunk)
 
     def row_writer(self, X):
-        """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``.
-
-        ``out`` is a ``(stop - start, m)`` array of the map's computing dtype
-        (:meth:`feature_dtype` of X's float dtype); ``write`` may run in several threads at
-        once, each on its own rows, which is how a statistic that deals rows to per-thread
-        state computes them in cache in the thread that uses them
-        (:class:`~fastkpca.statistics.feature_sketch.FeatureSketch`).
-        """
+        """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``
+        (``(stop - start, m)``, computing dtype); it may run in several threads at once, each on
+        its own rows (:class:`~fastkpca.statistics.feature_sketch.FeatureSketch`)."""
         X = self._rows(X)
 
         def write(start, stop, out):
@@ -210,11 +193,10 @@ class FourierMap(FeatureMap):
     def _fourier_chunk(self, rows, out=None):
         """The features of a chunk of dense rows, computed in :data:`FOURIER_DTYPE`.
 
-        The rows are shifted by their mean c, rounded to float32 and subtracted in the rows'
-        precision before the cast, and the offset phases ``V c`` (float64) are added back by
-        :func:`~fastkpca.execution.feature_ops.cos_sin`; a chunk whose offset phases are all
-        within :data:`MAX_OFFSET_PHASE` is not shifted.  Where the float32 phases could
-        overflow (:data:`MAX_PHASE32`) float64 phases, reduced modulo 2 pi, are used instead.
+        Rows are shifted by their mean c before the float32 cast and the float64 offset phases
+        ``V c`` added back by :func:`~fastkpca.execution.feature_ops.cos_sin` (no shift when
+        within :data:`MAX_OFFSET_PHASE`); where float32 phases could overflow
+        (:data:`MAX_PHASE32`), float64 phases reduced modulo 2 pi are used.
         """
         xp = placement_of(rows).xp
         fdtype = FOURIER_DTYPE

@@ -70,13 +70,9 @@ def resolve_sketch_size(input_sketch, n_frequencies: int, n_input_features: int)
 class InputCountSketch:
     """The CountSketch ``x -> S x`` from R^d to R^t: bucket ``hashes[j]`` and sign ``signs[j]``
     of each input coordinate j (Clarkson & Woodruff 2013; the S of Kapralov et al. 2016).
-
-    :meth:`apply` computes ``X S^T`` as one product with the d x t matrix of one non-zero a row
-    (:func:`~fastkpca.execution.feature_ops.sparse_product`): O(nnz(X)) for CSR input, O(n d)
-    for dense host rows, never densifying X; dense device rows are sketched by a GEMM with a
-    dense copy of S^T there (O(n d t): the input-sparsity gain is a host path, for
-    scipy.sparse rows).
-    """
+    :meth:`apply` is one product with a one-nonzero-a-row d x t matrix
+    (:func:`~fastkpca.execution.feature_ops.sparse_product`), O(nnz(X)) for CSR; dense device
+    rows use a GEMM with a dense copy of S^T."""
 
     def __init__(self, hashes: np.ndarray, signs: np.ndarray, n_buckets: int):
         self.hashes = np.asarray(hashes, dtype=np.int64)
@@ -121,13 +117,10 @@ class InputCountSketch:
 class SketchedFourierFeatureMap(FourierMap):
     """Random Fourier features of CountSketched inputs: ``z(x) = [cos(Sx G), sin(Sx G)] / sqrt(D)``.
 
-    Musco & Woodruff (2017), section 3.2.2, with Kapralov et al.'s (2016) fake Gaussian
-    ``W = S^T G``: the features cost O(nnz(x)) for ``S x`` plus O(t D) for the product with the
-    t x D frequencies G, instead of O(nnz(x) D).  Given S they are exactly the ``rff`` features
-    of the kernel ``k(Sx, Sy)`` (module notes: its deviation from ``k(x, y)`` and the default
-    t), computed from ``S x`` by the float32 arithmetic every Fourier map shares
-    (:class:`fastkpca._feature_map.FourierMap`).  ``kind`` is ``"rff"``: the frequencies are
-    i.i.d. draws of the kernel's density (in R^t).  Accepts CSR input.
+    Musco & Woodruff (2017), section 3.2.2, with Kapralov et al.'s (2016) fake Gaussian ``W =
+    S^T G``: O(nnz(x) + t D) a row instead of O(nnz(x) D).  Given S they are exactly the
+    ``rff`` features of ``k(Sx, Sy)`` (module notes), computed as every
+    :class:`fastkpca._feature_map.FourierMap`; ``kind`` is ``"rff"``.  Accepts CSR input.
 
     Parameters
     ----------

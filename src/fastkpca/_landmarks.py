@@ -1,22 +1,13 @@
 """Landmark selection for the Nystrom method: uniform, reservoir, k-means and ridge leverage.
 
-Every selector returns landmark rows (or indices) and weights summing to 1:
-
-``uniform``
-    The rows with the c smallest of n uniform keys; :class:`ReservoirSampler` draws the same
-    keys block by block, so a stream gives the same subset in one pass.  Weights ``1 / c``.
-``kmeans``
-    k-means centres weighted by cluster sizes (Zhang & Kwok 2009).
-``rls``
-    Recursive ridge-leverage-score sampling (Musco & Musco 2017): nested uniform halvings, each
-    level's scores from the level below's Nystrom sample.  Weights ``1 / p_i``, normalized.
-``rpcholesky``
-    Randomly pivoted Cholesky (Chen, Epperly, Tropp & Webber 2024), block form with rejection
-    sampling (Epperly, Tropp & Webber 2024); the residual diagonal certifies ``tr(K - C W^+
-    C^T)`` and gives a stopping rule.  Weights ``1 / c``.
-
-Written once over the rows' namespace with host random draws, so every namespace gets the same
-landmarks; ``kmeans`` runs on a host copy.  Wide sparse rows stay sparse (:func:`keeps_sparse`).
+Every selector returns landmark rows (or indices) and weights summing to 1: ``uniform`` (the c
+smallest of n uniform keys, as :class:`ReservoirSampler` draws them from a stream; weights
+``1 / c``); ``kmeans`` (centres weighted by cluster sizes, Zhang & Kwok 2009); ``rls``
+(recursive ridge-leverage-score sampling, Musco & Musco 2017; weights ``1 / p_i``, normalized);
+``rpcholesky`` (randomly pivoted Cholesky, Chen, Epperly, Tropp & Webber 2024, block rejection
+form of Epperly, Tropp & Webber 2024; the residual diagonal certifies ``tr(K - C W^+ C^T)``;
+weights ``1 / c``).  Written once over the rows' namespace with host random draws; ``kmeans``
+runs on a host copy; wide sparse rows stay sparse (:func:`keeps_sparse`).
 """
 
 from __future__ import annotations
@@ -157,13 +148,9 @@ def _ridge_regularizer(K_SS, prob, rank):
 def ridge_leverage_scores(
     X, rows, sample, prob, kernel: Kernel, lam: float, *, block_rows=None, K_SS=None
 ) -> np.ndarray:
-    """Approximate lambda-ridge leverage scores of ``X[rows]`` from a weighted Nystrom sample.
-
-    ``l_i = (K_ii - K_iS (K_SS + lambda diag(p))^{-1} K_Si) / lambda`` (Musco & Musco 2017,
-    eq. 3 with ``S^T K S = D K_SS D``, D = diag(p)^{-1/2}): an over-estimate of the true score that
-    tightens as the sample improves.  Kernel rows are evaluated ``block_rows`` at a time, so the
-    memory is O(block_rows * |S|).  ``K_SS = k(sample, sample)`` may be passed if already known.
-    """
+    """Approximate lambda-ridge leverage scores of ``X[rows]`` from a weighted Nystrom sample:
+    ``l_i = (K_ii - K_iS (K_SS + lambda diag(p))^{-1} K_Si) / lambda`` (Musco & Musco 2017, eq.
+    3), an over-estimate; O(block_rows |S|) memory.  ``K_SS`` may be passed if known."""
     if K_SS is None:
         K_SS = to_host(gram(kernel, as_float64(sample)))
     A = K_SS + lam * np.diag(prob)
@@ -209,13 +196,10 @@ def rls_indices(
 ):
     """Recursive ridge-leverage-score sampling of ``n_landmarks`` rows (Musco & Musco 2017).
 
-    The practical fixed-size form of their RECURSIVE-RLS-NYSTROM: nested uniform halvings
-    ``S_0 = [n] > S_1 > ... > S_L`` with ``|S_L| <= c``; the deepest level is kept whole; each
-    level above re-samples its points with probability ``min(1, log(c) * l_i)``, ``l_i`` the
-    ridge leverage scores estimated from the sample of the level below, with lambda set for
-    target rank ``k = max(target_rank, c / (4 log c))``.  The top level draws exactly c
-    distinct rows with probabilities proportional to the scores (successive sampling).  O(n c)
-    kernel evaluations, O(c^2 + block * c) memory.
+    The fixed-size form of RECURSIVE-RLS-NYSTROM: nested uniform halvings down to c rows, each
+    level above re-sampling with probability ``min(1, log(c) l_i)`` from the scores of the level
+    below (target rank ``max(target_rank, c / (4 log c))``); the top level draws exactly c rows
+    proportionally to the scores.  O(n c) kernel values, O(c^2 + block c) memory.
 
     Returns
     -------
@@ -296,13 +280,8 @@ class RPCholeskyResult:
 
     @property
     def residual_trace(self) -> float:
-        """``tr(K - C W^+ C^T)``, the trace-norm error of the Nystrom approximation.
-
-        ``K - C W^+ C^T`` is psd, so this also bounds the centered error
-        ``tr(H (K - C W^+ C^T) H)`` (H the centering matrix) and hence the sum over all i of
-        ``lambda_i(HKH) - lambda_i(H C W^+ C^T H) >= 0``: the KPCA eigenvalues NystromKPCA
-        computes on these landmarks are low by at most this much in total.
-        """
+        """``tr(K - C W^+ C^T)``, the trace-norm error of the Nystrom approximation: it bounds
+        the total by which NystromKPCA's eigenvalues on these landmarks are low."""
         return float(placement_of(self.residual_diag).xp.sum(self.residual_diag))
 
     @property
@@ -336,15 +315,9 @@ def _proposal_kernel(X, proposals, kernel: Kernel):
 
 
 def _append_pivot_columns(X, new, kernel: Kernel, F, i: int, L, d, floor):
-    """Append the accepted pivots' columns to the factor F, in one pass over X; returns the
-    updated residual diagonal d.
-
-    ``F[:, i:i+l] = (K[:, new] - F[:, :i] F[new, :i]^T) L^{-T}`` (the residual columns times
-    the inverse transposed Cholesky factor of the accepted block, CETW eq. 2.2) and
-    ``d -= |F[:, i:i+l]|^2`` row-wise, chunk by chunk of rows in the worker threads
-    (:meth:`Kernel.fold_rows`) while each chunk's kernel block is in cache (large tiles on a
-    device).  ``L^{-1}`` is explicit (l x l): the accepted pivots' residuals are above the floor.
-    """
+    """Append the accepted pivots' columns to the factor F in one pass over X; returns the
+    updated residual diagonal: ``F[:, i:i+l] = (K[:, new] - F[:, :i] F[new, :i]^T) L^{-T}``
+    (CETW eq. 2.2) and ``d -= |F[:, i:i+l]|^2``, chunk by chunk while in cache."""
     placement = placement_of(F)
     xp = placement.xp
     Y = as_float64(_take_rows(X, new))
@@ -372,13 +345,9 @@ def _no_state():
 def _rejection_cholesky(H, proposal_diag, floor, max_accept, rng):
     """Accept/reject a block of proposals so that the accepted ones follow RPCholesky.
 
-    Proposal j (drawn from the residual diagonal ``d`` at the start of the round, so
-    ``proposal_diag[j] = d_j``) is accepted with probability ``r_j / d_j``, where ``r_j`` is its
-    residual after the proposals accepted before it in this block (the diagonal of the Schur
-    complement of ``H``, the residual kernel of the proposals).  That is the rejection sampler of
-    Epperly, Tropp & Webber (2024, Alg. 2): the accepted sequence has the distribution of plain
-    RPCholesky's pivots.  The Schur complements are formed left-looking, column by accepted
-    column, so a rejection costs one dot product.
+    Proposal j (drawn from the residual diagonal d) is accepted with probability ``r_j / d_j``,
+    ``r_j`` its residual after the proposals accepted before it (Epperly, Tropp & Webber 2024,
+    Alg. 2); Schur complements are formed left-looking, so a rejection costs one dot product.
 
     Returns
     -------

@@ -728,13 +728,9 @@ RENAMED_PARAMS: dict[tuple[str, str], str] = {
 
 
 def upgrade_params(cls, params: Mapping[str, Any]) -> dict:
-    """The parameters of a ``cls`` model file under the class's current names.
-
-    A name of :data:`RENAMED_PARAMS` is renamed only where the class has the new name and the
-    file does not give it: a file written before the rename holds the old name alone, one
-    written after it holds the new name (and the old one only if the class has it again, with
-    its new meaning).  So a file loads whichever of the names this version of ``cls`` takes.
-    """
+    """The parameters of a ``cls`` model file under the class's current names: a name of
+    :data:`RENAMED_PARAMS` is renamed only where the class has the new name and the file does
+    not give it, so a file loads whichever names this version of ``cls`` takes."""
     current = set(cls._get_param_names())
     out = dict(params)
     for (owner, old), new in RENAMED_PARAMS.items():
@@ -949,16 +945,10 @@ class _Unread:
 
 
 def check_params(cls, params: Mapping[str, Any]):
-    """An unfitted ``cls(**params)``, once the parameters passed the estimator's own checks.
-
-    The checks are the estimator's own code, never a copy of it: the constructor's names and a
-    ``get_params`` round trip; scikit-learn's ``_validate_params`` where the class declares
-    ``_parameter_constraints``; then ``fit`` itself on a stand-in for the rows that stops it at
-    its first look at them (:class:`_Unread`), so everything its ``_check_params`` checks of the
-    parameters alone runs; then the kernel spec (``_resolve_kernel`` on a 2 x 1 array of zeros),
-    ``n_components`` and ``random_state``.  A parameter the file does not name keeps its
-    default; parameters are not compared with the fitted attributes.
-    """
+    """An unfitted ``cls(**params)``, once the parameters passed the estimator's own checks:
+    the constructor and a ``get_params`` round trip, ``_validate_params``, ``fit`` on a
+    stand-in for the rows that stops at its first look at them (:class:`_Unread`), the kernel
+    spec, ``n_components`` and ``random_state``.  Unnamed parameters keep their default."""
     names = set(cls._get_param_names())
     unknown = sorted(set(params) - names)
     if unknown:

@@ -1,16 +1,11 @@
 """Dask arrays: fit by a tree reduction of per-block statistics, transform lazily.
 
-Every estimator accepts a ``dask.array.Array`` wherever it accepts an array: the data path of
-:mod:`fastkpca.source` turns it into a ``DaskSource`` (:mod:`fastkpca.source.dask`), whose
-``reduce`` computes the estimator's statistic (:mod:`fastkpca.statistics`) once per row chunk on
-the workers and merges the results up a tree, and whose ``map_rows`` makes ``transform`` a lazy
-``map_blocks``.  The one-pass estimators (``RandomFeatureKPCA``, ``NystromKPCA``,
-``StreamingKPCA``) never gather the rows; the others need them in memory and compute the array
-(``ExactKPCA`` refuses one whose n x n Gram would not fit, see
-:func:`fastkpca.decomposition.exact.check_exact_fits`).
-
-This module gathers the public dask-side helpers; importing it imports dask, which
-``import fastkpca`` never does.
+Every estimator accepts a ``dask.array.Array`` wherever it accepts an array: a ``DaskSource``
+(:mod:`fastkpca.source.dask`) reduces the estimator's statistic per row chunk on the workers
+and merges up a tree, and makes ``transform`` a lazy ``map_blocks``.  The one-pass estimators
+never gather the rows; the others compute the array (``ExactKPCA`` refuses one whose Gram would
+not fit, :func:`fastkpca.decomposition.exact.check_exact_fits`).  Importing this module imports
+dask, which ``import fastkpca`` never does.
 """
 
 from __future__ import annotations

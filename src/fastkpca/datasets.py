@@ -1,15 +1,10 @@
 """Data sets: the papers' real data (downloaded once, then cached), the embedded demo set, and
 RandomNoisy.
 
-:func:`fetch` downloads a data set's files from their public source (:data:`SOURCES`), checks
-each file's size and SHA-256, and caches it under the data home; :func:`load` reads the cached
-files.  The data home is, as in scikit-learn, the ``data_home`` argument, else the
-``FASTKPCA_DATA`` environment variable, else ``~/fastkpca_data`` (:func:`get_data_home`);
-without an explicit one, :func:`load` also looks in the ``shared/data`` folder of a development
-checkout.  The files are never bundled with fastkpca.
-
-:func:`load_demo` reads the small pendigits sample shipped inside the package (``data/``), so the
-demo runs anywhere without a download.
+:func:`fetch` downloads a data set's files (:data:`SOURCES`), checks their size and SHA-256 and
+caches them under the data home (:func:`get_data_home`: ``data_home``, else ``FASTKPCA_DATA``,
+else ``~/fastkpca_data``); :func:`load` reads them.  :func:`load_demo` reads the pendigits
+sample shipped in the package.
 """
 
 from __future__ import annotations
@@ -50,10 +45,9 @@ logger = logging.getLogger(__name__)
 def make_bag_of_words(n_samples, n_features, nnz_per_row, n_topics=10, random_state=None):
     """Sparse, wide rows like word counts: the input-sparsity case of Musco & Woodruff.
 
-    Each row has ``nnz_per_row`` word draws (duplicates merged, so slightly fewer non-zeros),
-    each from the row's topic (a block of ``n_features / n_topics`` words) or uniform over all
-    words with probability 1/2, with counts ``1 + Poisson(1)``; rows are scaled to unit norm.
-    The topics give KPCA a low-rank structure to find.
+    Each row has ``nnz_per_row`` word draws from its topic (a block of ``n_features /
+    n_topics`` words) or, with probability 1/2, uniform; counts ``1 + Poisson(1)``; rows of
+    unit norm.
 
     Returns
     -------
@@ -86,22 +80,18 @@ def make_random_noisy(
 ):
     """The RandomNoisy set of the streaming KPCA paper: ``A = S D U + F / zeta``.
 
-    Ghashami, Perry & Phillips (2016, section 5, after Liberty's Frequent Directions paper):
-    S is n x s with i.i.d. N(0, 1) entries, D is diagonal with ``D_ii = 1 - (i - 1) / d``
-    (linearly decreasing), U is s x d with orthonormal rows (a random rotation), F is n x d
-    i.i.d. N(0, 1) noise and ``zeta`` sets the signal-to-noise ratio (the paper uses s = 50,
-    zeta = 10).  Rows are generated in blocks, so only the output is held in memory.
+    Ghashami, Perry & Phillips (2016, section 5): S is n x s i.i.d. N(0, 1), ``D_ii = 1 - (i -
+    1) / d``, U is s x d with orthonormal rows, F is n x d i.i.d. N(0, 1) noise.  Rows are
+    generated in blocks.
 
     Parameters
     ----------
     n_samples : int
         Rows n.
     n_features : int
-        Columns d, the width of the data (scikit-learn's name in its ``make_*`` generators).
+        Columns d.
     signal_dim : int or None, default None
-        Rank s of the signal, at most ``n_features``.  None: the paper's 50, capped at
-        ``n_features`` (so ``make_random_noisy(1000, 20)`` has a 20-dimensional signal), as
-        defaults that depend on the data's size are capped to what it allows.
+        Rank s of the signal; None: the paper's 50, capped at ``n_features``.
     zeta : float, default 10.0
         Signal-to-noise ratio: the noise is ``F / zeta``.
     random_state : None, int or numpy.random.Generator
@@ -205,12 +195,8 @@ DEFAULT_DATA_HOME = Path("~") / "fastkpca_data"
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A data file as its publisher distributes it: where to download it and how to check it.
-
-    ``sha256`` and ``size`` are those of the file as distributed (byte for byte, compressed
-    files included); :func:`fetch` refuses a download that differs in either.  ``urls`` are
-    tried in order (mirrors).
-    """
+    """A data file as its publisher distributes it: ``urls`` (tried in order), and the
+    ``sha256`` and ``size`` a download must match byte for byte."""
 
     urls: tuple[str, ...]
     sha256: str
@@ -397,16 +383,15 @@ def _download(rel: str, remote: RemoteFile, dest: Path) -> None:
 def fetch(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None):
     """Download a real data set if it is not cached yet, then load it as ``(X, y)``.
 
-    Each missing file of the data set (of ``subset``) is downloaded from its public source
-    (:data:`SOURCES`) into :func:`get_data_home`, checked against the size and SHA-256 of the
-    file as distributed before it is renamed into place; a file :func:`load` finds is kept.
+    Each missing file is downloaded (:data:`SOURCES`) into :func:`get_data_home` and renamed
+    into place once its size and SHA-256 match.
 
     Parameters
     ----------
     name : {"pendigits", "german", "cpu_act", "adult", "mnist", "kddcup"}
         See :data:`DATASETS`.
     data_home : path, optional
-        Where to cache the files (created if missing); see :func:`get_data_home`.
+        Where to cache the files (created if missing).
     subset, dtype, max_rows
         As for :func:`load`.
 
@@ -418,8 +403,7 @@ def fetch(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None
     Raises
     ------
     OSError
-        When no source of a file could be downloaded, or every download differed from the
-        expected size or SHA-256; the message names each URL tried and why it failed.
+        When no source of a file gave the expected file; the message names each URL tried.
     """
     spec, subsets = _check_request(name, subset)
     homes, explicit = _search_homes(data_home)
@@ -499,18 +483,16 @@ def load(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None)
     Parameters
     ----------
     name : {"pendigits", "german", "cpu_act", "adult", "mnist", "kddcup"}
-        See :data:`DATASETS`, and :data:`SOURCES` for where each comes from and its licence.
+        See :data:`DATASETS`, and :data:`SOURCES` for each one's source and licence.
     data_home : path, optional
-        The folder with the data sets; see :func:`get_data_home`.  Without it (and without
-        ``FASTKPCA_DATA``), the default cache and then a development checkout's
-        ``shared/data`` are searched.
+        The folder with the data sets (:func:`get_data_home`); without it, a development
+        checkout's ``shared/data`` is searched too.
     subset : {"all", "train", "test"}
-        For the sets published with a split (pendigits, adult, mnist): the training file, the
-        test file, or both stacked (train first).  The others have one file: only ``"all"``.
+        For the sets published with a split (pendigits, adult, mnist); train first in "all".
     dtype : float64 (default) or float32
-        dtype of X.  Values are as published (no scaling): pixels 0-255, pendigits 0-100.
+        dtype of X; values as published (no scaling).
     max_rows : int, optional
-        Read only the first ``max_rows`` rows of each file (quick looks at the large sets).
+        Read only the first ``max_rows`` rows of each file.
 
     Returns
     -------
@@ -520,8 +502,7 @@ def load(name, data_home=None, *, subset="all", dtype=np.float64, max_rows=None)
     Raises
     ------
     FileNotFoundError
-        Naming the file looked for (or the explicit data home that does not exist) and the
-        :func:`fetch` call that downloads it.
+        Naming the file looked for and the :func:`fetch` call that downloads it.
     """
     spec, subsets = _check_request(name, subset)
     dtype = np.dtype(dtype)

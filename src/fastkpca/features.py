@@ -11,17 +11,11 @@ name             kernels                                   cost per row (d input
 ``tensorsketch`` polynomial                                O(p (d + m log m))
 ================ ========================================= ====================================
 
-Random Fourier features (Rahimi & Recht 2007): by Bochner's theorem, with D frequencies from the
-kernel's spectral density (:meth:`fastkpca.kernels.Kernel.sample_frequencies`),
-``z(x) = [cos(W x), sin(W x)] / sqrt(D)`` gives an unbiased ``k(x, y)``.  The cos / sin pair has
-lower variance than scikit-learn's random-phase ``sqrt(2) cos(w . x + b)`` (Sutherland &
-Schneider, UAI 2015, section 2).
-
-The maps hold their random parameters (registered for model files without pickle).  The Fourier
-maps compute in float32 (their Monte-Carlo error dwarfs its rounding), each row chunk shifted by
-its mean with the offset phase added back in float64 by a rotation
-(:class:`fastkpca._feature_map.FourierMap`); ``__call__`` returns float64 for float64 input.
-TensorSketch keeps the input's precision.
+Random Fourier features (Rahimi & Recht 2007): ``z(x) = [cos(W x), sin(W x)] / sqrt(D)`` for D
+frequencies from the kernel's spectral density (Bochner), lower variance than scikit-learn's
+random phases (Sutherland & Schneider, UAI 2015, section 2).  The Fourier maps compute in
+float32, each chunk shifted by its mean (:class:`fastkpca._feature_map.FourierMap`);
+``__call__`` returns float64 for float64 input.  TensorSketch keeps the input's precision.
 """
 
 from __future__ import annotations
@@ -90,13 +84,9 @@ DEFAULT_N_RANDOM_FEATURES = 1000
 
 
 def _isotropic_radii(kernel: Kernel, n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-    """Norms of n frequencies in R^dim drawn from an isotropic kernel's spectral density.
-
-    An isotropic density factors into a uniform direction times an independent radius, so
-    orthogonal directions (``orf``, ``fastfood``) rescaled by these radii have exactly the
-    marginal distribution of Gaussian / Student-t frequencies (Yu et al. 2016, section 3).
-    Drawn in row chunks so that no n x dim array is held for large dim.
-    """
+    """Norms of n frequencies in R^dim drawn from an isotropic kernel's spectral density: times
+    orthogonal directions (``orf``, ``fastfood``) they have the Gaussian / Student-t marginals
+    (Yu et al. 2016, section 3).  Drawn in row chunks."""
     if not isinstance(kernel, RBF | Matern):
         raise ValueError(
             f"the {kernel.name!r} kernel has no rotation-invariant spectral density, which the "
@@ -119,9 +109,7 @@ def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
     return Q * signs
 
 
-# ------------------------------------------------------------------------------------------------
-# feature maps
-# ------------------------------------------------------------------------------------------------
+# --- feature maps ---------------------------------------------------------------------------------
 # Each map's ``_chunk`` is written once over the rows' array namespace; the execution layer runs
 # the chunks (``execution.feature_ops.map_rows``: on the host 256-row chunks on the
 # worker threads, written in place; on a device large chunks sized from its free memory).  The
@@ -195,15 +183,11 @@ class FourierFeatureMap(FourierMap):
 class FastfoodFeatureMap(FourierMap):
     """Fastfood (Le, Sarlos & Smola 2013): ``W x`` with ``W = S H G Pi H B`` blocks, then cos / sin.
 
-    The input is zero-padded to D = 2^ceil(log2 d).  Each of the ``n_blocks`` blocks of D
-    frequencies is ``V = S H G Pi H B / sqrt(D)`` with B a random +-1 diagonal, H the Walsh-
-    Hadamard matrix (applied by :func:`fwht`, O(D log D)), Pi a random permutation, G a Gaussian
-    diagonal and S a diagonal that sets row i's norm to a radius drawn from the kernel's spectral
-    density: every row of ``H G Pi H B`` has norm ``sqrt(D) ||G||_F``, so
-    ``S_ii = r_i / (sqrt(D) ||G||_F)`` (the paper's eq. (10), with the radii of the kernel instead
-    of chi(D) / sigma, which is the same thing for the Gaussian).  The first ``n_frequencies``
-    rows of the stacked blocks are used.  The map then outputs ``[cos(V x), sin(V x)] /
-    sqrt(n_frequencies)`` like ``rff``; memory is O(D n_blocks), not d x D.
+    The input is zero-padded to D = 2^ceil(log2 d); each block of D frequencies is ``V = S H G Pi
+    H B / sqrt(D)`` (B random signs, H Walsh-Hadamard by :func:`fwht`, Pi a permutation, G
+    Gaussian), with ``S_ii = r_i / (sqrt(D) ||G||_F)`` for radii r from the kernel's spectral
+    density (the paper's eq. (10)).  The first ``n_frequencies`` rows are used; output as
+    ``rff``; memory O(D n_blocks).
     """
 
     kind = "fastfood"
@@ -299,12 +283,9 @@ class FastfoodFeatureMap(FourierMap):
 class TensorSketchFeatureMap(FeatureMap):
     """TensorSketch (Pham & Pagh 2013) for the polynomial kernel ``(gamma <x, y> + coef0)^p``.
 
-    With ``x' = [sqrt(gamma) x, sqrt(coef0)]`` the kernel is ``<x', y'>^p``.  p independent
-    CountSketches ``C_i`` (bucket ``h_i(j)`` in [0, m), sign ``s_i(j)``) each map x' to R^m, and
-    the sketch of the p-fold tensor power ``x' (x) ... (x) x'`` is their circular convolution,
-    ``z(x) = IFFT(prod_i FFT(C_i x'))``; ``E[z(x) . z(y)] = <x', y'>^p`` (Pham & Pagh, Lemma 2).
-    Cost O(p (nnz(x) + m log m)) per row; accepts CSR input.  Computed in the input's precision
-    (its FFTs are not the bottleneck).
+    With ``x' = [sqrt(gamma) x, sqrt(coef0)]``, ``z(x) = IFFT(prod_i FFT(C_i x'))`` over p
+    independent CountSketches, ``E[z(x) . z(y)] = <x', y'>^p`` (Lemma 2).  O(p (nnz(x) + m log
+    m)) per row; accepts CSR; computed in the input's precision.
     """
 
     kind = "tensorsketch"
@@ -385,18 +366,12 @@ class TensorSketchFeatureMap(FeatureMap):
         )
 
 
-# ------------------------------------------------------------------------------------------------
-# features of row blocks
-# ------------------------------------------------------------------------------------------------
+# --- features of row blocks -----------------------------------------------------------------------
 def _feature_block_rows(m: int, itemsize: int) -> int:
     """Rows per host feature block: DEFAULT_BLOCK_ROWS, or :data:`~fastkpca.execution.SHARE_ROWS`
-    per worker thread where there are more than 8, within ~2 block copies in the memory budget
-    (:data:`~fastkpca.execution.budget.FEATURE_BLOCK_MB`).
-
-    Rounded down to whole shares (whole :data:`~fastkpca.execution.CHUNK_ROWS`-row chunks below
-    one share), so the chunks and shares start at the same rows whatever the block size: it
-    changes the grouping of the float64 sums only.
-    """
+    per worker thread above 8 threads, within ~2 block copies of
+    :data:`~fastkpca.execution.budget.FEATURE_BLOCK_MB`; whole shares (or
+    :data:`~fastkpca.execution.CHUNK_ROWS` chunks), so only the grouping of sums changes."""
     wanted = max(DEFAULT_BLOCK_ROWS, SHARE_ROWS * n_workers())
     budget = max(1, int(FEATURE_BLOCK_MB * 2**20 // (max(1, m) * itemsize * 2)))
     rows = min(wanted, budget)
@@ -405,14 +380,9 @@ def _feature_block_rows(m: int, itemsize: int) -> int:
 
 
 def feature_blocks(blocks, fmap: FeatureMap):
-    """Yield ``(start, Z_block)`` feature blocks from ``(start, X_block)``.
-
-    The features come in the map's computing dtype (:meth:`FeatureMap.feature_dtype`: float32
-    for the Fourier maps whatever X's dtype, X's float dtype for the others), X's namespace and
-    device, which the statistics accumulate in float64.  Input blocks are split further so
-    that a feature block stays within the memory budget (on a device: a chunk sized from its
-    free memory).
-    """
+    """Yield ``(start, Z_block)`` feature blocks from ``(start, X_block)``, in the map's computing
+    dtype (:meth:`FeatureMap.feature_dtype`) and X's namespace and device, split to stay within
+    the memory budget (on a device: its free memory)."""
     m = fmap.n_output_features
     for start, Xb in blocks:
         dtype = fmap.feature_dtype(float_type(Xb))
@@ -426,13 +396,9 @@ def feature_blocks(blocks, fmap: FeatureMap):
 
 
 def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> list:
-    """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators.
-
-    ``add(accumulator, Z)`` runs for every row chunk's features Z (at most 256 rows,
-    overwritable) in the thread that computed them, while in cache; each worker thread has its
-    own accumulator (``new_accumulator()``).  Returns the accumulators in worker order, for the
-    caller to combine by addition.
-    """
+    """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators:
+    ``add(accumulator, Z)`` for every chunk Z (at most 256 rows, overwritable) in the thread that
+    computed it; returns the ``new_accumulator()`` objects in worker order, to be added."""
     accumulators: dict[int, object] = {}
 
     def feed(Z):
@@ -450,11 +416,9 @@ def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> lis
 def feature_projection(X, fmap: FeatureMap, mean, components):
     """``(z(X) - mean) @ components.T``, in X's float dtype, namespace and device.
 
-    The transform of every model that lives in a random feature space (RandomFeatureKPCA,
-    StreamingKPCA).  The mean is removed from the features before projecting (float32 rounding
-    then stays relative to the centered features), and the part of the mean that rounding drops
-    is projected in float64.  Row chunk by row chunk (``execution.feature_ops.map_rows``), with
-    BLAS held to one thread so the result does not depend on other threads.
+    The transform of RandomFeatureKPCA and StreamingKPCA: the mean is removed before projecting
+    (float32 rounding stays relative to the centered features) and what rounding drops of it is
+    projected in float64.  Chunk by chunk, BLAS on one thread.
     """
     X = fmap._rows(X)
     placement = placement_of(X)
@@ -484,9 +448,7 @@ def feature_projection(X, fmap: FeatureMap, mean, components):
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# drawing
-# ------------------------------------------------------------------------------------------------
+# --- drawing --------------------------------------------------------------------------------------
 def _require_shift_invariant(kernel: Kernel, features: str):
     if not kernel.shift_invariant:
         raise ValueError(
@@ -503,12 +465,9 @@ def _draw_rff(kernel, n_freq, d, rng):
 def _draw_orf(kernel, n_freq, d, rng):
     """Orthogonal random features (Yu et al., NIPS 2016, eq. (2)): ``W = S Q / sigma``.
 
-    Blocks of d rows of a Haar-random orthogonal matrix Q, each row rescaled by a radius drawn
-    from the kernel's spectral density (chi(d) sqrt(2 gamma) for rbf; the Student-t radius for
-    Matern, whose density is also isotropic).  Rows within a block are exactly orthogonal, which
-    makes the kernel estimate's variance no larger than rff's (their Theorem 1) and usually much
-    smaller.  The L1 Laplacian's density (a product of Cauchys) is not rotation invariant, so
-    ``orf`` refuses it with a ValueError rather than silently drawing something else.
+    Blocks of d rows of a Haar-random orthogonal Q, each row rescaled by a radius from the
+    kernel's isotropic spectral density (rbf, Matern): variance no larger than rff's (Theorem
+    1).  The Laplacian's density is not rotation invariant: ValueError.
     """
     n_blocks = -(-n_freq // d)
     with one_blas_thread():  # d x d QRs: on a loaded machine idle BLAS threads cost 100x
@@ -562,14 +521,10 @@ def resolve_features(
     n_input_features: int | None = None,
     n_random_features: int | None = None,
 ) -> str:
-    """The feature-map kind for ``features="auto"`` (or a named kind, validated).
-
-    ``auto`` picks the most accurate map the kernel admits: ``orf`` for rbf and matern,
-    ``rff`` for laplacian (its L1 spectral density is not rotation-invariant) and
-    ``tensorsketch`` for polynomial.  Wide input is the exception: ``orf`` draws whole d x d
-    Haar blocks (O(d^3) time, 8 d^2 bytes), so when the input has more columns than there are
-    frequencies and more than :data:`AUTO_ORF_MAX_WIDTH`, ``auto`` picks ``rff`` (O(d m)).
-    """
+    """The feature-map kind for ``features="auto"`` (or a named kind, validated): ``orf`` for rbf
+    and matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial; ``rff`` also where the
+    input is wider than the frequencies and :data:`AUTO_ORF_MAX_WIDTH` (``orf``'s d x d blocks
+    cost O(d^3))."""
     if features == "auto":
         if kernel.name in ("rbf", "matern"):
             wide = (
@@ -606,20 +561,17 @@ def draw_feature_map(
         Shift-invariant for ``rff`` (rbf, laplacian, matern), isotropic for ``orf`` and
         ``fastfood`` (rbf, matern), polynomial for ``tensorsketch``; others raise ValueError.
     n_random_features : int
-        The number m of output columns asked for.  ``tensorsketch`` gives exactly m; the Fourier
-        maps draw ``ceil(m / 2)`` frequencies and output their cos / sin pairs, so
-        ``n_output_features = 2 * ceil(m / 2)`` (m rounded up to even).
+        The number m of output columns asked for; the Fourier maps output cos / sin pairs of
+        ``ceil(m / 2)`` frequencies (m rounded up to even).
     n_input_features : int
-        d, the width of the rows the map will be applied to.
+        d, the width of the rows.
     rng : numpy.random.Generator
-        The only source of randomness; the same generator state gives the same map.
+        The only source of randomness.
     input_sketch : None, "auto" or int
-        With ``features="rff"`` and an isotropic kernel: CountSketch the inputs to this width t
-        first, the features then cost O(nnz(x) + t m) a row instead of O(nnz(x) m) (Musco &
-        Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`, which states the kernel
-        error this adds and the ``"auto"`` width).
+        With ``features="rff"`` and an isotropic kernel: CountSketch the inputs to width t first
+        (Musco & Woodruff 2017, section 3.2.2; :mod:`fastkpca._input_sketch`).
     name : str, default "n_random_features"
-        The caller's name for m, which error messages cite (the transformers': ``n_components``).
+        The caller's name for m, which error messages cite.
 
     Returns
     -------
@@ -734,9 +686,8 @@ def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_rand
     """Resolve an estimator's kernel and draw its feature map from the first data block.
 
     The one place where ``RandomFeatureKPCA``, ``StreamingKPCA`` and the transformers turn their
-    parameters into a map, so one ``random_state`` gives the same features in all of them.  A
-    data-dependent ``gamma`` is resolved on the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS`
-    rows, so an array and the same rows streamed give the same kernel.
+    parameters into a map (one ``random_state``, the same features); a data-dependent ``gamma``
+    is resolved on the first :data:`fastkpca._utils.DEFAULT_BLOCK_ROWS` rows.
 
     Parameters
     ----------
@@ -747,8 +698,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_rand
     n_input_features : int, optional
         Defaults to ``X_first.shape[1]``.
     count : str, default "n_random_features"
-        The estimator's parameter holding the number of features (the transformers':
-        ``n_components``, as scikit-learn's ``RBFSampler``).
+        The estimator's parameter holding the number of features.
 
     Returns
     -------
@@ -771,9 +721,7 @@ def init_feature_map(estimator, X_first, *, n_input_features=None, count="n_rand
     return fmap, rng
 
 
-# ------------------------------------------------------------------------------------------------
-# the scikit-learn transformers, moved to fastkpca.transformers
-# ------------------------------------------------------------------------------------------------
+# --- the scikit-learn transformers, moved to fastkpca.transformers --------------------------------
 #: Names this module held before they moved (name -> their module now).
 _MOVED = {
     "RandomFourierFeatures": "fastkpca.transformers",

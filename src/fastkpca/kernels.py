@@ -15,15 +15,12 @@ cosine     <x, y> / (||x|| ||y||)
 sigmoid    tanh(gamma <x, y> + coef0)                             (not PSD in general)
 ========== ====================================================== =================
 
-The Matern length scale is chosen so that Matern(gamma, nu -> inf) tends to RBF(gamma), and
-Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)``.
-
-Each kernel's math is written once, over the array namespace of its rows: :meth:`Kernel._prepare`
-computes what every block needs of the columns' rows once, :meth:`Kernel._block` one block and
-:meth:`Kernel.diag` the diagonal; where and in what pieces blocks are computed is the execution
-layer's (:mod:`fastkpca.execution.kernel_ops`).  Blocks are float64, or float32 when asked.
-Squared distances are accumulated in float64 about the columns' mean: ``|x|^2 + |y|^2 - 2 x.y``
-cancels catastrophically for nearby points far from the origin.
+Matern(gamma, nu) equals ``sklearn.gaussian_process.kernels.Matern(length_scale=l, nu=nu)`` and
+tends to RBF(gamma) as nu -> inf.  Each kernel's math (:meth:`Kernel._prepare`,
+:meth:`Kernel._block`, :meth:`Kernel.diag`) is written once over the rows' namespace; the
+blocking is :mod:`fastkpca.execution.kernel_ops`'s.  Squared distances are accumulated in
+float64 about the columns' mean (``|x|^2 + |y|^2 - 2 x.y`` cancels for nearby points far from
+the origin).
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ from .execution.elementwise import (
     l1_distances,
     matmul,
     max_finite,
-    namespace_of,
     ones_rows,
     row_center,
     row_l1_norms,
@@ -175,12 +171,10 @@ def _check_positive(name, value, *, allow_zero=False):
 class Kernel:
     """Base class: a positive-definite kernel evaluated in row blocks.
 
-    A kernel defines :meth:`_block` (one block ``k(X, Y)``; with :meth:`_prepare`, what every
-    block needs of Y, computed once) and :meth:`diag`; shift-invariant kernels also define
-    :meth:`sample_frequencies`.  The kernels of this module write them with array-namespace
-    calls (:attr:`namespace_math`), so that they run on every placement; a kernel of the user's
-    may write ``_block(X, Y, ctx)`` for numpy rows and return a float64 block, which then runs
-    on host copies of device rows.
+    A kernel defines :meth:`_block` (one block ``k(X, Y)``, with what :meth:`_prepare` computed
+    once of Y) and :meth:`diag`; shift-invariant kernels also :meth:`sample_frequencies`.  This
+    module's kernels use namespace calls (:attr:`namespace_math`) and run on every placement; a
+    user's kernel may take numpy rows and return float64 blocks, run on host copies.
     """
 
     name: str = "kernel"
@@ -311,20 +305,15 @@ def _float_of(X) -> str:
 class _Radial(Kernel):
     """Kernels that are a function of the squared Euclidean distance: ``f(-s |x - y|^2)``.
 
-    A block's exponent ``E = -s |x - y|^2`` comes from ONE GEMM of augmented rows, both sides
-    centered at the columns' mean c (distances are shift-invariant)::
+    A block's exponent comes from ONE GEMM of augmented rows centered at the columns' mean c::
 
         [x - c, 1, -s |x - c|^2] . [2 s (y - c); -s |y - c|^2; 1]
 
-    with the squared norms computed in float64 and only the GEMM's accumulation in the block's
-    precision; a float64 exponent is clamped at 0 in place (rounding can make it positive), then
-    the profile f is applied in place (rbf: ``exp``).  Sparse rows are not centered (it would
-    make them dense): their GEMM uses the uncentered factor.
-
-    float32 blocks of rbf: the GEMM's rounding, scaled by the value ``exp(-gamma |x - y|^2)``, is
-    bounded by the columns' spread alone (:data:`FLOAT32_MAX_SPREAD`,
-    :data:`FLOAT32_BLOCK_ATOL`).  Wider columns, sparse rows and rows that would overflow a
-    float32 GEMM take the float64 GEMM, rounded.
+    with the squared norms in float64; a float64 exponent is clamped at 0, then f is applied in
+    place.  Sparse rows are not centered.  float32 rbf blocks: the GEMM's rounding times the
+    value is bounded by the columns' spread alone (:data:`FLOAT32_MAX_SPREAD`,
+    :data:`FLOAT32_BLOCK_ATOL`); wider columns, sparse rows and rows that would overflow take
+    the float64 GEMM, rounded.
     """
 
     parallel_safe = True
@@ -491,7 +480,7 @@ class Matern(_Radial):
         nu = self.nu
         if np.isinf(nu):
             return exp_(E)
-        xp = namespace_of(E)
+        xp = get_namespace(E)
         r = xp.sqrt(-E) / self.length_scale
         if nu == 0.5:
             r *= -1.0
@@ -580,13 +569,8 @@ class Polynomial(_Dot):
         return (self.gamma * sq + self.coef0) ** self.degree
 
     def check_rows(self, X) -> None:
-        """ValueError when the kernel's values on the rows X overflow float64.
-
-        With ``coef0 >= 0``, ``|gamma <x, y> + coef0| <= gamma max(|x|^2, |y|^2) + coef0``
-        (Cauchy-Schwarz), so no value exceeds the largest diagonal value ``(gamma |x|^2 +
-        coef0)^degree``: the values overflow exactly when that one does, which its logarithm
-        tells without overflowing.
-        """
+        """ValueError when the kernel's values on the rows X overflow float64: with ``coef0 >=
+        0`` no value exceeds the largest diagonal one (Cauchy-Schwarz), whose logarithm tells."""
         if X.shape[0] == 0:
             return
         top = max_finite(row_sq_norms(as_float64(X)))  # ValueError: a squared norm overflows
@@ -624,7 +608,7 @@ class Cosine(_Dot):
         6.4e-323, 1 % off).  Rows whose squared norm overflows are refused, as by every kernel
         of inner products (ValueError)."""
         max_finite(row_sq_norms(X64))
-        xp = namespace_of(X64)
+        xp = get_namespace(X64)
         top = row_max_abs(X64)
         X = divide_rows(X64, xp.where(top == 0.0, 1.0, top))
         norms = xp.sqrt(row_sq_norms(X))
@@ -658,7 +642,7 @@ class Sigmoid(_Dot):
         return tanh_(K)
 
     def _map_diag(self, sq):
-        return namespace_of(sq).tanh(self.gamma * sq + self.coef0)
+        return get_namespace(sq).tanh(self.gamma * sq + self.coef0)
 
 
 KERNELS: dict[str, type[Kernel]] = {
@@ -696,12 +680,8 @@ def _plain_variance(X) -> float:
 
 def entry_variance(X) -> float:
     """The variance of all entries of X (dense of any namespace, or scipy.sparse), in float64:
-    what ``gamma="scale"`` reads.
-
-    By the usual sums; when they overflow (entries near float64's largest value), again about
-    the largest magnitude s, as ``s^2 var(X / s)``: inf then means that the variance itself
-    overflows float64, not its sums.
-    """
+    what ``gamma="scale"`` reads; where the sums overflow, ``s^2 var(X / s)`` about the largest
+    magnitude s (inf then means the variance itself overflows)."""
     var = _plain_variance(X)
     if math.isfinite(var) or X.shape[0] == 0:
         return var
@@ -891,13 +871,9 @@ def _checkable(n, diag_sum, mean_sq) -> bool:
 
 
 def may_be_degenerate(kernel, n_samples, diag_sum, mean_sq, mean_sq_error) -> bool:
-    """Whether an estimated mean leaves the training kernel matrix possibly degenerate.
-
-    True when the matrix counts as the identity or constant (:func:`warn_if_degenerate`'s
-    rules) within three standard errors of the estimate, or when the error is unknown (nan):
-    then the exact statistics of the first rows (:func:`first_rows_gram`) decide.  False when
-    the estimate rules both out, as it does for most data (no extra kernel values then).
-    """
+    """Whether an estimated mean leaves the training kernel matrix possibly degenerate
+    (:func:`warn_if_degenerate`'s rules within three standard errors, or an unknown error): then
+    the exact statistics of the first rows (:func:`first_rows_gram`) decide."""
     n = int(n_samples)
     if not _checkable(n, diag_sum, mean_sq):
         return False
@@ -911,12 +887,9 @@ def first_rows_gram(kernel, rows) -> tuple[float, float]:
     """The mean diagonal value ``a`` and the mean off-diagonal value ``b`` of the exact Gram of
     the first :data:`DEGENERATE_CHECK_ROWS` of ``rows`` (any placement; computed in blocks).
 
-    For n rows like them, :func:`scaled_gram` gives the trace ``S = n a`` and ``T = S + n (n -
-    1) b``, so :func:`warn_if_degenerate` of these (exact, error 0) warns of the identity when
-    ``(n - 1) b <= IDENTITY_TOL a`` and of a constant matrix when ``1 - 1/n - (n - 1)/n b / a <=
-    CONSTANT_TOL``: for n at most that many rows, exactly the decision exact KPCA makes.
-
-    Raises ValueError when the kernel cannot be evaluated on the rows (values that overflow).
+    :func:`scaled_gram` turns them into ``S = n a`` and ``T = S + n (n - 1) b`` for n such rows,
+    so for n at most that many rows :func:`warn_if_degenerate` decides as exact KPCA does.
+    Raises ValueError when the kernel cannot be evaluated on the rows.
     """
     rows = row_range(rows, 0, DEGENERATE_CHECK_ROWS)
     h = int(rows.shape[0])

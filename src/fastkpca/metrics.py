@@ -314,9 +314,7 @@ def mmd(X, centers, weights, kernel) -> float:
     return float(np.sqrt(max(xx - 2 * xc + cc, 0.0)))
 
 
-# ------------------------------------------------------------------------------------------------
-# error estimates without exact KPCA
-# ------------------------------------------------------------------------------------------------
+# --- error estimates without exact KPCA -----------------------------------------------------------
 #: scikit-learn's kernel names (``sklearn.decomposition.KernelPCA(kernel=...)``, with its
 #: ``gamma_``, ``degree`` and ``coef0``) -> the fastkpca kernel that computes the same function.
 SKLEARN_KERNELS = {

@@ -1,34 +1,22 @@
 """Model files: a fitted estimator saved as arrays plus JSON metadata, loaded without pickle.
 
 :func:`save_model` (``model.save(path)``) and :func:`load` (``fastkpca.load(path)``) store a fitted
-estimator as an ``.npz`` archive: one array per fitted array, plus a JSON metadata string
-(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, versions, estimator class, ``get_params()``, kernel
-config, the fitted attributes and their kinds, a SHA-256 of every array) and a SHA-256 of that
-metadata.  The checksums detect damage, not a deliberate forger, so :func:`load` treats every
-file as untrusted and checks, in this order, before any estimator exists:
-
-1. The archive, from its zip directory alone (its size read from the end record first): a
-   regular file of at most :data:`MAX_MEMBERS` members named plain ``name.npy``, none twice,
-   none encrypted, stored or deflated only, the metadata member present.
-2. The metadata: at most :data:`MAX_METADATA_BYTES` of valid JSON whose checksum matches, of a
-   known format version; every key of the expected type (trees at most :data:`MAX_DEPTH` deep,
-   strings at most :data:`MAX_STRING` characters), every array declared once.
-3. The arrays, before their data is read: each ``.npy`` header (at most :data:`MAX_NPY_HEADER`
-   bytes) and stored size agree with the metadata, and all together expand to at most
-   :data:`MAX_EXPANSION` times the file's size plus :data:`EXPANSION_SLACK`; then each checksum.
-4. The model: a whitelisted estimator class (:data:`fastkpca.decomposition.SAVEABLE`) and
-   declared state classes (:data:`fastkpca._model_schema.STATE_SCHEMAS`), so no other module is
-   imported; parameters that pass the estimator's own checks
-   (:func:`fastkpca._model_schema.check_params`); fitted attributes the class declares
-   (:data:`fastkpca._model_schema.FITTED_SCHEMAS`) with the declared kind, dtype, shape and
-   finite values; state objects checked before ``from_state`` runs, and their extra memory
-   refused up front when it does not fit; kernels fastkpca's own.  Files of earlier releases are
-   converted (:data:`fastkpca._model_schema.LEGACY_FITTED`,
-   :data:`fastkpca._model_schema.RENAMED_PARAMS`).
-
-Any failure is one ``ValueError`` naming the file and what is wrong; nothing in the file is ever
-executed.  :func:`save_model` runs the same model checks, so a model it writes loads.
-:func:`is_model_file` tells a model file from any other file cheaply.
+estimator as an ``.npz`` archive: one array per fitted array, a JSON metadata string
+(:data:`FORMAT_NAME`, :data:`FORMAT_VERSION`, versions, class, ``get_params()``, kernel, fitted
+attributes and their kinds, a SHA-256 of every array) and a SHA-256 of that metadata.  The
+checksums detect damage, not a forger, so :func:`load` treats every file as untrusted and
+checks, before any estimator exists: the zip directory (at most :data:`MAX_MEMBERS` plain
+``name.npy`` members, stored or deflated); the metadata (at most :data:`MAX_METADATA_BYTES`,
+:data:`MAX_DEPTH` deep, strings at most :data:`MAX_STRING`); each array's header (at most
+:data:`MAX_NPY_HEADER` bytes) and size, all together at most :data:`MAX_EXPANSION` times the
+file plus :data:`EXPANSION_SLACK`, then each checksum; and the model: a whitelisted class
+(:data:`fastkpca.decomposition.SAVEABLE`, :data:`fastkpca._model_schema.STATE_SCHEMAS`),
+parameters that pass :func:`fastkpca._model_schema.check_params`, the fitted attributes
+:data:`fastkpca._model_schema.FITTED_SCHEMAS` declares, kernels fastkpca's own.  Files of
+earlier releases are converted (:data:`fastkpca._model_schema.LEGACY_FITTED`,
+:data:`fastkpca._model_schema.RENAMED_PARAMS`).  Any failure is one ``ValueError`` naming the
+file; nothing in it is executed.  :func:`save_model` runs the same model checks;
+:func:`is_model_file` tells a model file from any other cheaply.
 """
 
 from __future__ import annotations
@@ -374,13 +362,9 @@ def _state_class(name: str):
 
 
 def _registered_class(name, module=None):
-    """The class registered in the save whitelist under ``name``, or None.
-
-    The whitelist is :data:`fastkpca.decomposition.SAVEABLE` (class name -> defining module); the
-    class is looked up only in that module, and must be defined there (not re-exported).  A
-    ``module`` other than the registered one gives None, so a file cannot redirect the import.
-    Raises ImportError when the registered module is missing from this installation.
-    """
+    """The class registered in :data:`fastkpca.decomposition.SAVEABLE` under ``name``, looked up
+    only in (and defined in) its registered module; another ``module`` gives None.  ImportError
+    when the registered module is missing."""
     if not isinstance(name, str) or name not in SAVEABLE:
         return None
     registered = SAVEABLE[name]
@@ -418,14 +402,9 @@ def _saved_class(name, module=None):
 
 
 def fitted_attribute_names(cls) -> frozenset[str]:
-    """The fitted attributes a model file of ``cls`` may hold (its declaration in
-    :data:`fastkpca._model_schema.FITTED_SCHEMAS`).
-
-    Names that start with ``_``, do not end with ``_``, or name a member of the class (a method,
-    a property, a class attribute) or a constructor parameter are never included, whatever the
-    declaration says: loading sets nothing else, so a file cannot put a value where the class
-    has a method or a property (``transform``, ``__dict__``, ``__class__``).
-    """
+    """The fitted attributes a model file of ``cls`` may hold
+    (:data:`fastkpca._model_schema.FITTED_SCHEMAS`), never a private name, one not ending in
+    ``_``, a member of the class or a constructor parameter: a file cannot set a method."""
     schema = FITTED_SCHEMAS.get(cls.__name__)
     if schema is None:
         raise ValueError(
@@ -445,17 +424,12 @@ def _fitted_attributes(model) -> dict:
 
 
 def save_model(model, path, *, data=None) -> None:
-    """Write a (fitted) fastkpca estimator to ``path`` (see the module docstring for the format).
+    """Write a (fitted) fastkpca estimator to ``path`` (format: the module docstring).
 
-    The model passes the checks :func:`load` makes (its fitted attributes against their
-    declaration, its parameters through the estimator's own checks) before anything is
-    written, so a saved model loads.  The file is written to a temporary file beside ``path``
-    and renamed, so an interrupted save never leaves a half-written model under the final name
-    (:func:`atomic_output`).  ``data`` optionally describes the training file (``columns``: the
-    feature column names, ``label_column``, ``format``, ``libsvm_index_base``: 0 or 1); it is
-    kept in the metadata (``load_with_info``) so that the command line can read new files the
-    same way.  ``random_state`` given as a numpy Generator / RandomState cannot be stored and is
-    saved as None (it does not affect ``transform``).
+    The model passes :func:`load`'s checks before anything is written, and the file is renamed
+    into place (:func:`atomic_output`).  ``data`` optionally describes the training file
+    (``columns``, ``label_column``, ``format``, ``libsvm_index_base``), kept for
+    ``load_with_info``.  A Generator / RandomState ``random_state`` is saved as None.
     """
     cls = type(model)
     if hasattr(model, "_placed"):  # fitted on a device: the file holds host arrays
@@ -573,15 +547,9 @@ def _is_name_or_position(value) -> bool:
 
 @contextlib.contextmanager
 def atomic_output(path) -> Iterator[Path]:
-    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds.
-
-    On any error or interruption (any ``BaseException``: ``KeyboardInterrupt``, the
-    ``SystemExit`` of a signal handler), from the moment the temporary file exists, it is
-    removed and ``path`` is left as it was: an existing file keeps its content, a missing one
-    stays missing.  A symbolic link is followed (its target is replaced, the link kept); the new
-    file gets the mode of the file it replaces, or the usual mode of a new file (0666 less the
-    umask).
-    """
+    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds; on any
+    ``BaseException`` it is removed and ``path`` left as it was.  A symbolic link's target is
+    replaced; the new file gets the replaced file's mode, or 0666 less the umask."""
     target = Path(os.path.realpath(path))
     if not target.parent.is_dir():
         raise FileNotFoundError(f"folder not found: {target.parent}")
@@ -1164,20 +1132,16 @@ def _computable_here(params: dict, where) -> dict:
 
 
 def load(path):
-    """Load a model saved by ``model.save(path)`` / :func:`save_model`.
-
-    The file is treated as untrusted: see the module docstring for what is checked, and the
-    bounds on the work a load does.
+    """Load a model saved by ``model.save(path)`` / :func:`save_model`; the file is untrusted
+    (what is checked: the module docstring).
 
     Raises
     ------
     FileNotFoundError
         The file does not exist.
     ValueError
-        Not a fastkpca model file, a damaged or truncated one (checksum mismatch), one from an
-        unknown format version, one naming an estimator or state class fastkpca does not have,
-        or one whose parameters or fitted attributes are not those of a fitted model of its
-        class; the message names the file and what is wrong.
+        Not a valid fastkpca model file of a known format, class and fitted state; the message
+        names the file and what is wrong.
     """
     return load_with_info(path)[0]
 
@@ -1220,12 +1184,9 @@ def model_info(path) -> dict:
 def is_model_file(path) -> bool:
     """Whether ``path`` is a fastkpca model file; False for anything else, never an error.
 
-    Reads the zip directory (its size checked first) and the metadata member alone (at most
-    :data:`MAX_METADATA_BYTES`): True when that member is a JSON object of format
-    :data:`FORMAT_NAME`, of any version.  The arrays are not read or verified, so a model whose
-    arrays are damaged is still a model file (and :func:`load` then says what is wrong); a
-    file whose metadata is unreadable is not.  A missing path, a folder, a device, a pipe, a
-    file that cannot be read give False.
+    Reads the zip directory and the metadata member alone (at most :data:`MAX_METADATA_BYTES`):
+    True when it is a JSON object of format :data:`FORMAT_NAME`, of any version.  Arrays are
+    not verified (:func:`load` does that).
     """
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):

@@ -1,22 +1,12 @@
 """Top-k eigensolvers for symmetric positive semi-definite operators.
 
 One entry point, :func:`eigh_topk`, for a dense (or float32, or CSR) Gram, an implicitly centered
-Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``, such
-as :class:`fastkpca.execution.kernel_ops.CenteredGramOperator`):
-
-``dense``
-    The top k eigenpairs of the explicit matrix (:func:`fastkpca.execution.linalg.dense_topk`).
-``lanczos``
-    ARPACK ``eigsh`` (host only; elsewhere ``randomized``).
-``randomized``
-    Randomized block Krylov iteration (Musco & Musco 2015) with thick restarts, until the top k
-    Ritz residuals fall below ``tol``.
-``orthogonal``
-    Orthogonal iteration with k vectors (Achlioptas, McSherry & Schoelkopf 2001, section 3).
-
-Written once over the array namespace; the dense linear algebra under them is
-:mod:`fastkpca.execution.linalg`.  Start blocks come from the host generator, so every namespace
-starts alike; results are float64 in A's namespace, post-processed by :func:`postprocess_eigen`.
+Gram or any ``LinearOperator``, on the host or a device (an operator with a ``placement``):
+``dense`` (:func:`fastkpca.execution.linalg.dense_topk`), ``lanczos`` (ARPACK ``eigsh``, host
+only), ``randomized`` (block Krylov, Musco & Musco 2015, thick restarts) and ``orthogonal``
+(Achlioptas, McSherry & Schoelkopf 2001, section 3).  Written once over the array namespace on
+:mod:`fastkpca.execution.linalg`; host start blocks, float64 results in A's namespace,
+post-processed by :func:`postprocess_eigen`.
 """
 
 from __future__ import annotations
@@ -134,16 +124,12 @@ def _warn_stalled(it: int, res: float, tol: float) -> None:
 def _randomized(A, k, rng, tol, max_iter, oversamples, *, warn=True):
     """Randomized block Krylov iteration with Rayleigh-Ritz and thick restarts.
 
-    Musco & Musco (2015, "Randomized block Krylov methods for stronger and faster approximate
-    singular value decomposition", Algorithm 2): the Rayleigh-Ritz projection of A on the Krylov
-    space ``[Q, A Q, A^2 Q, ...]`` of a random block Q of ``b = k + oversamples`` vectors.
-    Each iteration is one block product ``A Q``; the passes grow like ``1 / sqrt(gap)`` with the
-    relative gap ``(lambda_k - lambda_{b+1}) / lambda_k``, instead of ``1 / gap`` for subspace
-    iteration (Halko et al. 2011, Algorithm 4.4).  The basis V and its image ``A V`` are kept,
-    so the Ritz residuals cost no extra pass; the iteration stops when the top k are below ``tol
-    * theta_1``.  A basis at its largest size
-    (:func:`fastkpca.execution.linalg.krylov_basis_columns`) is compressed to its leading Ritz
-    vectors (a thick restart, as in Wu & Simon's restarted Lanczos), losing no pass.
+    Musco & Musco (2015), Algorithm 2: the Rayleigh-Ritz projection of A on ``[Q, A Q, A^2 Q,
+    ...]`` for a random block Q of ``b = k + oversamples`` vectors, one block product per
+    iteration; passes grow like ``1 / sqrt(gap)`` (subspace iteration: ``1 / gap``).  V and
+    ``A V`` are kept, so Ritz residuals cost no pass; it stops when the top k are below ``tol *
+    theta_1``.  A full basis (:func:`fastkpca.execution.linalg.krylov_basis_columns`) is
+    compressed to its leading Ritz vectors (a thick restart, Wu & Simon).
     """
     placement = linalg.operator_placement(A)
     xp = placement.xp
@@ -325,11 +311,9 @@ def eigh_topk(
 def solve_topk(
     A, k, *, method="auto", rng=None, tol=None, max_iter=None, oversamples=10, overwrite=False
 ):
-    """:func:`eigh_topk` without its post-processing: the solver's k eigenpairs as it found them.
-
-    For a caller that inspects the raw eigenvalues before :func:`postprocess_eigen` clips the
-    negative ones (scikit-learn's check that a kernel is PSD, in
-    :class:`fastkpca.KernelPCA`).  The parameters are :func:`eigh_topk`'s.
+    """:func:`eigh_topk` without its post-processing, for a caller that inspects the raw
+    eigenvalues before :func:`postprocess_eigen` clips negatives (:class:`fastkpca.KernelPCA`'s
+    PSD check).  The parameters are :func:`eigh_topk`'s.
 
     Returns
     -------

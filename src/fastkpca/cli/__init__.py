@@ -9,31 +9,19 @@
     fastkpca bench [--quick] [--out DIR] [NAME ...]
     fastkpca demo [--output fastkpca-demo.png]
 
-DATA is a ``.npy``, ``.csv`` / ``.tsv`` (optionally gzipped), ``.parquet`` or LIBSVM file, read
-by :mod:`fastkpca.source.files`.  The block-wise methods (streaming, random-features, nystrom with
-uniform landmarks or a landmark file) are fitted on the file's row blocks without loading it, so
-memory is bounded by the block size and the model, not the file; where a method needs a second
-pass (nystrom's covariance after reservoir-sampling the landmarks, the countsketch solver's
-Rayleigh-Ritz step) it reads the file again.  The others read it into memory.
-Errors are reported on one line (``fastkpca: error: ...``, exit status 1), and so is each warning
-of the library (``fastkpca: warning: ...``, e.g. a degenerate kernel); ``--debug`` shows the
-traceback and Python's warnings instead.  Progress bars (tqdm) appear only when stderr is a
-terminal.  The help of every option is built from the estimators themselves (the methods that
-take it, their choices and defaults), so it cannot drift from what the code accepts.
+DATA is a file read by :mod:`fastkpca.source.files`.  The block-wise methods are fitted on the
+file's row blocks without loading it (reading it again for a second pass); the others read it
+into memory.  Errors and the library's warnings are one line each on stderr (exit status 1 for
+an error); ``--debug`` shows tracebacks and Python's warnings.  Every option's help is built
+from the estimators themselves, so it cannot drift from what the code accepts.
 
-Files are safe from the command's mistakes.  No command overwrites a file it did not write:
-``fit`` replaces an existing output only when it is a fastkpca model (recognised by its
-metadata, :func:`fastkpca.persistence.is_model_file`), ``demo`` only its own plot, ``bench``
-only the files it recorded writing in its ``--out`` folder, ``transform`` no existing file;
-``--force`` replaces any regular file, and a replacement is said on stderr
-(``fastkpca: replacing the fastkpca model model.npz``).  ``-o`` naming an input file (the same
-path, a link or the same inode) is refused even with ``--force``.  Models, projections and
-plots are written to a temporary file renamed at the end, so a failure leaves an existing
-output as it was; SIGTERM and SIGHUP end the command like an error (exit status 128 + the
-signal's number), so the temporary file is removed then too.  A model file records its
-training file's column names, label column and, for a LIBSVM file, its feature numbering;
-``transform`` and ``evaluate`` select DATA's columns by those names (reordering swapped
-columns, refusing missing ones) and read a LIBSVM DATA with the same numbering.
+No command overwrites a file it did not write (``fit`` only a fastkpca model,
+:func:`fastkpca.persistence.is_model_file`; ``demo`` its own plot; ``bench`` the files it
+recorded; ``transform`` none) unless ``--force``; ``-o`` naming an input is always refused.
+Outputs are written to a temporary file renamed at the end; SIGTERM and SIGHUP end the command
+like an error (exit status 128 + the signal), removing it.  A model file records its training
+file's column names, label column and LIBSVM numbering, by which ``transform`` and ``evaluate``
+select DATA's columns.
 """
 
 from __future__ import annotations

@@ -137,15 +137,10 @@ _IN_CALL: ContextVar[frozenset[int]] = ContextVar("fastkpca_in_call", default=fr
 
 
 def estimator_call(method, *, mutating: bool):
-    """Wrap a public method: it runs in the estimator's :func:`execution_context`, and, if
-    ``mutating``, a failure (any exception, ``KeyboardInterrupt`` included) puts the
-    estimator's attributes back as they were before the call (a shallow copy of the attribute
-    mapping; calls nest, each level restores what it saw).
-
-    A ``device`` this machine cannot compute on is refused first.  The outermost mutating call
-    starts from the model as computed (:meth:`BaseKPCA._computed`) and ends by moving the
-    public fitted arrays to the placement of the data given to it (:meth:`BaseKPCA._settle`).
-    """
+    """Wrap a public method: it runs in the estimator's :func:`execution_context` after the
+    ``device`` check, and if ``mutating`` a failure (``KeyboardInterrupt`` included) restores
+    the attributes it saw; the outermost mutating call starts from the model as computed
+    (:meth:`BaseKPCA._computed`) and ends with :meth:`BaseKPCA._settle`."""
     if getattr(method, "estimator_call", False):
         return method
 
@@ -231,15 +226,10 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     # --- parameter checks -----------------------------------------------------------------
     def _check_params(self):
-        """Check the parameters every estimator shares, from their values alone: ValueError
-        naming the parameter.
-
-        ``fit`` calls its estimator's ``_check_params`` (this one, then the estimator's own)
-        before it reads a row, and a model file's loader runs it too
-        (:func:`fastkpca._model_schema.check_params`).  Checked here: the form of
-        ``n_components``, the kernel spec, ``random_state``, ``fit_inverse_transform``,
-        ``alpha`` and ``n_inverse_samples``.
-        """
+        """Check the parameters every estimator shares, from their values alone (ValueError
+        naming the parameter), before ``fit`` reads a row and when a model file loads
+        (:func:`fastkpca._model_schema.check_params`): ``n_components``, the kernel spec,
+        ``random_state``, ``fit_inverse_transform``, ``alpha``, ``n_inverse_samples``."""
         names = set(self._get_param_names())
         if "n_components" in names:
             check_n_components(self.n_components)
@@ -360,15 +350,11 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
             self._fit_inverse(anchors() if callable(anchors) else anchors)
 
     def _set_total_variance(self, diag_sum, mean_sq, mean_sq_error) -> None:
-        """``total_variance_ = tr(H K H) = sum_i k(x_i, x_i) - n ||mu||^2`` (H the centering
-        matrix) and its standard error; both left unset when a term is not known (nan).
-
-        Also warns (:class:`fastkpca.kernels.DegenerateKernelWarning`) when the training kernel
-        matrix is numerically the identity or constant, from exact numbers where it can (the
-        exact ``||mu||^2``, else the exact Gram of the first
-        :data:`~fastkpca.kernels.DEGENERATE_CHECK_ROWS` rows scaled to n, kept for
-        ``partial_fit`` and ``merge``), else from the estimate within three standard errors.
-        """
+        """``total_variance_ = tr(H K H) = sum_i k(x_i, x_i) - n ||mu||^2`` and its standard error
+        (unset when a term is nan); warns (:class:`fastkpca.kernels.DegenerateKernelWarning`)
+        when the training kernel matrix is numerically the identity or constant, from exact
+        numbers where it can (:data:`~fastkpca.kernels.DEGENERATE_CHECK_ROWS` first rows), else
+        from the estimate within three standard errors."""
         for name in ("total_variance_", "total_variance_error_"):
             if name in vars(self):
                 delattr(self, name)
@@ -471,14 +457,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
 
     @functools.partial(estimator_call, mutating=False)
     def inverse_transform(self, X):
-        """Pre-images of projections X, shape ``(n_samples, n_features_in_)``.
-
-        Kernel ridge regression learned at fit on the pre-image anchors (see the estimator's
-        notes) when ``fit_inverse_transform=True``: ``k(X, X_transformed_fit_) @
-        dual_coef_inverse_``.  Memory and time are O(anchors), not O(n).  Rows of another
-        namespace (PyTorch, CuPy) are mapped on their device and give the same array type,
-        device and float dtype.
-        """
+        """Pre-images of projections X, shape ``(n_samples, n_features_in_)``: kernel ridge
+        regression learned at fit (``fit_inverse_transform=True``), ``k(X, X_transformed_fit_)
+        @ dual_coef_inverse_``, O(anchors); rows of another namespace stay on their device."""
         check_is_fitted(self)
         if not hasattr(self, "dual_coef_inverse_"):
             raise NotFittedError(
@@ -534,11 +515,9 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
     def transform(self, X):
         """Project X on the principal axes, shape ``(n_samples, n_components_)``.
 
-        The projections approximate (for ``ExactKPCA``: equal, up to column signs)
-        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32, any
-        other dtype float64.  The work runs where ``device`` says (X's device by default) and
-        the result has X's array type and device (a list of tensors gives a tensor).  A dask
-        array gives a lazy dask array chunked by rows like X.
+        Approximates (``ExactKPCA``: equals, up to column signs)
+        ``sklearn.decomposition.KernelPCA(...).transform(X)``; float32 X gives float32, other
+        dtypes float64, with X's array type and device; a dask array gives a lazy dask array.
         """
         check_is_fitted(self)
         placement = self._placement(X)
@@ -561,14 +540,10 @@ class BaseKPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         return placement_for(X, getattr(self, "device", None))
 
     def _placed(self, placement: Placement):
-        """This model with its fitted arrays on ``placement`` (itself when they are there).
-
-        A shallow copy whose top-level fitted arrays are moved (``placement.carry``: same
-        dtypes), cached per placement until the model changes; on the host, registered state
-        objects (feature maps, sketches) are rebuilt from host copies of their state too.  On a
-        device, objects holding arrays of their own move them when used (each caches its copy).
-        The model as computed on another device than the data's is this cache's entry for that
-        device from the end of the fit (:meth:`_settle`).
+        """This model with its fitted arrays on ``placement`` (itself when they are there): a
+        shallow copy with the fitted arrays moved (``placement.carry``), cached per placement
+        until the model changes; on the host registered state objects are rebuilt from host
+        copies.  The model as computed on another device is this cache's entry (:meth:`_settle`).
         """
         home = self._fitted_placement()
         if home is None or home == placement:
@@ -696,13 +671,8 @@ def _refuse_precomputed(name: str) -> str:
 
 def mean_embedding_probe(X, kernel, n_probe=DEFAULT_N_PROBE, rng=None):
     """``||mu||^2 = (1/n^2) sum_ij k(x_i, x_j)`` from ``n_probe`` uniform probe rows, with its
-    standard error.
-
-    ``h_i = (1/n) sum_j k(x_i, x_j)`` for each probe row i (``n_probe`` kernel rows against all
-    of X, in blocks: O(n_probe n) kernel evaluations, no n x n array); ``||mu||^2`` is the mean
-    of h over all rows, so the probe mean is unbiased and its standard error is
-    ``std(h) / sqrt(s) * sqrt(1 - s / n)`` (sampling without replacement).  With ``n_probe >=
-    n`` every row is a probe: exact, error 0.
+    standard error: the mean of ``h_i = (1/n) sum_j k(x_i, x_j)`` over the probe rows (O(n_probe
+    n) kernel values), error ``std(h) / sqrt(s) * sqrt(1 - s / n)``; exact when ``n_probe >= n``.
 
     Returns
     -------
@@ -730,14 +700,10 @@ IN_MEMORY_BLOCK_CHUNKS = 64
 
 
 def pass_block_rows(source) -> int | None:
-    """Rows per block of a pass over ``source`` whose statistic is computed chunk by chunk in
-    threads (random features, kernel rows, Frequent Directions sketches).
-
-    A dense in-memory array is one block (None), so the threads meet once per pass; with a
-    progress bar (``verbose > 0``) it is walked in blocks of :data:`IN_MEMORY_BLOCK_CHUNKS`
-    chunks per worker thread, whole runs of chunks, so only the grouping of float sums changes.
-    Other sources keep DEFAULT_BLOCK_ROWS.
-    """
+    """Rows per block of a pass whose statistic is computed chunk by chunk in threads: a dense
+    in-memory array is one block (None), or with a progress bar blocks of
+    :data:`IN_MEMORY_BLOCK_CHUNKS` chunks per worker (only the grouping of sums changes); other
+    sources DEFAULT_BLOCK_ROWS."""
     if isinstance(source, ArraySource) and not source.sparse:
         if verbosity() <= 0:
             return None

@@ -1,32 +1,21 @@
 """AutoKPCA: the kernel PCA method and its size chosen from the data and the budgets.
 
-The choice is a pipeline of cheap looks before any full fit:
+Cheap looks before any full fit (the rules: ``docs/auto.md``):
 
-1. what the rows are (:func:`profile_source`): n, d, sparsity, whether they can be read more
-   than once (an array, a memory map, a list of blocks, a reader, a dask array) or once (a
-   generator of blocks), their dtype; rows few enough for exact KPCA (:data:`EXACT_MAX_ROWS`)
-   whose Gram fits the memory budget are fitted exactly at once (error 1 by construction);
-2. the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`) on a uniform sample of
-   :func:`probe_size` rows (among the first rows of a one-pass stream; fewer when the memory
-   budget asks it, :func:`probe_rows_within`), whose first half also gives the relative rank-k
-   errors of Nystrom approximations with uniform and randomly pivoted Cholesky landmarks at
-   doubling sizes (:func:`nystrom_errors`): they predict the size the full fit needs and which
-   landmark method gets there first;
-3. the candidates in order (:func:`candidate_methods`, the rules table of ``docs/auto.md``),
-   each refused up front when its memory at the predicted size exceeds what the budget leaves
-   beside the probe, or its predicted time (a flop count over a rate measured on the probe, then
-   on the fits themselves) exceeds what is left of the time budget;
-4. growth (:func:`fastkpca.statistics.growth.grow_until`, the one growth loop): the first
-   candidate is fitted at growing sizes from the predicted one (landmarks by a factor read from
-   the error bound, :meth:`_Run.next_size`; features doubling) until the bound ``estimate + z
-   stderr`` of its relative rank-k error on all rows is at most ``1 + tol``; a standard error
-   too large for tol draws the probe again, once, with twice its rows; when the budget stops
-   its growth first, the next candidate is tried.
+1. what the rows are (:func:`profile_source`); few enough for exact KPCA
+   (:data:`EXACT_MAX_ROWS`) with a Gram within the memory budget: fitted exactly at once;
+2. the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`) on :func:`probe_size`
+   uniform rows (:func:`probe_rows_within` the budget), whose first half also gives the errors
+   of Nystrom approximations at doubling sizes (:func:`nystrom_errors`): the predicted size and
+   landmark method;
+3. the candidates in order (:func:`candidate_methods`), each refused up front when its memory
+   or predicted time at the predicted size exceeds what the budgets leave;
+4. growth (:func:`fastkpca.statistics.growth.grow_until`) of the first candidate until the
+   bound ``estimate + z stderr`` of its relative rank-k error is at most ``1 + tol``; when the
+   budget stops it first, the next candidate is tried.
 
-No candidate within the budgets is a ``ValueError`` that names each candidate and why it was
-refused; candidates fitted but short of ``tol`` leave the most accurate one, with a
-``RuntimeWarning``.  Everything considered is in ``report_``; with ``verbose`` the candidates,
-estimates and growth steps show on a progress bar.
+No candidate within the budgets is a ``ValueError`` naming each and why; candidates short of
+``tol`` leave the most accurate one, with a ``RuntimeWarning``.  ``report_`` holds it all.
 """
 
 from __future__ import annotations
@@ -92,19 +81,12 @@ EXACT_LANDMARK_FRACTION = 1 / 3
 WIDE_FEATURES = 1000
 SPARSE_MAX_DENSITY = 0.05
 
-#: RPCholesky's selection (its n c kernel values and n c^2 factor updates, in rounds of
-#: proposals) runs at about two thirds of the flop rate of a uniform Nystrom fit, so the cost
-#: model counts its flops this many times.  Measured, ``rpcholesky_indices`` against
-#: ``NystromKPCA(landmarks="uniform").fit`` at 64, 128 and 256 landmarks on cpu_act, pendigits,
-#: adult, kddcup (494,020 rows) and mnist (20,000 rows), 2 cores: its flop rate was 0.47-1.6x
-#: the fit's (median 0.7), and the selection alone took 0.8-2.7x that fit's time (kddcup, 128
-#: landmarks: 0.72 s against 0.42 s).
+#: RPCholesky's selection runs at about two thirds of the flop rate of a uniform Nystrom fit,
+#: so the cost model counts its flops this many times (benchmarks/NOTES.md).
 RPCHOLESKY_SELECTION_COST = 1.5
 
 #: ... but only where uniform landmarks need more than this many on the probe (the smallest
-#: size it tries: nothing to save below).  A higher bar (128) kept uniform landmarks on kddcup,
-#: where the probe's pivots reach tol with 64 and uniform ones need 128-256, and where the
-#: error estimate of a uniform fit is noisy (rare, far-apart rows).
+#: size it tries: nothing to save below).
 CHEAP_LANDMARKS = 32
 
 #: The probe's Nystrom sizes go up to this fraction of the rows they are fitted and judged on
@@ -113,13 +95,11 @@ CHEAP_LANDMARKS = 32
 PROBE_MAX_LANDMARK_FRACTION = 0.25
 
 #: Sparse probe rows are made dense when that copy takes at most this many bytes: the probe's
-#: Gram is then a dense GEMM (adult, 1131 rows of 123: 10 ms dense, 50 ms sparse).
+#: Gram is then a dense GEMM.
 PROBE_DENSE_BYTES = 32 * 2**20
 
 #: The predicted size is the first at which the probe's in-sample Nystrom error is at most
-#: 1 + this fraction of tol: that error reads optimistic for a fit on all rows (RandomNoisy,
-#: 10^6 rows: 1.041 at 128 landmarks where the fit on all rows has 1.067, 1.015 at 250 for
-#: 1.031), so a prediction at 1 + tol starts one growth step short there.
+#: 1 + this fraction of tol: that error reads optimistic for a fit on all rows.
 PREDICTION_MARGIN = 0.5
 
 #: The sizes tried start here at the least (landmarks, features).
@@ -144,9 +124,7 @@ MIN_GROWTH_FACTOR = 1.5
 PROBE_MEMORY_SHARE = 0.4
 
 
-# ------------------------------------------------------------------------------------------------
-# budgets
-# ------------------------------------------------------------------------------------------------
+# --- budgets --------------------------------------------------------------------------------------
 def parse_memory(memory) -> int | None:
     """``memory_budget`` as bytes: None (the default budget), a number of bytes > 0, or a
     string with a K / M / G / T suffix (``"2GB"``, ``"512M"``, powers of 1024).  ValueError
@@ -181,9 +159,7 @@ def _check_time(seconds) -> float | None:
     return float(seconds)
 
 
-# ------------------------------------------------------------------------------------------------
-# what the rows are
-# ------------------------------------------------------------------------------------------------
+# --- what the rows are ----------------------------------------------------------------------------
 class DataProfile:
     """What is known of the training rows before any pass: n (None for a stream not yet read),
     d, whether sparse and how dense, whether several passes are possible, whether rows can be
@@ -234,21 +210,15 @@ def profile_source(source) -> DataProfile:
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# the probe of the spectrum
-# ------------------------------------------------------------------------------------------------
+# --- the probe of the spectrum --------------------------------------------------------------------
 def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: float = 0.0):
     """The relative rank-k error of Nystrom KPCA with c landmarks on the probe's first half,
     for each c of ``sizes`` in order until one is at most ``stop``: landmarks among the half's
     rows (``"uniform"``: a random order, prefixes nested; ``"rpcholesky"``: the pivots in order,
     any prefix the RPCholesky result with that many, Chen et al. 2024), the KPCA of their
     Nystrom features fitted on the half and judged on its rows against the half's own optimum
-    (the probe's weighted loss, :mod:`fastkpca.statistics.probe`).
-
-    Fitted to the rows it is judged on, this reads optimistic as a prediction for a fit on all
-    rows (measured with a 2000-row probe: RandomNoisy at 10^6 rows 1.119 / 1.079 / 1.041 / 1.015
-    at 32 / 64 / 128 / 250 landmarks, where fits on all rows have 1.136 / 1.103 / 1.067 /
-    1.031): the growth that follows corrects it.
+    (the probe's weighted loss, :mod:`fastkpca.statistics.probe`).  Fitted to the rows it is
+    judged on, it reads optimistic for a fit on all rows: the growth that follows corrects it.
     """
     own = probe.reference(k).own[0][0]
     half = probe.parts[0]
@@ -320,9 +290,7 @@ def _probe_rows(source, profile: DataProfile, rng, p: int | None = None):
     return head[idx], head
 
 
-# ------------------------------------------------------------------------------------------------
-# candidates
-# ------------------------------------------------------------------------------------------------
+# --- candidates -----------------------------------------------------------------------------------
 def candidate_methods(profile: DataProfile, kernel) -> list[tuple[str, str]]:
     """The methods to try, in order, each with the rule that put it there (docs/auto.md).
 
@@ -359,19 +327,15 @@ def candidate_methods(profile: DataProfile, kernel) -> list[tuple[str, str]]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------
-# the estimator
-# ------------------------------------------------------------------------------------------------
+# --- the estimator --------------------------------------------------------------------------------
 class AutoKPCA(BaseKPCA):
     """Kernel PCA with the method and its size chosen from the data and the budgets.
 
-    Looks at the rows (n, d, sparsity, one pass or several), probes the kernel's spectrum on a
-    uniform sample of rows (``8 sqrt(n)``, 500 to 2000), picks the method (exact KPCA, Nystrom
-    with uniform or randomly pivoted Cholesky landmarks, random features, or random features
-    with Frequent Directions)
-    and grows its size until the relative rank-k error estimated on the probe is at most
-    ``1 + tol``, within the memory and time budgets; ``report_`` says what was considered,
-    tried and chosen, and why.  See the module notes and ``docs/auto.md`` for the rules.
+    Looks at the rows, probes the kernel's spectrum on a uniform sample of rows (``8 sqrt(n)``, 500
+    to 2000), picks the method (exact KPCA, Nystrom, random features, or random features with
+    Frequent Directions) and grows its size until the relative rank-k error estimated on the probe
+    is at most ``1 + tol``, within the memory and time budgets; ``report_`` says what was
+    considered, tried and chosen, and why.  See the module notes and ``docs/auto.md`` for the rules.
 
     Parameters
     ----------
@@ -382,13 +346,11 @@ class AutoKPCA(BaseKPCA):
         rows (the first rows of a stream), and the same resolved kernel is given to the
         method chosen.
     tol : float, default 0.05
-        The allowed relative excess of the rank-k error over exact KPCA's optimum: the model
-        chosen has a relative rank-k error on all rows (``||Kc - T T^T||_F / ||Kc -
-        (Kc)_k||_F``) of at most ``1 + tol`` with its standard error taken into account, i.e.
-        the error probe's estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 2
-        standard errors (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``;
-        exact KPCA meets any tol.  When the probe cannot resolve tol (its estimate levels off
-        above that), the most accurate fit is kept with a ``RuntimeWarning``.
+        The allowed relative excess of the rank-k error over exact KPCA's optimum: the error probe's
+        estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 2 standard errors (calibrated:
+        docs/auto.md) is at most ``1 + tol``; exact KPCA meets any tol.  When the probe cannot
+        resolve tol (its estimate levels off above that), the most accurate fit is kept with a
+        ``RuntimeWarning``.
     memory_budget : int, str or None
         Memory budget of the fit in bytes (or ``"2GB"``, ``"512M"``); None: 80 % of what is
         available (:func:`fastkpca.execution.available_memory_bytes`).  A method whose arrays
@@ -935,14 +897,8 @@ class _Run:
 
     def next_size(self, method, size, sizes, estimate) -> int | None:
         """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
-        by a factor from the error bound: ``(bound - 1) / tol`` within
-        [:data:`MIN_GROWTH_FACTOR`, 2].
-
-        Where the excess rank-k error falls as 1 / c (faster on a fast-decaying spectrum),
-        ``c (bound - 1) / tol`` landmarks suffice; the factor is capped at the doubling (the
-        1 / c rate is a bound, not a law) and at least 1.5, so a bound just above ``1 + tol``
-        costs a step of 1.5x.
-        """
+        by ``(bound - 1) / tol`` within [:data:`MIN_GROWTH_FACTOR`, 2] (the excess error falls
+        about as 1 / c)."""
         later = [s for s in sizes if s > size]
         if not later:
             return None

@@ -125,12 +125,8 @@ def fitted_arrays_to(model, placement: Placement) -> None:
 
 def evaluate_expansion(X, points, coef, offset, kernel, projection=None):
     """``kernel(X P, points) @ coef + offset`` for rows X of any placement, an ``(len(X), k)``
-    float64 array there (P = ``projection``, or none).
-
-    The kernel rows of a block of X are computed and projected while in cache
-    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), in float64, with BLAS held to one
-    thread on the host so the summation order does not depend on other threads.
-    """
+    float64 array there (P = ``projection``, or none), kernel rows projected while in cache
+    (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`), BLAS on one thread."""
     placement = placement_of(X)
     xp = placement.xp
     n, k = int(X.shape[0]), int(coef.shape[1])
@@ -233,20 +229,16 @@ class CompressedKPCA(BaseKPCA):
 
     ``transform(X) = kernel_(X P, points_) @ coef_ + offset_`` (P = ``projection_``, or none),
     an unbiased estimate of the source model's transform for the rounding part (and for kernels
-    linear in dot products, the projection part).  Built from a fitted model only; it has no
-    ``fit``.
+    linear in dot products, the projection part).  It has no ``fit``.
 
     Parameters (recorded for ``get_params``)
     ----------------------------------------
     rounding, projection_dim, random_state : as given to :func:`compress_expansion`.
-    n_jobs : int or None, default None
-        Threads of ``transform`` (scikit-learn's meaning); :func:`compress_expansion` takes the
-        source model's.
+    n_jobs, device : int or None, str or None
+        Where and with how many threads ``transform`` computes; :func:`compress_expansion`
+        takes the source model's.
     verbose : int, default 0
-        Kept for the shared estimator interface (``transform`` shows no progress bar).
-    device : None, str or torch.device, default None
-        Where ``transform`` computes (None: where the data live); :func:`compress_expansion`
-        takes the source model's.  The fitted arrays live where the source's expansion does.
+        Kept for the shared estimator interface.
 
     Attributes
     ----------

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from .. import kernels
 from .._centering import CenteringStats, center_gram_inplace, center_gram_out_of_sample
 from ..execution import format_bytes, one_blas_thread, require_memory
-from ..execution.arrays import output_like, placement_of
+from ..execution.arrays import get_namespace, output_like, placement_of
 from ..execution.budget import (
     EXACT_MEMORY_FRACTION,
     GRAM_FRACTION,
@@ -23,7 +23,7 @@ from ..execution.budget import (
     chunk_rows,
     matrix_free_auto_max_n,
 )
-from ..execution.elementwise import namespace_of, store
+from ..execution.elementwise import store
 from ..execution.kernel_ops import (
     CenteredGramOperator,
     fold_kernel_rows,
@@ -94,13 +94,13 @@ class PrecomputedKernel(kernels.Kernel):
         rows = placement_of(X).asarray(X)  # sparse rows made dense
         if out is not None:
             return store(rows, out)
-        xp = namespace_of(rows)
+        xp = get_namespace(rows)
         return xp.astype(rows, xp.float64, copy=True)  # a new block: its users modify it
 
     def diag(self, X):
         if sp.issparse(X):
             return np.asarray(X.diagonal(), dtype=result_dtype(X))
-        return namespace_of(X).linalg.diagonal(X)
+        return get_namespace(X).linalg.diagonal(X)
 
 
 def check_exact_fits(
@@ -144,7 +144,7 @@ def check_exact_fits(
 def check_symmetric_gram(K) -> None:
     """ValueError unless the square K is symmetric within :data:`SYMMETRY_TOLERANCE`, relative
     to its largest entry (row strips against column strips: no n x n copy)."""
-    xp = namespace_of(K)
+    xp = get_namespace(K)
     n = int(K.shape[0])
     step = chunk_rows(n)  # the strip, its transposed partner's difference and its magnitude
     top = asymmetry = 0.0
@@ -201,12 +201,10 @@ def matrix_free_kpca(
 
 
 def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=None, max_iter=None):
-    """Top eigenpairs of the centered Gram matrix of X, on X's placement.
-
-    Holds one n x n Gram (X's dtype; a :class:`PrecomputedKernel`'s checked by
-    :func:`check_symmetric_gram`), centered in place and overwritten by
-    :func:`fastkpca.solvers.eigh_topk`.  Eigenvalues at the Gram's rounding level are 0; a
-    centered Gram that is not positive semi-definite is a ValueError.
+    """Top eigenpairs of the centered Gram matrix of X, on X's placement: one n x n Gram
+    (:func:`check_symmetric_gram` for a :class:`PrecomputedKernel`), centered in place and
+    overwritten by :func:`fastkpca.solvers.eigh_topk`; a Gram not PSD is a ValueError.
+    ``eigen_solver="matrix_free"`` stores none: :func:`matrix_free_kpca`.
 
     Returns
     -------
@@ -214,8 +212,6 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
     eigenvectors : (n, k) float64, unit norm (the dual coefficients alpha)
     stats : CenteringStats for out-of-sample centering
     n_iter : work done by the eigensolver (see ``eigh_topk(return_n_iter=True)``)
-
-    ``eigen_solver="matrix_free"`` stores no Gram: :func:`matrix_free_kpca`.
     """
     if eigen_solver == "matrix_free":
         return matrix_free_kpca(X, kernel, n_components, rng=rng, tol=tol, max_iter=max_iter)
@@ -251,19 +247,19 @@ def exact_kpca(X, kernel, n_components, *, eigen_solver="auto", rng=None, tol=No
 
 def _trace_and_scale(diagonal) -> tuple[float, float]:
     """``sum_i K_ii`` and ``sum_i |K_ii|`` (the rounding threshold's scale) in float64."""
-    xp = namespace_of(diagonal)
+    xp = get_namespace(diagonal)
     d = xp.astype(diagonal, xp.float64)
     return float(xp.sum(d)), float(xp.sum(xp.abs(d)))
 
 
 def _mean(values) -> float:
-    return float(namespace_of(values).mean(values))
+    return float(get_namespace(values).mean(values))
 
 
 def _check_spectrum(values, total_variance: float, n: int, scale: float) -> None:
     """ValueError when the centered Gram has no positive eigenvalue and a trace below ``-n``
     rounding thresholds: not PSD (scikit-learn's ``KernelPCA`` raises too)."""
-    top = float(namespace_of(values).max(values)) if values.shape[0] else 0.0
+    top = float(get_namespace(values).max(values)) if values.shape[0] else 0.0
     if top <= 0.0 and total_variance < -n * rounding_threshold(scale):
         raise ValueError(
             "All eigenvalues of the centered kernel matrix are <= 0 (their sum is "
@@ -402,7 +398,7 @@ class ExactKPCA(BaseKPCA):
     def fit_transform(self, X, y=None):
         """Fit and return the training projections ``alpha * sqrt(lambda)`` (no second Gram)."""
         rows = self._fit(X)
-        xp = namespace_of(self.eigenvectors_)
+        xp = get_namespace(self.eigenvectors_)
         out = self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :]
         return output_like(xp.astype(out, getattr(xp, result_dtype(rows).__name__)), X)
 
@@ -547,4 +543,4 @@ def own_copy(X):
     """A copy of the rows X (an array of any namespace, or a CSR matrix)."""
     if sp.issparse(X):
         return X.copy()
-    return namespace_of(X).asarray(X, copy=True)
+    return get_namespace(X).asarray(X, copy=True)

@@ -24,9 +24,16 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from .. import solvers
 from .._centering import CenteringStats, center_gram_inplace
 from .._utils import as_generator
-from ..execution.arrays import check_device, is_array, output_like, placement_of, to_host
+from ..execution.arrays import (
+    check_device,
+    get_namespace,
+    is_array,
+    output_like,
+    placement_of,
+    to_host,
+)
 from ..execution.budget import GRAM_FRACTION, centering_rows
-from ..execution.elementwise import as_float64, namespace_of
+from ..execution.elementwise import as_float64
 from ..execution.kernel_ops import kernel_matmat, symmetric_gram
 from ..kernels import Kernel, make_kernel, result_dtype
 from ..source import check_block
@@ -109,15 +116,10 @@ def _check_bool(name, value):
 
 
 def _center_precomputed(K, block):
-    """Center a given (possibly non-symmetric) training Gram in place; symmetrize it if needed.
-
-    ``K - 1 c^T - r 1^T + mean`` with the column means c and the row means r, as scikit-learn's
-    ``KernelCenterer`` (both are the same vector for a symmetric Gram, which is all that
-    :func:`fastkpca._centering.center_gram_inplace` handles).  A Gram that is still not symmetric
-    is replaced by its symmetric part ``(K + K^T) / 2``: the eigensolvers read a symmetric
-    matrix, and the symmetric part is the nearest one.  Row blocks of ``block`` rows, on K's
-    placement; the means in float64.
-    """
+    """Center a given (possibly non-symmetric) training Gram in place, as scikit-learn's
+    ``KernelCenterer`` (``K - 1 c^T - r 1^T + mean``); a Gram still not symmetric is replaced by
+    its symmetric part ``(K + K^T) / 2``, the nearest symmetric matrix.  Row blocks of
+    ``block`` rows on K's placement, means in float64."""
     placement = placement_of(K)
     xp = placement.xp
     n = K.shape[0]
@@ -314,7 +316,7 @@ class KernelPCA(BaseKPCA):
     def fit_transform(self, X, y=None, **params):
         """Fit and return the training projections ``eigenvectors_ * sqrt(eigenvalues_)``."""
         self._fit(X)
-        xp = namespace_of(self.eigenvectors_)
+        xp = get_namespace(self.eigenvectors_)
         return output_like(self.eigenvectors_ * xp.sqrt(self.eigenvalues_)[None, :], X)
 
     def _fit(self, X):
@@ -442,14 +444,11 @@ class KernelPCA(BaseKPCA):
     def _eigh(self, K, k, solver, rng, *, overwrite, scale, dtype):
         """Top-k eigenpairs of the centered Gram K: fastkpca's solvers, scikit-learn's checks.
 
-        The solver's pairs (:func:`fastkpca.solvers.solve_topk`) are checked before
-        :func:`fastkpca.solvers.postprocess_eigen`, which would clip negative eigenvalues to
-        zero: a significantly negative one must raise (a kernel that is not PSD), as in
-        scikit-learn.  Eigenvalues at the rounding level of the uncentered Gram (``scale``, its
-        trace) are 0 then, where scikit-learn's ``_check_psd_eigenvalues`` zeroes those below
-        1e-12 of the largest: the largest of a zero centered Gram (identical rows) is itself
-        rounding.  ``tol=0`` is ARPACK's machine precision, and the per-dtype default
-        (``fastkpca.solvers.TOLERANCES``) of block Krylov.
+        The pairs of :func:`fastkpca.solvers.solve_topk` are checked before
+        :func:`fastkpca.solvers.postprocess_eigen` clips negative eigenvalues: a significantly
+        negative one raises (not PSD), as in scikit-learn; those at the rounding level of the
+        uncentered Gram (``scale``) are 0.  ``tol=0`` is ARPACK's machine precision and block
+        Krylov's per-dtype default (``fastkpca.solvers.TOLERANCES``).
         """
         tol, max_iter = self.tol, self.max_iter
         if solver == "randomized":
@@ -504,7 +503,7 @@ class KernelPCA(BaseKPCA):
         the rows' placement, in float64, cast to the rows' and the model's float dtype."""
         stats = CenteringStats(self.gram_col_means_, self.gram_total_mean_)
         kernel = PrecomputedKernel() if self.kernel_ is None else self.kernel_
-        xp = namespace_of(self.eigenvectors_)
+        xp = get_namespace(self.eigenvectors_)
         vals = xp.astype(self.eigenvalues_, xp.float64)
         alphas = xp.astype(self.eigenvectors_, xp.float64) * inverse_sqrt_or_zero(vals)[None, :]
         dtype = result_dtype(X, self.eigenvectors_)

@@ -2,45 +2,17 @@
 
 With a random feature map z (:mod:`fastkpca.features`), ``Z Z^T`` approximates the Gram matrix,
 so kernel PCA becomes linear PCA of the feature rows (Lopez-Paz et al.'s RNCA, the baseline of
-Ghashami, Perry & Phillips 2016, section 2; RF-KPCA in Sriperumbudur & Sterge's slides);
-``transform(x) = V^T (z(x) - mu)`` approximates ``KernelPCA.transform`` on the same scale
-(``Zc V = U sqrt(Lambda)``, the Gram eigenvectors times the root eigenvalues).
+Ghashami, Perry & Phillips 2016, section 2); ``transform(x) = V^T (z(x) - mu)`` approximates
+``KernelPCA.transform`` on the same scale (``Zc V = U sqrt(Lambda)``).
 
-The fit is one pipeline for arrays, streams of blocks and dask arrays: the source
-(:mod:`fastkpca.source`) -> the kernel and the feature map drawn from its first rows
-(:func:`fastkpca.features.init_feature_map`) -> a statistic reduced over its blocks -> a solver:
-
-``solver="exact"``
-    :class:`~fastkpca.statistics.feature_moments.FeatureMoments` (the m x m feature Gram around
-    a shift, one BLAS product per block) ->
-    :func:`~fastkpca.statistics.feature_moments.rf_kpca_exact`: O(n m^2) time, O(m^2) memory,
-    exact PCA of the features.
-``solver="randomized"``
-    Tropp, Yurtsever, Udell & Cevher (NeurIPS 2017), Algorithm 3: one pass accumulates the sketch
-    ``Zc^T Zc T`` of the covariance against a fixed m x q test matrix T with orthonormal columns,
-    half Gaussian and half the first block's leading feature axes
-    (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`), chunk by chunk while
-    the features are in cache (:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch`,
-    mergeable), and :func:`~fastkpca.statistics.feature_moments.rf_kpca_randomized` recovers
-    the top-k eigenpairs from its Nystrom approximation: O(n (d m + m q)) time, O(m q) memory;
-    the covariance is never formed.  An approximation of the exact solver's eigenpairs
-    (eigenvalues at most theirs: measured 0.2-0.6% below at the default q = 2 k + 10).
-``solver="auto"`` (default)
-    ``randomized`` where the covariance would cost more than twice the sketch and at least 1e9
-    flops, else ``exact``.
-``solver="countsketch"``
-    Musco & Woodruff (2017, section 3.2):
-    :func:`~fastkpca.statistics.feature_countsketch.rf_kpca_countsketch`, a t x m CountSketch of
-    the features, then a Rayleigh-Ritz second pass: O(n m) time plus O(n m (k + p)).
-
-Neither ever holds the n x m feature matrix.
-
-Every solver is written once over the array namespace: on a device (PyTorch tensors, CuPy
-arrays, ``array_api_strict`` arrays, or ``device=``) the pass runs there, float32 features of
-large row chunks (:func:`fastkpca.execution.feature_ops.map_rows`) and float64 statistics in the
-arrays' namespace, with no host synchronisation inside the pass.  The small problems that need
-the host's LAPACK read host copies (the randomized solver's m x q reconstruction) and return
-their results where the rows are; the test matrix is drawn on the host, as the features are.
+One pipeline for arrays, streams of blocks and dask arrays: the source -> the kernel and feature
+map drawn from its first rows (:func:`fastkpca.features.init_feature_map`) -> a statistic reduced
+over its blocks -> a solver: ``exact`` (the m x m feature Gram, O(n m^2) time, O(m^2)
+memory), ``randomized`` (Tropp, Yurtsever, Udell & Cevher, NeurIPS 2017, Algorithm 3: a
+one-pass sketch of the covariance, O(n m q) time, O(m q) memory) or ``countsketch`` (Musco &
+Woodruff 2017, section 3.2).  None holds the n x m feature matrix.  Every solver is written once
+over the array namespace; the small m x q reconstruction reads host copies and returns its
+results where the rows are.
 """
 
 from __future__ import annotations
@@ -117,8 +89,7 @@ def feature_mean_embedding(fmap, mean):
     the mean over the D frequencies of ``t_j = |mean_x exp(i w_j . x)|^2``, whose expectation is
     ``||mu||^2``; with i.i.d. frequencies (``rff``) the standard error is ``std(t) / sqrt(D)``.
     Orthogonal frequencies (``orf``, ``fastfood``) are not independent; the same formula is used
-    (measured calibrated on 200 Gaussian rows, rbf, m = 400, 20 seeds: mean squared z-score 0.75
-    for ``rff``, 1.03 for ``orf``).  Other maps (``tensorsketch``): error nan (not known).
+    (calibration: benchmarks/NOTES.md).  Other maps (``tensorsketch``): error nan (not known).
     """
     mean = np.asarray(to_host(mean), dtype=np.float64)
     estimate = float(mean @ mean)
@@ -193,119 +164,82 @@ class RandomFeatureKPCA(BaseKPCA):
     solver : {"auto", "exact", "randomized", "countsketch"}
         ``exact``: PCA of the accumulated m x m feature covariance, O(n m^2) time.
         ``randomized``: one pass, Tropp et al.'s fixed-rank PSD approximation of that covariance
-        from its sketch against q = min(m, 2 k + oversamples) directions (raised so that q + 1 is
-        a multiple of 8, see :meth:`_sketch_width`), O(n m q) time, the covariance never
-        formed.  Half the directions are Gaussian (the paper's test matrix,
-        whose guarantee they keep), half the leading principal axes of the first block's
-        features (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`).  Its
-        eigenvalues are those of a Nystrom approximation, never above the exact solver's:
-        measured on RandomNoisy (n = 2e5, d = 100, m = 1000, k = 10, q = 30) 0.2-0.6% below,
-        with a held-out relative rank-k error of 1.0259 against 1.0261 for ``exact``
-        (a Gaussian test matrix alone: 17-28% below, 1.0758).  ``total_variance_`` does not
-        depend on the solver, so ``explained_variance_ratio_`` is biased low by the same
-        factor.  The informed half assumes the first block is like the rest; where it is not,
-        the sketch degrades towards the Gaussian one: rows sorted along their leading
-        principal direction (n = 4e4, otherwise as above) gave eigenvalues 0.5-4% below and a
-        held-out error of 1.039 against 1.026; ask for ``exact`` (or more ``oversamples``)
-        when the order of the rows carries a trend.
-        ``auto`` (default): ``randomized`` when its sketch is at least twice cheaper than the
-        covariance (``m >= 4 q``) and the covariance would cost at least 1e9 flops
-        (``n m^2 / 2``; a stream of unknown length counts as large), else ``exact``; a float
-        ``n_components`` always takes ``exact``.  ``solver_`` says which ran.  Measured
-        (``benchmarks/bench_goals.py``, RandomNoisy, n = 10^6, d = 100, float64 input,
-        m = 1000, k = 10, each fit in its own process): see the README's benchmark table.
-        ``countsketch``: a CountSketch of the random features then Rayleigh-Ritz, the low-rank
-        step of Musco & Woodruff (2017, section 3.2); the features themselves are computed
-        exactly, O(nnz(X) m + n m) per pass (see
-        :mod:`fastkpca.statistics.feature_countsketch`), unless ``input_sketch`` is set: then
-        in the paper's input-sparsity time, O(nnz(X) + n t m) per pass.
+        from its sketch against q = min(m, 2 k + oversamples) directions (see
+        :meth:`_sketch_width`), O(n m q) time.  Half the directions are Gaussian (the paper's
+        test matrix), half the leading principal axes of the first block's features
+        (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`), which assumes the
+        first block is like the rest: ask for ``exact`` when the order of the rows carries a
+        trend.  Its eigenvalues (of a Nystrom approximation) are never above the exact solver's,
+        and ``explained_variance_ratio_`` is biased low by the same factor.
+        ``auto`` (default): ``randomized`` when ``m >= 4 q`` and the covariance would cost at
+        least 1e9 flops (``n m^2 / 2``; a stream of unknown length counts as large), else
+        ``exact``; a float ``n_components`` always takes ``exact``.  ``solver_`` says which ran.
+        ``countsketch``: a CountSketch of the random features then Rayleigh-Ritz (Musco &
+        Woodruff 2017, section 3.2), O(nnz(X) m + n m) per pass, O(nnz(X) + n t m) with
+        ``input_sketch``.
     input_sketch : None, "auto" or int, default None
         With ``features="rff"`` and the rbf or matern kernel: CountSketch each row to t
         coordinates before the product with the Gaussian frequencies (Musco & Woodruff 2017,
-        section 3.2.2, Kapralov et al.'s 2016 "fake Gaussian" ``W = S^T G``), so the features
-        cost O(nnz(x) + t m) a row instead of O(nnz(x) m): for wide sparse data (bag of words).
-        Given the sketch S the features are exact random Fourier features of ``k(Sx, Sy)``
-        (rbf: ``exp(-gamma ||S(x - y)||^2)``); ``||S v||^2`` estimates ``||v||^2`` without bias
-        with variance ``2 (||v||^4 - ||v||_4^4) / t``, so a kernel entry at ``u = gamma
-        ||x - y||^2`` moves by a relative ~``u sqrt(2 / t)`` (:mod:`fastkpca._input_sketch`).
-        ``"auto"``: t = ceil(n_random_features / 2), the number of frequencies, at which the added
-        variance of every kernel entry is at most the features' own; no sketch where that is
-        not below the input width.  An integer: that t.  None (default): the exact ``X W``.
-        Host (numpy / scipy.sparse) rows only.
+        section 3.2.2; Kapralov et al.'s "fake Gaussian" ``W = S^T G``), so a row's features
+        cost O(nnz(x) + t m) instead of O(nnz(x) m); see :mod:`fastkpca._input_sketch`.
+        ``"auto"``: t = ceil(n_random_features / 2), where the added variance of every kernel
+        entry is at most the features' own (no sketch unless that is below the input width).
+        An integer: that t.  None (default): the exact ``X W``.  Host rows only.
     n_buckets : int or None
-        CountSketch rows t for ``solver="countsketch"`` (None: ``max(2000, 50 (k +
-        oversamples))``, see :meth:`_default_buckets`).
+        CountSketch rows t for ``solver="countsketch"`` (None: :meth:`_default_buckets`).
     oversamples : int
-        Extra sketch directions p: kept for the Rayleigh-Ritz step (countsketch); the sketch
-        width is q = 2 k + p for ``solver="randomized"`` (larger q: eigenvalues closer to the
-        exact solver's, cost O(n m q)).
+        Extra sketch directions p: for the Rayleigh-Ritz step (countsketch); the sketch width
+        q = 2 k + p for ``solver="randomized"``.
     n_passes : {1, 2}
-        Passes over the data for ``solver="countsketch"``; 2 (default) needs X to be an array or
-        a re-iterable block source (e.g. a list of blocks), not a one-shot generator.
+        Passes over the data for ``solver="countsketch"``; 2 (default) needs an array or a
+        re-iterable block source, not a one-shot generator.
     random_state : int, Generator or None
-        Draws the features (and the CountSketch hash); the same seed gives the same model, and
-        the same features as ``StreamingKPCA`` with equal parameters.
+        Draws the features (and the CountSketch hash); the same seed gives the same features as
+        ``StreamingKPCA`` with equal parameters.
     tol : float or None
         Size by tolerance: fit at ``n_random_features`` = 256 (or the power of 2 above ``2
-        n_components``), 512, 1024, ... up to 2^14 and stop at the first whose relative
-        rank-k error on all training rows (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 =
-        exact KPCA) is at most ``1 + tol`` with its standard error taken into account: the
-        estimate of the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`, a
-        uniform sample of 2000 training rows, cross-fitted on its halves) plus 2 standard errors
-        (a one-sided bound, calibrated: docs/auto.md) is at most ``1 + tol``. None (default) with
-        an integer ``n_random_features`` fits that size; ``n_random_features="auto"`` without
-        ``tol`` uses ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features
-        already drawn at each doubling (the whole search costs about one fit at the final size
-        plus the probe estimates); other maps refit.  Needs an array or a re-iterable block
-        source (a pass per size).
+        n_components``), 512, ... up to 2^14 and stop at the first whose relative rank-k error
+        (``||Kc - T T^T||_F / ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol``: the
+        error probe's estimate (:class:`fastkpca.statistics.probe.ErrorProbe`) plus 2 standard
+        errors (calibrated: docs/auto.md).  None (default) with an integer
+        ``n_random_features`` fits that size; ``n_random_features="auto"`` without ``tol`` uses
+        ``tol=0.05``.  ``rff`` / ``orf`` with the exact solver reuse the features drawn at each
+        doubling.  Needs an array or a re-iterable block source (a pass per size).
     fit_inverse_transform : bool, default False
-        Learn the pre-image map of :meth:`inverse_transform`: kernel ridge regression (as
-        ``KernelPCA``) from the projections of ``n_inverse_samples`` training rows drawn
-        uniformly at fit (one more pass over a stream) back to those rows.
+        Learn the pre-image map of :meth:`inverse_transform` (kernel ridge regression, as
+        ``KernelPCA``, from ``n_inverse_samples`` training rows drawn at fit).
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_inverse_samples : int or None
         Pre-image anchors (None: 1000, capped at n); the map costs O(n_inverse_samples^2).
     n_jobs : int or None, default None
-        Threads of each call (the features of ``fit`` and ``transform``), scikit-learn's meaning: -1
-        every core the process may use (its CPU affinity and quota), -2 all but one, a positive
-        count that many, at most those cores.  None: what the context gives: the ``n_jobs`` of
-        ``joblib.parallel_config``, else every usable core within the thread limit the process
-        inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a joblib worker
-        process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model
-        does not depend on it, up to the rounding of sums.
+        Threads of each call, scikit-learn's meaning (-1 every usable core, -2 all but one);
+        None: joblib's ``parallel_config``, else every usable core within the inherited thread
+        limit.  The model does not depend on it, up to the rounding of sums.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) over the rows of its pass
-        over the data, where the output is a terminal or a notebook.
+        With ``verbose > 0``, ``fit`` shows a progress bar (tqdm) on a terminal or notebook.
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        Where ``fit`` and ``transform`` compute: None where the data live; ``"cuda"`` (or any
+        PyTorch device) sends host data there block by block.  ``transform`` returns the
+        input's array type, device and dtype.
 
     Attributes
     ----------
-    eigenvalues_ : (n_components,) eigenvalues of the centered approximate Gram ``Zc Zc^T``
-        (``solver="randomized"``: of its Nystrom approximation, see ``solver``).
+    eigenvalues_ : (n_components,) eigenvalues of the centered approximate Gram ``Zc Zc^T``.
     components_ : (n_components, n_output_features_) principal axes in feature space.
     mean_ : (n_output_features_,) the training features' mean.
-    solver_ : str
-        The solver that ran, ``"exact"``, ``"randomized"`` or ``"countsketch"`` (``solver="auto"``
-        resolved).
+    solver_ : str, the solver that ran (``solver="auto"`` resolved).
     feature_map_ : the drawn :class:`fastkpca.features.FeatureMap`.
     kernel_ : the resolved Kernel.
     n_output_features_ : int, m.
-    n_samples_seen_ : int.
-    n_components_, n_features_in_.
+    n_samples_seen_, n_components_, n_features_in_ : int.
     n_random_features_ : int, the chosen number of output features (with ``tol`` only).
-    size_history_ : list of (n_random_features, estimated relative rank-k error), the sizes tried
-        (with ``tol`` only).
+    size_history_ : list of (n_random_features, estimated relative rank-k error) (``tol`` only).
     total_variance_ : float
-        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` (exact: ``n k(0)``, or summed
-        in the pass for the polynomial kernel) minus ``n ||mean_||^2``, an unbiased random-feature
-        estimate of the mean-embedding term (:func:`feature_mean_embedding`).
-    total_variance_error_ : float
-        Its standard error (nan where not known: ``tensorsketch``).
+        ``tr(H K H)`` of the training Gram: ``sum_i k(x_i, x_i)`` minus ``n ||mean_||^2``, an
+        unbiased random-feature estimate of the mean-embedding term
+        (:func:`feature_mean_embedding`).
+    total_variance_error_ : float, its standard error (nan where not known: ``tensorsketch``).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
     X_transformed_fit_, dual_coef_inverse_ : the pre-image map (``fit_inverse_transform``).
 
@@ -431,14 +365,9 @@ class RandomFeatureKPCA(BaseKPCA):
 
     def _require_fit_memory(self, d: int, n) -> None:
         """Refuse, before anything is drawn, sizes whose arrays cannot fit (ValueError naming
-        the parameter and the memory): the statistic of the solver (``exact``: the m x m
-        covariance, its symmetrised copy and the eigensolver's; ``randomized``: an m x (q + 1)
-        sketch per thread and the merged ones; ``countsketch``: the t x m sketch, its centered
-        copy and the Gram of the smaller side) and the pre-image anchors (rows and their
-        Gram).  The frequencies are sized where they are drawn
-        (:func:`fastkpca.features.draw_feature_map`).  The per-thread sketches are counted for
-        the threads that can get rows, ``min(n_workers, row chunks)``, not for every thread an
-        ``n_jobs`` names."""
+        the parameter and the memory): the solver's statistic (per thread that can get rows)
+        and the pre-image anchors; the frequencies are sized in
+        :func:`fastkpca.features.draw_feature_map`."""
         m_asked = resolve_n_random_features(self.n_random_features)
         m = 2 * -(-m_asked // 2)  # the Fourier maps' cos / sin pairs (tensorsketch: m_asked)
         solver = self._choose_solver(n, m)
@@ -566,14 +495,10 @@ class RandomFeatureKPCA(BaseKPCA):
 
     # --- size chosen by tolerance ---------------------------------------------------------
     def _fit_by_tolerance(self, X):
-        """Fit at ``n_random_features`` = 256, 512, ... until the relative rank-k error bound from a
-        probe of the training rows is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`).
-
-        ``rff`` / ``orf`` with ``solver="exact"`` draw the frequencies in blocks, so each
-        doubling keeps the feature moments of the features already drawn and one pass adds the
-        new columns' products (:class:`~fastkpca.statistics.growth.GrowingFourierMoments`);
-        other maps and ``solver="countsketch"`` refit at each size.
-        """
+        """Fit at ``n_random_features`` = 256, 512, ... until the relative rank-k error bound
+        from a probe is at most ``1 + tol`` (:mod:`fastkpca.statistics.growth`); ``rff`` /
+        ``orf`` with ``solver="exact"`` keep the moments of the features already drawn
+        (:class:`~fastkpca.statistics.growth.GrowingFourierMoments`), others refit."""
         tol = check_tol(self.tol, auto=True)
         source = self._fit_source(X)
         source.require_passes(2, f"tol={tol} (a pass per model size)")

@@ -1,25 +1,17 @@
 """StreamingKPCA (SKPCA): random features fed into Frequent Directions.
 
 Ghashami, Perry & Phillips (2016), Algorithm 1, with exact feature-space centering: the source's
-rows (:mod:`fastkpca.source`) are mapped to random features drawn from its first rows, sketched
-by Frequent Directions into a :class:`~fastkpca.statistics.feature_sketch.FeatureSketch`
-(reduced over the blocks: in order for arrays and streams, per chunk and merged up a tree for
-dask arrays) and solved by :func:`~fastkpca.statistics.feature_sketch.skpca_eigen`; see
-:mod:`fastkpca.statistics.feature_sketch` for the centering and the error bound.  Memory is
-O(d m) for the feature map plus O(ell m) for the sketch plus one row block, independent of n.
+rows are mapped to random features drawn from its first rows, sketched by Frequent Directions
+into a :class:`~fastkpca.statistics.feature_sketch.FeatureSketch` (reduced in order over arrays
+and streams, merged up a tree over dask chunks) and solved by
+:func:`~fastkpca.statistics.feature_sketch.skpca_eigen` (centering and error bound there).
+Memory is O(d m + ell m) plus one row block, independent of n.  The statistic is written once
+over the array namespace: on a device the features and sketch buffers live there and the rows
+reach the same sketches in the same order as on the host; the O(ell m) eigenproblems run with
+the host's LAPACK.
 
-The statistic is written once over the array namespace: on a device (PyTorch tensors, CuPy or
-``array_api_strict`` arrays, or ``device=``) the features and the sketches' buffers live there
-and the rows go to the same sketches in the same order as on the host
-(:meth:`FeatureSketch.update_rows <fastkpca.statistics.feature_sketch.FeatureSketch.update_rows>`),
-so the model is the host's up to rounding; each shrink's small eigendecomposition and the
-final solver (:func:`~fastkpca.statistics.feature_sketch.skpca_eigen`, O(ell^2 m)) run with the
-host's LAPACK on copies of O(ell m) numbers, their results returned where the rows are.
-
-Calls that change a model (``fit``, ``partial_fit``, ``merge``) hold a lock of the estimator
-while they run, so that two threads feeding one model take turns and no block is lost; the lock
-is not an attribute of the model (not a parameter, not pickled): a clone or an unpickled model
-has its own.
+``fit``, ``partial_fit`` and ``merge`` hold a lock of the estimator (not a parameter, not
+pickled) so that two threads feeding one model take turns and no block is lost.
 """
 
 from __future__ import annotations
@@ -151,76 +143,44 @@ class StreamingKPCA(BaseKPCA):
         ell, the rows Frequent Directions keeps after each shrink (None:
         ``max(50, 2 n_components)``), the ell of the bound
         ``||Z^T Z - B^T B||_2 <= ||Z - Z_k||_F^2 / (ell + 1 - k)``.  Each sketch's buffer holds
-        ``3 ell`` rows (``3 ell m`` float64): feature rows are appended until it is full, then
-        one eigendecomposition shrinks it back to ell rows
-        (:func:`fastkpca.sketch.default_batch_size`).  The paper's ell (Ghashami, Perry &
-        Phillips 2016, Algorithm 1) is the buffer: an ell-row sketch shrunk to ell / 2 when
-        full, so ``sketch_size=ell`` here has the guarantee of the paper's 2 ell (and keeps one
-        more row).  The rows are dealt, in runs of 1024 by row index, between 32 sketches
-        (fewer, at least 2, when 32 would take more than 256 MiB:
-        :func:`~fastkpca.statistics.feature_sketch.sketch_count`, a function of ``sketch_size``
-        and ``n_random_features`` alone) updated by parallel threads and merged up a fixed tree
-        (same bound); a sketch that gets no rows costs nothing, and a ``sketch_size`` whose sketches
-        cannot fit in memory is refused up front (ValueError).  ``ell >= n_output_features_``
-        never shrinks (the model is then exact; the buffer is capped at
-        ``2 n_output_features_`` rows).
+        ``3 ell`` rows, shrunk back to ell by one eigendecomposition when full
+        (:func:`fastkpca.sketch.default_batch_size`); the paper's ell (Algorithm 1) is the
+        buffer, so ``sketch_size=ell`` has the guarantee of the paper's 2 ell.  Rows are dealt,
+        in runs of 1024 by row index, between up to 32 sketches
+        (:func:`~fastkpca.statistics.feature_sketch.sketch_count`) updated by parallel threads
+        and merged up a fixed tree (same bound); sketches that cannot fit in memory are refused
+        up front (ValueError).  ``ell >= n_output_features_`` never shrinks (exact model).
     features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
-        The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
-        matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
-        (:func:`fastkpca.features.resolve_features`).
+        The feature map, see :mod:`fastkpca.features` (``auto``:
+        :func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None
         Draws the features.  Models to be merged need the same (fixed) seed.
     tol : float or None
-        Size by tolerance (needs ``n_random_features`` None or ``"auto"``): fit at
-        ``n_random_features`` = 256 (or the power of 2 above ``2 n_components``), 512, ... up
-        to 2^14, with
-        ``sketch_size`` = ``max(default, n_random_features / 8)`` unless given, and stop at the
-        first whose relative rank-k error on all training rows (``||Kc - T T^T||_F /
-        ||Kc - (Kc)_k||_F``, 1 = exact KPCA) is at most ``1 + tol`` with its standard error
-        taken into account: the estimate of the error probe
-        (:class:`fastkpca.statistics.probe.ErrorProbe`, a uniform sample of 2000 training
-        rows, cross-fitted on its halves) plus 2 standard errors (a one-sided bound, calibrated:
-        docs/auto.md) is at most ``1 + tol``. ``n_random_features="auto"`` without ``tol`` uses
-        ``tol=0.05``.  Each size re-sketches (a pass over the data), so ``fit`` needs an
-        array or a re-iterable block source; ``partial_fit`` refuses it.
+        Size by tolerance (needs ``n_random_features`` None or ``"auto"``): as
+        ``RandomFeatureKPCA``'s ``tol``, with ``sketch_size`` = ``max(default,
+        n_random_features / 8)`` unless given.  Each size re-sketches (a pass over the data), so
+        ``fit`` needs an array or a re-iterable block source; ``partial_fit`` refuses it.
     fit_inverse_transform : bool, default False
         ``fit`` learns the pre-image map of :meth:`inverse_transform` (kernel ridge regression
-        as ``KernelPCA``) on ``n_inverse_samples`` training rows drawn uniformly (one more pass
-        over a stream); ``partial_fit`` and ``merge`` do not update it.
+        as ``KernelPCA``) on ``n_inverse_samples`` training rows; ``partial_fit`` and ``merge``
+        do not update it.
     alpha : float, default 1.0
         Ridge parameter of the pre-image map.
     n_inverse_samples : int or None
-        Pre-image anchors (None: 1000, capped at n); a number whose rows and Gram cannot fit in
-        memory is refused up front (ValueError).
+        Pre-image anchors (None: 1000, capped at n); too many to fit in memory: ValueError.
     n_jobs : int or None, default None
-        Threads of each call (``fit``, ``partial_fit``, ``transform``, ...), scikit-learn's meaning:
-        -1 every core the process may use (its CPU affinity and quota), -2 all but one, a positive
-        count that many, at most those cores.  None: what the context gives: the ``n_jobs`` of
-        ``joblib.parallel_config``, else every usable core within the thread limit the process
-        inherits (``OMP_NUM_THREADS``, threadpoolctl's ``threadpool_limits``; in a joblib worker
-        process, e.g. under ``GridSearchCV(n_jobs=2)``, the worker's share of the cores).  The model
-        does not depend on it (the rows each sketch sees are fixed by their index), up to the
-        rounding of float sums.
+        Threads of each call, as ``RandomFeatureKPCA``'s.  The model does not depend on it (the
+        rows each sketch sees are fixed by their index), up to the rounding of float sums.
     verbose : int, default 0
-        With ``verbose > 0``, ``fit`` and ``partial_fit`` show a progress bar (tqdm) over the
-        rows of each pass, where the output is a terminal or a notebook.
+        With ``verbose > 0``, ``fit`` and ``partial_fit`` show a progress bar (tqdm).
     device : None, str or torch.device, default None
-        Where ``fit`` and ``transform`` compute: None where the data live (numpy on the host,
-        a PyTorch tensor on its device); ``"cuda"`` (or any PyTorch device) sends host data
-        there block by block.  Fitted arrays live where the fit ran; ``transform`` returns the
-        input's array type, device and dtype.  Needs PyTorch for a device.
+        Where ``fit`` and ``transform`` compute, as ``RandomFeatureKPCA``'s.
 
     Attributes
     ----------
     eigenvalues_ : (n_components,) estimated top eigenvalues of the centered training Gram
         (of the features): the sketch plus its tracked loss, within ``eigenvalue_bounds_``
-        (:func:`skpca_eigen`; exact when nothing was shrunk).  Measured max relative error
-        over the top 5 (``benchmarks/bench_fd_eigenvalues.py``: flat, RandomNoisy, decaying,
-        cpu_act; ell = 5 to 100): < 2 % where the leading directions stay in the sketch
-        (``total_shrinkage`` well below lambda_k; 10 of the 20 cases), 0.11 to 0.81 where
-        they churn through it (the bounds are then wide: the sketch has lost most of those
-        directions), against 0.08 to 6.7 for the former estimate (``total_shrinkage`` added
-        on the whole sketch span, which is then the upper bound).
+        (:func:`skpca_eigen`; exact when nothing was shrunk).
     eigenvalue_bounds_ : (2, n_components) lower and upper bounds on the exact eigenvalues
         of the same features' centered covariance (RandomFeatureKPCA's): the uncompensated
         sketch's eigenvalues and those plus ``min(total_shrinkage, missing energy)``.
@@ -228,18 +188,12 @@ class StreamingKPCA(BaseKPCA):
     mean_ : (n_output_features_,) the mean of the training features.
     feature_sum_ : (n_output_features_,) float64 sum of the training features.
     sketch_ : :class:`fastkpca.sketch.FrequentDirections` of the feature rows.
-    feature_map_ : the drawn :class:`fastkpca.features.FeatureMap`.
-    kernel_ : the resolved Kernel.
-    n_output_features_ : int, m.
-    n_samples_seen_ : int.
-    n_components_, n_features_in_.
-    n_random_features_ : int, the chosen number of output features (with ``tol`` only).
-    size_history_ : list of (n_random_features, estimated relative rank-k error), the sizes tried
-        (with ``tol`` only).
+    feature_map_, kernel_, n_output_features_, n_random_features_, size_history_ : as
+        ``RandomFeatureKPCA``'s.
+    n_samples_seen_, n_components_, n_features_in_ : int.
     total_variance_, total_variance_error_ : float
-        ``tr(H K H)`` of the training Gram, estimated as for ``RandomFeatureKPCA``: ``n k(0)``
-        minus ``n ||mean_||^2`` (shift-invariant kernels only; unset for the polynomial kernel,
-        whose diagonal would need a pass that ``partial_fit`` does not make).
+        ``tr(H K H)`` of the training Gram, as ``RandomFeatureKPCA``'s (shift-invariant kernels
+        only; unset for the polynomial kernel, whose diagonal ``partial_fit`` does not sum).
     explained_variance_ratio_ : ``eigenvalues_ / total_variance_``.
 
     Notes
@@ -428,17 +382,11 @@ class StreamingKPCA(BaseKPCA):
     def partial_fit(self, X, y=None):
         """Add rows (an array, CSR matrix, iterable of blocks or dask array) to the model.
 
-        The first call resolves the kernel (``gamma`` strings on its first rows) and draws the
-        features; later rows must have the same width.  The rows are fed to the same sketches
-        in order (dealt between the parallel sketches by row index, as ``fit`` deals them), so
-        any blocking of the same rows gives the same sketch as ``fit`` up to round-off.  A
-        model read from a file continues from its merged sketch instead (the same guarantee,
-        a slightly different sketch).  Returns self.
-
-        A call that fails (NaN or a wrong width in a later block of an iterable) leaves the model
-        as it was: the rows go into a copy of the sketches (O(ell m) time and memory per call,
-        the size of the model), which replaces them only when every block was added.  Calls
-        from several threads take turns (the estimator's lock): every row is added once.
+        The first call resolves the kernel and draws the features; rows are dealt to the
+        sketches by row index, as ``fit`` deals them, so any blocking gives ``fit``'s sketch up
+        to round-off (a model read from a file continues from its merged sketch).  A failing
+        call leaves the model as it was (the rows go into a copy of the sketches); calls from
+        several threads take turns.  Returns self.
         """
         first = not hasattr(self, "sketch_")
         if first:
@@ -562,16 +510,10 @@ class StreamingKPCA(BaseKPCA):
     # --- merging --------------------------------------------------------------------------
     @_serialized
     def merge(self, other: StreamingKPCA) -> StreamingKPCA:
-        """A new model fitted on the rows of both models (neither is modified).
-
-        Needs the same parameters and the same drawn features (a fixed ``random_state``, and a
-        kernel resolved to the same value); the Frequent Directions sketches are merged
-        (:meth:`fastkpca.sketch.FrequentDirections.merge`, the bound holds for the union, the
-        exact energies and the loss estimates add) and the feature sums added.  This is the
-        reduction a tree merge over data blocks uses.  An incompatible ``other`` (another class,
-        unfitted, other parameters, input width or drawn features) raises ValueError before
-        anything is computed.
-        """
+        """A new model fitted on the rows of both models (neither is modified): the Frequent
+        Directions sketches merged (:meth:`fastkpca.sketch.FrequentDirections.merge`) and the
+        feature sums added.  Needs the same parameters and drawn features; otherwise ValueError
+        before anything is computed."""
         if not isinstance(other, StreamingKPCA):
             raise ValueError(f"can only merge with a StreamingKPCA, got {type(other).__name__}")
         check_is_fitted(self)

@@ -1,20 +1,13 @@
 """Array namespaces and devices: which library holds the rows, where they live, and moving arrays
 between the host and a device.
 
-scikit-learn's array-API convention: the namespace and device are read once from the input
-(``array_api_compat.array_namespace``), computations call ``xp.`` functions and create arrays on
-that device, and conversion to numpy happens only at the edges (model files, the command line).
-A :class:`Placement` is that pair, decided once per fit (:func:`placement_for`):
-
-* host data (numpy arrays, memory maps, scipy.sparse, pandas frames, lists, files, Dask arrays:
-  :func:`is_host_array`) with ``device=None`` stay on the host, where numpy and the threaded
-  paths of :mod:`fastkpca.execution.threads` run;
-* arrays of another namespace (:func:`is_namespace_array`: PyTorch, CuPy, ``array_api_strict``)
-  run where they live, and so does host data with a ``device``, sent there block by block.
-
-Any other device (``"meta"``, ``"mps"``, ``"xpu"``, unknown names) is refused by
-:func:`check_device` / :func:`placement_for` / :func:`placement_of` with one ``ValueError``
-naming it.  Random draws are made on the host from ``random_state`` and moved
+scikit-learn's array-API convention: the namespace and device are read once from the input,
+computations call ``xp.`` functions on that device, and conversion to numpy happens only at the
+edges.  A :class:`Placement` is that pair, decided once per fit (:func:`placement_for`): host
+data (:func:`is_host_array`) with ``device=None`` stays on the host (numpy and the threaded
+paths); arrays of another namespace (:func:`is_namespace_array`) run where they live, and so
+does host data with a ``device``, sent there block by block.  Any other device is one
+``ValueError`` (:func:`check_device`).  Random draws are made on the host and moved
 (:meth:`Placement.asarray`), so every namespace gets the same model up to rounding.
 """
 
@@ -380,12 +373,11 @@ def placement_for(X, device=None) -> Placement:
     Parameters
     ----------
     X : array-like, tensor, iterable of blocks, dask array, ...
-        The input (only its type is read; an iterable of blocks is placed by ``device``).
+        The input (only its type is read).
     device : None, str or torch.device
-        None: where X lives (host data stays on the host).  ``"cuda"``, ``"cuda:1"``, ``"cpu"``
-        or a ``torch.device`` of those types: host data is sent there block by block (PyTorch);
-        a tensor on another device is moved.  ``"numpy"`` / ``"host"``: the host numpy paths,
-        whatever X is (a tensor is copied to the host; the output still follows the input).
+        None: where X lives.  ``"cuda"``, ``"cuda:1"``, ``"cpu"`` or a ``torch.device``: host
+        data is sent there block by block; a tensor on another device is moved.  ``"numpy"`` /
+        ``"host"``: the host numpy paths (a tensor is copied; the output follows the input).
 
     Returns
     -------
@@ -394,9 +386,8 @@ def placement_for(X, device=None) -> Placement:
     Raises
     ------
     ValueError
-        For a device fastkpca cannot compute on (:func:`check_device`), a CUDA device this
-        machine does not have, PyTorch or array-api-compat missing: one error naming the device
-        and what is supported, before any work.
+        For a device fastkpca cannot compute on (:func:`check_device`), a missing CUDA device,
+        or PyTorch or array-api-compat missing, before any work.
     """
     device = check_device(device)
     if device is None:

@@ -1,19 +1,12 @@
 """Row and element-wise primitives of the kernels' math: one signature on every placement.
 
-The kernels of :mod:`fastkpca.kernels` are written once over the array namespace; the steps
-whose fast or only form differs by library are these functions, which take numpy arrays (and,
-where said, scipy.sparse rows on the host), PyTorch / CuPy arrays and any array-API array
-(``array_api_strict``):
-
-* in place where the library allows it (numpy's ``out=``, torch's ``exp_``): a kernel block
-  is overwritten step by step, with no second block in memory (:func:`exp_`, :func:`tanh_`,
-  :func:`clip_`, :func:`fill_diagonal_`);
-* products and norms of rows that may be scipy.sparse on the host, where centering or
-  densifying the rows would cost memory (:func:`matmul`, :func:`row_sq_norms`,
-  :func:`shift_rows`, :func:`with_columns`, :func:`l1_distances`, ...);
-* host-only special functions (:func:`bessel_kv`, scipy's ``kv`` for the Matern kernel of a
-  general nu): a kernel that needs one declares it has no namespace math, and its blocks of
-  device rows are computed on host copies (:mod:`fastkpca.execution.kernel_ops`).
+The steps of :mod:`fastkpca.kernels` whose fast or only form differs by library, for numpy
+(and where said scipy.sparse) rows, PyTorch / CuPy and any array-API array: in place where the
+library allows it (:func:`exp_`, :func:`tanh_`, :func:`clip_`, :func:`fill_diagonal_`);
+products and norms of rows that may be sparse (:func:`matmul`, :func:`row_sq_norms`,
+:func:`shift_rows`, :func:`with_columns`, :func:`l1_distances`, ...); host-only special
+functions (:func:`bessel_kv`: a kernel that needs one has no namespace math, and device rows'
+blocks are computed on host copies, :mod:`fastkpca.execution.kernel_ops`).
 """
 
 from __future__ import annotations
@@ -24,11 +17,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy import special
 
-from .arrays import placement_of
+from .arrays import get_namespace, placement_of
 
 __all__ = [
     "float_name",
-    "namespace_of",
     "as_float64",
     "astype_name",
     "row_center",
@@ -67,11 +59,6 @@ def float_name(dtype) -> str:
     return "float32" if name == "float32" else "float64"
 
 
-def namespace_of(a):
-    """The array namespace of ``a`` (numpy for host arrays and scipy.sparse matrices)."""
-    return placement_of(a).xp
-
-
 def _is_numpy(a) -> bool:
     return isinstance(a, np.ndarray)
 
@@ -88,7 +75,7 @@ def astype_name(a, name: str):
         return a
     if sp.issparse(a):
         return a.astype(name)
-    xp = namespace_of(a)
+    xp = get_namespace(a)
     return xp.astype(a, getattr(xp, name))
 
 
@@ -103,7 +90,7 @@ def row_center(Y):
     centered: centering would make them dense (nor are no rows: they have no mean)."""
     if Y.shape[0] == 0 or sp.issparse(Y):
         return None
-    return namespace_of(Y).mean(Y, axis=0)
+    return get_namespace(Y).mean(Y, axis=0)
 
 
 def shift_rows(X, center):
@@ -120,14 +107,14 @@ def row_sq_norms(X):
     if sp.issparse(X):
         X = X.tocsr()
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
-    return namespace_of(X).sum(X * X, axis=1)
+    return get_namespace(X).sum(X * X, axis=1)
 
 
 def row_l1_norms(X):
     """L1 norms of the rows of X (dense or sparse)."""
     if sp.issparse(X):
         return np.asarray(abs(X).sum(axis=1), dtype=np.float64).ravel()
-    xp = namespace_of(X)
+    xp = get_namespace(X)
     return xp.sum(xp.abs(X), axis=1)
 
 
@@ -137,7 +124,7 @@ def row_max_abs(X):
         if X.shape[1] == 0:
             return np.zeros(X.shape[0])
         return np.asarray(abs(X).max(axis=1).todense(), dtype=np.float64).ravel()
-    xp = namespace_of(X)
+    xp = get_namespace(X)
     if X.shape[1] == 0:
         return xp.zeros((X.shape[0],), dtype=X.dtype, device=placement_of(X).device)
     return xp.max(xp.abs(X), axis=1)
@@ -186,7 +173,7 @@ def transpose(A, *, copy: bool = False):
         return A.T.tocsr() if copy else A.T
     if copy and _is_numpy(A):
         return np.ascontiguousarray(A.T)
-    At = namespace_of(A).permute_dims(A, (1, 0))
+    At = get_namespace(A).permute_dims(A, (1, 0))
     if copy and _is_torch(At):
         return At.contiguous()
     return At
@@ -219,7 +206,7 @@ def max_finite(values) -> float:
     one is not finite: the block would be nan or overflow.  On a device, one scalar read."""
     if values.shape[0] == 0:
         return 0.0
-    top = float(values.max() if _is_numpy(values) else namespace_of(values).max(values))
+    top = float(values.max() if _is_numpy(values) else get_namespace(values).max(values))
     if not math.isfinite(top):
         raise ValueError(_TOO_LARGE)
     return top
@@ -232,7 +219,7 @@ def check_finite(K):
     if _is_numpy(K):
         finite = bool(np.isfinite(K).all())
     else:
-        xp = namespace_of(K)
+        xp = get_namespace(K)
         finite = bool(xp.all(xp.isfinite(K)))
     if not finite:
         raise ValueError(_OVERFLOW)
@@ -256,7 +243,7 @@ def exp_(A):
         return np.exp(A, out=A)
     if _is_torch(A):
         return A.exp_()
-    return namespace_of(A).exp(A)
+    return get_namespace(A).exp(A)
 
 
 def tanh_(A):
@@ -265,7 +252,7 @@ def tanh_(A):
         return np.tanh(A, out=A)
     if _is_torch(A):
         return A.tanh_()
-    return namespace_of(A).tanh(A)
+    return get_namespace(A).tanh(A)
 
 
 def clip_(A, low: float | None = None, high: float | None = None):

@@ -108,13 +108,9 @@ def prepare_columns(kernel, Y, dtype=None) -> Columns:
 
 
 def kernel_block(kernel, X, Y=None, *, columns: Columns | None = None, dtype=None, out=None):
-    """``k(X, Y)`` for rows X and Y of one placement, in ``dtype`` (default float64), written
-    into ``out`` when given (a host array of the block's shape).  ``columns``
-    (:func:`prepare_columns` of Y) is computed once for many blocks of the same columns.
-
-    A kernel without namespace math gets host copies of the rows, in float64, its block
-    checked finite and moved to X's placement.
-    """
+    """``k(X, Y)`` for rows X and Y of one placement, in ``dtype`` (default float64), into
+    ``out`` when given; ``columns`` (:func:`prepare_columns` of Y) is computed once for many
+    blocks.  A kernel without namespace math gets float64 host copies, moved back."""
     if columns is None:
         columns = prepare_columns(kernel, Y, dtype)
     if columns.native:
@@ -179,13 +175,9 @@ def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None) -> lis
 
 # --- the blocked products -------------------------------------------------------------------------
 def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
-    """The Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X) on X's placement.
-
-    Float64 blocks, stored in the inputs' dtype; ``out`` may be an array of shape ``(len(X),
-    len(Y))`` to write into.  With Y None the diagonal is exactly 1 for kernels with a unit
-    diagonal.  Host: chunks on all cores; device: tiles from the free memory.  Every block is
-    checked finite (ValueError: the kernel's arithmetic overflowed).
-    """
+    """The Gram matrix ``K[i, j] = k(X[i], Y[j])`` (Y defaults to X) on X's placement, in the
+    inputs' dtype (into ``out`` when given); with Y None a unit diagonal is exactly 1.  Host:
+    chunks on all cores; device: tiles from the free memory.  Blocks checked finite."""
     symmetric = Y is None
     X, Y, placement = on_one_placement(X, X if Y is None else Y)
     shape = (int(X.shape[0]), int(Y.shape[0]))
@@ -214,16 +206,10 @@ def gram(kernel, X, Y=None, *, out=None, rows=None, working_memory_mb=None):
 
 
 def symmetric_gram(kernel, X, *, rows=None):
-    """The n x n Gram matrix ``k(X, X)`` in X's float dtype on X's placement, computed from its
-    upper block triangle only.
-
-    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone, and the strict lower
-    triangle is copied from the upper one: half the kernel evaluations of :func:`gram`, and an
-    exactly symmetric result, stored in X's dtype; every strip is checked finite.  Host: strips
-    computed straight into the Gram by the threads, the lower triangle mirrored in square tiles
-    of :data:`~fastkpca.execution.budget.RESTORE_TILE` rows; device: strips sized from the free
-    memory.
-    """
+    """The n x n Gram matrix ``k(X, X)`` in X's float dtype on X's placement, from its upper
+    block triangle only: half the kernel values of :func:`gram`, exactly symmetric, strips
+    checked finite.  Host: strips filled by the threads, the lower triangle mirrored in tiles of
+    :data:`~fastkpca.execution.budget.RESTORE_TILE`; device: strips from the free memory."""
     placement = placement_of(X)
     xp = placement.xp
     n = int(X.shape[0])
@@ -289,12 +275,8 @@ def kernel_blocks(
     kernel, X, Y=None, *, dtype=None, rows=None, working_memory_mb=None
 ) -> Iterator[tuple[int, int, Any]]:
     """Yield ``(start, stop, K[start:stop])`` row blocks of ``k(X, Y)`` on X's placement, in
-    ``dtype`` (float64 by default; ``float32``: the rbf kernel computes its blocks in float32,
-    the others round float64 ones).
-
-    Host: blocks of the ``working_memory_mb`` budget, each filled in chunks on all cores.
-    Device: tiles of ``rows`` rows (default from the free memory).
-    """
+    ``dtype`` (float32: rbf computes in float32, others round float64 blocks).  Host: blocks of
+    ``working_memory_mb`` filled on all cores; device: tiles of ``rows`` rows."""
     X, Y, placement = on_one_placement(X, X if Y is None else Y)
     columns = prepare_columns(kernel, Y, dtype)
     if not placement.host:
@@ -314,12 +296,10 @@ def fold_kernel_rows(
     :func:`kernel_blocks`); returns the states, in row order.
 
     Host: chunks of ``rows`` rows (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`)
-    in one contiguous share per worker thread, BLAS on one thread
-    (:func:`~fastkpca.execution.map_row_chunks`); each chunk is handed to ``step`` with its
-    share's state while in cache and overwritten after ``step`` returns (``step`` may modify it,
-    may write shared arrays only at its own rows, and must not start threaded work).  The chunks
-    depend on the row count alone.  A kernel that is not parallel-safe runs in the calling
-    thread, one state.  Device: one state over tiles of ``rows`` rows.
+    in one contiguous share per worker thread (:func:`~fastkpca.execution.map_row_chunks`),
+    each handed to ``step`` with its share's state while in cache (``step`` may modify it,
+    write shared arrays only at its rows, and start no threaded work).  Chunks depend on the row
+    count alone.  A kernel that is not parallel-safe, or a device, runs one state.
     """
     X, Y, placement = on_one_placement(X, Y)
     columns = prepare_columns(kernel, Y, dtype)
@@ -362,14 +342,10 @@ def _no_state():
 
 
 def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None, progress=None):
-    """``k(X, X) @ V`` from the upper block triangle of the Gram only.
-
-    Row strip ``[s, e)`` is evaluated against the columns ``X[s:]`` alone and applied twice:
-    ``K[s:e, s:] @ V[s:]`` to its own rows and ``K[s:e, e:]^T @ V[s:e]`` to the rows below,
-    half the kernel evaluations of :func:`kernel_matmat`.  Host: strips shared out to the
-    threads round robin, each with its own n x b accumulator, added in thread order; device:
-    tiles, one accumulator.  ``progress(rows)`` is called with each strip's row count.
-    """
+    """``k(X, X) @ V`` from the upper block triangle only: strip ``[s, e)`` against ``X[s:]`` is
+    applied to its own rows and (transposed) to the rows below, half the kernel values of
+    :func:`kernel_matmat`.  Host: strips round robin to the threads, one accumulator each,
+    added in thread order; device: tiles.  ``progress(rows)`` is called per strip."""
     placement = placement_of(X)
     xp = placement.xp
     n = int(X.shape[0])
@@ -426,13 +402,11 @@ def symmetric_kernel_matmat(kernel, X, V, *, dtype=None, rows=None, progress=Non
 class CenteredGramOperator(LinearOperator):
     """``V -> (H K H) V`` for the n x n Gram ``K = k(X, X)``, never stored, on X's placement.
 
-    ``H K H V = K Vc - 1 (mean_rows(K Vc))`` with ``Vc = V - 1 mean(V)`` (Schoelkopf, Smola &
-    Mueller 1998): one pass over the Gram's upper block triangle per product
-    (:func:`symmetric_kernel_matmat`), strips in ``tile_dtype`` (default float64).  The first
-    product also gives the Gram's row means (:attr:`row_means`); :attr:`n_passes` counts the
-    passes.  Memory: X, one strip per thread and O(n b): nothing n x n.  A
-    ``scipy.sparse.linalg.LinearOperator`` whose ``dtype`` is the strips'; :meth:`matmat` takes
-    and returns float64 arrays of X's namespace.
+    ``H K H V = K Vc - 1 (mean_rows(K Vc))``, ``Vc = V - 1 mean(V)`` (Schoelkopf, Smola &
+    Mueller 1998): one pass of :func:`symmetric_kernel_matmat` per product, strips in
+    ``tile_dtype``; the first gives :attr:`row_means`; :attr:`n_passes` counts passes.  Memory
+    O(n b).  A ``LinearOperator`` whose :meth:`matmat` takes and returns float64 arrays of X's
+    namespace.
     """
 
     def __init__(self, X, kernel, *, dtype=None, rows=None):
@@ -510,15 +484,10 @@ def pairs_are_cheaper(sample_prob: float, n_features: int) -> bool:
 
 
 def kernel_at_pairs(kernel, X, indptr, indices, *, sample_prob: float = 1.0, pairwise=None):
-    """``k(x_i, x_j)`` at the pairs ``j in indices[indptr[i]:indptr[i + 1]]`` of a CSR structure
-    of the strict upper triangle (every ``j > i``) of the Gram of X's rows, as a host array of
-    X's float dtype (the values a scipy.sparse matrix of these pairs holds).
-
-    Nothing n x n is formed.  Host rows: a few rows at a time against their kept columns
-    (``pairwise``; None decides by :func:`pairs_are_cheaper`), or dense row blocks of the upper
-    triangle read at the kept pairs; both give the same values, up to rounding.  Device rows:
-    tiles of the upper triangle, only the kept values copied to the host.
-    """
+    """``k(x_i, x_j)`` at the pairs of a CSR structure of the strict upper triangle of the Gram
+    of X's rows, as a host array of X's float dtype; nothing n x n.  Host: rows against their
+    kept columns (``pairwise``; None: :func:`pairs_are_cheaper`) or row blocks of the triangle
+    read at the pairs; device: tiles, only the kept values copied to the host."""
     placement = placement_of(X)
     n = int(X.shape[0])
     dtype = np.dtype(float_name(X.dtype))

@@ -1,19 +1,11 @@
 """Dense linear algebra with one signature on every array namespace: the eigensolvers' primitives.
 
-:mod:`fastkpca.solvers` writes its methods (block Krylov, orthogonal iteration, the dense solve,
-the post-processing) once over the array namespace; what differs by backend is here:
-
-* **the host** (numpy, scipy.sparse, ``LinearOperator``): scipy's LAPACK (``syevr``, pivoted QR,
-  pivoted Cholesky, triangular solves), ARPACK, and blocked dense products;
-* **arrays in host memory of another library** (PyTorch CPU tensors): the host's ``syevr`` and
-  pivoted Cholesky read through the tensor's memory, the library's own small ``eigh`` and QR;
-* **other namespaces** (CUDA tensors, CuPy, ``array_api_strict``): the standard's
-  ``xp.linalg.eigh`` and ``xp.linalg.qr``, a block's rank from the singular values of its R, a
-  whitening from ``eigh``.
-
-Start blocks are drawn from the host's numpy ``Generator`` and moved, so every namespace starts
-from the same vectors.  Products are float64 (a float32 matrix is multiplied in float32) and
-checked finite: a NaN or an infinity in a matrix is a :class:`NonFiniteError`, a ``ValueError``.
+:mod:`fastkpca.solvers` is written once over the array namespace; what differs by backend is
+here: on the host scipy's LAPACK (``syevr``, pivoted QR and Cholesky, triangular solves), ARPACK
+and blocked products; PyTorch CPU tensors read through by the host's LAPACK; other namespaces
+the standard's ``xp.linalg.eigh`` and ``qr`` (ranks from R's singular values, whitening from
+``eigh``).  Start blocks are host draws, moved.  Products are float64 (float32 matrices in
+float32) and checked finite (:class:`NonFiniteError`, a ``ValueError``).
 """
 
 from __future__ import annotations
@@ -166,13 +158,9 @@ def _finite(a, placement: Placement) -> bool:
 
 # --- products -----------------------------------------------------------------------------------
 def matmat(A, V):
-    """``A @ V`` in float64, checked finite (:class:`NonFiniteError` otherwise).
-
-    A float32 matrix is multiplied in float32, without a float64 copy.  On the host a dense A
-    times a block V is computed in row blocks of
-    :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`; a sparse A, a ``LinearOperator`` or a
-    device operator use their own product.
-    """
+    """``A @ V`` in float64, checked finite (:class:`NonFiniteError`); float32 A in float32; a
+    dense host A in row blocks of :data:`~fastkpca.execution.budget.MATMAT_BLOCK_ROWS`; sparse
+    A, ``LinearOperator`` and device operators by their own product."""
     placement = operator_placement(A)
     float32 = _float32_products(A, placement)
     if placement.host:
@@ -244,14 +232,10 @@ def eigh(H):
 
 
 def orth_against(V, Z, drop_tol: float):
-    """Orthonormal basis of ``(I - V V^T) Z`` without the directions already in span(V).
-
-    Classical Gram-Schmidt twice ("twice is enough", Giraud et al. 2005), then a rank-revealing
-    factorization of the result, whose small diagonal entries (singular values) are the
-    directions numerically in span(V) (an invariant subspace was found): they are dropped
-    instead of amplified into noise.  On the host that is scipy's pivoted QR; elsewhere a QR
-    and the SVD of its b x b factor R.  Z is not modified.
-    """
+    """Orthonormal basis of ``(I - V V^T) Z`` without the directions already in span(V):
+    classical Gram-Schmidt twice (Giraud et al. 2005), then a rank-revealing factorization
+    (host: scipy's pivoted QR; elsewhere QR and the SVD of R) whose small diagonal entries are
+    dropped.  Z is not modified."""
     placement = operator_placement(V)
     if placement.host:
         Z = Z.copy()
@@ -273,14 +257,10 @@ def orth_against(V, Z, drop_tol: float):
 
 
 def krylov_basis_columns(n: int, b: int, k: int, placement: Placement) -> int:
-    """Largest Krylov basis (columns) of the block Krylov solver for blocks of b vectors.
-
-    :data:`~fastkpca.execution.budget.KRYLOV_MAX_BLOCKS` blocks, within the memory that the basis
-    V and its image A V (float64) may take: a fraction
-    (:data:`~fastkpca.execution.budget.KRYLOV_FREE_FRACTION`) of a device's free memory, or
-    :data:`~fastkpca.execution.budget.KRYLOV_MEMORY_MB` where there is no free-memory query; never
-    below k + 2 blocks, never above n.
-    """
+    """Largest Krylov basis (columns) for blocks of b vectors:
+    :data:`~fastkpca.execution.budget.KRYLOV_MAX_BLOCKS` blocks within the memory of V and A V
+    (:data:`~fastkpca.execution.budget.KRYLOV_FREE_FRACTION` of a device's free memory, else
+    :data:`~fastkpca.execution.budget.KRYLOV_MEMORY_MB`), at least k + 2 blocks, at most n."""
     free = placement.free_memory_bytes()
     if free is None:
         allowed = budget.KRYLOV_MEMORY_MB * 2**20
@@ -293,14 +273,12 @@ def krylov_basis_columns(n: int, b: int, k: int, placement: Placement) -> int:
 # --- whitening and triangular solves -------------------------------------------------------------
 def whitening(A, tol: float):
     """A whitening N of a symmetric PSD matrix A (c x c) and the factor ``Z = N A``:
-    ``N A N^T = I_r`` over the r directions kept above ``tol`` (an absolute threshold on the
-    pivots or eigenvalues), and ``A N^T N A = A`` up to what falls below it.
+    ``N A N^T = I_r`` over the r directions kept above ``tol``.
 
-    In host memory: the pivoted Cholesky factorisation ``P^T A P = R^T R`` (LAPACK ``dpstrf``,
-    ``c^3 / 3`` flops) stopped at the first pivot at most ``tol``: ``N = R_11^{-T} P_r^T`` and
-    ``Z = R P^T``.  On a GPU (no pivoted Cholesky there) ``A = U diag(w) U^T``: ``N =
-    diag(w_r)^{-1/2} U_r^T`` and ``Z = diag(w_r)^{1/2} U_r^T`` over the eigenvalues above
-    ``tol``.  At full rank both give ``N^T N = A^{-1}``, equal up to a rotation of their rows.
+    In host memory the pivoted Cholesky ``P^T A P = R^T R`` (LAPACK ``dpstrf``) stopped at the
+    first pivot at most ``tol``: ``N = R_11^{-T} P_r^T``, ``Z = R P^T``.  On a GPU ``A = U
+    diag(w) U^T``: ``N = diag(w_r)^{-1/2} U_r^T``, ``Z = diag(w_r)^{1/2} U_r^T``.  At full rank
+    both give ``N^T N = A^{-1}``.
 
     Returns
     -------
@@ -339,14 +317,9 @@ def _eigh_whitening(A, tol: float, placement: Placement):
 
 
 def lower_solver(L, placement: Placement):
-    """``G -> G L^{-T}`` for a small lower-triangular host array L (l x l) and tall arrays G
-    (m x l) of ``placement``: the columns ``G L^{-T}`` of a Cholesky factor extended by the
-    block whose factor is L (Chen, Epperly, Tropp & Webber 2024, eq. 2.2).
-
-    On the host each call is a LAPACK triangular solve; elsewhere a product with ``L^{-T}``,
-    formed once on the host and moved (l is small: a GEMM beats a triangular solve there, and
-    the array API has none).
-    """
+    """``G -> G L^{-T}`` for a small lower-triangular host L (l x l) and tall G (m x l) of
+    ``placement`` (Chen, Epperly, Tropp & Webber 2024, eq. 2.2): a LAPACK triangular solve on
+    the host, elsewhere a product with ``L^{-T}`` formed once on the host."""
     L = np.asarray(L, dtype=np.float64)
     if placement.host:
 
@@ -365,14 +338,10 @@ def lower_solver(L, placement: Placement):
 
 # --- the dense top-k solve ----------------------------------------------------------------------
 def dense_topk(A, k: int, *, overwrite: bool = False):
-    """The top k eigenpairs of an explicit symmetric matrix, eigenvalues ascending (LAPACK's
-    order); never fewer than k, a :class:`NonFiniteError` for a non-finite A.
-
-    In host memory (numpy, PyTorch CPU tensors): LAPACK ``syevr`` for the index range, with
-    ``syev`` on the whole spectrum where it fails (:func:`_lapack_topk`), overwriting A when
-    ``overwrite`` so that an n x n Gram is never copied.  Elsewhere the namespace's full
-    ``eigh`` (float64).
-    """
+    """The top k eigenpairs of an explicit symmetric matrix, eigenvalues ascending; never fewer
+    than k, :class:`NonFiniteError` for a non-finite A.  In host memory LAPACK
+    (:func:`_lapack_topk`, overwriting A when ``overwrite``), elsewhere the namespace's
+    ``eigh``."""
     if not is_explicit(A):
         raise ValueError("eigen_solver='dense' needs an explicit array, not an operator")
     placement = operator_placement(A)
@@ -404,13 +373,9 @@ def dense_topk_bytes(n: int, k: int, itemsize: int, placement: Placement) -> int
 
 
 def _lapack_topk(A, k, overwrite):
-    """The top k eigenpairs of a symmetric numpy array by LAPACK, ascending.
-
-    ``syevr`` for the index range first; its inverse iteration (``stebz`` + ``stein``) can fail
-    on a tight cluster of eigenvalues (K = I, or identical rows).  Then the whole spectrum comes
-    from ``syev`` (implicit QR, in place), an overwritten A restored first from its other
-    triangle and the saved diagonal.
-    """
+    """The top k eigenpairs of a symmetric numpy array by LAPACK, ascending: ``syevr`` for the
+    index range; where its inverse iteration fails (tight clusters, K = I), ``syev`` on the
+    whole spectrum, an overwritten A first restored from its other triangle."""
     n = A.shape[0]
     # LAPACK wants Fortran order; A is symmetric, so its transpose is the same matrix as a
     # Fortran-ordered view, and no n x n copy is made.
@@ -465,18 +430,14 @@ RESIDUAL_FLOOR = 1e-4
 
 
 def lanczos(A, k: int, rng: np.random.Generator, tol: float, max_iter, *, krylov):
-    """The top k eigenpairs of A by ARPACK ``eigsh`` (implicitly restarted Lanczos), or by the
-    block Krylov solver ``krylov`` where ARPACK cannot serve.
+    """The top k eigenpairs of A by ARPACK ``eigsh``, or by the block Krylov solver ``krylov``
+    where ARPACK cannot serve.
 
-    ARPACK runs on the host (numpy, scipy.sparse, ``LinearOperator``), from a start vector drawn
-    from ``rng``, to its relative Ritz residual ``tol``, with ``max_iter`` restarts (None: its
-    default).  Its result is checked: k pairs whose residuals, recomputed with one block product,
-    are within :data:`RESIDUAL_SLACK` / :data:`RESIDUAL_FLOOR`.
-
-    ``krylov(tol, warn)`` must return ``(values, vectors, n_iter)``; it is called with
-    ``tol=None`` on any other namespace, and with ARPACK's ``tol`` where ARPACK fails (no
-    convergence, an ``ArpackError`` other than "starting vector is zero" (A = 0: exact zeros),
-    or residuals that are no eigenpairs).
+    ARPACK runs on the host from a start vector drawn from ``rng``, to ``tol`` with ``max_iter``
+    restarts; its k residuals are checked (:data:`RESIDUAL_SLACK`, :data:`RESIDUAL_FLOOR`).
+    ``krylov(tol, warn)`` returns ``(values, vectors, n_iter)``: called with ``tol=None`` on
+    other namespaces, and with ARPACK's ``tol`` where ARPACK fails (no convergence, an
+    ``ArpackError`` other than a zero start vector, or residuals that are no eigenpairs).
 
     Returns
     -------

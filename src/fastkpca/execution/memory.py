@@ -1,9 +1,6 @@
-"""The memory a computation may take, and the up-front refusal of sizes that cannot fit.
-
-:func:`require_memory` is called *before* an allocation whose size follows from the parameters
-(random frequencies, landmark blocks, dense copies of sparse rows, a Gram matrix): a size that
-cannot fit is a ``ValueError`` naming the parameter and the memory it needs, not a minute of work
-followed by ``MemoryError`` or the kernel's out-of-memory killer.
+"""The memory a computation may take, and the up-front refusal of sizes that cannot fit:
+:func:`require_memory` runs before an allocation whose size follows from the parameters, so a
+size that cannot fit is a ``ValueError`` naming the parameter, not a late ``MemoryError``.
 """
 
 from __future__ import annotations
@@ -115,8 +112,7 @@ def require_memory(nbytes: float, what: str, *, hint: str = "", available=None) 
     nbytes : number
         The size of what is about to be allocated.
     what : str
-        What it is, naming the parameter that decides it (``"n_random_features=10**9 random
-        frequencies (10**9 x 100 float64)"``).
+        What it is, naming the parameter that decides it.
     hint : str
         What to do instead, appended to the message.
     available : int, optional

@@ -1,25 +1,14 @@
 """Progress of long work, for the library (``verbose > 0``) and the command line alike.
 
-One wrapper, :class:`Progress`, counts the work of one pass (rows, bytes, tiles) against a total
-when there is one:
-
-- on a terminal, a tqdm bar (``tqdm.auto``: a widget in notebooks), left in place when done;
-- anywhere else (a pipe, a log file, a batch job), a plain line every :data:`LOG_INTERVAL`
-  seconds, with what is done, the rate, the time elapsed and, with a total, the fraction and the
-  time left, and a last line when the pass ends (a pass shorter than that writes nothing);
-- where there is no output at all (``sys.stderr`` is None or closed: a daemon, some notebook
-  kernels), nothing, and no error.
-
-:func:`heartbeat` covers a step that has no count to report (an eigendecomposition, a fit on
-rows in memory): a line every :data:`LOG_INTERVAL` seconds with the time elapsed, unless some
-progress line was written meanwhile.  :func:`note` writes one line (what an estimator chose, for
-example) under the same rules.
-
-scikit-learn's convention holds for the library: ``verbose=0`` (the default) is silent.  The
-level is held in a :mod:`contextvars` context (:func:`using_verbose`) that the estimator call
-enters, like its ``n_jobs`` (:mod:`fastkpca.execution.threads`); work running in other threads
-(Dask workers) sees the default, silent.  The command line shows its progress unless
-``--quiet`` (:class:`Progress` with ``enabled=True``).
+:class:`Progress` counts the work of one pass against a total when there is one: a tqdm bar on
+a terminal (``tqdm.auto``: a widget in notebooks); elsewhere a plain line every
+:data:`LOG_INTERVAL` seconds (done, rate, elapsed, and with a total the fraction and time left)
+and a last line; nothing where there is no output (``sys.stderr`` None or closed).
+:func:`heartbeat` covers a step with no count (a line with the time elapsed unless progress was
+written meanwhile); :func:`note` writes one line under the same rules.  ``verbose=0`` (the
+default) is silent; the level is a :mod:`contextvars` context (:func:`using_verbose`) the
+estimator call enters, so other threads (Dask workers) are silent.  The command line shows
+progress unless ``--quiet``.
 """
 
 from __future__ import annotations
@@ -148,9 +137,8 @@ def note(message: str, *, file=None, enabled: bool | None = None) -> None:
 class Progress:
     """The progress of one pass over ``total`` units of work (None: unknown).
 
-    ``update(n)`` adds ``n`` units done; with a total in bytes (``unit="B"``, a file read), the
-    rows read so far can be given too (``update(n, rows=...)``, shown beside).  Use it as a
-    context manager: leaving it writes the last line (or closes the bar).
+    ``update(n)`` adds ``n`` units done (``update(n, rows=...)`` also shows rows read, for a
+    total in bytes).  As a context manager, leaving it writes the last line (or closes the bar).
 
     Parameters
     ----------

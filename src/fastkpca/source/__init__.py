@@ -1,34 +1,19 @@
 """Where rows come from: one way in for data, whatever the input.
 
-Every estimator reads its training rows (and ``transform`` its new rows) through
-:func:`as_source`, which turns any accepted input into a :class:`RowSource`:
+Every estimator reads its rows through :func:`as_source`, which turns any accepted input into a
+:class:`RowSource`: an :class:`ArraySource` (numpy, memory-mapped ``.npy``, scipy.sparse,
+pandas), a :class:`BlockSource` (an iterable of row blocks, a reader of
+:mod:`fastkpca.source.files`) or a ``DaskSource`` (:mod:`.dask`, per-chunk statistics merged up
+a tree).  A source gives the first rows (:meth:`RowSource.head`), validated blocks per pass
+(:meth:`RowSource.blocks`), rows by index (:meth:`RowSource.take`), a uniform sample
+(:meth:`RowSource.sample_rows`), and reduces per-block statistics with an associative merge
+(:meth:`RowSource.reduce`, the ``chunk -> combine`` shape of ``dask.array.reduction``).
 
-=========================================== ==================== =================================
-input                                       source               reduction
-=========================================== ==================== =================================
-numpy array, memory-mapped ``.npy``,        :class:`ArraySource` the statistic of all blocks, in
-scipy.sparse matrix, pandas DataFrame                            one sequential loop
-iterable of row blocks (a list of arrays,   :class:`BlockSource` the same loop over the blocks as
-a generator, a reader of                                         they arrive
-:mod:`fastkpca.source.files`)
-``dask.array.Array``                        ``DaskSource``       per-chunk statistics on the
-                                            (:mod:`.dask`)       workers, merged up a tree
-=========================================== ==================== =================================
-
-A source knows ``n_features``, its ``dtype``, whether it can be read more than once
-(``reiterable``) and whether rows can be taken by index (``random_access``); it gives the first
-rows (:meth:`RowSource.head`), validated row blocks per pass (:meth:`RowSource.blocks`), rows by
-index (:meth:`RowSource.take`), a uniform sample (:meth:`RowSource.sample_rows`) and reduces
-per-block statistics with an associative merge (:meth:`RowSource.reduce`, the ``chunk ->
-combine`` shape of ``dask.array.reduction``).  Validation happens here and nowhere else.
-
-This is the edge where inputs are converted once (:func:`as_source`, :func:`check_block`):
-integer, boolean, float16 and bfloat16 rows become float64 (float32 stays float32); PyTorch
-tensors that require grad are detached; arrays of another namespace stay in it, on their device
-(a list or iterator of them is a :class:`BlockSource` there); host rows with a ``device`` are
-sent there block by block; a device fastkpca cannot compute on is one ``ValueError``.  Every
-source knows the placement of the data as given (``origin``), which the estimators' fitted
-attributes follow.
+This is the one edge where inputs are validated and converted: integer, boolean, float16 and
+bfloat16 rows become float64; tensors that require grad are detached; arrays of another
+namespace stay on their device; host rows with a ``device`` are sent there block by block; a
+device fastkpca cannot compute on is one ``ValueError``.  ``origin`` is the placement of the
+data as given, which the fitted attributes follow.
 """
 
 from __future__ import annotations
@@ -104,28 +89,23 @@ def as_source(
         dask array
         The rows.
     estimator : scikit-learn estimator, optional
-        With ``reset=True`` its ``n_features_in_`` (and ``feature_names_in_`` for a DataFrame) are
-        set from X, as ``sklearn.utils.validation.validate_data`` does, the placement of X as
-        given (:data:`INPUT_PLACEMENT`) and the source (:data:`TRAINING_SOURCE`); with
-        ``reset=False`` X must match them (the error names both widths).
+        With ``reset=True`` its ``n_features_in_`` (and ``feature_names_in_``), the placement of
+        X (:data:`INPUT_PLACEMENT`) and the source (:data:`TRAINING_SOURCE`) are set from X;
+        with ``reset=False`` X must match them.
     reset : bool
-        Whether X is training data (sets the estimator's input attributes) or new data.
+        Whether X is training data or new data.
     accept_sparse : bool
-        Whether scipy.sparse rows (CSR) are accepted; otherwise they raise ValueError.  Sparse
-        rows sent to a device are accepted by every method: they are made dense block by block.
+        Whether scipy.sparse rows (CSR) are accepted (made dense block by block on a device).
     name : str
         How errors name the input.
     placement : fastkpca.execution.arrays.Placement, optional
-        Where the blocks are computed on (default: where X lives).  A tensor on its device gives
-        a :class:`~fastkpca.source.device.TensorSource`; host rows placed on a device give a
-        :class:`~fastkpca.source.device.DeviceSource` over their host source; a tensor placed on
-        the host is copied there.
+        Where the blocks are computed (default: where X lives): a
+        :class:`~fastkpca.source.device.TensorSource` or a
+        :class:`~fastkpca.source.device.DeviceSource` on a device.
 
     Returns
     -------
     RowSource
-        An :class:`ArraySource`, a :class:`BlockSource`, a ``DaskSource``, a ``TensorSource``,
-        or a host source sent to a device.
     """
     source = (
         X

@@ -15,12 +15,9 @@ __all__ = ["RowSource", "uniform_indices"]
 
 
 def uniform_indices(n_samples: int, n_rows: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted indices of a uniformly random ``n_rows``-subset of ``range(n_samples)``.
-
-    The subset is the rows with the smallest of ``n_samples`` i.i.d. U(0, 1) keys drawn in row
-    order, which is exactly what :class:`fastkpca.source.ReservoirSampler` computes block by
-    block: the same seed gives the same rows from an array, a dask array and a stream of blocks.
-    """
+    """Sorted indices of a uniformly random ``n_rows``-subset of ``range(n_samples)``: those of
+    the smallest of ``n_samples`` i.i.d. U(0, 1) keys in row order, as
+    :class:`fastkpca.source.ReservoirSampler` computes block by block."""
     c = min(n_rows, n_samples)
     keys = rng.random(n_samples)
     if c == n_samples:
@@ -111,11 +108,9 @@ class RowSource:
     ):
         """``statistic(blocks, *args)`` of the rows, its parts merged with ``merge``.
 
-        ``statistic`` takes an iterator of ``(start, block)`` pairs and returns a statistic;
-        ``merge(a, b)`` combines the statistics of two disjoint sets of rows (associative up to
-        round-off, not modifying its arguments).  In memory and from streams it is one call over
-        all blocks of one pass; on a dask array one call per chunk on the workers, merged up a
-        tree.  ``block_rows`` as in :meth:`blocks`.
+        ``statistic`` takes an iterator of ``(start, block)`` pairs; ``merge(a, b)`` combines
+        the statistics of disjoint rows (associative up to round-off).  One call over a pass in
+        memory and from streams; one per chunk on a dask array, merged up a tree.
         """
         return statistic(self.blocks(block_rows), *args)
 
@@ -151,14 +146,9 @@ class RowSource:
         return int(n_rows) * int(self.n_features) * np.dtype(self.dtype).itemsize
 
     def require_dense(self, n_rows: int, what: str, *, hint: str = "") -> None:
-        """Raise ValueError up front unless ``n_rows`` dense rows of this source fit in memory.
-
-        Called before rows are densified, with ``what`` naming the parameter that decides
-        ``n_rows`` (``"n_landmarks=1000 landmarks"``): a sparse file of a few kilobytes whose
-        largest feature index is 10**6 has rows of 8 MB each when dense, and a step that needs
-        a thousand of them is refused here, naming the width and the memory, instead of
-        failing (or swapping) in the allocation.  See :func:`fastkpca.execution.require_memory`.
-        """
+        """Raise ValueError up front unless ``n_rows`` dense rows of this source fit in memory
+        (``what`` names the parameter that decides ``n_rows``), before rows are densified: see
+        :func:`fastkpca.execution.require_memory`."""
         n_rows = int(n_rows)
         d = self.n_features
         stored = " (the data is sparse, this step needs them dense)" if self.sparse else ""

@@ -1,17 +1,11 @@
 """Rows of a ``dask.array.Array``: statistics per chunk on the workers, merged up a tree.
 
-The dask counterpart of :class:`fastkpca.source.ArraySource` (dask, an optional dependency, is
-imported by the functions that build graphs, so importing this module does not need it).  The same
-statistic that an in-memory fit computes over all blocks is computed here once per row chunk, on
-whichever worker holds the chunk, and the per-chunk statistics are merged pairwise up a tree
-(``split_every`` at a time, as ``dask.array.reduction`` does), so only the small statistics travel
-and the model is the in-memory one up to the order of floating-point sums.  First rows, rows by
-index and uniform samples are gathered to the client exactly as the in-memory source draws them,
-so the same ``random_state`` draws the same kernel, features and landmarks.
-
-A worker lost mid-fit costs only its chunks' statistics: the scheduler recomputes them elsewhere
-(``distributed``'s ``allowed_failures``), and since every statistic is a pure function of its
-chunk the result is unchanged.
+The dask counterpart of :class:`fastkpca.source.ArraySource` (dask is imported only by the
+functions that build graphs).  The statistic of an in-memory fit is computed once per row chunk
+on its worker and merged pairwise up a tree (``split_every`` at a time, as
+``dask.array.reduction``), so the model is the in-memory one up to the order of sums.  First
+rows, rows by index and samples are drawn as the in-memory source draws them.  Statistics are
+pure functions of their chunk, so a lost worker's are recomputed elsewhere unchanged.
 """
 
 from __future__ import annotations
@@ -92,12 +86,8 @@ def _chunk_map(
 
 
 class DaskSource(RowSource):
-    """A 2-D dask array seen as row chunks.
-
-    The array is rechunked to one chunk across the columns (rows stay as they are chunked) and
-    non-float data is cast to float64, as the in-memory source does.  Chunks are validated on
-    the workers when they are read.
-    """
+    """A 2-D dask array seen as row chunks (rechunked to one chunk across the columns, non-float
+    data cast to float64); chunks are validated on the workers."""
 
     def __init__(
         self,
@@ -213,12 +203,8 @@ class DaskSource(RowSource):
         return tree_reduce(parts, merge, split_every=self.split_every)
 
     def map_rows(self, function, *args, n_outputs, dtype):
-        """A lazy dask array of ``function(chunk, *args)`` per row chunk.
-
-        Objects in ``args`` (e.g. a fitted model) are deep-copied into one graph key each, so
-        changing or refitting them later does not change the result, and each worker receives
-        them once.
-        """
+        """A lazy dask array of ``function(chunk, *args)`` per row chunk; ``args`` are
+        deep-copied into one graph key each (later changes do not leak in)."""
         import dask
         import dask.array as da
 
@@ -240,9 +226,7 @@ class DaskSource(RowSource):
         )
 
 
-# ------------------------------------------------------------------------------------------------
-# reading a .npy file as a dask array
-# ------------------------------------------------------------------------------------------------
+# --- reading a .npy file as a dask array ----------------------------------------------------------
 def _read_npy_rows(path, offset, dtype, n_columns, start, stop):
     """Rows ``start:stop`` of a C-ordered .npy file, read without a memory map."""
     with open(path, "rb") as f:
@@ -254,13 +238,9 @@ def _read_npy_rows(path, offset, dtype, n_columns, start, stop):
 
 
 def read_npy(path, *, chunk_rows: int = 100_000):
-    """A 2-D ``.npy`` file as a dask array of row chunks, each read by the task that needs it.
-
-    ``dask.array.from_array(numpy.load(path, mmap_mode="r"))`` would pickle the memory map, i.e.
-    the whole file, into the graph when a distributed scheduler ships it to the workers; here each
-    chunk is a task that opens the file and reads its rows (every worker must see the file at the
-    same path: a local disk for a LocalCluster, shared storage on a cluster).
-    """
+    """A 2-D ``.npy`` file as a dask array of row chunks, each read by the task that needs it
+    (``from_array`` of a memory map would pickle the whole file into the graph); every worker
+    must see the file at the same path."""
     path = os.fspath(path)
     arr = np.load(path, mmap_mode="r", allow_pickle=False)
     if arr.ndim != 2:

@@ -1,22 +1,11 @@
 """Rows on a device: arrays of another namespace where they live, and host rows sent there.
 
-Two sources, both giving blocks in the namespace of their :class:`~fastkpca.execution.arrays.
-Placement` (``source.placement``), so the statistics and solvers above them read the same on
-every device:
-
-:class:`TensorSource`
-    A 2-D PyTorch tensor (or CuPy or ``array_api_strict`` array) already on its device,
-    validated there (:func:`fastkpca.source.check_block`: float dtype, detached, finite, width):
-    nothing moves to the host.
-:class:`DeviceSource`
-    Any host source (an array, a memory map, a file reader, an iterable of blocks, a Dask array)
-    whose validated blocks are sent to the device one by one.  On CUDA each block is copied from
-    pinned memory with ``non_blocking=True`` on a side stream while the device computes on the
-    previous one, so transfers overlap compute; the device holds two blocks at a time, so data
-    larger than the device's memory streams through it.
-
-Random draws and the indices of sampled rows stay on the host (the same generator as the numpy
-path), and only the rows they select move.
+Both sources give blocks in the namespace of their
+:class:`~fastkpca.execution.arrays.Placement`: :class:`TensorSource`, an array already on its
+device, validated there (nothing moves to the host); :class:`DeviceSource`, any host source
+whose validated blocks are sent to the device one ahead of the computation (on CUDA from pinned
+memory on a side stream, so transfers overlap compute and data larger than the device streams
+through it).  Random draws and sampled indices stay on the host; only the rows move.
 """
 
 from __future__ import annotations
@@ -130,12 +119,9 @@ class TensorSource(RowSource):
 
 
 class DeviceSource(RowSource):
-    """A host source whose blocks are sent to a device, one ahead of the computation.
-
-    Everything the host source knows (its length, dtype, passes, random access) is kept; blocks,
-    first rows and rows taken by index arrive on the device.  Sparse host rows are made dense
-    block by block (each block's dense size is checked first, :meth:`RowSource.require_dense`).
-    """
+    """A host source whose blocks are sent to a device, one ahead of the computation, keeping
+    what the host source knows (length, dtype, passes, random access); sparse rows are made
+    dense block by block (checked first, :meth:`RowSource.require_dense`)."""
 
     def __init__(self, host: RowSource, placement: Placement):
         self.host = host

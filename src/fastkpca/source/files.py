@@ -1,29 +1,15 @@
 """Streaming readers of data files: row blocks from npy, delimited text, Parquet and LIBSVM.
 
-:func:`open_data` returns a re-iterable reader over row blocks of one file, so a file larger than
-memory can be passed straight to ``fit`` of the one-pass estimators (each ``iter()`` starts again
-from the top, so two-pass methods work too); :func:`read_data` reads the whole file.  Formats:
-
-=========== ======================================== =============================================
-format      files                                    parser
-=========== ======================================== =============================================
-``npy``     ``.npy`` (2-D numeric)                   header by ``numpy.load(mmap_mode="r")``,
-                                                     rows by plain block reads
-``text``    ``.csv``, ``.tsv``, ``.txt``, ``.data``  ``numpy.loadtxt`` on chunks of lines;
-            (optionally gzipped)                     delimiter and header detected
-``parquet`` ``.parquet``, ``.pq``                    ``pyarrow.parquet`` record batches (optional
-                                                     extra ``fastkpca[parquet]``)
-``libsvm``  ``.svm``, ``.libsvm``, ``.svmlight``,    ``sklearn.datasets.load_svmlight_file`` on
-            or text whose lines read ``y i:v ...``   chunks of lines; blocks are scipy.sparse CSR
-=========== ======================================== =============================================
-
-Rows and columns in error messages are 1-based (the first data row is row 1, the first column
-is column 1); text formats also give the line number in the file.
-
-What a hostile or broken file can cost is bounded: a line longer than ``max_line_length``
-characters (default :data:`DEFAULT_MAX_LINE_LENGTH`) is refused after reading that many; column
-names must be unique; every damaged input is a ``ValueError`` naming the file (and the line, row
-or column where there is one).
+:func:`open_data` returns a re-iterable reader over row blocks of one file (each ``iter()``
+starts again from the top), so a file larger than memory can be passed straight to ``fit``;
+:func:`read_data` reads the whole file.  Formats: ``npy`` (``.npy``, 2-D numeric; header by
+``numpy.load(mmap_mode="r")``), ``text`` (``.csv``, ``.tsv``, ``.txt``, ``.data``, optionally
+gzipped; ``numpy.loadtxt`` on chunks of lines, delimiter and header detected), ``parquet``
+(``.parquet``, ``.pq``; ``pyarrow.parquet`` record batches, extra ``fastkpca[parquet]``) and
+``libsvm`` (``.svm``, ``.libsvm``, ``.svmlight`` or lines ``y i:v ...``; scipy.sparse CSR
+blocks).  Rows and columns in messages are 1-based.  A line longer than ``max_line_length``
+(:data:`DEFAULT_MAX_LINE_LENGTH`) is refused after reading that many characters; every damaged
+input is a ``ValueError`` naming the file (and the line, row or column).
 """
 
 from __future__ import annotations
@@ -122,13 +108,9 @@ def _check_max_line_length(value) -> int:
 
 
 def _bounded_lines(f, path: Path, max_line_length: int):
-    """``(line number, line)`` of an open file, refusing a line longer than ``max_line_length``.
-
-    Each line is read with ``readline(max_line_length + 1)``, so a line without an end (a
-    one-line file of gigabytes, or a small gzip expanding to one) costs at most
-    ``max_line_length`` characters before it is refused.  Errors of a damaged file (bad UTF-8,
-    a truncated gzip stream) are ValueErrors naming the file.
-    """
+    """``(line number, line)`` of an open file, refusing a line longer than ``max_line_length``
+    (read with ``readline(max_line_length + 1)``, so an endless line costs at most that much).
+    Errors of a damaged file (bad UTF-8, a truncated gzip stream) are ValueErrors naming it."""
     newline = "\n" if isinstance(f, _io.TextIOBase) else b"\n"
     lineno = 0
     while True:
@@ -200,12 +182,9 @@ def _looks_like_libsvm(line: str) -> bool:
 
 
 def detect_format(path, *, max_line_length=None) -> str:
-    """The reader format of ``path``: ``"npy"``, ``"text"``, ``"parquet"`` or ``"libsvm"``.
-
-    Decided by the suffix (ignoring a final ``.gz``); for other suffixes by the content: a text
-    file whose first line reads ``label index:value ...`` is LIBSVM, any other text is ``text``
-    (a first line longer than ``max_line_length`` characters is refused).
-    """
+    """The reader format of ``path``: ``"npy"``, ``"text"``, ``"parquet"`` or ``"libsvm"``, by
+    the suffix (ignoring ``.gz``), else by the content (a first line ``label index:value ...``
+    is LIBSVM, other text is ``text``)."""
     path = Path(path)
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
@@ -267,18 +246,16 @@ def _first_nonfinite(block) -> tuple[int, int, str]:
 class DataReader:
     """A re-iterable reader of row blocks from one data file.
 
-    ``iter(reader)`` yields feature blocks (2-D arrays, or CSR matrices for LIBSVM) of at most
-    ``block_rows`` rows, starting again from the top of the file on each call, so a reader can be
-    passed to ``fit`` of any estimator that accepts an iterable of row blocks.
-    :meth:`iter_labeled` yields ``(X_block, y_block)`` pairs and :meth:`read` the whole file.
+    ``iter(reader)`` yields feature blocks (2-D arrays, CSR for LIBSVM) of at most
+    ``block_rows`` rows, from the top of the file on each call; :meth:`iter_labeled` yields
+    ``(X_block, y_block)`` pairs and :meth:`read` the whole file.
 
     Attributes
     ----------
     path : pathlib.Path
     format : str
     n_features : int, the width of the feature blocks.
-    n_samples : int or None, the number of rows when known without reading the file (npy,
-        parquet), or after one full pass.
+    n_samples : int or None, the number of rows when known (npy, parquet, or after a pass).
     column_names : list of str or None, the file's column names (header or schema).
     feature_names : list of str or None, the names of the selected feature columns.
     """
@@ -592,14 +569,10 @@ class NpyReader(DataReader):
 class TextReader(DataReader):
     """Row blocks of delimited text (CSV, TSV, whitespace), optionally gzipped.
 
-    The delimiter is a tab for ``.tsv``, a comma for ``.csv`` and otherwise sniffed from the first
-    line (tab, comma, semicolon, else runs of whitespace).  The first line is a header when none
-    of its fields is a number (``header=True`` / ``False`` overrides).  Blank lines and lines
-    starting with ``#`` are skipped.  Each block of lines is parsed by ``numpy.loadtxt``; when it
-    fails, the block is scanned once more to name the line, row and column of the bad cell.
-
-    Column names must be unique (a model fitted on the file could not tell repeated names
-    apart).  A line longer than ``max_line_length`` characters is refused, naming the line.
+    The delimiter is a tab for ``.tsv``, a comma for ``.csv``, else sniffed from the first line;
+    the first line is a header when none of its fields is a number (``header=`` overrides).
+    Blank lines and ``#`` lines are skipped.  Blocks of lines are parsed by ``numpy.loadtxt``;
+    on failure the block is scanned again to name the bad cell.  Column names must be unique.
     """
 
     format = "text"
@@ -668,13 +641,9 @@ class TextReader(DataReader):
                 self.bytes_read = self.size_bytes
 
     def _numbered_header(self, first: str) -> bool:
-        """Whether an all-numeric first line is a header of column numbers, not data.
-
-        ``0,1,...,n-1`` or ``1,2,...,n`` as integers (what pandas writes for default column
-        labels) is a header when the next lines hold a non-integer number among their first 64
-        fields, or when the run is at least 8 long and no next line repeats it.
-        ``header=True`` covers other numeric headers.
-        """
+        """Whether an all-numeric first line ``0,1,...,n-1`` or ``1,2,...,n`` (pandas' default
+        labels) is a header: when the next lines hold a non-integer among their first 64 fields,
+        or the run is at least 8 long and no next line repeats it."""
         try:
             values = [int(_unquote(f)) for f in self._split(first)]
         except ValueError:
@@ -998,22 +967,14 @@ class ParquetReader(DataReader):
 class LibsvmReader(DataReader):
     """CSR row blocks of a LIBSVM / SVMlight text file (labels first, ``index:value`` pairs).
 
-    Chunks of lines are parsed by ``sklearn.datasets.load_svmlight_file``.  The width must be the
-    same for every block: give ``n_features``, or it is found by one scan of the file (which also
-    decides ``zero_based="auto"``).  ``label_column`` does not apply: the label is the first
-    token of each line.
-
-    Feature numbering: LIBSVM numbers features from 1, some tools from 0.  With
-    ``zero_based="auto"`` the scan reads the file as 0-based when an index 0 occurs in it, else
-    1-based (as ``sklearn.datasets.load_svmlight_file`` decides); with ``n_features`` given,
-    1-based.  The numbering is in :attr:`index_base`; a model fitted on the file records it, and
-    files transformed with that model must be read with the same numbering.
-
-    Each line is checked (labels and values numbers, tokens ``index:value``, indices decimal,
-    within ``[index_base, n_features]`` and :data:`MAX_LIBSVM_INDEX`, ascending): a ValueError
-    names the file, the line and the token.  A width found by the scan above ``max_features``
-    (default :func:`default_max_features` of the bytes scanned) is refused unless
-    ``n_features`` or ``max_features`` is given.
+    Chunks of lines are parsed by ``sklearn.datasets.load_svmlight_file``.  The width is
+    ``n_features``, or found by one scan of the file, which also decides ``zero_based="auto"``
+    (0-based when an index 0 occurs, as scikit-learn decides; 1-based with ``n_features``
+    given).  The numbering (:attr:`index_base`) is recorded by a model fitted on the file.
+    Each line is checked (numbers, ``index:value`` tokens, indices ascending within
+    ``[index_base, n_features]`` and :data:`MAX_LIBSVM_INDEX`); a ValueError names the line and
+    token.  A scanned width above ``max_features`` (default :func:`default_max_features`) is
+    refused.
     """
 
     format = "libsvm"
@@ -1220,13 +1181,8 @@ def _libsvm_line_problem(line: bytes, *, zero_based: bool, n_features: int | Non
 
 
 def default_max_features(n_bytes: int) -> int:
-    """The widest LIBSVM file accepted without a declared width, for ``n_bytes`` of text.
-
-    Every ``index:value`` token takes at least 4 bytes, so a file of B bytes has at most B / 4
-    nonzeros; a width of 16 B (and at least 2**20) leaves room for every real sparse data set we
-    know of (news20, url, kdd2010) while bounding a dense block row by 128 bytes per byte of
-    input.
-    """
+    """The widest LIBSVM file accepted without a declared width, for ``n_bytes`` of text: 16
+    per byte (a token takes at least 4 bytes), at least 2**20, room for news20, url, kdd2010."""
     return max(2**20, 16 * int(n_bytes))
 
 
@@ -1255,28 +1211,24 @@ def open_data(
     Parameters
     ----------
     path : str or Path
-        A ``.npy``, ``.csv`` / ``.tsv`` / other delimited text (optionally gzipped),
-        ``.parquet`` or LIBSVM file.  A missing file raises ``FileNotFoundError`` naming it.
+        A ``.npy``, delimited text (optionally gzipped), ``.parquet`` or LIBSVM file.
     format : {"npy", "text", "csv", "tsv", "parquet", "libsvm"} or None
         None detects it (:func:`detect_format`).
     block_rows : int
-        Rows per block (the default is the estimators' own block size, so fitting on a reader
-        sees the same blocks as fitting on the array).
+        Rows per block (default: the estimators' own block size).
     columns : list of int or str, optional
         Feature columns to keep (0-based numbers, negative from the end, or header names);
         default all but the label column.
     label_column : int or str, optional
-        A column holding the labels, kept out of the features (``iter_labeled`` yields it).
+        A column of labels, kept out of the features (``iter_labeled`` yields it).
     dtype : float64 (default), float32 or "auto"
-        dtype of the feature blocks; ``"auto"`` keeps float32 where the file stores float32
-        (npy, Parquet) and is float64 otherwise.
+        ``"auto"`` keeps float32 where the file stores float32 (npy, Parquet).
     check_finite : bool
         Raise a ValueError naming the row and column of the first NaN or infinity.
     **options
         Text: ``delimiter`` (``"auto"``, a string, or None for whitespace), ``header``
         (``"auto"``, True, False).  LIBSVM: ``n_features``, ``zero_based``, ``max_features``.
-        Both: ``max_line_length``, the longest line read in characters (default
-        :data:`DEFAULT_MAX_LINE_LENGTH`; a longer line is a ValueError naming it).
+        Both: ``max_line_length`` (default :data:`DEFAULT_MAX_LINE_LENGTH`).
 
     Returns
     -------

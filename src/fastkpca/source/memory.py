@@ -28,15 +28,11 @@ __all__ = ["ArraySource", "BlockSource", "ReservoirSampler", "check_block"]
 
 
 def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=None):
-    """One validated row block: 2-D, real numeric, finite, ``n_features`` wide, float32 or
-    float64, in its own namespace.
-
-    Host blocks become numpy arrays (sparse ones CSR, or ValueError unless ``accept_sparse``); a
-    block of another namespace (a PyTorch tensor, a CuPy or ``array_api_strict`` array) stays
-    there, on its device, detached from any autograd graph.  Integer, boolean, float16 and
-    bfloat16 data become float64 (:func:`fastkpca.execution.arrays.float_dtype`); ``dtype``
-    then casts to that float type.  Errors name the block (``name``).
-    """
+    """One validated row block: 2-D, real, finite, ``n_features`` wide, float32 or float64, in
+    its own namespace (host blocks numpy or CSR; others stay on their device, detached).
+    Integer, boolean, float16 and bfloat16 data become float64
+    (:func:`fastkpca.execution.arrays.float_dtype`); ``dtype`` then casts.  Errors name the
+    block (``name``)."""
     placement = placement_of(block)  # ValueError for a device fastkpca cannot compute on
     xp = placement.xp
     if sp.issparse(block):
@@ -92,16 +88,10 @@ def _dense_rows(rows) -> np.ndarray:
     return rows.toarray() if sp.issparse(rows) else np.array(rows, copy=True)
 
 
-# ------------------------------------------------------------------------------------------------
-# arrays
-# ------------------------------------------------------------------------------------------------
+# --- arrays ---------------------------------------------------------------------------------------
 class ArraySource(RowSource):
-    """An in-memory (or memory-mapped) array or CSR matrix, validated once.
-
-    Validation is scikit-learn's ``validate_data`` when an estimator is given (so its
-    ``n_features_in_`` / ``feature_names_in_`` rules and messages apply), ``check_array``
-    otherwise.  Blocks are views of row ranges; nothing is copied.
-    """
+    """An in-memory (or memory-mapped) array or CSR matrix, validated once (scikit-learn's
+    ``validate_data`` with an estimator, ``check_array`` otherwise); blocks are views."""
 
     def __init__(self, X, *, estimator=None, reset=True, accept_sparse=False, name="X"):
         kw = dict(
@@ -147,22 +137,16 @@ class ArraySource(RowSource):
         return self.array
 
 
-# ------------------------------------------------------------------------------------------------
-# iterables of row blocks
-# ------------------------------------------------------------------------------------------------
+# --- iterables of row blocks ----------------------------------------------------------------------
 class BlockSource(RowSource):
     """An iterable of row blocks: a list of arrays, a generator, a file reader.
 
-    The first block is read (and validated) at once, which fixes ``n_features`` and ``dtype``
-    (later blocks are cast to it); :meth:`head` reads ahead as far as it needs and the first pass
-    replays what it read, so a one-shot generator loses nothing.  Every further pass calls
-    ``iter()`` on the iterable again, which needs a re-iterable one (a list, a reader whose
-    ``__iter__`` restarts), and must give the same number of rows.  Empty blocks are skipped.
-
-    Blocks of another namespace (PyTorch tensors, ...) are validated there and the source lives
-    where the first block does (``origin``), or on ``placement`` when one is given (each block
-    moved there; the host copies them to numpy).  Host blocks stay on the host: a device gets
-    them through :class:`~fastkpca.source.device.DeviceSource`.
+    The first block fixes ``n_features`` and ``dtype``; :meth:`head` reads ahead and the first
+    pass replays it, so a one-shot generator loses nothing.  Further passes call ``iter()``
+    again (a re-iterable is needed) and must give the same rows.  Empty blocks are skipped.
+    Blocks of another namespace are validated there and the source lives where the first block
+    does, or on ``placement``; host blocks reach a device through
+    :class:`~fastkpca.source.device.DeviceSource`.
     """
 
     random_access = False
@@ -298,19 +282,14 @@ class BlockSource(RowSource):
         return get_namespace(parts[0]).concat(parts, axis=0)
 
 
-# ------------------------------------------------------------------------------------------------
-# uniform samples from a stream
-# ------------------------------------------------------------------------------------------------
+# --- uniform samples from a stream ----------------------------------------------------------------
 class ReservoirSampler:
     """A uniform sample of ``size`` rows from a stream of row blocks, in one pass.
 
-    Each row gets a U(0, 1) key when it arrives and the reservoir keeps the ``size`` rows with
-    the smallest keys seen so far, so after any prefix of the stream the reservoir is a uniform
-    random subset (without replacement) of that prefix, whatever the block sizes (the streaming
-    Nystrom baseline of Ghashami et al. 2016, ``papers/004`` section 3, keeps its landmarks this
-    way).  The keys are those of :func:`fastkpca.source.uniform_indices`, so an array and any
-    blocking of it give the same rows.  Memory: ``size`` rows.  Only rows whose key beats the
-    current threshold are copied, an expected ``size * log(n / size)`` over the whole stream.
+    Each row gets a U(0, 1) key and the reservoir keeps the ``size`` smallest, a uniform subset
+    of any prefix whatever the blocking (Ghashami et al. 2016, section 3); the keys are those of
+    :func:`fastkpca.source.uniform_indices`, so an array gives the same rows.  Memory: ``size``
+    rows; an expected ``size * log(n / size)`` rows are copied.
 
     Parameters
     ----------

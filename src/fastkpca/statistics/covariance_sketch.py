@@ -67,13 +67,8 @@ class ScatterSketch:
         return cls(0, np.zeros(p), np.zeros((p, q)))
 
     def merge(self, other: ScatterSketch, T: np.ndarray) -> ScatterSketch:
-        """Both sets of rows pooled, as a new object (neither operand is modified).
-
-        Chan, Golub & LeVeque's pairwise update of the centered scatter,
-        ``S = S_a + S_b + (n_a n_b / n) d d^T`` with ``d = mean_a - mean_b``, times T.
-        An empty side is neutral.  The merged sketch lives where this one does (where the other
-        does when this one is empty): ``other`` and T move there.
-        """
+        """Both sets of rows pooled, as a new object: Chan, Golub & LeVeque's ``S = S_a + S_b +
+        (n_a n_b / n) d d^T`` (``d = mean_a - mean_b``) times T; where this one lives."""
         if other.n == 0:
             return ScatterSketch(self.n, _copy(self.mean), _copy(self.Y), self.eps)
         if self.n == 0:
@@ -115,19 +110,15 @@ def scatter_sketch(rows, T: np.ndarray, shift=None, *, overwrite: bool = False) 
     Parameters
     ----------
     rows : (b, p) float32 or float64 array, of any namespace
-        The products ``Rc T`` and ``Rc^T (Rc T)`` run in the rows' precision; the mean, the
-        correction below and every merge are float64.  The sketch lives with the rows.
+        The products run in the rows' precision, the mean and correction in float64.
     T : (p, q) array
-        The test matrix (cast to the rows' dtype for the products).
+        The test matrix.
     shift : (p,) array or None
-        A point close to the rows' mean, subtracted before the products (the "shifted data"
-        algorithm: the products then see the rows' spread, not their offset, so float32 rounding
-        is relative to the spread).  None: the block's own mean.  The exact float64 correction
-        ``- b (mean - c)(mean - c)^T T`` makes the result the scatter about the block's mean
-        whatever the shift; a shift shared by all blocks (e.g. the first block's mean) only
-        matters for rounding.
+        A point near the rows' mean, subtracted before the products (float32 rounding then
+        relative to the spread); the exact correction ``- b (mean - c)(mean - c)^T T`` makes the
+        result independent of it.  None: the block's own mean.
     overwrite : bool
-        Shift ``rows`` in place (pass a block you own) instead of copying it.
+        Shift ``rows`` in place instead of copying it.
 
     Returns
     -------
@@ -186,14 +177,9 @@ def with_sum_column(T: np.ndarray, dtype) -> np.ndarray:
 
 
 def add_sketch_chunk(totals, buffer, R, T_sum):
-    """``totals += [R T, 1]^T R``: a chunk's sketch rows ``(R T)^T R`` and, last, its column sums
-    ``1^T R``, from one product, in R's namespace.
-
-    ``T_sum = with_sum_column(T, R.dtype)`` (on R's placement); the product ``R T_sum`` goes to
-    ``buffer`` where given (at least ``len(R)`` rows of ``q + 1``, overwritten) and its last,
-    zero column is set to ones.  The sums are accumulated in R's precision over the chunk's rows,
-    the ``totals`` in float64.  Both one-pass randomized solvers add their chunks here.
-    """
+    """``totals += [R T, 1]^T R``: a chunk's sketch rows and its column sums from one product
+    (``T_sum = with_sum_column(T, R.dtype)``; ``buffer``, if given, is overwritten), the
+    ``totals`` in float64.  Both one-pass randomized solvers add their chunks here."""
     q = T_sum.shape[1] - 1
     A = matmul(R, T_sum, out=None if buffer is None else buffer[: R.shape[0], ...])
     A[:, q] = 1.0
@@ -201,12 +187,8 @@ def add_sketch_chunk(totals, buffer, R, T_sum):
 
 
 def test_matrix(p: int, q: int, rng) -> np.ndarray:
-    """A (p, q) test matrix with orthonormal columns: the Q factor of a standard Gaussian matrix.
-
-    Tropp et al. (2017), section 3 and Algorithm 1: any Gaussian test matrix works, and
-    orthonormalising its columns improves the numerical stability of the reconstruction (it
-    makes ``T^T T = I``, so the stability shift of :func:`fixed_rank_psd` moves every
-    eigenvalue of the core matrix by exactly nu).
+    """A (p, q) test matrix with orthonormal columns: the Q factor of a standard Gaussian matrix
+    (Tropp et al. 2017, section 3; ``T^T T = I`` makes :func:`fixed_rank_psd`'s shift exact).
 
     Parameters
     ----------
@@ -232,15 +214,11 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     """A (p, q) test matrix with orthonormal columns: half Gaussian, half the leading principal
     axes of a sample of the rows being sketched.
 
-    The Nystrom approximation ``Y (T^T Y)^+ Y^T`` grows with the range of T and stays dominated
-    by S, so adding columns to Tropp et al.'s Gaussian test matrix keeps its guarantee for the
-    Gaussian half, ``q // 2`` columns.  The other ``q - q // 2`` columns are the leading right
-    singular vectors of the centered sample (e.g. the first row block): when it is
-    representative they approximate S's top eigenvectors, which the sketch then recovers nearly
-    exactly, where a Gaussian T leaves a large bias on the slowly decaying spectra of kernel
-    features (``tests/test_covariance_sketch.py``).  The axes come from a randomized range
-    finder (Halko, Martinsson & Tropp 2011, Alg. 4.4) with ``power_iterations`` subspace
-    iterations and 10 extra columns, then Rayleigh-Ritz.
+    Enlarging T's range keeps the guarantee of Tropp et al.'s Gaussian half (``q // 2``
+    columns); the other half, the sample's leading right singular vectors (Halko, Martinsson &
+    Tropp 2011, Alg. 4.4, ``power_iterations`` subspace iterations), approximate S's top
+    eigenvectors where the sample is representative, removing most of a Gaussian sketch's bias
+    on kernel spectra.
 
     Parameters
     ----------

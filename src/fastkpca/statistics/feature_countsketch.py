@@ -6,10 +6,10 @@ with the Gaussian frequencies (section 3.2.2; ``input_sketch=``, :mod:`fastkpca.
 This module is step (3): feature rows hashed into a t x m CountSketch (:class:`FeatureCountSketch`,
 merged by sums, centered exactly afterwards); the top ``q = k + oversamples`` right singular
 vectors of the sketch span the subspace, and with ``n_passes=2`` a second pass solves the q x q
-Rayleigh-Ritz problem (:func:`ritz_scatter`).  Truncating to q directions before the second pass
-is this implementation's choice.  Not implemented: m from the statistical dimension (m is
-``n_random_features`` or sized by ``tol``) and t from the target error (``n_buckets``), so no (1 + eps)
-guarantee is claimed (``docs/papers/countsketch.md``).
+Rayleigh-Ritz problem (:func:`ritz_scatter`).  Truncating to q directions before the second pass is
+this implementation's choice.  Not implemented: m from the statistical dimension (m is
+``n_random_features`` or sized by ``tol``) and t from the target error (``n_buckets``), so no (1 +
+eps) guarantee is claimed (``docs/papers/countsketch.md``).
 """
 
 from __future__ import annotations

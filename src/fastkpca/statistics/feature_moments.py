@@ -47,18 +47,12 @@ __all__ = [
 class FeatureMoments:
     """Running ``n``, feature sum and shifted Gram ``sum (z - c)(z - c)^T`` (float64 totals).
 
-    The shift c is the mean of the first block's features.  Accumulating ``Z^T Z`` and removing
-    ``n mu mu^T`` at the end cancels catastrophically when the features' mean is large next to
-    their spread (it often is: for rff ``|z|^2 = 1`` while the centered eigenvalues may be 1e-3
-    of that); accumulating around a shift close to the mean removes the cancellation (the
-    "shifted data" variance algorithm), which is what makes float32 blocks safe.
-
-    Each block is shifted by c and its product ``Z_b^T Z_b`` computed in the block's precision
-    (SGEMM for float32 features) and added to a float64 total
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`); its error is about ``eps32
-    sqrt(block rows)`` relative to the block's nearly centered second moment, and does not grow
-    with n.  The totals live with the feature blocks, on their namespace and device;
-    :meth:`merge` moves the other part's totals to this one's placement.
+    The shift c is the mean of the first block's features: ``Z^T Z - n mu mu^T`` cancels
+    catastrophically when the mean is large next to the spread (rff: ``|z|^2 = 1``), and the
+    "shifted data" algorithm removes that, which makes float32 blocks safe.  Each block's
+    product is computed in its precision and added to float64 totals
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), on the blocks' namespace and
+    device; :meth:`merge` moves the other part's totals here.
     """
 
     def __init__(self, m: int, shift=None):
@@ -157,15 +151,9 @@ class FeatureMoments:
 
     def rounding_scale(self) -> tuple[float, float]:
         """``(scale, eps)`` of the rounding threshold of :func:`fastkpca.solvers.postprocess_eigen`
-        for :meth:`covariance`: ``eps scale`` is the size of its rounding errors.
-
-        Two sources: float64 arithmetic relative to the uncentered second moment
-        ``sum |z|^2 = trace(gram) + 2 c . (sum - n c) + n |c|^2`` (the features' own size: for
-        identical rows the covariance is 0 but its computed eigenvalues are ~1e-30, not 0), and
-        the block products in the features' precision (``eps``: float32's for float32 features)
-        relative to the *shifted* second moment ``trace(gram)``, which they accumulate.  Returned
-        as one scale at the larger eps.
-        """
+        for :meth:`covariance`: the larger of float64 arithmetic relative to the uncentered
+        ``sum |z|^2 = trace(gram) + 2 c . (sum - n c) + n |c|^2`` and the blocks' precision
+        relative to the shifted ``trace(gram)``, as one scale at the larger eps."""
         xp = self.placement.xp
         eps64 = float(np.finfo(np.float64).eps)
         shifted = float(xp.sum(xp.linalg.diagonal(self.gram)))
@@ -256,22 +244,15 @@ def rf_kpca_exact(moments: FeatureMoments, n_components: int, *, rng=None):
 
 def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift):
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` of the features of
-    ``(start, block)`` row blocks: the statistic of ``solver="randomized"``, which
-    ``RowSource.reduce`` computes over all blocks (or once per dask chunk) and merges with
-    :meth:`ScatterSketch.merge <fastkpca.statistics.covariance_sketch.ScatterSketch.merge>`.
+    ``(start, block)`` row blocks: the statistic of ``solver="randomized"``, reduced by
+    ``RowSource.reduce`` and merged with :meth:`ScatterSketch.merge
+    <fastkpca.statistics.covariance_sketch.ScatterSketch.merge>`.
 
-    The features are reduced chunk by chunk as they are computed
-    (:func:`~fastkpca.features.reduce_feature_chunks`: on the host chunks of 256 rows in cache,
-    on every core; on a device large chunks in order): each chunk Z (float32 for the Fourier
-    maps) is shifted by ``shift`` (the first block's mean features, as for
-    :class:`FeatureMoments`), and its sketch product ``(Zc T)^T Zc`` and column sums are added
-    to its thread's float64 totals, both from one product
-    (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`, in the features'
-    precision).  With ``s`` the sum of the shifted rows, the scatter about their mean is
-    ``sum Zc^T Zc - s s^T / n``, so the sketch is ``Y = sum Zc^T (Zc T) - n delta (delta^T T)``
-    with ``delta = s / n``, and the mean is ``shift + delta`` (float32 rounding relative to the
-    features' spread, not their offset: the "shifted data" algorithm).  The sketch lives with
-    the rows (their namespace and device); T and the shift may be host arrays.
+    Chunk by chunk as computed (:func:`~fastkpca.features.reduce_feature_chunks`), each chunk is
+    shifted by ``shift`` and its sketch product and column sums added to its thread's float64
+    totals (:func:`~fastkpca.statistics.covariance_sketch.add_sketch_chunk`); with ``delta`` the
+    mean of the shifted rows, ``Y = sum Zc^T (Zc T) - n delta (delta^T T)`` and the mean is
+    ``shift + delta``.  The sketch lives with the rows.
     """
     m, q = T.shape
     blocks = iter(blocks)
@@ -320,17 +301,10 @@ class _SketchTotals:
 
 
 def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, *, scale=None):
-    """Top eigenpairs of the centered feature covariance ``Zc^T Zc`` from its sketch.
-
-    Tropp et al.'s fixed-rank PSD approximation
-    (:func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`): the eigenpairs of the
-    rank-k truncation of the Nystrom approximation ``Y (T^T Y)^+ Y^T`` of the covariance.  Its
-    eigenvalues are at most the exact solver's (the approximation is dominated by the
-    covariance) and approach them as the sketch width q grows past k; see
-    ``RandomFeatureKPCA``'s ``oversamples`` for the measured gap.
-
-    ``scale``: the trace of the uncentered feature Gram, ``sum_i |z_i|^2`` (e.g. the kernel's
-    ``sum_i k(x_i, x_i)``), for the rounding threshold (None: unknown).
+    """Top eigenpairs of the centered feature covariance ``Zc^T Zc`` from its sketch: Tropp et
+    al.'s :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`, eigenvalues at most the
+    exact solver's, approaching them as q grows past k.  ``scale``: ``sum_i |z_i|^2``, for the
+    rounding threshold (None: unknown).
 
     Returns
     -------

@@ -107,11 +107,9 @@ class Growth:
     estimate : ErrorEstimate or None
         Its estimated error (``(1, 0)`` for exact KPCA).
     status : str
-        ``"met"`` (the bound is at most ``1 + tol``), ``"exact"`` (the fit is exact KPCA: error
-        1 by construction), ``"resolution"`` (the probe cannot resolve tol: the estimate level
-        within its noise of 1), ``"plateau"`` (the estimate stopped falling above tol: the
-        most accurate fit is kept), ``"largest"`` (short of tol at the largest size) or
-        ``"refused"`` (``fit_at`` refused the next size: a budget).
+        ``"met"`` (bound at most ``1 + tol``), ``"exact"`` (exact KPCA), ``"resolution"`` (the
+        estimate levels within its noise of 1), ``"plateau"`` (it stopped falling above tol),
+        ``"largest"`` (short of tol at the largest size) or ``"refused"`` (a budget).
     history : list of (size, ErrorEstimate), the sizes fitted, in order.
     z : float
         The bound's quantile.
@@ -171,35 +169,34 @@ def grow_until(
     Parameters
     ----------
     fit_at : callable
-        ``fit_at(size)`` fits the model at that size (reusing earlier work where it can) and
-        returns it, or None to refuse the size (a budget): growth then ends.
+        ``fit_at(size)`` fits the model at that size and returns it, or None to refuse the size
+        (a budget): growth then ends.
     error : callable
         The estimated relative rank-k error of a fitted model, an
-        :class:`~fastkpca.statistics.probe.ErrorEstimate` (the probe's :meth:`error`).
+        :class:`~fastkpca.statistics.probe.ErrorEstimate`.
     first : int
         The first size.
     next_size : callable
-        ``next_size(size, estimate)``: the size after ``size`` (larger), or None at the largest.
+        ``next_size(size, estimate)``: the next (larger) size, or None at the largest.
     tol : float
         The allowed relative excess error.
     z : float
         The bound's multiple of the standard error
         (:data:`~fastkpca.statistics.probe.CONFIDENCE_Z`).
     is_exact : callable, optional
-        Whether a fitted model is exact KPCA (its error is 1 by construction: growth ends).
-        Default: ``solver_ == "exact_kpca"`` (``NystromKPCA``'s own exact path).
+        Whether a fitted model is exact KPCA (error 1: growth ends).  Default: ``solver_ ==
+        "exact_kpca"``.
     refine : callable, optional
-        Called once at most, when a standard error exceeds ``tol / z`` (no estimate of at least 1
-        can then meet tol): it may draw a larger probe and return True, and the estimate is
-        taken again.
+        Called at most once, when a standard error exceeds ``tol / z``: it may draw a larger
+        probe and return True, and the estimate is taken again.
     on_fit : callable, optional
-        ``on_fit(size, model, estimate)`` after each size (reports, progress).
+        ``on_fit(size, model, estimate)`` after each size.
 
     Returns
     -------
     Growth
-        The model kept: the first that meets tol; else the last fitted when the probe cannot
-        resolve tol, or the one with the lowest bound.
+        The first model that meets tol; else the last fitted when the probe cannot resolve tol,
+        or the one with the lowest bound.
     """
     if is_exact is None:
         is_exact = _solved_exactly
@@ -298,14 +295,12 @@ def _solved_exactly(model) -> bool:
 class GrowingFourierMoments:
     """Feature moments of a random Fourier map drawn in blocks of frequencies, extended in place.
 
-    Block j has frequencies ``W_j`` (d x D_j) and raw features ``z_j = [cos X W_j, sin X W_j] /
-    sqrt(D_j)``.  The map of all blocks is ``FourierFeatureMap([W_1 ... W_J])`` with features
-    ``[cos X W, sin X W] / sqrt(D)``, D = sum D_j: the raw features rescaled by ``sqrt(D_j / D)``
-    and reordered (cosines first), so its moments are those of the raw features rescaled and
-    permuted (:meth:`moments`), and adding a block only needs the products of the new raw
-    columns with all columns (:meth:`extend`, one pass over the rows).  The raw moments are kept
-    around a fixed shift (the mean of each block's features on the first rows), as
-    :class:`~fastkpca.statistics.feature_moments.FeatureMoments` does and for the same reason.
+    The map of all blocks ``FourierFeatureMap([W_1 ... W_J])`` has the raw features of block j,
+    ``[cos X W_j, sin X W_j] / sqrt(D_j)``, rescaled by ``sqrt(D_j / D)`` and reordered, so its
+    moments are the raw ones rescaled and permuted (:meth:`moments`), and a new block only needs
+    the products of its columns with all columns (:meth:`extend`, one pass).  The raw moments
+    are kept around a fixed shift, as in
+    :class:`~fastkpca.statistics.feature_moments.FeatureMoments`.
     """
 
     def __init__(self, kind: str):

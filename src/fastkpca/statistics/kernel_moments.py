@@ -2,30 +2,16 @@
 
 With landmarks L, W = k(L, L) and ``z(x) = N k(L, x)``, ``N^T N = W^{-1}``, ``z(x) . z(y)`` is the
 Nystrom approximation ``C W^{-1} C^T`` of the Gram (Williams & Seeger 2001; Ghashami et al. 2016
-section 3), so kernel PCA on it is linear PCA on z (exact KPCA with all n points as landmarks).
-
-The whitening (:func:`nystrom_whitening`)
-    ``N = R^{-T} P^T`` from a pivoted Cholesky of W (``c^3 / 3`` flops; the landmarks' own
-    features are the columns of R), stopped at the first pivot below :data:`EIGENVALUE_FLOOR`
-    times W's largest diagonal, which bounds N's amplification of round-off.  A device with no
-    pivoted Cholesky uses ``eigh`` (:func:`fastkpca.execution.linalg.whitening`).
-
-Two solvers (the estimator's ``solver``)
-    ``"exact"``: z's covariance is ``N S N^T``, S the centered scatter of the kernel rows, built
-    by one SYRK per block and merged by Chan et al.'s pairwise update (:class:`KernelMoments`).
-    ``"randomized"``: the sketch ``S T``, ``T = N^T Omega``, merged the same way
-    (:mod:`.covariance_sketch`), then the fixed-rank PSD approximation of Tropp, Yurtsever,
-    Udell & Cevher (NeurIPS 2017) (:func:`nystrom_sketch_kpca`); half of Omega is Gaussian, half
-    the landmarks' leading directions (:func:`landmark_test_matrix`).  Its kernel rows may be
-    float32 where the whitening's amplification allows.
-
-Density weights (Zhang & Kwok 2009)
-    Weights cancel from ``C W^{-1} C^T``; they matter only for ``covariance="landmarks"``, the
-    covariance ``W^{1/2} diag(w) W^{1/2}`` of z over the weighted landmarks.
-
-The pass folds kernel rows (:func:`fastkpca.execution.kernel_ops.fold_kernel_rows`) into float64
-accumulators of the rows' namespace; the fixed-rank solve and the test matrix's draws use host
-copies.
+section 3), so kernel PCA on it is linear PCA on z.  The whitening (:func:`nystrom_whitening`)
+stops at the first pivot below :data:`EIGENVALUE_FLOOR` times W's largest diagonal, bounding
+N's amplification of round-off.  ``solver="exact"``: z's covariance ``N S N^T``, S the centered
+scatter of the kernel rows (:class:`KernelMoments`, Chan et al.'s pairwise merge).
+``"randomized"``: the sketch ``S T``, ``T = N^T Omega`` (:mod:`.covariance_sketch`), then
+Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (:func:`nystrom_sketch_kpca`,
+:func:`landmark_test_matrix`), kernel rows in float32 where the whitening allows.  Density
+weights (Zhang & Kwok 2009) matter only for ``covariance="landmarks"``, the covariance ``W^{1/2}
+diag(w) W^{1/2}``.  Accumulators are float64 on the rows' namespace; the fixed-rank solve uses
+host copies.
 """
 
 from __future__ import annotations
@@ -219,16 +205,12 @@ def nystrom_whitening(W, floor: float = EIGENVALUE_FLOOR):
     """The whitening N of the landmark Gram W: ``z(x) = N k(L, x)`` are the Nystrom features.
 
     :func:`fastkpca.execution.linalg.whitening` with the threshold ``floor`` times W's largest
-    diagonal entry: in host memory the pivoted Cholesky ``P^T W P = R^T R`` stopped at the first
-    pivot below it, ``N = R_11^{-T} P_r^T`` (r x c), the Nystrom approximation on the r pivots
-    (the others are numerically in their span); on a GPU ``N = diag(w_r)^{-1/2} U_r^T`` from
-    W's ``eigh``, the same Nystrom Gram.
+    diagonal entry (pivoted Cholesky in host memory, ``eigh`` on a GPU: the same Nystrom Gram).
 
     Returns
     -------
     N : (r, c) float64, ``N W N^T = I_r`` (r >= 1 unless W = 0: ValueError)
-    Z : (r, c) float64, the landmarks' own features ``N W`` (for the pivoted Cholesky the
-        columns of R, un-permuted: free)
+    Z : (r, c) float64, the landmarks' own features ``N W``
     """
     xp = placement_of(W).xp
     top = float(xp.max(xp.linalg.diagonal(W))) if W.shape[0] else 0.0
@@ -248,12 +230,9 @@ def whitening_noise_gain(N) -> float:
 
 
 def nystrom_kpca(moments: KernelMoments, N, n_components: int):
-    """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments.
-
-    The scatter of z is ``N S N^T`` (r x r, S the kernel-row scatter); its eigenvalues are those
-    of the centered n x n Nystrom Gram.  Its top eigenpairs come from
-    :func:`fastkpca.solvers.eigh_topk` (``auto``: a dense solve up to r = 1000 in host memory,
-    block Krylov above; never a full eigendecomposition there), on N's namespace.
+    """Top principal axes of the Nystrom features ``z = N k`` from the kernel-row moments: the
+    top eigenpairs (:func:`fastkpca.solvers.eigh_topk`) of the scatter ``N S N^T``, whose
+    eigenvalues are those of the centered n x n Nystrom Gram.
 
     Returns
     -------
@@ -291,14 +270,10 @@ def _padded(evals, U, n_components):
 # --- the one-pass randomized solver ---------------------------------------------------------
 def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working_memory_mb=None):
     """:class:`~fastkpca.statistics.covariance_sketch.ScatterSketch` ``S T`` of the kernel rows
-    ``k(L, x)`` over an iterable of row blocks, S their centered scatter (never formed).
-
-    Each row block is one :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass: every
-    chunk of kernel rows (``dtype``) is shifted and, while in cache, its products are added to
-    its share's float64 sketch (``2 c q`` flops a row); the shares' and blocks' sketches merge
-    exactly.  ``shift`` (near the rows' mean) keeps float32 products relative to the rows'
-    spread.  ``working_memory_mb`` is not used; it stays for callers that pass it.
-    """
+    ``k(L, x)`` over row blocks (S never formed): one
+    :func:`~fastkpca.execution.kernel_ops.fold_kernel_rows` pass a block, each chunk's products
+    added to its share's float64 sketch while in cache.  ``shift`` keeps float32 products
+    relative to the rows' spread; ``working_memory_mb`` is unused (kept for callers)."""
     p, q = T.shape
     placement = placement_of(T)
     low = dtype is not None and np.dtype(dtype) == np.float32
@@ -377,14 +352,9 @@ def _merged_with(T, a, b):
 
 
 def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
-    """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter.
-
-    Half its columns are Gaussian (Tropp et al.'s test matrix, whose guarantee enlarging the
-    range only improves), the other half the leading left singular directions of the landmarks'
-    centered features Z (a randomized range finder, ``O(r c q)``): the landmarks are a sample of
-    the rows, so these directions approximate the top principal axes, which a Gaussian sketch
-    alone underestimates on the slowly decaying spectra of kernel matrices.
-    """
+    """A (r, q) test matrix with orthonormal columns for the sketch of the features' scatter:
+    half Gaussian (Tropp et al.'s), half the leading directions of the landmarks' centered
+    features (a randomized range finder), which approximate the top principal axes."""
     placement = placement_of(Z)
     xp = placement.xp
     r = Z.shape[0]
@@ -408,14 +378,10 @@ def landmark_test_matrix(Z, q: int, rng, *, power_iterations: int = 2):
 def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=None):
     """Top principal axes of the Nystrom features from a sketch of the kernel-row scatter.
 
-    The scatter of ``z = N k`` is ``C = N S N^T``.  Sketching S against ``T = N^T Omega``
-    (Omega r x q with orthonormal columns) gives ``N Y = C Omega``, the sketch of C itself, from
-    which Tropp, Yurtsever, Udell & Cevher's fixed-rank PSD approximation (NeurIPS 2017, Alg. 3;
-    :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd`) recovers the top
-    ``n_components`` eigenpairs; it never exceeds C's eigenvalues, and is exact when C has rank
-    at most q.  ``scale`` (the kernel's ``sum_i k(x_i, x_i)``, None: unknown) sets the rounding
-    threshold of the eigenvalues (:func:`fastkpca.solvers.postprocess_eigen`).  ``N Y`` is
-    formed on N's namespace, the (r, q) solve on host copies.
+    Sketching S against ``T = N^T Omega`` gives ``N Y = C Omega``, the sketch of ``C = N S N^T``,
+    from which :func:`~fastkpca.statistics.covariance_sketch.fixed_rank_psd` (Tropp et al. 2017,
+    Alg. 3) recovers the top eigenpairs, never above C's.  ``scale`` (``sum_i k(x_i, x_i)``)
+    sets the rounding threshold (:func:`fastkpca.solvers.postprocess_eigen`).
 
     Returns
     -------
@@ -432,13 +398,9 @@ def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=
 
 
 def nystrom_from_exact(eigenvalues, eigenvectors, col_means):
-    """Nystrom attributes of exact KPCA (all n rows as landmarks) from its dual solution.
-
-    With alpha the unit eigenvectors of the centered Gram and lambda their eigenvalues,
-    ``N = diag(lambda)^{-1/2} alpha^T`` (k x n), identity components and ``mean = N K 1 / n``
-    give ``(N k(X, x) - mean)`` = exact KPCA's centered projections (alpha is orthogonal to the
-    constant vector, so the other centering terms vanish); zero eigenvalues give zero rows.
-    The arrays are of the eigenvectors' namespace.
+    """Nystrom attributes of exact KPCA (all n rows as landmarks) from its dual solution:
+    ``N = diag(lambda)^{-1/2} alpha^T``, identity components, ``mean = N K 1 / n`` give exact
+    KPCA's projections (zero eigenvalues give zero rows), in the eigenvectors' namespace.
 
     Returns
     -------
