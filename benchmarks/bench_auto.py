@@ -337,6 +337,8 @@ def _seconds(x):
 
 def _tol_fit(c, key) -> str:
     """``size: true error`` of an estimator's own size by tol, for the table."""
+    if f"{key}_true_error" not in c and f"{key}_failure" not in c:
+        return "not measured"  # a results file written before the estimators were measured
     if c.get(f"{key}_true_error") is None:
         failure = str(c.get(f"{key}_failure") or "")
         return "not done in the time allowed" if "no result within" in failure else "failed"
