@@ -558,6 +558,10 @@ RENAMED_FILES = {
 }
 
 
+#: The files whose models compute float32 Fourier features.
+FLOAT32_FEATURES = {"random_features", "random_features_tol", "streaming", "rff"}
+
+
 @pytest.mark.parametrize("which", sorted(RENAMED_FILES))
 def test_files_with_the_old_parameter_names_load(which, tmp_path):
     model = load(DATA / f"{which}_names_v0.npz")
@@ -569,7 +573,11 @@ def test_files_with_the_old_parameter_names_load(which, tmp_path):
         assert "n_features_" not in vars(model)
     with np.load(DATA / "names_v0_projections.npz") as f:
         X_new, expected = f["X_new"], f[which]
-    np.testing.assert_allclose(model.transform(X_new), expected, rtol=1e-10, atol=1e-12)
+    # Fourier features are computed in float32, whose sin / cos differ between CPUs' SIMD paths
+    # by a few units of 6e-8 (tests/test_pinned_models.py): 1e-5 of the largest entry there
+    scale = float(np.max(np.abs(expected)))
+    atol = 1e-5 * scale if which in FLOAT32_FEATURES else 1e-10 * scale
+    np.testing.assert_allclose(model.transform(X_new), expected, rtol=0, atol=atol)
     # saved again, under the new names
     save_model(model, tmp_path / "again.npz")
     assert load(tmp_path / "again.npz").get_params() == params
