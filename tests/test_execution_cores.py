@@ -55,19 +55,25 @@ def test_quota_caps_the_affinity_rounded_up(monkeypatch):
     assert usable_cores() == 2
 
 
-def test_environment_override_wins_up_to_the_machines_cpus(monkeypatch):
-    # FASTKPCA_CORES pins the count, above the affinity too, but never above the machine's
-    # logical CPUs: FASTKPCA_CORES=1000000 is not a million threads (nor a million per-thread
-    # buffers in a memory check).
+def test_environment_override_lowers_the_count_within_the_process_cpus(monkeypatch):
+    # FASTKPCA_CORES pins the count below what the process may use, never above its CPU set
+    # (here 2 of the machine's 8): FASTKPCA_CORES=1000000 is not a million threads (nor a
+    # million per-thread buffers in a memory check), nor the machine's 8.
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.delattr(os, "process_cpu_count", raising=False)
+    monkeypatch.setattr(cores, "_cached_quota", lambda: None)
     monkeypatch.setenv("FASTKPCA_CORES", "5")
-    assert usable_cores() == 5
+    assert usable_cores() == 2
     monkeypatch.setenv("FASTKPCA_CORES", "1")
     assert usable_cores() == 1
     monkeypatch.setenv("FASTKPCA_CORES", "1000000")
-    assert usable_cores() == 8
+    assert usable_cores() == 2
+    monkeypatch.setattr(cores, "_cached_quota", lambda: 1.5)  # a cgroup quota caps it too
+    assert usable_cores() == 2
+    monkeypatch.setattr(cores, "_cached_quota", lambda: 0.5)
+    assert usable_cores() == 1
+    monkeypatch.setattr(cores, "_cached_quota", lambda: None)
     monkeypatch.setenv("FASTKPCA_CORES", "zero")  # not a count: ignored
     assert usable_cores() == 2
 

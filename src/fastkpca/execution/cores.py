@@ -131,22 +131,17 @@ def usable_cores() -> int:
     The affinity is read at every call (``taskset`` applies at once); the quota at most every
     :data:`QUOTA_TTL` seconds.
 
-    ``FASTKPCA_CORES`` (a positive integer), when set, takes precedence: it is how a benchmark or
-    a test pins the count without ``taskset``.  It may exceed the affinity and the quota, but
-    not the machine's logical CPUs (``os.cpu_count()``): a larger value is taken as that many,
-    since threads beyond every CPU of the machine only wait for one another (and the memory a
-    computation holds per thread is counted from this count).
+    ``FASTKPCA_CORES`` (a positive integer), when set, lowers the count: it is how a benchmark or
+    a test pins it without ``taskset``.  A larger value than the affinity and quota allow is
+    taken as that many, since threads beyond the CPUs the process may use only wait for one
+    another (and the memory a computation holds per thread is counted from this count).
     """
-    forced = os.environ.get("FASTKPCA_CORES")
-    if forced:
-        try:
-            value = int(forced)
-        except ValueError:
-            value = 0
-        if value >= 1:
-            return min(value, os.cpu_count() or value)
     cores = _affinity_cores()
     quota = _cached_quota()
     if quota is not None and quota > 0:
         cores = min(cores, max(1, math.ceil(quota)))
-    return cores
+    try:
+        forced = int(os.environ.get("FASTKPCA_CORES") or 0)
+    except ValueError:
+        forced = 0  # not a count: ignored
+    return min(forced, cores) if forced >= 1 else cores
