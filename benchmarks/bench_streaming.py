@@ -24,6 +24,17 @@ Part 2 (``--batches``): CPU seconds per row of ``FrequentDirections.update`` on 
 features (m = 1000, one BLAS thread, in-process) for several shrink batches: the measurement
 behind ``fastkpca.sketch.default_batch_size``.
 
+Part 3 (``--floor``): what an exact Frequent Directions shrink costs at the least, against
+RandomFeatureKPCA's whole fit, per row and on one core (one thread, process CPU seconds, in
+this process): the fits of both on the same RandomNoisy rows (m = 1000, ell = 20), and the
+steps no exact shrink avoids, for shrink batches of ell to 4 ell rows: LAPACK's
+eigendecomposition of the ``(ell + batch)``-square Gram of each full buffer (numpy's stacked
+``syevd``, and scipy's ``syevr`` of the top ell + 1 eigenpairs only), the new rows' block of
+the Gram (``sketch_grams``), and the rotation of the buffer into its ell new sketch rows.  Every
+batch size pays one eigendecomposition per batch of rows: the smallest of these per row, plus
+the features any one-pass fit computes, against RandomFeatureKPCA's time per row says how close
+to it an exact shrink can come.
+
 Usage::
 
     git archive main src | tar -x -C ../before   # any earlier checkout's src
@@ -31,6 +42,7 @@ Usage::
         --before-src ../before/src
     .venv/bin/python benchmarks/bench_streaming.py --quick          # n = 20000, seconds
     .venv/bin/python benchmarks/bench_streaming.py --batches --skip-fits
+    .venv/bin/python benchmarks/bench_streaming.py --floor --skip-fits
 
 Writes ``benchmarks/results/bench_streaming[_quick].json``.
 """
@@ -265,6 +277,102 @@ def part_batches(args) -> dict:
     return out
 
 
+def _cpu_per_row(fn, n_rows: int, repeats: int = 3) -> float:
+    """The best process CPU microseconds per row of ``fn()`` over ``repeats`` runs."""
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best / n_rows * 1e6
+
+
+def _shrink_steps(C, ell: int, rows: int) -> dict:
+    """CPU microseconds per row of the exact shrink's Gram and eigendecomposition of the
+    buffers C ``(J, r, m)``, which take ``rows`` new rows between two shrinks."""
+    import scipy.linalg
+
+    from fastkpca.execution.feature_ops import sketch_grams
+
+    r = C.shape[1]
+    G = C @ np.swapaxes(C, 1, 2)
+
+    def top_eigh():
+        for g in G:
+            scipy.linalg.eigh(
+                g, subset_by_index=(r - ell - 1, r - 1), driver="evr", check_finite=False
+            )
+
+    W = np.random.default_rng(1).standard_normal((C.shape[0], ell, r))
+    return {
+        "eigh_us_per_row": _cpu_per_row(lambda: np.linalg.eigh(G), rows, repeats=20),
+        "rotation_us_per_row": _cpu_per_row(lambda: W @ C, rows, repeats=20),
+        "gram_us_per_row": _cpu_per_row(lambda: sketch_grams(C, ell), rows, repeats=20),
+        "top_eigh_us_per_row": _cpu_per_row(top_eigh, rows, repeats=5),
+    }
+
+
+def part_floor(args) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from fastkpca import RandomFeatureKPCA, StreamingKPCA
+    from fastkpca.datasets import make_random_noisy
+    from fastkpca.features import feature_blocks
+
+    m, ell, k, d = 1000, 20, 10, 100
+    n = 20_000 if args.quick else 100_000
+    X = make_random_noisy(n, d, random_state=0, dtype="float64")
+    common = dict(gamma=1.0 / d, n_random_features=m, random_state=0, n_jobs=1)
+    out: dict = {"n_samples": n, "m": m, "sketch_size": ell}
+    rng = np.random.default_rng(0)
+    with threadpool_limits(1):
+        RandomFeatureKPCA(k, **common).fit(X[:2000])  # warm-up: imports, buffers
+        StreamingKPCA(k, sketch_size=ell, **common).fit(X[:2000])
+        out["rf_fit_us_per_row"] = _cpu_per_row(lambda: RandomFeatureKPCA(k, **common).fit(X), n)
+        fmap = RandomFeatureKPCA(k, **common).fit(X[:2000]).feature_map_
+
+        def features():
+            for _ in feature_blocks([(0, X)], fmap):
+                pass
+
+        out["features_us_per_row"] = _cpu_per_row(features, n)
+        out["streaming_fit_us_per_row"] = _cpu_per_row(
+            lambda: StreamingKPCA(k, sketch_size=ell, **common).fit(X), n, repeats=2
+        )
+        J = 16  # buffers decomposed in one stacked call (a lockstep group)
+        for batch in (ell, 2 * ell, 3 * ell, 4 * ell):
+            r = ell + batch
+            C = rng.standard_normal((J, r, m))
+            rows = J * batch  # one shrink of each buffer takes ``batch`` new rows
+            row = _shrink_steps(C, ell, rows)
+            out[f"batch{batch}"] = row
+            print(
+                f"batch {batch}: eigh {row['eigh_us_per_row']:.1f} us/row (top ell + 1 only: "
+                f"{row['top_eigh_us_per_row']:.1f}), Gram {row['gram_us_per_row']:.1f}, "
+                f"rotation {row['rotation_us_per_row']:.1f}",
+                flush=True,
+            )
+    shrinks = {key: v for key, v in out.items() if key.startswith("batch")}
+    best = min(shrinks, key=lambda key: shrinks[key]["eigh_us_per_row"])
+    steps = shrinks[best]
+    floor = out["features_us_per_row"] + sum(
+        steps[name] for name in ("eigh_us_per_row", "gram_us_per_row", "rotation_us_per_row")
+    )
+    out["floor_us_per_row"] = floor
+    out["floor_over_rf"] = floor / out["rf_fit_us_per_row"]
+    out["eigh_over_rf"] = steps["eigh_us_per_row"] / out["rf_fit_us_per_row"]
+    out["streaming_over_rf"] = out["streaming_fit_us_per_row"] / out["rf_fit_us_per_row"]
+    print(
+        f"RandomFeatureKPCA {out['rf_fit_us_per_row']:.2f} us/row, StreamingKPCA "
+        f"{out['streaming_fit_us_per_row']:.2f} ({out['streaming_over_rf']:.2f}x); at the "
+        f"best batch ({best}) the eigendecompositions alone take {out['eigh_over_rf']:.2f}x "
+        f"RandomFeatureKPCA's time, and with the features ({out['features_us_per_row']:.2f} "
+        f"us/row), the Gram and the rotation {floor:.2f} us/row = {out['floor_over_rf']:.2f}x",
+        flush=True,
+    )
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n-samples", type=int, default=200_000)
@@ -275,6 +383,7 @@ def main(argv=None):
     p.add_argument("--skip-sklearn", action="store_true")
     p.add_argument("--skip-fits", action="store_true")
     p.add_argument("--batches", action="store_true", help="also time the shrink batch sizes")
+    p.add_argument("--floor", action="store_true", help="also the exact shrink's floor")
     p.add_argument("--quick", action="store_true", help="n = 20000")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -285,6 +394,8 @@ def main(argv=None):
         out["fits"] = part_fits(args)
     if args.batches:
         out["batches"] = part_batches(args)
+    if args.floor:
+        out["floor"] = part_floor(args)
     path = args.out or os.path.join(
         RESULTS, "bench_streaming_quick.json" if args.quick else "bench_streaming.json"
     )
