@@ -171,6 +171,12 @@ MATMAT_BLOCK_ROWS = 512
 #: Largest Krylov basis of the ``randomized`` (block Krylov) solver, in blocks, before a thick
 #: restart (:func:`fastkpca.execution.linalg.krylov_basis_columns`).
 KRYLOV_MAX_BLOCKS = 6
+#: Nystrom's whitening of a c x c landmark Gram on a device is the host's pivoted Cholesky up to
+#: this c (:func:`~fastkpca.execution.linalg.whitening`): the same factor, hence the same model
+#: as the host's, for the cost of moving the Gram there and back (8 c^2 bytes each way) and a
+#: host ``dpstrf`` (c^3 / 3 flops: about 0.3 s at c = 4096 on two cores); above it, the
+#: device's ``eigh``.
+HOST_WHITENING_MAX = 4096
 
 #: Memory (MiB) that the Krylov basis V and its image A V may take together where the memory has
 #: no free-memory query (the host); on a device, this fraction of its free memory.

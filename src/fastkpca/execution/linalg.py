@@ -275,18 +275,21 @@ def whitening(A, tol: float):
     """A whitening N of a symmetric PSD matrix A (c x c) and the factor ``Z = N A``:
     ``N A N^T = I_r`` over the r directions kept above ``tol``.
 
-    In host memory the pivoted Cholesky ``P^T A P = R^T R`` (LAPACK ``dpstrf``) stopped at the
-    first pivot at most ``tol``: ``N = R_11^{-T} P_r^T``, ``Z = R P^T``.  On a GPU ``A = U
-    diag(w) U^T``: ``N = diag(w_r)^{-1/2} U_r^T``, ``Z = diag(w_r)^{1/2} U_r^T``.  At full rank
-    both give ``N^T N = A^{-1}``.
+    The pivoted Cholesky ``P^T A P = R^T R`` (LAPACK ``dpstrf``) stopped at the first pivot at
+    most ``tol``: ``N = R_11^{-T} P_r^T``, ``Z = R P^T``, on the host whatever A's placement up
+    to :data:`~fastkpca.execution.budget.HOST_WHITENING_MAX` (no array library has a pivoted
+    Cholesky): every placement then gets the same N, which a randomized solver's test matrix,
+    drawn in the whitened coordinates, needs for the same model.  Larger A on a device: ``A =
+    U diag(w) U^T``, ``N = diag(w_r)^{-1/2} U_r^T``, ``Z = diag(w_r)^{1/2} U_r^T``, the host's N
+    up to a rotation.  At full rank both give ``N^T N = A^{-1}``.
 
     Returns
     -------
-    N : (r, c) float64, r >= 1
+    N : (r, c) float64, r >= 1, on A's placement
     Z : (r, c) float64
     """
     placement = operator_placement(A)
-    if not placement.in_host_memory:
+    if not placement.in_host_memory and A.shape[0] > budget.HOST_WHITENING_MAX:
         return _eigh_whitening(A, tol, placement)
     N, Z = _cholesky_whitening(np.asarray(to_host(A), dtype=np.float64), tol)
     return placement.asarray(N), placement.asarray(Z)
