@@ -29,6 +29,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import re
 import resource
 import time
 import traceback
@@ -40,6 +41,7 @@ __all__ = [
     "peak_rss_mb",
     "results_dir",
     "save_json",
+    "portable",
     "machine_info",
 ]
 
@@ -153,8 +155,34 @@ def machine_info() -> dict:
     }
 
 
+#: An absolute file path inside a string (a command line, a note).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*[\w.+-]+")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable(value):
+    """``value`` with the absolute paths in its strings made machine-independent: paths inside
+    this checkout relative to it, any other one ``<path>`` (results files are committed, and
+    the folders of the machine that wrote them mean nothing elsewhere)."""
+    if isinstance(value, str):
+
+        def relative(match):
+            path = match.group(0)
+            if path == _REPO or path.startswith(_REPO + os.sep):
+                return os.path.relpath(path, _REPO)
+            return "<path>"
+
+        return _ABSOLUTE_PATH.sub(relative, value)
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    return value
+
+
 def save_json(obj, path) -> None:
-    """Write results as indented JSON (creating the folder)."""
+    """Write results as indented JSON (creating the folder), their paths made
+    :func:`portable`."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(obj, f, indent=2, default=float)
+        json.dump(portable(obj), f, indent=2, default=float)
