@@ -24,6 +24,7 @@ py-spy is a development tool, not a dependency of fastkpca: ``pip install py-spy
 
     .venv/bin/python benchmarks/bench_gil.py                       # rf, nystrom, streaming
     .venv/bin/python benchmarks/bench_gil.py --fits streaming --n-samples 100000
+    .venv/bin/python benchmarks/bench_gil.py --quick               # 30,000 rows, one fit each
 
 Writes ``benchmarks/results/bench_gil.json``.
 """
@@ -182,10 +183,13 @@ def main(argv=None):
     p.add_argument("--n-samples", type=int, default=300_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rate", type=int, default=250, help="samples a second")
+    p.add_argument("--quick", action="store_true", help="30,000 rows, one fit a recording")
     p.add_argument("--py-spy", default=None, help="the py-spy executable (default: on PATH)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    if args.quick:
+        args.n_samples, args.repeats = min(args.n_samples, 30_000), 1
     if args.child:
         child(args.child, args.n_samples, args.repeats)
         return
