@@ -203,3 +203,40 @@ def test_growth_stops_on_the_bound(small, monkeypatch):
     fits = _nystrom_fits(model)
     assert len(fits) == 2 and fits[-1]["status"] == "chosen"
     assert fits[0]["error_bound"] == pytest.approx(1.0078 + 2 * 0.0079)
+
+
+def test_probe_nystrom_errors_reach_1_at_all_of_the_half():
+    # The size prediction judges the half's Nystrom fits against the half's own KPCA: with all
+    # of the half's rows as landmarks the fit is that KPCA, error 1 (against the weighted
+    # optimum it levelled off above 1).
+    from fastkpca.kernels import RBF
+
+    X = _blob(2000, seed=3)
+    rng = np.random.default_rng(0)
+    probe = ErrorProbe(X[rng.choice(2000, 400, replace=False)], RBF(0.1), rng, n_rows=2000)
+    probe.reference(K)
+    half = probe.parts[0].size
+    errors = auto.nystrom_errors(probe, K, [16, half], "uniform", np.random.default_rng(1))
+    assert errors[half] == pytest.approx(1.0, abs=1e-8)
+    assert errors[16] > 1.0 + 1e-4
+
+
+def test_probe_estimates_do_not_depend_on_the_threads():
+    # The probe's parts run on threads (map_tasks): the same estimate on one thread or two.
+    from fastkpca import NystromKPCA
+    from fastkpca.execution import using_n_jobs
+    from fastkpca.kernels import RBF
+
+    X = _blob(3000, seed=2)
+    kernel = RBF(0.1)
+    model = NystromKPCA(K, kernel=kernel, n_landmarks=20, random_state=0).fit(X)
+    rows = X[np.random.default_rng(0).choice(3000, 400, replace=False)]
+    out = []
+    for n_jobs in (1, 2):
+        with using_n_jobs(n_jobs):
+            probe = ErrorProbe(rows, kernel, np.random.default_rng(5), n_rows=3000)
+            out.append((probe.error(model), probe.eigenvalues(K)[0]))
+    (e1, v1), (e2, v2) = out
+    assert e1.estimate == pytest.approx(e2.estimate, rel=1e-12)
+    assert e1.stderr == pytest.approx(e2.stderr, rel=1e-9)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12)
