@@ -229,27 +229,26 @@ def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: flo
     own = half.residual_rows(vecs * np.sqrt(np.maximum(vals, 0.0)))
     K = half.kernel_block()
     m = half.size
-    if method == "rpcholesky":
-        order = rpcholesky_of_gram(K, min(max(sizes), m), rng)
-    else:
-        order = rng.permutation(m)
     errors = {}
-    for c in sizes:
-        idx = order[: min(c, order.size)]
-        with one_blas_thread():
+    with one_blas_thread():  # small products: BLAS's threads would cost more than they save
+        if method == "rpcholesky":
+            order = rpcholesky_of_gram(K, min(max(sizes), m), rng)
+        else:
+            order = rng.permutation(m)
+        for c in sizes:
+            idx = order[: min(c, order.size)]
             w, V = np.linalg.eigh(K[np.ix_(idx, idx)])
-        keep = w > 1e-10 * max(w[-1], 1e-300)
-        F = K[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
-        Fc = F - F.mean(axis=0)
-        # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top eigenvectors of
-        # the c x c scatter (cheaper than an SVD of the m x c Fc).
-        with one_blas_thread():
+            keep = w > 1e-10 * max(w[-1], 1e-300)
+            F = K[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
+            Fc = F - F.mean(axis=0)
+            # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top eigenvectors
+            # of the c x c scatter (cheaper than an SVD of the m x c Fc).
             _, U = np.linalg.eigh(Fc.T @ Fc)
-        T = Fc @ U[:, ::-1][:, : min(k, U.shape[1])]
-        rows = half.residual_rows(T)
-        errors[int(c)] = math.sqrt(rows.sum() / own.sum()) if own.sum() > 0 else 1.0
-        if errors[int(c)] <= stop:
-            break
+            T = Fc @ U[:, ::-1][:, : min(k, U.shape[1])]
+            rows = half.residual_rows(T)
+            errors[int(c)] = math.sqrt(rows.sum() / own.sum()) if own.sum() > 0 else 1.0
+            if errors[int(c)] <= stop:
+                break
     return errors
 
 
@@ -848,7 +847,7 @@ class _Run:
             fit_at,
             lambda model: self.drawn.error(model),
             sizes[0],
-            lambda size, estimate: self.next_size(method, size, sizes, estimate),
+            lambda size, estimate: self.next_size(method, size, sizes, estimate, params),
             self.tol,
             is_exact=lambda model: (
                 method == "exact" or getattr(model, "solver_", None) == "exact_kpca"
@@ -900,10 +899,11 @@ class _Run:
             return f"error bound {bound:.4f} > 1 + tol: grow to {later[0]}"
         return f"error bound {bound:.4f} > 1 + tol at the largest size"
 
-    def next_size(self, method, size, sizes, estimate) -> int | None:
+    def next_size(self, method, size, sizes, estimate, params) -> int | None:
         """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
         by ``(bound - 1) / tol`` within [:data:`MIN_GROWTH_FACTOR`, 2] (the excess error falls
-        about as 1 / c)."""
+        about as 1 / c) and priced with the landmark method being grown (``params``: not chosen
+        again from a probe drawn anew meanwhile)."""
         later = [s for s in sizes if s > size]
         if not later:
             return None
@@ -911,7 +911,7 @@ class _Run:
             return later[0]
         factor = min(2.0, max(MIN_GROWTH_FACTOR, (estimate.upper() - 1.0) / self.tol))
         grown = int(min(sizes[-1], max(size + 1, math.ceil(size * factor))))
-        return self.cheapest_landmarks(grown, sizes[-1], {"landmarks": self.landmark_method()})
+        return self.cheapest_landmarks(grown, sizes[-1], params)
 
     def reject(self, method, size, params, reason, why) -> str:
         entry = self.entry(
