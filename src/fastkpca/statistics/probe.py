@@ -69,6 +69,9 @@ WEIGHTED_FIT_STEPS = 1
 #: estimate's spread over the halves' fits gets as many degrees of freedom.
 SPLITS = 3
 
+#: The parts' centered Grams formed at once, on threads (:meth:`ErrorProbe._split`).
+PARALLEL_PARTS = 4
+
 #: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
 #: eigenpairs); above, Lanczos, faster there.
 DENSE_EIGH_ROWS = 250
@@ -92,8 +95,8 @@ class ErrorEstimate(NamedTuple):
 def probe_memory_bytes(p: int) -> int:
     """Bytes a probe of p rows takes at its peak (float64): its p x p Gram, held, and the
     kernel's temporaries while it is computed (``tracemalloc``: 16.3 p^2 bytes at p = 1000 and
-    2000; held, 8 p^2 and a part's centered Gram while it is fitted), and its rows' small
-    arrays."""
+    2000; held, 8 p^2 and up to :data:`PARALLEL_PARTS` parts' centered Grams, 2 p^2 each, while
+    they are fitted), and its rows' small arrays."""
     return int(8 * p * p * 2.1 + 1024 * p)
 
 
@@ -141,19 +144,13 @@ def _block(gram, a: tuple, b: tuple):
 
 def _block_product(gram, a: tuple, b: tuple, W) -> np.ndarray:
     """``_block(gram, a, b) @ W`` from views of ``gram`` (no copy of the block)."""
-    out = []
+    bounds = np.cumsum([0] + [j.stop - j.start for j in b])
+    out: list[np.ndarray] = []
     with one_blas_thread():
         for i in a:
-            acc = None
-            start = 0
-            for j in b:
-                stop = start + (j.stop - j.start)
-                term = gram[i, j] @ W[start:stop]
-                if acc is None:
-                    acc = term
-                else:
-                    acc += term
-                start = stop
+            acc = gram[i, b[0]] @ W[: bounds[1]]
+            for t in range(1, len(b)):
+                acc += gram[i, b[t]] @ W[bounds[t] : bounds[t + 1]]
             out.append(acc)
     return out[0] if len(out) == 1 else np.concatenate(out)
 
@@ -327,7 +324,9 @@ class ErrorProbe:
     -----
     The probe is halved :data:`SPLITS` ways (the pairings of its quarters), residuals summed and
     spreads pooled over the splits.  Cost: p^2 kernel values and ``2 SPLITS`` top-k eigenproblems of
-    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model; memory :func:`probe_memory_bytes`.
+    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model, the parts' shares on threads
+    (:func:`~fastkpca.execution.map_tasks`: the same numbers on any number of them); memory
+    :func:`probe_memory_bytes`.
     """
 
     def __init__(self, X, kernel, rng, n_rows: int | None = None):
@@ -369,7 +368,12 @@ class ErrorProbe:
                 for first in ((0, 1), (0, 2), (0, 3))[:SPLITS]
                 for half in (first, tuple({0, 1, 2, 3} - set(first)))
             ]
-            parts = map_tasks(lambda r: _Part(self.gram, r, weight, k), rows)
+            # On threads, at most PARALLEL_PARTS centered Grams of p / 2 rows at once beside
+            # the probe's (their 8 p^2 / 4 bytes each stay within probe_memory_bytes' peak).
+            parts = []
+            for start in range(0, len(rows), PARALLEL_PARTS):
+                batch = rows[start : start + PARALLEL_PARTS]
+                parts += map_tasks(lambda r: _Part(self.gram, r, weight, k), batch)
             self.splits = [parts[i : i + 2] for i in range(0, len(parts), 2)]
         self._references = {}
 
