@@ -240,3 +240,20 @@ def test_probe_estimates_do_not_depend_on_the_threads():
     assert e1.estimate == pytest.approx(e2.estimate, rel=1e-12)
     assert e1.stderr == pytest.approx(e2.stderr, rel=1e-9)
     np.testing.assert_allclose(v1, v2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("landmarks", ["uniform", "rpcholesky"])
+def test_the_chosen_model_is_the_estimator_fitted_directly(small, monkeypatch, landmarks):
+    # Whatever the probe and the growth did, the model kept is the chosen estimator fitted on
+    # all rows with its own parameters (seed included): refitting a clone gives its embedding.
+    from sklearn.base import clone
+
+    monkeypatch.setattr(auto._Run, "landmark_method", lambda self: landmarks)
+    X = _blob(2000, seed=4)
+    model = AutoKPCA(K, tol=0.05, random_state=0).fit(X)
+    assert model.method_ == "nystrom"
+    assert model.estimator_.get_params()["landmarks"] == landmarks
+    chosen = [e for e in model.report_ if e["status"] == "chosen"][0]
+    assert chosen["size"] == model.estimator_.n_landmarks_
+    twin = clone(model.estimator_).fit(X)
+    np.testing.assert_allclose(twin.transform(X[:50]), model.transform(X[:50]), atol=1e-10)
