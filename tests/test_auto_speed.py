@@ -175,6 +175,7 @@ def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
     # exceeds tol, so the probe is drawn again with twice its rows (once), and the estimates
     # from there on are the larger probe's, with a smaller standard error.
     monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
+    monkeypatch.setattr(auto, "STDERR_SQRT_ROWS", 0.0)  # the first probe: probe_size's rows
     rng = np.random.default_rng(0)
     centers = rng.standard_normal((6, 5)) * 6.0
     rows = np.repeat(centers, [2800, 1600, 800, 240, 80, 20], axis=0)
@@ -257,3 +258,23 @@ def test_the_chosen_model_is_the_estimator_fitted_directly(small, monkeypatch, l
     assert chosen["size"] == model.estimator_.n_landmarks_
     twin = clone(model.estimator_).fit(X)
     np.testing.assert_allclose(twin.transform(X[:50]), model.transform(X[:50]), atol=1e-10)
+
+
+def test_a_fine_tol_draws_the_larger_probe_at_once(small, monkeypatch):
+    # tol = 0.01 asks for a standard error that typical data reach from (2 x 0.26 / 0.01)^2 =
+    # 2704 probe rows, above probe_size's 400: the probe growth would draw (800 rows) is drawn
+    # at once, and not grown again; tol = 0.05 (108 rows) keeps probe_size's.
+    monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
+    X = _blob(4000, seed=5)
+    import warnings
+
+    sizes = {}
+    for tol in (0.05, 0.01):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = AutoKPCA(K, tol=tol, random_state=0).fit(X)
+        probes = [e for e in model.report_ if e["method"] == "probe"]
+        sizes[tol] = [e["size"] for e in probes]
+        if tol == 0.01:
+            assert "2704 probe rows" in probes[0]["reason"]
+    assert sizes == {0.05: [400], 0.01: [800]}
