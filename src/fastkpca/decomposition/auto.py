@@ -5,7 +5,8 @@ Cheap looks before any full fit (the rules: ``docs/auto.md``):
 1. what the rows are (:func:`profile_source`); few enough for exact KPCA
    (:data:`EXACT_MAX_ROWS`) with a Gram within the memory budget: fitted exactly at once;
 2. the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`) on :func:`probe_size`
-   uniform rows (:func:`probe_rows_within` the budget), whose first half also gives the errors
+   uniform rows (twice as many where tol asks it, :meth:`_Run.first_probe`;
+   :func:`probe_rows_within` the budget), whose first half also gives the errors
    of Nystrom approximations at doubling sizes (:func:`nystrom_errors`): the predicted size and
    landmark method;
 3. the candidates in order (:func:`candidate_methods`), each refused up front when its memory
