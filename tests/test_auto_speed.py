@@ -261,9 +261,9 @@ def test_the_chosen_model_is_the_estimator_fitted_directly(small, monkeypatch, l
 
 
 def test_a_fine_tol_draws_the_larger_probe_at_once(small, monkeypatch):
-    # tol = 0.01 asks for a standard error that typical data reach from (2 x 0.26 / 0.01)^2 =
-    # 2704 probe rows, above probe_size's 400: the probe growth would draw (800 rows) is drawn
-    # at once, and not grown again; tol = 0.05 (108 rows) keeps probe_size's.
+    # tol = 0.01 asks for a standard error that no measured data reach below (2 x 0.17 /
+    # 0.01)^2 = 1156 probe rows, above probe_size's 400: the probe growth would draw (800 rows)
+    # is drawn at once, and not grown again; tol = 0.05 (46 rows) keeps probe_size's.
     monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
     X = _blob(4000, seed=5)
     import warnings
@@ -276,5 +276,5 @@ def test_a_fine_tol_draws_the_larger_probe_at_once(small, monkeypatch):
         probes = [e for e in model.report_ if e["method"] == "probe"]
         sizes[tol] = [e["size"] for e in probes]
         if tol == 0.01:
-            assert "2704 probe rows" in probes[0]["reason"]
+            assert "below 1156 probe rows" in probes[0]["reason"]
     assert sizes == {0.05: [400], 0.01: [800]}

@@ -120,11 +120,11 @@ EXACT_EIGEN_FLOPS = 300
 #: Landmarks grow by at least this factor from one fit to the next (:meth:`_Run.next_size`).
 MIN_GROWTH_FACTOR = 1.5
 
-#: The standard error of a probe of p rows is about this over sqrt(p) on typical data (the
-#: estimates of the first fit on the quick benchmark sets' 724-1131-row probes: 0.17 to 1.7,
-#: median 0.26): where ``tol`` asks for more rows than :func:`probe_size`, the first probe has
-#: twice as many (:meth:`_Run.first_probe`), the one a first estimate would ask for.
-STDERR_SQRT_ROWS = 0.26
+#: The standard error of a probe of p rows times sqrt(p), at its smallest on the quick benchmark
+#: sets (the first fits' estimates on their 724-1131-row probes: 0.17, RandomNoisy, to 1.7,
+#: kddcup): where ``tol`` asks for more rows than :func:`probe_size` even at this, the first
+#: probe has twice as many (:meth:`_Run.first_probe`), the one a first estimate would ask for.
+STDERR_SQRT_ROWS = 0.17
 
 #: The probe takes at most this fraction of the memory budget (its rows are fewer when it
 #: asks it, :func:`probe_rows_within`); the fits get the rest.
@@ -623,8 +623,8 @@ class _Run:
     def first_probe(self) -> tuple[int | None, str | None]:
         """The first probe's rows and why: :func:`probe_size`, or at once the probe that
         :meth:`grow_probe` would draw (twice as many rows, and no growth after it) when tol asks
-        for a standard error that typical data reach only with more than probe_size rows:
-        ``(z STDERR_SQRT_ROWS / tol)^2`` (:data:`STDERR_SQRT_ROWS`)."""
+        for a standard error that even favourable data reach only with more than probe_size
+        rows: ``(z STDERR_SQRT_ROWS / tol)^2`` (:data:`STDERR_SQRT_ROWS`)."""
         n = self.profile.n
         if not (self.profile.random_access and self.profile.multi_pass) or n is None:
             return None, None
@@ -636,7 +636,7 @@ class _Run:
         self._probe_grown = True
         return p, (
             f"tol={self.tol} asks for a standard error of at most tol / {CONFIDENCE_Z:g}, which "
-            f"typical data reach from about {need:.0f} probe rows: the probe drawn at once with "
+            f"no measured data reach below {need:.0f} probe rows: the probe drawn at once with "
             f"{p} rows (twice {base}), as growth would draw it"
         )
 
