@@ -175,6 +175,7 @@ def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
     # exceeds tol, so the probe is drawn again with twice its rows (once), and the estimates
     # from there on are the larger probe's, with a smaller standard error.
     monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
+    monkeypatch.setattr(auto, "STDERR_SQRT_ROWS", 0.0)  # the first probe: probe_size's rows
     rng = np.random.default_rng(0)
     centers = rng.standard_normal((6, 5)) * 6.0
     rows = np.repeat(centers, [2800, 1600, 800, 240, 80, 20], axis=0)
@@ -203,3 +204,77 @@ def test_growth_stops_on_the_bound(small, monkeypatch):
     fits = _nystrom_fits(model)
     assert len(fits) == 2 and fits[-1]["status"] == "chosen"
     assert fits[0]["error_bound"] == pytest.approx(1.0078 + 2 * 0.0079)
+
+
+def test_probe_nystrom_errors_reach_1_at_all_of_the_half():
+    # The size prediction judges the half's Nystrom fits against the half's own KPCA: with all
+    # of the half's rows as landmarks the fit is that KPCA, error 1 (against the weighted
+    # optimum it levelled off above 1).
+    from fastkpca.kernels import RBF
+
+    X = _blob(2000, seed=3)
+    rng = np.random.default_rng(0)
+    probe = ErrorProbe(X[rng.choice(2000, 400, replace=False)], RBF(0.1), rng, n_rows=2000)
+    probe.reference(K)
+    half = probe.parts[0].size
+    errors = auto.nystrom_errors(probe, K, [16, half], "uniform", np.random.default_rng(1))
+    assert errors[half] == pytest.approx(1.0, abs=1e-8)
+    assert errors[16] > 1.0 + 1e-4
+
+
+def test_probe_estimates_do_not_depend_on_the_threads():
+    # The probe's parts run on threads (map_tasks): the same estimate on one thread or two.
+    from fastkpca import NystromKPCA
+    from fastkpca.execution import using_n_jobs
+    from fastkpca.kernels import RBF
+
+    X = _blob(3000, seed=2)
+    kernel = RBF(0.1)
+    model = NystromKPCA(K, kernel=kernel, n_landmarks=20, random_state=0).fit(X)
+    rows = X[np.random.default_rng(0).choice(3000, 400, replace=False)]
+    out = []
+    for n_jobs in (1, 2):
+        with using_n_jobs(n_jobs):
+            probe = ErrorProbe(rows, kernel, np.random.default_rng(5), n_rows=3000)
+            out.append((probe.error(model), probe.eigenvalues(K)[0]))
+    (e1, v1), (e2, v2) = out
+    assert e1.estimate == pytest.approx(e2.estimate, rel=1e-12)
+    assert e1.stderr == pytest.approx(e2.stderr, rel=1e-9)
+    np.testing.assert_allclose(v1, v2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("landmarks", ["uniform", "rpcholesky"])
+def test_the_chosen_model_is_the_estimator_fitted_directly(small, monkeypatch, landmarks):
+    # Whatever the probe and the growth did, the model kept is the chosen estimator fitted on
+    # all rows with its own parameters (seed included): refitting a clone gives its embedding.
+    from sklearn.base import clone
+
+    monkeypatch.setattr(auto._Run, "landmark_method", lambda self: landmarks)
+    X = _blob(2000, seed=4)
+    model = AutoKPCA(K, tol=0.05, random_state=0).fit(X)
+    assert model.method_ == "nystrom"
+    assert model.estimator_.get_params()["landmarks"] == landmarks
+    chosen = [e for e in model.report_ if e["status"] == "chosen"][0]
+    assert chosen["size"] == model.estimator_.n_landmarks_
+    twin = clone(model.estimator_).fit(X)
+    np.testing.assert_allclose(twin.transform(X[:50]), model.transform(X[:50]), atol=1e-10)
+
+
+def test_a_fine_tol_draws_the_larger_probe_at_once(small, monkeypatch):
+    # tol = 0.01 asks for a standard error that no measured data reach below (2 x 0.17 /
+    # 0.01)^2 = 1156 probe rows, above probe_size's 400: the probe growth would draw (800 rows)
+    # is drawn at once, and not grown again; tol = 0.05 (46 rows) keeps probe_size's.
+    monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
+    X = _blob(4000, seed=5)
+    import warnings
+
+    sizes = {}
+    for tol in (0.05, 0.01):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            model = AutoKPCA(K, tol=tol, random_state=0).fit(X)
+        probes = [e for e in model.report_ if e["method"] == "probe"]
+        sizes[tol] = [e["size"] for e in probes]
+        if tol == 0.01:
+            assert "below 1156 probe rows" in probes[0]["reason"]
+    assert sizes == {0.05: [400], 0.01: [800]}

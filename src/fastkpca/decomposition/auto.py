@@ -5,7 +5,8 @@ Cheap looks before any full fit (the rules: ``docs/auto.md``):
 1. what the rows are (:func:`profile_source`); few enough for exact KPCA
    (:data:`EXACT_MAX_ROWS`) with a Gram within the memory budget: fitted exactly at once;
 2. the error probe (:class:`fastkpca.statistics.probe.ErrorProbe`) on :func:`probe_size`
-   uniform rows (:func:`probe_rows_within` the budget), whose first half also gives the errors
+   uniform rows (twice as many where tol asks it, :meth:`_Run.first_probe`;
+   :func:`probe_rows_within` the budget), whose first half also gives the errors
    of Nystrom approximations at doubling sizes (:func:`nystrom_errors`): the predicted size and
    landmark method;
 3. the candidates in order (:func:`candidate_methods`), each refused up front when its memory
@@ -119,6 +120,12 @@ EXACT_EIGEN_FLOPS = 300
 #: Landmarks grow by at least this factor from one fit to the next (:meth:`_Run.next_size`).
 MIN_GROWTH_FACTOR = 1.5
 
+#: The standard error of a probe of p rows times sqrt(p), at its smallest on the quick benchmark
+#: sets (the first fits' estimates on their 724-1131-row probes: 0.17, RandomNoisy, to 1.7,
+#: kddcup): where ``tol`` asks for more rows than :func:`probe_size` even at this, the first
+#: probe has twice as many (:meth:`_Run.first_probe`), the one a first estimate would ask for.
+STDERR_SQRT_ROWS = 0.17
+
 #: The probe takes at most this fraction of the memory budget (its rows are fewer when it
 #: asks it, :func:`probe_rows_within`); the fits get the rest.
 PROBE_MEMORY_SHARE = 0.4
@@ -216,35 +223,39 @@ def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: flo
     for each c of ``sizes`` in order until one is at most ``stop``: landmarks among the half's
     rows (``"uniform"``: a random order, prefixes nested; ``"rpcholesky"``: the pivots in order,
     any prefix the RPCholesky result with that many, Chen et al. 2024), the KPCA of their
-    Nystrom features fitted on the half and judged on its rows against the half's own optimum
-    (the probe's weighted loss, :mod:`fastkpca.statistics.probe`).  Fitted to the rows it is
+    Nystrom features fitted on the half and judged on its rows (the probe's weighted loss,
+    :mod:`fastkpca.statistics.probe`) against the half's own KPCA, its unweighted top-k, which
+    the fits tend to as c nears the half's rows (against the weighted optimum they would level
+    off above 1 where the diagonal weighs much: 1.027 from 64 pivoted landmarks on kddcup's
+    repeated rows, above the 1 + tol / 2 asked for tol = 0.05).  Fitted to the rows it is
     judged on, it reads optimistic for a fit on all rows: the growth that follows corrects it.
     """
-    own = probe.reference(k).own[0][0]
+    probe.reference(k)  # the parts for rank k
     half = probe.parts[0]
+    vals, vecs = half.optimum(k, weighted=False)
+    own = half.residual_rows(vecs * np.sqrt(np.maximum(vals, 0.0)))
     K = half.kernel_block()
     m = half.size
-    if method == "rpcholesky":
-        order = rpcholesky_of_gram(K, min(max(sizes), m), rng)
-    else:
-        order = rng.permutation(m)
     errors = {}
-    for c in sizes:
-        idx = order[: min(c, order.size)]
-        with one_blas_thread():
+    with one_blas_thread():  # small products: BLAS's threads would cost more than they save
+        if method == "rpcholesky":
+            order = rpcholesky_of_gram(K, min(max(sizes), m), rng)
+        else:
+            order = rng.permutation(m)
+        for c in sizes:
+            idx = order[: min(c, order.size)]
             w, V = np.linalg.eigh(K[np.ix_(idx, idx)])
-        keep = w > 1e-10 * max(w[-1], 1e-300)
-        F = K[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
-        Fc = F - F.mean(axis=0)
-        # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top eigenvectors of
-        # the c x c scatter (cheaper than an SVD of the m x c Fc).
-        with one_blas_thread():
+            keep = w > 1e-10 * max(w[-1], 1e-300)
+            F = K[:, idx] @ (V[:, keep] / np.sqrt(w[keep]))  # the half's Nystrom features
+            Fc = F - F.mean(axis=0)
+            # The KPCA of F F^T is the PCA of F: projections Fc U_k, U_k the top eigenvectors
+            # of the c x c scatter (cheaper than an SVD of the m x c Fc).
             _, U = np.linalg.eigh(Fc.T @ Fc)
-        T = Fc @ U[:, ::-1][:, : min(k, U.shape[1])]
-        rows = half.residual_rows(T)
-        errors[int(c)] = math.sqrt(rows.sum() / own.sum()) if own.sum() > 0 else 1.0
-        if errors[int(c)] <= stop:
-            break
+            T = Fc @ U[:, ::-1][:, : min(k, U.shape[1])]
+            rows = half.residual_rows(T)
+            errors[int(c)] = math.sqrt(rows.sum() / own.sum()) if own.sum() > 0 else 1.0
+            if errors[int(c)] <= stop:
+                break
     return errors
 
 
@@ -609,6 +620,26 @@ class _Run:
         self.say(f"probe of {self.probe.size} rows")
         return True
 
+    def first_probe(self) -> tuple[int | None, str | None]:
+        """The first probe's rows and why: :func:`probe_size`, or at once the probe that
+        :meth:`grow_probe` would draw (twice as many rows, and no growth after it) when tol asks
+        for a standard error that even favourable data reach only with more than probe_size
+        rows: ``(z STDERR_SQRT_ROWS / tol)^2`` (:data:`STDERR_SQRT_ROWS`)."""
+        n = self.profile.n
+        if not (self.profile.random_access and self.profile.multi_pass) or n is None:
+            return None, None
+        base = probe_size(n)
+        need = (CONFIDENCE_Z * STDERR_SQRT_ROWS / self.tol) ** 2
+        p = min(MAX_PROBE_ROWS, 2 * base)
+        if need <= base or p > n // 2:
+            return None, None
+        self._probe_grown = True
+        return p, (
+            f"tol={self.tol} asks for a standard error of at most tol / {CONFIDENCE_Z:g}, which "
+            f"no measured data reach below {need:.0f} probe rows: the probe drawn at once with "
+            f"{p} rows (twice {base}), as growth would draw it"
+        )
+
     def grow_probe(self, estimate) -> bool:
         """Draw the probe again with twice its rows (once, at most
         :data:`~fastkpca.statistics.probe.MAX_PROBE_ROWS`, from rows taken by index): the
@@ -738,7 +769,7 @@ class _Run:
                 self.chosen_method = "exact"
                 return model
             failures.append(f"exact: {why}")
-        if not self.draw_probe():
+        if not self.draw_probe(*self.first_probe()):
             raise ValueError(
                 "AutoKPCA: no method fits the budgets (memory_budget "
                 f"{format_bytes(self.budget)}, tol={self.tol}): the memory budget leaves no room "
@@ -843,7 +874,7 @@ class _Run:
             fit_at,
             lambda model: self.drawn.error(model),
             sizes[0],
-            lambda size, estimate: self.next_size(method, size, sizes, estimate),
+            lambda size, estimate: self.next_size(method, size, sizes, estimate, params),
             self.tol,
             is_exact=lambda model: (
                 method == "exact" or getattr(model, "solver_", None) == "exact_kpca"
@@ -895,10 +926,11 @@ class _Run:
             return f"error bound {bound:.4f} > 1 + tol: grow to {later[0]}"
         return f"error bound {bound:.4f} > 1 + tol at the largest size"
 
-    def next_size(self, method, size, sizes, estimate) -> int | None:
+    def next_size(self, method, size, sizes, estimate, params) -> int | None:
         """The size after ``size``: the next of ``sizes``, except for Nystrom landmarks, grown
         by ``(bound - 1) / tol`` within [:data:`MIN_GROWTH_FACTOR`, 2] (the excess error falls
-        about as 1 / c)."""
+        about as 1 / c) and priced with the landmark method being grown (``params``: not chosen
+        again from a probe drawn anew meanwhile)."""
         later = [s for s in sizes if s > size]
         if not later:
             return None
@@ -906,7 +938,7 @@ class _Run:
             return later[0]
         factor = min(2.0, max(MIN_GROWTH_FACTOR, (estimate.upper() - 1.0) / self.tol))
         grown = int(min(sizes[-1], max(size + 1, math.ceil(size * factor))))
-        return self.cheapest_landmarks(grown, sizes[-1], {"landmarks": self.landmark_method()})
+        return self.cheapest_landmarks(grown, sizes[-1], params)
 
     def reject(self, method, size, params, reason, why) -> str:
         entry = self.entry(

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.linalg
 
 from .._centering import center_gram_inplace
-from ..execution import one_blas_thread
+from ..execution import map_tasks, one_blas_thread
 from ..execution.arrays import take_rows, to_host
 from ..solvers import eigh_topk
 
@@ -69,6 +69,9 @@ WEIGHTED_FIT_STEPS = 1
 #: estimate's spread over the halves' fits gets as many degrees of freedom.
 SPLITS = 3
 
+#: The parts' centered Grams formed at once, on threads (:meth:`ErrorProbe._split`).
+PARALLEL_PARTS = 4
+
 #: A half of the probe has at most this many rows for LAPACK's dense eigensolver (its top-k
 #: eigenpairs); above, Lanczos, faster there.
 DENSE_EIGH_ROWS = 250
@@ -92,8 +95,8 @@ class ErrorEstimate(NamedTuple):
 def probe_memory_bytes(p: int) -> int:
     """Bytes a probe of p rows takes at its peak (float64): its p x p Gram, held, and the
     kernel's temporaries while it is computed (``tracemalloc``: 16.3 p^2 bytes at p = 1000 and
-    2000; held, 8 p^2 and a part's centered Gram while it is fitted), and its rows' small
-    arrays."""
+    2000; held, 8 p^2 and up to :data:`PARALLEL_PARTS` parts' centered Grams, 2 p^2 each, while
+    they are fitted), and its rows' small arrays."""
     return int(8 * p * p * 2.1 + 1024 * p)
 
 
@@ -128,7 +131,7 @@ def _top_eigen(G, k: int):
             m = G.shape[0]
             vals, vecs = scipy.linalg.eigh(G, subset_by_index=[m - k, m - 1], driver="evr")
             return vals[::-1], vecs[:, ::-1]
-        return eigh_topk(G.copy(), k, method="lanczos", rng=0, overwrite=True)
+        return eigh_topk(G, k, method="lanczos", rng=0)
 
 
 def _block(gram, a: tuple, b: tuple):
@@ -137,6 +140,19 @@ def _block(gram, a: tuple, b: tuple):
     if len(a) == 1 and len(b) == 1:
         return gram[a[0], b[0]]
     return np.block([[gram[i, j] for j in b] for i in a])
+
+
+def _block_product(gram, a: tuple, b: tuple, W) -> np.ndarray:
+    """``_block(gram, a, b) @ W`` from views of ``gram`` (no copy of the block)."""
+    bounds = np.cumsum([0] + [j.stop - j.start for j in b])
+    out: list[np.ndarray] = []
+    with one_blas_thread():
+        for i in a:
+            acc = gram[i, b[0]] @ W[: bounds[1]]
+            for t in range(1, len(b)):
+                acc += gram[i, b[t]] @ W[bounds[t] : bounds[t + 1]]
+            out.append(acc)
+    return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 def _slices(quarters, size: int) -> tuple:
@@ -154,19 +170,24 @@ class _Part:
     """A set of the probe's rows and residual rows of the weighted loss ``sum_{i != j} (G -
     T T^T)_ij^2 + w sum_i (G - T T^T)_ii^2`` on their centered Gram G (module notes).  G is
     not kept: products with it are the uncentered block's, centered (``G T = H K T`` for T
-    centered), and G itself is formed only to fit the part's optimum."""
+    centered), and G itself is formed only to fit the part's optimum (at once for the rank
+    ``k`` given, while G is at hand)."""
 
-    def __init__(self, gram, rows: tuple, weight: float):
+    def __init__(self, gram, rows: tuple, weight: float, k: int | None = None):
         self.gram = gram  # the probe's uncentered Gram
         self.slices = rows  # the part's rows among the probe's: slices
         self.rows = np.concatenate([np.arange(r.start, r.stop) for r in rows])
-        G = self.centered()
-        self.col_means = self.kernel_block().mean(axis=0)  # the uncentered rows' mean
+        G = np.array(self.kernel_block(), dtype=np.float64)
+        self.col_means = G.mean(axis=0)  # the uncentered rows' mean
+        center_gram_inplace(G)
         self.diag = np.diagonal(G).copy()
         self.gram_rows = np.einsum("ij,ij->i", G, G)
         self.weight = weight
         self.size = G.shape[0]
         self._top: dict[int, tuple] = {}
+        self._weighted: dict[int, tuple] = {}
+        if k is not None and k < self.size:
+            self.optimum(k, G=G)
 
     def kernel_block(self) -> np.ndarray:
         """The part's uncentered Gram (a view of the probe's for contiguous rows)."""
@@ -181,44 +202,49 @@ class _Part:
     def residual_rows(self, T) -> np.ndarray:
         """Weighted squared row norms of ``G - T T^T``, T (the part's rows) centered on it."""
         T = T - T.mean(axis=0)
+        GT = _block_product(self.gram, self.slices, self.slices, T)
+        GT -= GT.mean(axis=0)
         with one_blas_thread():
-            GT = self.kernel_block() @ T
-            GT -= GT.mean(axis=0)
             TtT = T.T @ T
         rows = self.gram_rows - 2.0 * np.einsum("ij,ij->i", GT, T)
         rows += np.einsum("ij,ij->i", T @ TtT, T)
         diagonal = self.diag - np.einsum("ij,ij->i", T, T)
         return np.maximum(rows - (1.0 - self.weight) * diagonal**2, 0.0)
 
-    def optimum(self, k: int, weighted: bool = True):
+    def optimum(self, k: int, weighted: bool = True, G=None):
         """The rank-k minimizer of the weighted loss on the part (module notes): eigenpairs
         ``(vals, vecs)`` of G with its diagonal re-weighted, ``T = vecs sqrt(vals)``; with
         ``weighted=False`` G's own top-k eigenpairs.  Each re-weighting step starts from the
-        last pairs (:func:`_rayleigh_ritz`)."""
-        G = None
+        last pairs (:func:`_rayleigh_ritz`).  Both are computed once per k (``G``: the part's
+        centered Gram if at hand, overwritten)."""
         if k not in self._top:
-            G = self.centered()
+            G = self.centered() if G is None else G
             self._top[k] = _top_eigen(G, k)
-        vals, vecs = self._top[k]
         if self.weight >= 1.0 or not weighted:
-            return vals, vecs
-        G = self.centered() if G is None else G
-        for _ in range(WEIGHTED_FIT_STEPS):
-            fitted = np.einsum("ij,ij->i", vecs * np.maximum(vals, 0.0), vecs)
-            np.fill_diagonal(G, self.weight * self.diag + (1.0 - self.weight) * fitted)
-            vals, vecs = _rayleigh_ritz(G, vecs, k)
-        return vals, vecs
+            return self._top[k]
+        if k not in self._weighted:
+            vals, vecs = self._top[k]
+            G = self.centered() if G is None else G
+            for _ in range(WEIGHTED_FIT_STEPS):
+                fitted = np.einsum("ij,ij->i", vecs * np.maximum(vals, 0.0), vecs)
+                np.fill_diagonal(G, self.weight * self.diag + (1.0 - self.weight) * fitted)
+                vals, vecs = _rayleigh_ritz(G, vecs, k)
+            self._weighted[k] = (vals, vecs)
+        return self._weighted[k]
 
     def projections(self, other: _Part, vals, vecs):
         """``other``'s rank-k fit applied to this part's rows: ``Kc(this, other) V / sqrt(vals)``
         with the kernel rows centered in ``other``'s feature mean."""
         keep = vals > 1e-12 * max(float(vals[0]), 1e-300)
-        K = _block(self.gram, self.slices, other.slices)
-        Kc = K - other.col_means
-        Kc -= K.mean(axis=1)[:, None]
-        Kc += other.col_means.mean()
-        with one_blas_thread():
-            return Kc @ (vecs[:, keep] / np.sqrt(vals[keep]))
+        W = vecs[:, keep] / np.sqrt(vals[keep])
+        # Kc W = K W - 1 (mu^T W) - (K 1 / m) (1^T W) + mean(mu) (1^T W), mu the column means
+        ones = np.full((W.shape[0], 1), 1.0 / W.shape[0])
+        KW = _block_product(self.gram, self.slices, other.slices, np.hstack([W, ones]))
+        total = W.sum(axis=0)
+        out = KW[:, :-1] - other.col_means @ W
+        out -= KW[:, -1:] * total
+        out += other.col_means.mean() * total
+        return out
 
 
 def _rayleigh_ritz(G, V, k: int):
@@ -248,23 +274,34 @@ class _Reference:
         rows = probe.used_rows
         self.own: list[list[np.ndarray]] = []
         self.rows: list[np.ndarray] = []
-        for parts in probe.splits:
-            fits = [part.optimum(k) for part in parts]
-            own = [
-                part.residual_rows(vecs * np.sqrt(np.maximum(vals, 0.0)))
-                for part, (vals, vecs) in zip(parts, fits, strict=True)
-            ]
-            self.own.append(own)
+        # Each part's optimum and own residuals, then each part's residuals under the other
+        # half's optimum: independent per part, on threads (map_tasks: results in part order).
+        parts = [part for split in probe.splits for part in split]
+        fits = map_tasks(lambda part: part.optimum(k), parts)
+        own = map_tasks(
+            lambda i: parts[i].residual_rows(fits[i][1] * np.sqrt(np.maximum(fits[i][0], 0.0))),
+            range(len(parts)),
+        )
+        halves = len(probe.splits[0]) == 2
+        # the other half of part i is part i ^ 1 (parts come in pairs, split by split)
+        fresh = (
+            map_tasks(
+                lambda i: parts[i].residual_rows(parts[i].projections(parts[i ^ 1], *fits[i ^ 1])),
+                range(len(parts)),
+            )
+            if halves
+            else []
+        )
+        for s, split in enumerate(probe.splits):
             ref = np.zeros(rows)
-            if len(parts) == 1:
-                ref[parts[0].rows] = own[0]
+            if not halves:
+                ref[split[0].rows] = own[s]
+                self.own.append([own[s]])
             else:
-                a, b = parts
-                share = 0.5 * (1.0 - probe.sampled_fraction(a.size))
-                fresh_a = a.residual_rows(a.projections(b, *fits[1]))
-                fresh_b = b.residual_rows(b.projections(a, *fits[0]))
-                ref[a.rows] = _cross_fitted(own[0], fresh_a, share)
-                ref[b.rows] = _cross_fitted(own[1], fresh_b, share)
+                share = 0.5 * (1.0 - probe.sampled_fraction(split[0].size))
+                for j, part in enumerate(split):
+                    ref[part.rows] = _cross_fitted(own[2 * s + j], fresh[2 * s + j], share)
+                self.own.append(own[2 * s : 2 * s + 2])
             self.rows.append(ref)
 
 
@@ -287,7 +324,9 @@ class ErrorProbe:
     -----
     The probe is halved :data:`SPLITS` ways (the pairings of its quarters), residuals summed and
     spreads pooled over the splits.  Cost: p^2 kernel values and ``2 SPLITS`` top-k eigenproblems of
-    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model; memory :func:`probe_memory_bytes`.
+    ``p / 2`` rows per rank, then ``O(SPLITS p^2 k)`` per model, the parts' shares on threads
+    (:func:`~fastkpca.execution.map_tasks`: the same numbers on any number of them); memory
+    :func:`probe_memory_bytes`.
     """
 
     def __init__(self, X, kernel, rng, n_rows: int | None = None):
@@ -313,24 +352,29 @@ class ErrorProbe:
         self.gram = np.asarray(to_host(kernel(self._rows)), dtype=np.float64)
         del self._rows
 
-    def _split(self, halves: bool) -> None:
+    def _split(self, halves: bool, k: int | None = None) -> None:
         """The parts: the :data:`SPLITS` ways of pairing the probe's quarters into halves (the
         first: its first and second half), or one part of all the rows."""
         p = self.size
         if not halves:
             self.used_rows = p
-            self.splits = [[_Part(self.gram, (slice(0, p),), self._diagonal_weight(p))]]
+            self.splits = [[_Part(self.gram, (slice(0, p),), self._diagonal_weight(p), k)]]
         else:
             q = p // 4
             self.used_rows = 4 * q
             weight = self._diagonal_weight(2 * q)
-            self.splits = [
-                [
-                    _Part(self.gram, _slices(first, q), weight),
-                    _Part(self.gram, _slices({0, 1, 2, 3} - set(first), q), weight),
-                ]
+            rows = [
+                _slices(half, q)
                 for first in ((0, 1), (0, 2), (0, 3))[:SPLITS]
+                for half in (first, tuple({0, 1, 2, 3} - set(first)))
             ]
+            # On threads, at most PARALLEL_PARTS centered Grams of p / 2 rows at once beside
+            # the probe's (their 8 p^2 / 4 bytes each stay within probe_memory_bytes' peak).
+            parts = []
+            for start in range(0, len(rows), PARALLEL_PARTS):
+                batch = rows[start : start + PARALLEL_PARTS]
+                parts += map_tasks(lambda r: _Part(self.gram, r, weight, k), batch)
+            self.splits = [parts[i : i + 2] for i in range(0, len(parts), 2)]
         self._references = {}
 
     def _diagonal_weight(self, m: int) -> float:
@@ -363,7 +407,7 @@ class ErrorProbe:
         if k not in self._references:
             halves = not self.exact and 2 * (self.size // 4) >= 2 * k + 2
             if not self.splits or (len(self.parts) == 2) != halves:
-                self._split(halves)
+                self._split(halves, k)
             if k >= self.parts[0].size:
                 raise ValueError(
                     f"{k} components need more than {self.parts[0].size} probe rows to "
@@ -387,10 +431,12 @@ class ErrorProbe:
         num = np.zeros(self.used_rows)
         den = np.zeros(self.used_rows)
         halves = []
+        parts = [part for split in self.splits for part in split]
+        residuals = iter(map_tasks(lambda part: part.residual_rows(T[part.rows]), parts))
         for parts, ref_rows in zip(self.splits, ref.rows, strict=True):
             model_rows = np.zeros(self.used_rows)
             for part in parts:
-                model_rows[part.rows] = part.residual_rows(T[part.rows])
+                model_rows[part.rows] = next(residuals)
             num += model_rows
             den += ref_rows
             if len(parts) == 2:
