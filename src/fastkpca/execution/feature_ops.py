@@ -28,8 +28,8 @@ differs between the host and a device is here, each with one signature:
 - the Frequent Directions sketches' shrinks (:mod:`fastkpca.sketch`), batched over sketches
   that go in lockstep: how many sketches one worker takes in lockstep (:func:`lockstep_width`:
   on the host a share of them per worker thread, on a device all of them), the new rows' block
-  of their buffers' Grams on the host (:func:`sketch_grams`: one batched product, and one
-  transfer from a device), their
+  of their buffers' Grams on the host (:func:`sketch_grams`: a batched product and numpy's
+  SYRK per sketch on the host, one batched product and one transfer from a device), their
   small eigendecompositions (:func:`stacked_eigh`: numpy's LAPACK over the stack, shared out to
   the worker threads where the caller is not one) and the rows' energies
   (:func:`stack_sums_of_squares`).
@@ -184,21 +184,27 @@ def sketch_grams(C, n_kept: int, extra=None):
     ``C`` is ``(J, r, m)``, float64, of any namespace: J buffers whose first ``n_kept`` rows are
     a shrunk sketch B (orthogonal rows, whose Gram ``B B^T`` is diagonal and known to the
     caller) and whose other rows N are new.  Returns the host float64 ``(J, r - n_kept, r)``
-    array ``N [B; N]^T`` (its ``[..., n_kept:]`` block ``N N^T`` symmetric to rounding; its lower
-    triangle is what ``numpy.linalg.eigh`` reads) and ``extra`` (a ``(J,)`` array of C's
-    namespace, e.g. the rows' energies) on the host, or None.
+    array ``N [B; N]^T`` (its ``[..., n_kept:]`` block ``N N^T`` exact in its lower triangle at
+    least: what ``numpy.linalg.eigh`` reads) and ``extra`` (a ``(J,)`` array of C's namespace,
+    e.g. the rows' energies) on the host, or None.
 
-    One batched product for all J buffers on every namespace: on the host it gives up the
-    interpreter lock once for the stack, where a product per buffer (or SYRK for ``N N^T``, half
-    the multiply-adds) takes it back J times between small GEMMs while the other threads'
-    shrinks wait for it (``benchmarks/bench_gil.py``); from a device the block moves to the
-    host with ``extra`` in one transfer.
+    On the host ``N B^T`` is one batched product and ``N N^T`` numpy's SYRK of each sketch (half
+    the multiply-adds of a product); on a device one batched product, moved to the host with
+    ``extra`` in one transfer.
     """
     placement = placement_of(C)
-    xp = placement.xp
-    block = xp.matmul(C[:, int(n_kept) :, ...], xp.permute_dims(C, (0, 2, 1)))
+    k = int(n_kept)
     if placement.host:
-        return block, (None if extra is None else np.asarray(extra, dtype=np.float64))
+        J, r, _ = C.shape
+        N = C[:, k:, :]
+        out = np.empty((J, r - k, r))
+        np.matmul(N, C[:, :k, :].transpose(0, 2, 1), out=out[:, :, :k])
+        for j in range(J):
+            out[j, :, k:] = N[j] @ N[j].T  # numpy's SYRK (a @ a.T of one array)
+        return out, (None if extra is None else np.asarray(extra, dtype=np.float64))
+    xp = placement.xp
+    N = C[:, k:, ...]
+    block = N @ xp.permute_dims(C, (0, 2, 1))
     J, b, r = block.shape
     if extra is None:
         return np.asarray(to_host(block), dtype=np.float64), None
