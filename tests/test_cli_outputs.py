@@ -159,10 +159,16 @@ def test_demo_replaces_its_own_plot_only(tmp_path, capsys):
 # file exists and holds data) and says so on stdout; the test then sends the signal.
 _DRIVER = textwrap.dedent(
     """
-    import contextlib, sys, time
+    import contextlib, signal, sys, time
     import fastkpca.cli as cli
     import fastkpca.cli.transform
     import fastkpca.persistence as persistence
+
+    # the command keeps a signal its parent ignores ignored (nohup): the test's own run may be
+    # under nohup, the command under test is not
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
     if sys.argv[1] == "model":
         # fit: the model file is complete in its temporary file, not yet renamed
