@@ -431,8 +431,8 @@ class ErrorProbe:
         num = np.zeros(self.used_rows)
         den = np.zeros(self.used_rows)
         halves = []
-        parts = [part for split in self.splits for part in split]
-        residuals = iter(map_tasks(lambda part: part.residual_rows(T[part.rows]), parts))
+        every_part = [part for split in self.splits for part in split]
+        residuals = iter(map_tasks(lambda part: part.residual_rows(T[part.rows]), every_part))
         for parts, ref_rows in zip(self.splits, ref.rows, strict=True):
             model_rows = np.zeros(self.used_rows)
             for part in parts:
