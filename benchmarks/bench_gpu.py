@@ -35,6 +35,13 @@ Cases (sizes at full scale; ``--quick`` divides them so the file runs in seconds
     ``StreamingKPCA(n_random_features=1000, sketch_size=20)`` on n = 10^6, against
     :func:`ref_frequent_directions` (Frequent Directions of float32 features in batches of 1000
     rows, shrinks by ``torch.linalg.eigh`` of the small Gram).
+``stacked_eigh``
+    The small eigendecompositions of one round of Frequent Directions shrinks (32 symmetric
+    60 x 60 float64 matrices, the Grams of ``sketch_size=20`` buffers): numpy on one thread,
+    fastkpca's host :func:`~fastkpca.execution.feature_ops.stacked_eigh` (the worker threads),
+    ``torch.linalg.eigh`` on the device, and CuPy's batched ``eigh`` where CuPy is installed
+    (what a device fit uses, :func:`~fastkpca.execution.feature_ops.stacked_eigh_placement`).
+    Milliseconds per round, best of 20.
 ``host_to_device``
     Host numpy rows (10^7 x 100 float32; ``--host-n``) with ``device="cuda"``:
     ``RandomFeatureKPCA`` against the time of copying the same rows to the device.
@@ -459,6 +466,27 @@ def run(args):
             "error": _held_out_error(model.transform(Xe), X_eval, gamma),
         }
 
+    def case_stacked_eigh():
+        from fastkpca.execution.feature_ops import stacked_eigh
+
+        rng = np.random.default_rng(0)
+        A = rng.standard_normal((32, 60, 1000))
+        G = A @ A.transpose(0, 2, 1)
+        Gd = torch.from_numpy(G).to(dev)
+        host_sync = lambda: None  # noqa: E731
+        out = {"shape": list(G.shape)}
+        out["numpy_one_call_ms"] = _best(lambda: np.linalg.eigh(G), 20, host_sync)[0] * 1e3
+        out["fastkpca_host_ms"] = _best(lambda: stacked_eigh(G), 20, host_sync)[0] * 1e3
+        out["torch_device_ms"] = _best(lambda: torch.linalg.eigh(Gd), 20, sync)[0] * 1e3
+        try:
+            import cupy
+
+            Gc = cupy.asarray(G)
+            out["cupy_device_ms"] = _best(lambda: cupy.linalg.eigh(Gc), 20, sync)[0] * 1e3
+        except ImportError:
+            out["cupy_device_ms"] = None
+        return out
+
     def case_host_to_device():
         n = args.host_n // (1000 if args.quick else 1)
         rng = np.random.default_rng(0)
@@ -486,6 +514,7 @@ def run(args):
     attempt("gram_pass", case_gram_pass)
     attempt("kernel_pca", case_kernel_pca)
     attempt("streaming", case_streaming)
+    attempt("stacked_eigh", case_stacked_eigh)
     attempt("host_to_device", case_host_to_device)
     return results
 

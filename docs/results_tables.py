@@ -346,16 +346,26 @@ def auto_quick_table() -> str:
 # --- one GPU and its 16 host cores (bench_gpu_h200.json, bench_cores_h200_host_*.json) ----------
 
 
+def _gpu_cases() -> tuple[dict, dict, dict]:
+    """The cases of the latest GPU run (``bench_gpu_h200_fd_device.json``), those it lacks
+    (the 10^6-row exact fit, not in a default run; the Gram pass, whose reference ran out of
+    memory there) from the first one (``bench_gpu_h200.json``), and both machines."""
+    new, old = _json("bench_gpu_h200_fd_device.json"), _json("bench_gpu_h200.json")
+    cases = {k: v for k, v in old["cases"].items()}
+    cases.update({k: v for k, v in new["cases"].items() if "error" not in v or "n" in v})
+    return cases, new["machine"], old["machine"]
+
+
 def gpu_table() -> str:
     """docs/devices.md: fastkpca on one GPU against the reference loops of bench_gpu.py."""
-    g = _json("bench_gpu_h200.json")
-    c = g["cases"]
-    m = g["machine"]
+    c, m, _ = _gpu_cases()
     head = (
-        f"`python benchmarks/bench_gpu.py` on one {m['gpu']} (PyTorch {m['torch']}, "
-        f"{m['cpus']} host cores; results: `benchmarks/results/bench_gpu_h200.json`): RandomNoisy "
+        f"`python benchmarks/bench_gpu.py --repeats 2` on one {m['gpu']} (PyTorch {m['torch']}, "
+        f"{m['cpus']} host cores, CuPy installed; results: "
+        "`benchmarks/results/bench_gpu_h200_fd_device.json`; the 10^6-row exact fit and the Gram "
+        "pass from an earlier run on the same kind of card, `bench_gpu_h200.json`): RandomNoisy "
         "rows (d = 100), rbf with gamma = 1 / (2 d), k = 10, float64 rows already on the GPU "
-        "except in the last row. Each fit is the best of 3 (2 for the exact fits) after a "
+        "except in the last row. Each fit is the best of 2 after a "
         'warm-up, synchronized, against a reference loop written in the same file; "error" is '
         "the held-out relative rank-k error (the reference's in brackets)."
     )
@@ -394,7 +404,7 @@ def gpu_table() -> str:
         rows.insert(
             4,
             f"| `StreamingKPCA(n_random_features=1000, sketch_size=20)`, n = {st['n']:,} | "
-            f"{st['seconds']:.1f} | {st['reference_seconds']:.1f} | "
+            f"{st['seconds']:.2f} | {st['reference_seconds']:.1f} | "
             f"{_sig(st['ratio_to_reference'])} | {st['error']:.3f} |",
         )
     return head + "\n\n" + "\n".join(rows) + "\n"
@@ -402,11 +412,10 @@ def gpu_table() -> str:
 
 def gpu_summary() -> str:
     """README: the GPU figures in one paragraph (from :func:`gpu_table`'s results)."""
-    g = _json("bench_gpu_h200.json")
-    c = g["cases"]
+    c, m, _ = _gpu_cases()
     rf, ny, ex, big = c["rf"], c["nystrom"], c["exact"], c["exact_large"]
     return (
-        f"On one {g['machine']['gpu'].removeprefix('NVIDIA ')} (`python benchmarks/bench_gpu.py`, "
+        f"On one {m['gpu'].removeprefix('NVIDIA ')} (`python benchmarks/bench_gpu.py`, "
         "against short PyTorch loops written in the same file), random-feature KPCA of "
         f"{rf['n']:,} rows with {rf['m']} features takes {rf['seconds']:.2f} s "
         f"({_sig(rf['ratio_to_reference'])}x the loop), Nystrom with {ny['c']} landmarks "
@@ -452,6 +461,47 @@ def cores_table() -> str:
         vs = " / ".join(_sig(r) for r in ratios) if all(r is not None for r in ratios) else ""
         rows.append(f"| {label} | " + " | ".join(cells) + f" | {speed} | {vs} |")
     return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def cores_ceiling_table() -> str:
+    """docs/devices.md: the host fits on 1, 2 and 16 cores of the GPU machine against the
+    machine's own ceiling (bench_cores.py's ceiling columns), and the n = 10^5 exact fit."""
+    d = _json("bench_cores_h200_host_1_2_16.json")
+    exact = _json("bench_cores_h200_host_exact_1e5.json")["table"]["exact_mf@16"]
+    table, ceiling = d["table"], d["ceiling"]
+    head = (
+        f"`python benchmarks/bench_cores.py --cores 1 2 16 --n-samples {d['n_samples']:,} "
+        "--methods rf nystrom streaming --repeats 1` on the same 16 host cores (results: "
+        "`benchmarks/results/bench_cores_h200_host_1_2_16.json`): the ceiling is the speed-up of "
+        "p independent processes doing the fits' per-chunk work (a float32 feature product, "
+        "then `cos`), measured in the same run; a fit's share of the ceiling is its own speed-up "
+        "over one core divided by that."
+    )
+    rows = [
+        "| cores | ceiling | memory bandwidth (GB/s) | GEMM (GFLOP/s) "
+        "| `RandomFeatureKPCA` | `NystromKPCA` | `StreamingKPCA(sketch_size=20)` |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in (1, 2, 16):
+        ce = ceiling[str(p)]
+        cells = []
+        for key in ("rf", "nystrom", "streaming"):
+            r = table[f"{key}@{p}"]
+            cells.append(
+                f"{r['seconds']:.2f} s, {r['speedup_over_1_core']:.2f}x, "
+                f"{r['share_of_ceiling']:.2f} of the ceiling"
+            )
+        rows.append(
+            f"| {p} | {ce['ceiling_speedup']:.2f}x | {ce['bandwidth_gb_s']:.0f} | "
+            f"{ce['gemm_gflops']:.0f} | " + " | ".join(cells) + " |"
+        )
+    note = (
+        f"`ExactKPCA` matrix-free at n = 100,000 on the 16 cores "
+        f"(`--cores 16 --n-samples 100000 --exact-n 100000 --methods exact_mf`, "
+        f"`bench_cores_h200_host_exact_1e5.json`): {exact['seconds']:.1f} s, "
+        f"{exact['cpu_seconds'] / exact['seconds']:.1f} cores busy on average."
+    )
+    return head + "\n\n" + "\n".join(rows) + "\n\n" + note + "\n"
 
 
 # --- which method when: the per-method sections ---------------------------------------------------
@@ -759,17 +809,27 @@ def scale_notes() -> str:
 
 
 def gpu_notes() -> str:
-    """docs/devices.md: the GPU table's conclusions, in figures from the same file."""
-    c = _json("bench_gpu_h200.json")["cases"]
-    big, rf, st = c["exact_large"], c["rf"], c["streaming"]
+    """docs/devices.md: the GPU table's conclusions, in figures from the same files."""
+    c, _, _ = _gpu_cases()
+    big, rf, st, eig = c["exact_large"], c["rf"], c["streaming"], c["stacked_eigh"]
+    ab = _json("bench_gpu_h200_streaming_before_after.json")
     return (
         f"Exact kernel PCA of {big['n']:,} rows (float64, top 10, matrix-free) took "
         f"{big['seconds']:.0f} s on that GPU, with Ritz residuals below "
         f"1e{math.ceil(math.log10(big['max_residual']))}. For one-pass data on a GPU, "
         f"`RandomFeatureKPCA` ({rf['seconds']:.2f} s for {rf['n']:,} rows) is the method to use. "
-        f"`StreamingKPCA` ({st['seconds']:.1f} s for as many rows) spends most of its time in the "
-        f"small eigenproblems of its Frequent Directions sketches, which run on the host; use it "
-        f"for feature counts whose m x m covariance does not fit on the device.\n"
+        f"`StreamingKPCA` ({st['seconds']:.1f} s for as many rows) spends its time in the many "
+        f"small steps of its Frequent Directions shrinks: a round of shrinks of its 32 sketches "
+        f"needs 32 eigendecompositions of 60 x 60 matrices, which took "
+        f"{eig['cupy_device_ms']:.1f} ms with CuPy's batched solver on the device, "
+        f"{eig['torch_device_ms']:.0f} ms with PyTorch's and {eig['fastkpca_host_ms']:.1f} ms on "
+        f"the host's threads. With CuPy installed the shrinks stay on the device; without it "
+        f"they make a round trip to the host each round "
+        f"(`bench_gpu_h200_streaming_before_after.json`, the same fit both ways in one run: "
+        f"{min(ab['before']['times']):.1f} s with the round trips, "
+        f"{min(ab['after']['times']):.1f} s on the device, eigenvalues within "
+        f"{_sig(ab['max_rel_eigenvalue_diff'], 1)}). Use it for feature counts whose m x m "
+        f"covariance does not fit on the device.\n"
     )
 
 
@@ -1828,6 +1888,7 @@ GENERATORS = {
     "gpu-table": gpu_table,
     "gpu-summary": gpu_summary,
     "cores-table": cores_table,
+    "cores-ceiling-table": cores_ceiling_table,
     "exact-table": exact_table,
     "random-features-table": random_features_table,
     "random-features-notes": random_features_notes,

@@ -640,13 +640,19 @@ def test_feature_sketch_deals_the_same_rows_to_the_same_sketches(noisy8, namespa
     assert namespace.is_native(merged.feature_sum) and merged.n == 4800
 
 
-def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
+@pytest.mark.parametrize("small_steps", ["host", "with the buffers"])
+def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch, small_steps):
     """Every row goes to its sketch through a lockstep (their shrinks batched), on the host in
     pieces of at most ``MAX_LOCKSTEP`` sketches, elsewhere all sketches whose runs have equal
     lengths at once; also over blocks that end and start mid-cycle.  Every part equals numpy's:
-    sketch, tracked loss, shrinkage and energy."""
+    sketch, tracked loss, shrinkage and energy.  The shrinks' small steps run on the host, or
+    (as on a CUDA device with CuPy) where the buffers are, nothing read back between rounds."""
+    import fastkpca.sketch
     import fastkpca.statistics.feature_sketch as module
     from fastkpca.execution.feature_ops import MAX_LOCKSTEP
+
+    if small_steps != "host":
+        monkeypatch.setattr(fastkpca.sketch, "stacked_eigh_placement", lambda placement: placement)
 
     rng = np.random.default_rng(6)
     m, ell = 48, 6
@@ -689,6 +695,20 @@ def test_sketches_in_lockstep_equal_the_numpy_parts(namespace, monkeypatch):
     assert rel(_sketch_gram(other.sketch.sketch()), _sketch_gram(host.sketch.sketch())) < (
         SKETCH_RTOL
     )
+
+
+def test_non_finite_rows_are_refused_with_the_small_steps_on_the_device(namespace, monkeypatch):
+    """Where the shrinks' small steps stay on the device, a non-finite row is refused when the
+    lockstep's state is read back (a ValueError, as on the host), not fitted."""
+    import fastkpca.sketch
+
+    monkeypatch.setattr(fastkpca.sketch, "stacked_eigh_placement", lambda placement: placement)
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((32 * 1024 * 2, 12))
+    rows[40_000, 5] = np.nan
+    sketch = FeatureSketch.empty(4, 12)
+    with pytest.raises(ValueError, match="NaN"):
+        sketch.update_rows(namespace.to_ns(rows), Given(12))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

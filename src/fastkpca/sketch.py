@@ -36,6 +36,7 @@ from .execution.feature_ops import (
     sketch_grams,
     stack_sums_of_squares,
     stacked_eigh,
+    stacked_eigh_placement,
     sum_of_squares,
 )
 from .execution.linalg import eigh
@@ -198,15 +199,26 @@ def _shrink(C, ell: int, history=()):
     return placement.asarray(B, np.float64), delta, H_new
 
 
+def _buffer_grams(block, row_sq, ell: int):
+    """The Grams ``C C^T`` of full buffers ``(J, r, r)``, symmetric, from the new rows' block
+    ``(J, r - ell, r)`` (:func:`~fastkpca.execution.feature_ops.sketch_grams`) and the squared
+    norms ``(J, ell)`` of the orthogonal sketch rows, whose Gram is ``diag(row_sq)``."""
+    xp = placement_of(block).xp
+    eye = xp.eye(ell, dtype=xp.float64, device=placement_of(block).device)
+    upper = xp.concat(
+        [row_sq[:, :, None] * eye, xp.permute_dims(block[:, :, :ell], (0, 2, 1))], axis=2
+    )
+    return xp.concat([upper, block], axis=1)
+
+
 def _shrink_factors(grams, ell, row_sq, loss, energy, shrinkage, m):
-    """The small half of the streamed shrinks of J full buffers at once (host, numpy stacks).
+    """The small half of the streamed shrinks of J full buffers at once (stacks of one namespace).
 
     Buffer j (r x m, ell < r <= m) holds the ell sketch rows of its last shrink (orthogonal,
     squared norms ``row_sq[j]``) and ``r - ell`` new rows; ``grams[j]`` is its Gram ``C C^T``
-    (lower triangle read: ``diag(row_sq[j])`` then :func:`~fastkpca.execution.feature_ops.
-    sketch_grams`' block), ``loss[j]`` the tracked loss of its sketch rows, ``energy[j]`` and
-    ``shrinkage[j]`` the sketch's ``squared_norm`` (these rows included) and
-    ``total_shrinkage``.  Returns ``(W, delta, H, new_sq)``: the shrunk rows are ``B_j = W_j
+    (lower triangle read; :func:`_buffer_grams`), ``loss[j]`` the tracked loss of its sketch
+    rows, ``energy[j]`` and ``shrinkage[j]`` the sketch's ``squared_norm`` (these rows included)
+    and ``total_shrinkage``.  Returns ``(W, delta, H, new_sq)``: the shrunk rows are ``B_j = W_j
     C_j`` (W is ``(J, ell, r)``), ``delta`` the shrinkages, ``H`` the tracked losses in the
     directions of B's rows and ``new_sq`` their squared norms ``lambda_i - delta`` (equal in
     exact arithmetic: row i is ``sqrt(1 - delta / lambda_i) u_i^T C`` and ``u_i^T C C^T u_i =
@@ -214,52 +226,39 @@ def _shrink_factors(grams, ell, row_sq, loss, energy, shrinkage, m):
 
     The arithmetic of :func:`_shrink` with the buffer as its one history part, batched: one
     stacked eigendecomposition (:func:`~fastkpca.execution.feature_ops.stacked_eigh`) and a
-    few stacked products for all J sketches.  A sketch row too short to define a direction
-    (:data:`_DIRECTION_TOL`) carries no tracked loss and counts among the untracked ones, as
-    in :func:`_shrink`.
+    few stacked products for all J sketches, written over the stacks' namespace with masks
+    rather than branches (nothing is read back from a device).  A sketch row too short to
+    define a direction (:data:`_DIRECTION_TOL`) carries no tracked loss and counts among the
+    untracked ones, as in :func:`_shrink`; a direction at or below delta gets a zero row.
     """
-    J, r, _ = grams.shape
+    placement = placement_of(grams)
+    xp = placement.xp
     lam, U = stacked_eigh(grams)
-    lam = np.maximum(lam, 0.0)
+    lam = xp.where(lam > 0.0, lam, 0.0)
     delta = lam[:, ell]  # the (ell+1)-th largest
     top = lam[:, :ell]  # the ell largest, descending
     U_top = U[:, :, :ell]
     live = top > delta[:, None]
-    all_live = bool(live.all())
-    # B = diag(sqrt(1 - delta / s_i^2)) U^T C, 0 for the directions at or below delta (the
-    # usual case, every direction above delta, without the masks: this runs once per batch)
-    if all_live:
-        ratio = delta[:, None] / top
-    else:
-        ratio = np.divide(delta[:, None], top, out=np.ones_like(top), where=live)
-    W = np.swapaxes(U_top * np.sqrt(1.0 - ratio)[:, None, :], 1, 2)
+    # B = diag(sqrt(1 - delta / s_i^2)) U^T C, 0 for the directions at or below delta
+    ratio = xp.where(live, delta[:, None] / xp.where(live, top, 1.0), 1.0)
+    W = xp.permute_dims(U_top * xp.sqrt(1.0 - ratio)[:, None, :], (0, 2, 1))
     # Tracked loss (see _shrink): v_i . w_j = s_j u_ij / ||C_i|| for the sketch rows i < ell.
-    ok = row_sq > _DIRECTION_TOL**2 * np.max(row_sq, axis=1, keepdims=True)
-    all_ok = bool(ok.all())
-    if not all_ok:
-        loss = np.where(ok[:, :, None] & ok[:, None, :], loss, 0.0)
-    tracked = np.trace(loss, axis1=1, axis2=2)
-    missing = energy - np.sum(lam, axis=1)
-    P = U_top[:, :ell, :] * np.sqrt(top)[:, None, :]
-    if all_ok:
-        average = (missing - tracked) / (m - ell) if m > ell else np.zeros(J)
-        P /= np.sqrt(row_sq)[:, :, None]
-    else:
-        free = m - np.sum(ok, axis=1)
-        average = np.divide(missing - tracked, free, out=np.zeros(J), where=free > 0)
-        P /= np.sqrt(np.where(ok, row_sq, 1.0))[:, :, None]
-        P[~ok] = 0.0
-    rho = np.sqrt(np.minimum(np.maximum(average, 0.0), shrinkage) * shrinkage)
+    ok = row_sq > _DIRECTION_TOL**2 * xp.max(row_sq, axis=1, keepdims=True)
+    both = ok[:, :, None] & ok[:, None, :]
+    loss = xp.where(both, loss, 0.0)
+    eye = xp.eye(ell, dtype=xp.float64, device=placement.device)
+    tracked = xp.sum(xp.sum(loss * eye, axis=2), axis=1)
+    missing = energy - xp.sum(lam, axis=1)
+    free = m - xp.sum(xp.astype(ok, xp.float64), axis=1)
+    average = xp.where(free > 0, (missing - tracked) / xp.where(free > 0, free, 1.0), 0.0)
+    P = U_top[:, :ell, :] * xp.sqrt(top)[:, None, :]
+    P = xp.where(ok[:, :, None], P / xp.sqrt(xp.where(ok, row_sq, 1.0))[:, :, None], 0.0)
+    rho = xp.sqrt(xp.minimum(xp.where(average > 0, average, 0.0), shrinkage) * shrinkage)
     # P^T H P + rho (I - P^T P) = P^T (H - rho I) P + rho I
-    diagonal = np.arange(ell)
-    shifted = np.array(loss, dtype=np.float64)
-    shifted[:, diagonal, diagonal] -= rho[:, None]
-    H = np.swapaxes(P, 1, 2) @ shifted @ P
-    H[:, diagonal, diagonal] += (delta + rho)[:, None]
-    if all_live:
-        return W, delta, H, top - delta[:, None]
-    H = np.where(live[:, :, None] & live[:, None, :], H, 0.0)
-    return W, delta, H, np.where(live, top - delta[:, None], 0.0)
+    H = xp.permute_dims(P, (0, 2, 1)) @ (loss - rho[:, None, None] * eye) @ P
+    H = H + (delta + rho)[:, None, None] * eye
+    H = xp.where(live[:, :, None] & live[:, None, :], H, 0.0)
+    return W, delta, H, xp.where(live, top - delta[:, None], 0.0)
 
 
 def _copy(a):
@@ -827,26 +826,35 @@ def extend_in_lockstep(sketches: list, chunks) -> None:
 
 
 class _LockstepState:
-    """The per-sketch state of :func:`extend_in_lockstep` as host stacks: tracked losses
-    ``(J, ell, ell)``, squared norms of the sketch rows ``(J, ell)`` (None until known), total
-    shrinkages and exact energies ``(J,)``, and the energy of rows not yet counted (``(J,)`` of
-    the rows' namespace: a device's moves to the host with the next shrink's Grams)."""
+    """The per-sketch state of :func:`extend_in_lockstep` as stacks where the shrinks' small
+    steps run (:func:`~fastkpca.execution.feature_ops.stacked_eigh_placement`: the host, or a
+    CUDA device): tracked losses ``(J, ell, ell)``, squared norms of the sketch rows ``(J,
+    ell)`` (None until known), total shrinkages and exact energies ``(J,)``, and the energy of
+    rows not yet counted (``(J,)`` of the rows' namespace: a device's moves to the host with the
+    next shrink's Grams, or stays on the device with the shrinks)."""
 
     def __init__(self, sketches: list):
         self.pending = None
+        self.work = stacked_eigh_placement(sketches[0]._placement)
         self.load(sketches)
 
     def load(self, sketches: list) -> None:
-        first = sketches[0]
+        first, work = sketches[0], self.work
         self.n_kept = first._n_kept
-        self.loss = np.stack([np.asarray(s._loss, dtype=np.float64) for s in sketches])
+
+        def stack(values):
+            return work.asarray(
+                np.stack([np.asarray(to_host(v), dtype=np.float64) for v in values])
+            )
+
+        self.loss = stack([s._loss for s in sketches])
         self.row_sq = (
             None
             if any(s._row_sq is None for s in sketches)
-            else np.stack([s._row_sq for s in sketches])
+            else stack([s._row_sq for s in sketches])
         )
-        self.shrinkage = np.array([s.total_shrinkage for s in sketches], dtype=np.float64)
-        self.energy = np.array([s._squared_norm for s in sketches], dtype=np.float64)
+        self.shrinkage = stack([s.total_shrinkage for s in sketches])
+        self.energy = stack([s._squared_norm for s in sketches])
         # the sketches' pending energies, stacked where they are (no transfer per sketch)
         values = [s._energy_pending for s in sketches]
         if any(v is not None for v in values):
@@ -865,18 +873,20 @@ class _LockstepState:
         self.pending = energy if self.pending is None else self.pending + energy
 
     def _count(self, pending) -> None:
-        """Add the pending energies (host values); a non-finite one means a non-finite row."""
+        """Add the pending energies (on the placement of the small steps).  A non-finite one
+        means a non-finite row: refused here where they are host values, or by :meth:`store`
+        (device values are not read back each round)."""
         self.pending = None
         if pending is None:
             return
-        if not np.isfinite(pending).all():
+        if isinstance(pending, np.ndarray) and not np.isfinite(pending).all():
             raise ValueError("rows: Input contains NaN or infinity.")
-        self.energy += pending
+        self.energy = self.energy + pending
 
     def shrink(self, stacked, sketches: list) -> None:
         """Shrink every (full) buffer of ``stacked`` to its ell sketch rows."""
         first = sketches[0]
-        ell, (J, r, m) = first._ell, stacked.shape
+        ell, (_, r, m) = first._ell, stacked.shape
         if not self.n_kept or r > m:
             # the general update, sketch by sketch (its first shrink; a tall buffer)
             self.store(sketches, r, 0)
@@ -884,35 +894,42 @@ class _LockstepState:
                 s._compress()
             self.load(sketches)
             return
+        work = self.work
         if self.row_sq is None:
-            top = stacked[:, :ell, ...]
-            self.row_sq = np.asarray(to_host(row_sums_of_squares(top)), dtype=np.float64)
-        block, pending = sketch_grams(stacked, ell, self.pending)
+            self.row_sq = work.asarray(row_sums_of_squares(stacked[:, :ell, ...]), np.float64)
+        block, pending = sketch_grams(stacked, ell, self.pending, on=work)
         self._count(pending)
-        grams = np.zeros((J, r, r))
-        diagonal = np.arange(ell)
-        grams[:, diagonal, diagonal] = self.row_sq
-        grams[:, ell:, :] = block
         W, delta, H, new_sq = _shrink_factors(
-            grams, ell, self.row_sq, self.loss, self.energy, self.shrinkage, m
+            _buffer_grams(block, self.row_sq, ell),
+            ell,
+            self.row_sq,
+            self.loss,
+            self.energy,
+            self.shrinkage,
+            m,
         )
-        placement = first._placement
-        stacked[:, :ell, ...] = placement.asarray(W, np.float64) @ stacked
-        self.shrinkage += delta
+        stacked[:, :ell, ...] = first._placement.asarray(W, np.float64) @ stacked
+        self.shrinkage = self.shrinkage + delta
         self.loss, self.row_sq = H, new_sq
 
     def store(self, sketches: list, filled: int, added: int) -> None:
         """Write the state back into the sketches (``filled`` rows buffered, ``added`` rows
         more seen); pending energy stays pending (a device's, until it is read)."""
         pending, self.pending = self.pending, None
+        energy = np.asarray(to_host(self.energy), dtype=np.float64)
+        if not np.isfinite(energy).all():
+            raise ValueError("rows: Input contains NaN or infinity.")
+        loss = np.asarray(to_host(self.loss), dtype=np.float64)
+        row_sq = None if self.row_sq is None else np.asarray(to_host(self.row_sq), np.float64)
+        shrinkage = np.asarray(to_host(self.shrinkage), dtype=np.float64)
         for j, s in enumerate(sketches):
             s._filled = filled
             s.n_rows_seen += added
-            s._loss = self.loss[j]
-            s._row_sq = None if self.row_sq is None else self.row_sq[j]
-            s.total_shrinkage = float(self.shrinkage[j])
+            s._loss = loss[j]
+            s._row_sq = None if row_sq is None else row_sq[j]
+            s.total_shrinkage = float(shrinkage[j])
             s._energy_pending = None
-            s.squared_norm = float(self.energy[j])
+            s.squared_norm = float(energy[j])
             if pending is not None:
                 s._add_pending_energy(pending[j])
 

@@ -37,6 +37,8 @@ differs between the host and a device is here, each with one signature:
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +47,7 @@ import numpy as np
 import scipy.fft
 import scipy.sparse as sp
 
-from .arrays import placement_of, to_host
+from .arrays import HOST, Placement, placement_of, to_host
 from .budget import FEATURE_DEVICE_TEMPORARIES, LOCKSTEP_CHUNK_BYTES, tile_rows
 from .memory import require_memory
 from .threads import SHARE_ROWS, map_row_chunks, n_workers, sum_over_shares
@@ -69,6 +71,7 @@ __all__ = [
     "sparse_product",
     "stack_sums_of_squares",
     "stacked_eigh",
+    "stacked_eigh_placement",
     "sum_of_squares",
     "sum_over_row_shares",
 ]
@@ -178,19 +181,19 @@ def lockstep_chunk_rows(X, n_sketches: int, width: int, itemsize: int, host_rows
     return max(1, min(per_sketch, device))
 
 
-def sketch_grams(C, n_kept: int, extra=None):
-    """The new rows' block of the Grams of stacked Frequent Directions buffers, on the host.
+def sketch_grams(C, n_kept: int, extra=None, *, on=None):
+    """The new rows' block of the Grams of stacked Frequent Directions buffers.
 
     ``C`` is ``(J, r, m)``, float64, of any namespace: J buffers whose first ``n_kept`` rows are
     a shrunk sketch B (orthogonal rows, whose Gram ``B B^T`` is diagonal and known to the
-    caller) and whose other rows N are new.  Returns the host float64 ``(J, r - n_kept, r)``
-    array ``N [B; N]^T`` (its ``[..., n_kept:]`` block ``N N^T`` exact in its lower triangle at
-    least: what ``numpy.linalg.eigh`` reads) and ``extra`` (a ``(J,)`` array of C's namespace,
-    e.g. the rows' energies) on the host, or None.
+    caller) and whose other rows N are new.  Returns the float64 ``(J, r - n_kept, r)`` array
+    ``N [B; N]^T`` (its ``[..., n_kept:]`` block ``N N^T`` exact in its lower triangle at least)
+    and ``extra`` (a ``(J,)`` array of C's namespace, e.g. the rows' energies), or None, both on
+    the placement ``on`` (:func:`stacked_eigh_placement`; default: the host).
 
     On the host ``N B^T`` is one batched product and ``N N^T`` numpy's SYRK of each sketch (half
-    the multiply-adds of a product); on a device one batched product, moved to the host with
-    ``extra`` in one transfer.
+    the multiply-adds of a product); on a device one batched product, kept there or moved to the
+    host with ``extra`` in one transfer.
     """
     placement = placement_of(C)
     k = int(n_kept)
@@ -205,6 +208,8 @@ def sketch_grams(C, n_kept: int, extra=None):
     xp = placement.xp
     N = C[:, k:, ...]
     block = N @ xp.permute_dims(C, (0, 2, 1))
+    if on is not None and not on.host:
+        return block, (None if extra is None else xp.astype(extra, xp.float64))
     J, b, r = block.shape
     if extra is None:
         return np.asarray(to_host(block), dtype=np.float64), None
@@ -215,15 +220,42 @@ def sketch_grams(C, n_kept: int, extra=None):
     return values[: J * b * r].reshape(J, b, r), values[J * b * r :]
 
 
-def stacked_eigh(G: np.ndarray):
-    """Eigenpairs of a stack of small symmetric host matrices ``(J, r, r)`` (lower triangles
-    read), eigenvalues descending: ``(values (J, r), vectors (J, r, r))``, vectors in columns.
+def stacked_eigh_placement(placement: Placement) -> Placement:
+    """Where the small eigendecompositions of sketches whose buffers are on ``placement`` run
+    (:func:`stacked_eigh`), and with them the rest of each shrink's small steps: a CUDA device
+    where CuPy is installed (cuSOLVER's batched Jacobi solver, which PyTorch's ``eigh`` does not
+    use for matrices over 32 rows), else the host (numpy's LAPACK on the worker threads).  On a
+    GPU without CuPy the shrinks' Grams make a round trip to the host each round."""
+    if placement.is_cuda and _cupy() is not None:
+        return placement
+    return HOST
 
-    numpy's LAPACK (``syevd``, which releases the interpreter lock) over the stack; called
-    outside a worker thread (a device fit's batched shrink), a stack of several is shared out
-    to the worker threads (:func:`~fastkpca.execution.map_row_chunks`), each matrix's
+
+@functools.cache
+def _cupy():
+    """The ``cupy`` module, or None where it is not installed (an optional accelerator of the
+    Frequent Directions shrinks on a CUDA device; imported once, on the first device fit)."""
+    try:
+        return importlib.import_module("cupy")
+    except Exception:  # noqa: BLE001 (not installed, or no CUDA runtime it can load)
+        return None
+
+
+def stacked_eigh(G):
+    """Eigenpairs of a stack of small symmetric matrices ``(J, r, r)`` (lower triangles read),
+    eigenvalues descending: ``(values (J, r), vectors (J, r, r))``, vectors in columns, on G's
+    placement (the host, or a CUDA device where :func:`stacked_eigh_placement` keeps them).
+
+    On the host numpy's LAPACK (``syevd``, which releases the interpreter lock) over the stack;
+    called outside a worker thread (a device fit's batched shrink), a stack of several is shared
+    out to the worker threads (:func:`~fastkpca.execution.map_row_chunks`), each matrix's
     eigendecomposition the same whatever the share.  One matrix (a sketch's own shrink) is
-    decomposed right here: the thread count is not worth reading for it."""
+    decomposed right here: the thread count is not worth reading for it.  On a CUDA device,
+    CuPy's batched ``eigh`` on the same memory (DLPack, on PyTorch's current stream); on other
+    namespaces their own ``linalg.eigh``."""
+    placement = placement_of(G)
+    if not placement.host:
+        return _device_stacked_eigh(G, placement)
     J = G.shape[0]
     if J == 1:
         w, v = np.linalg.eigh(G)
@@ -238,6 +270,24 @@ def stacked_eigh(G: np.ndarray):
 
     map_row_chunks(J, part, chunk_rows=max(1, -(-J // max(1, n_workers()))))
     return vals, vecs
+
+
+def _device_stacked_eigh(G, placement: Placement):
+    """:func:`stacked_eigh` off the host: CuPy's batched solver on a CUDA device
+    (:func:`stacked_eigh_placement`), the namespace's own ``eigh`` elsewhere."""
+    xp = placement.xp
+    if placement.is_cuda and _cupy() is not None:
+        cupy = _cupy()
+        torch = importlib.import_module("torch")
+        stream = torch.cuda.current_stream(G.device)
+        with cupy.cuda.Device(G.device.index), cupy.cuda.ExternalStream(stream.cuda_stream):
+            w, v = cupy.linalg.eigh(cupy.from_dlpack(G.contiguous()))
+            w, v = torch.from_dlpack(w), torch.from_dlpack(v)
+    else:
+        # a non-finite row is refused by the caller when it reads its state back (nothing is
+        # read back here); the namespace's LAPACK would stop at it first, with its own error
+        w, v = xp.linalg.eigh(xp.where(xp.isfinite(G), G, 0.0))
+    return xp.flip(w, axis=-1), xp.flip(v, axis=-1)
 
 
 def stack_sums_of_squares(A):

@@ -297,17 +297,22 @@ def whitening(A, tol: float):
 
 def _cholesky_whitening(A: np.ndarray, tol: float):
     c = A.shape[0]
-    with one_blas_thread():  # small dense LAPACK: idle BLAS threads' spin-waits cost more
+    with one_blas_thread():  # pivoted Cholesky: LAPACK's is unblocked, threads only spin
         R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)
-        rank = max(int(rank), 1)
-        R = np.triu(R[:rank])
-        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
-    order = piv - 1
-    N = np.zeros((rank, c))
-    N[:, order[:rank]] = np.triu(R_inv).T
-    Z = np.empty((rank, c))
-    Z[:, order] = R
-    return N, Z
+    rank = max(int(rank), 1)
+    R = np.triu(R[:rank])
+    # the triangular inverse is blocked (level 3): BLAS threads pay from a few hundred rows
+    with one_blas_thread() if rank < PARALLEL_TRIANGULAR_MIN else contextlib.nullcontext():
+        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)  # R's zero lower triangle kept
+    # column i of A is pivot inverse[i]: gathers of whole rows, not scatters into columns
+    inverse = np.argsort(piv - 1)
+    pivoted = np.zeros((c, rank))
+    pivoted[:rank] = R_inv
+    return pivoted[inverse].T, np.take(R, inverse, axis=1)
+
+
+#: Rows from which :func:`whitening`'s triangular inverse uses the BLAS threads.
+PARALLEL_TRIANGULAR_MIN = 512
 
 
 def _eigh_whitening(A, tol: float, placement: Placement):
