@@ -319,7 +319,7 @@ def test_feature_transformers_on_any_number_of_threads(cls, data):
     ref = cls(128, random_state=0, n_jobs=1).fit(X).transform(X_new)
     for jobs in JOBS[1:]:
         got = cls(128, random_state=0, n_jobs=jobs).fit(X).transform(X_new)
-        # each 256-row chunk's features are computed alike whatever the threads
+        # each 512-row chunk's features are computed alike whatever the threads
         np.testing.assert_allclose(got, ref, rtol=0, atol=RTOL64 * np.abs(ref).max())
     poly = TensorSketchFeatures(64, random_state=0, n_jobs=2).fit(X).transform(X_new)
     assert poly.shape == (X_new.shape[0], 64)

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fastkpca._state import STATE_CLASSES, state_class_name
-from fastkpca.execution import n_workers
+from fastkpca.execution import CHUNK_ROWS, n_workers
 from fastkpca.execution.feature_ops import hadamard
 from fastkpca.features import (
     FEATURES,
@@ -366,7 +366,7 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
         return {"n": 0, "sum": np.zeros(64), "gram": np.zeros((64, 64))}
 
     def add(acc, chunk):
-        assert chunk.shape[0] <= 256
+        assert chunk.shape[0] <= CHUNK_ROWS
         acc["n"] += chunk.shape[0]
         acc["sum"] += chunk.sum(axis=0, dtype=np.float64)
         acc["gram"] += chunk.T.astype(np.float64) @ chunk
@@ -380,7 +380,7 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
 
 @pytest.mark.parametrize("features, kernel, sparse", EVERY_MAP_KIND)
 def test_row_writer_writes_the_features_of_any_rows_from_two_threads(features, kernel, sparse):
-    # write(lo, hi, out) gives the features of rows lo:hi (ranges across the 256-row chunks,
+    # write(lo, hi, out) gives the features of rows lo:hi (ranges across the 512-row chunks,
     # two threads at once), in the map's computing dtype.  The Fourier and Fastfood maps center
     # each chunk before the float32 phases, so ranges cut differently from fmap(X)'s chunks
     # agree to float32 rounding of features <= sqrt(2 / 32) = 0.25: atol 1e-6.

@@ -2,7 +2,7 @@
 ``array_api_strict`` (the reference namespace) give the numpy results.
 
 Every map's ``__call__`` and ``feature_projection``, and a Frequent Directions sketch fed,
-merged and read, are written once over the rows' namespace; only the row chunks (256 rows on
+merged and read, are written once over the rows' namespace; only the row chunks (512 rows on
 the host's threads, larger ones elsewhere) and the element-wise primitives of
 :mod:`fastkpca.execution.elementwise` differ.  Tolerances: float64 results 1e-10 relative
 (the order of float64 sums); features computed in float32 (the Fourier maps, any float32

@@ -111,7 +111,7 @@ def _haar_orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
 
 # --- feature maps ---------------------------------------------------------------------------------
 # Each map's ``_chunk`` is written once over the rows' array namespace; the execution layer runs
-# the chunks (``execution.feature_ops.map_rows``: on the host 256-row chunks on the
+# the chunks (``execution.feature_ops.map_rows``: on the host 512-row chunks on the
 # worker threads, written in place; on a device large chunks sized from its free memory).  The
 # random parameters are the host's, converted once per placement and kept on the map
 # (:meth:`FeatureMap._placed`), so every placement computes the features of the same map.
@@ -397,8 +397,9 @@ def feature_blocks(blocks, fmap: FeatureMap):
 
 def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> list:
     """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators:
-    ``add(accumulator, Z)`` for every chunk Z (at most 256 rows, overwritable) in the thread that
-    computed it; returns the ``new_accumulator()`` objects in worker order, to be added."""
+    ``add(accumulator, Z)`` for every chunk Z (at most :data:`~fastkpca.execution.CHUNK_ROWS`
+    rows, overwritable) in the thread that computed it; returns the ``new_accumulator()``
+    objects in worker order, to be added."""
     accumulators: dict[int, object] = {}
 
     def feed(Z):

@@ -61,6 +61,7 @@ decided per share.
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 import os
 import threading
@@ -90,12 +91,16 @@ __all__ = [
     "single_threaded_blas",
 ]
 
-#: Rows per chunk of :func:`map_row_chunks` by default: a 256 x 1024 float32 chunk is 1 MiB, so
-#: a chunk's projection, Hadamard transforms and cos / sin run in the L2 cache.
-CHUNK_ROWS = 256
+#: Rows per chunk of :func:`map_row_chunks` by default: a 512 x 1024 float32 chunk is 2 MiB, so
+#: a chunk's projection, Hadamard transforms and cos / sin run in the L2 cache of most cores.
+#: Each chunk's ten-odd numpy steps take and give back the interpreter lock, and on two cores
+#: the threads' hand-overs of it cost more than a larger chunk's cache misses: RandomFeatureKPCA
+#: (300,000 rows, d = 50, m = 800; benchmarks/NOTES.md) took 0.66 s on two cores with 512 rows
+#: against 0.77 s with 256, and 1.06 against 1.09 s on one.
+CHUNK_ROWS = 512
 
 #: Rows per share of the products :func:`sum_over_shares` spreads over the threads (``Z^T Z`` of
-#: feature blocks, sketch products): four chunks, enough rows for a GEMM near peak speed, and
+#: feature blocks, sketch products): two chunks, enough rows for a GEMM near peak speed, and
 #: fixed, so that every share's product is computed alike whatever the thread count.
 SHARE_ROWS = 1024
 
@@ -376,28 +381,45 @@ def sum_over_shares(n: int, part: Callable[[int, int], np.ndarray], *, share_row
     return total
 
 
-def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T]) -> list:
+def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, dynamic: bool = False) -> list:
     """``[fn(task) for task in tasks]`` on up to :func:`n_workers` threads, BLAS on one thread.
 
     With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order (e.g. the
-    sketches it owns).  Results come back in task order, so anything combined from them is
-    combined in an order that does not depend on the threads.  Called from inside a worker, it
-    runs in that thread.
+    sketches it owns), so per-worker accumulators (:func:`worker_index`) group the same tasks
+    in every run.  With ``dynamic=True`` each thread takes the next task not yet taken when it
+    is free: the threads stay busy whatever the tasks' costs, for tasks whose results do not
+    depend on the thread that runs them (nothing accumulated per worker).  Results come back in
+    task order, so anything combined from them is combined in an order that does not depend on
+    the threads.  Called from inside a worker, it runs in that thread.
     """
     tasks = list(tasks)
     if not tasks:
         return []
     workers = max(1, min(n_workers(), len(tasks)))
-    groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
     results: list[Any] = [None] * len(tasks)
+    if dynamic:
+        taken = itertools.count()  # next() on a count is atomic: each index taken once
 
-    def run(group):
-        for i in group:
-            results[i] = fn(tasks[i])
+        def run(_):
+            for i in iter(taken.__next__, None):
+                if i >= len(tasks):
+                    return
+                results[i] = fn(tasks[i])
+
+        groups: list = [None] * workers
+    else:
+        groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
+
+        def run(group):
+            for i in group:
+                results[i] = fn(tasks[i])
 
     if _in_worker():
-        for group in groups:
-            run(group)
+        if dynamic:
+            run(None)
+        else:
+            for group in groups:
+                run(group)
         return results
     with single_threaded_blas():
         _run_all([functools.partial(run, g) for g in groups])

@@ -12,7 +12,7 @@ Inside one statistic the rows are dealt by index between a fixed number of sketc
 (:data:`MAX_SKETCHES` = 32 unless they are large, :func:`sketch_count`) updated by the threads of
 the execution layer and merged up a fixed tree when read, which spreads the shrinks (small
 eigendecompositions, serial in LAPACK) over the cores; each thread computes the features of the
-rows of its sketches, 256 at a time, right before a sketch takes them
+rows of its sketches, 512 at a time, right before a sketch takes them
 (:meth:`FeatureSketch.update_rows`), so no block of features is ever formed.  Neither the
 number of threads nor the blocking changes which rows a sketch sees.
 
@@ -36,7 +36,7 @@ assignment would give a different FD sketch, not a rounding of this one).  The s
 get runs of equal lengths take them in lockstep (:func:`~fastkpca.sketch.extend_in_lockstep`:
 their shrinks batched, the same arithmetic per sketch); what the execution layer decides is how
 many go together (:func:`~fastkpca.execution.feature_ops.lockstep_width`): on the host a share
-per worker thread, each computing its sketches' features 256 rows at a time in cache; on a
+per worker thread, each computing its sketches' features 512 rows at a time in cache; on a
 device all of them, one batched shrink per round.
 """
 
@@ -195,7 +195,7 @@ class FeatureSketch:
     def update_rows(self, X, fmap: FeatureMap) -> FeatureSketch:
         """Add the features of a block of input rows, each sketch's rows computed right before
         it takes them (:meth:`FeatureMap._chunk <fastkpca.features.FeatureMap>`: on the host in
-        the thread that updates the sketch, chunks of 256 rows in cache, so no feature block is
+        the thread that updates the sketch, chunks of 512 rows in cache, so no feature block is
         formed).  The same rows go to the same sketch as with ``update(fmap(X))``; the features
         agree to their float32 rounding.
 
@@ -228,7 +228,7 @@ class FeatureSketch:
         :func:`~fastkpca.execution.feature_ops.lockstep_width` sketches (on the host a share of
         them per worker thread; on a device all of them), the pieces run on the worker threads
         (:meth:`_run`).  Each sketch's features are computed in chunks of its runs
-        (:func:`~fastkpca.execution.feature_ops.lockstep_chunk_rows`: 256 rows on the host),
+        (:func:`~fastkpca.execution.feature_ops.lockstep_chunk_rows`: 512 rows on the host),
         whose rows depend on the rows and the blocking only, and neither grouping changes what a
         sketch computes: the model does not depend on the number of threads.
         """
@@ -250,10 +250,15 @@ class FeatureSketch:
         itemsize = np.dtype(dtype).itemsize
         pieces = []
         for group in groups.values():
-            width = lockstep_width(X, len(group))
-            pieces += [group[i : i + width] for i in range(0, len(group), width)]
+            # pieces of at most the lockstep width, their sizes as equal as can be (27 sketches
+            # at width 8: 7, 7, 7 and 6, not 8, 8, 8 and 3)
+            count = -(-len(group) // lockstep_width(X, len(group)))
+            bounds = [len(group) * i // count for i in range(count + 1)]
+            pieces += [group[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
         if not pieces:
             return
+        # the largest first, taken by whichever thread is free (map_tasks' dynamic order)
+        pieces.sort(key=len, reverse=True)
         width = max(len(piece) for piece in pieces)
         chunk = lockstep_chunk_rows(X, width, m, itemsize, CHUNK_ROWS)
         buffers = ChunkBuffers(X)
@@ -279,7 +284,7 @@ class FeatureSketch:
         (:func:`~fastkpca.execution.map_tasks`: the shrinks are small eigendecompositions and
         the feature products small GEMMs, where more BLAS threads only spin); the column sums
         the jobs return are added in job order."""
-        for part_sum in map_tasks(_run_job, [(extend, job) for job in jobs]):
+        for part_sum in map_tasks(_run_job, [(extend, job) for job in jobs], dynamic=True):
             self.feature_sum += part_sum
 
     def _added(self, n_rows: int) -> FeatureSketch:
