@@ -188,6 +188,41 @@ def test_nested_maps_run_in_their_worker_and_errors_propagate():
             map_tasks(fail, range(6))
 
 
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_dynamic_tasks_run_each_once_and_return_in_task_order(jobs):
+    """``map_tasks(dynamic=True)``: whichever thread is free takes the next task; every task runs
+    once, results come back in task order, a slow task does not hold back the others' thread,
+    and a failing task's error reaches the caller after the others ran."""
+    import threading
+    import time
+
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    def task(t):
+        if t == 0:
+            time.sleep(0.2)  # the longest first, as the lockstep pieces are ordered
+        with lock:
+            runs.append(t)
+        return t * t
+
+    with using_n_jobs(jobs):
+        assert map_tasks(task, range(9), dynamic=True) == [t * t for t in range(9)]
+        assert sorted(runs) == list(range(9))
+        if jobs > 1:
+            assert runs[-1] == 0  # while task 0's thread slept, another took all the rest
+        else:
+            assert runs == list(range(9))
+
+        def fail(t):
+            if t == 4:
+                raise ValueError("task 4 failed")
+            return t
+
+        with pytest.raises(ValueError, match="task 4"):
+            map_tasks(fail, range(6), dynamic=True)
+
+
 def _forked_child(queue):
     with using_n_jobs(3):
         total = sum_over_shares(9000, lambda a, b: np.array([float(b - a)]), share_rows=100)
