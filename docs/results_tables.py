@@ -470,7 +470,7 @@ def cores_ceiling_table() -> str:
     exact = _json("bench_cores_h200_host_exact_1e5.json")["table"]["exact_mf@16"]
     table, ceiling = d["table"], d["ceiling"]
     head = (
-        f"`python benchmarks/bench_cores.py --cores 1 2 16 --n-samples {d['n_samples']:,} "
+        f"`python benchmarks/bench_cores.py --cores 1 2 16 --n-samples {d['n_samples']} "
         "--methods rf nystrom streaming --repeats 1` on the same 16 host cores (results: "
         "`benchmarks/results/bench_cores_h200_host_1_2_16.json`): the ceiling is the speed-up of "
         "p independent processes doing the fits' per-chunk work (a float32 feature product, "
