@@ -297,7 +297,7 @@ def whitening(A, tol: float):
 
 def _cholesky_whitening(A: np.ndarray, tol: float):
     c = A.shape[0]
-    with one_blas_thread():  # pivoted Cholesky: LAPACK's is unblocked, threads only spin
+    with one_blas_thread():  # pivoted Cholesky: no faster on BLAS threads (NOTES)
         R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)
     rank = max(int(rank), 1)
     R = np.triu(R[:rank])
