@@ -302,17 +302,13 @@ def _cholesky_whitening(A: np.ndarray, tol: float):
     rank = max(int(rank), 1)
     R = np.triu(R[:rank])
     # the triangular inverse is blocked (level 3): BLAS threads pay from a few hundred rows
-    with one_blas_thread() if rank < PARALLEL_TRIANGULAR_MIN else contextlib.nullcontext():
+    with one_blas_thread() if rank < budget.PARALLEL_TRIANGULAR_MIN else contextlib.nullcontext():
         R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)  # R's zero lower triangle kept
     # column i of A is pivot inverse[i]: gathers of whole rows, not scatters into columns
     inverse = np.argsort(piv - 1)
     pivoted = np.zeros((c, rank))
     pivoted[:rank] = R_inv
     return pivoted[inverse].T, np.take(R, inverse, axis=1)
-
-
-#: Rows from which :func:`whitening`'s triangular inverse uses the BLAS threads.
-PARALLEL_TRIANGULAR_MIN = 512
 
 
 def _eigh_whitening(A, tol: float, placement: Placement):
