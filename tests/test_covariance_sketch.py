@@ -210,6 +210,24 @@ def test_informed_test_matrix_spans_the_sample_axes():
     np.testing.assert_allclose(vals, _top(S, 4)[0], rtol=1e-8)
 
 
+def test_informed_test_matrix_centers_the_rows_in_place_when_allowed():
+    # overwrite_rows: the same test matrix to rounding (the Rayleigh-Ritz Gram is summed over
+    # row shares either way), the rows left centered (their column means 0 to float32
+    # rounding of values about 3); rows of another dtype are converted, never overwritten.
+    rng = np.random.default_rng(2)
+    X = _low_rank_rows(3000, 40, 4, rng, offset=3.0).astype(np.float32)
+    rows = X.copy()
+    T = cs.informed_test_matrix(X, 9, 1)
+    T_in_place = cs.informed_test_matrix(rows, 9, 1, overwrite_rows=True)
+    np.testing.assert_allclose(T_in_place, T, atol=1e-6)
+    np.testing.assert_allclose(rows, X - X.mean(axis=0, dtype=np.float64), atol=1e-5)
+    assert np.abs(rows.mean(axis=0, dtype=np.float64)).max() < 1e-5
+    ints = np.arange(120).reshape(30, 4) % 7
+    kept = ints.copy()
+    cs.informed_test_matrix(ints, 2, 1, overwrite_rows=True)
+    np.testing.assert_array_equal(ints, kept)
+
+
 def test_informed_test_matrix_few_sample_rows_and_errors():
     # Fewer sample rows than data columns asked for: as many data columns as rows, the rest
     # Gaussian; still orthonormal.

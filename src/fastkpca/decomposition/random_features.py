@@ -112,10 +112,10 @@ def _shift_and_test_matrix(X_first, fmap, q, rng):
     pass: the feature mean, and half Gaussian, half that block's leading principal axes
     (:func:`~fastkpca.statistics.covariance_sketch.informed_test_matrix`)."""
     Z_first = head_features(X_first, fmap)
+    shift = feature_shift(X_first, fmap, Z_first)
     # On a device the block's leading axes are computed there, from the host generator's
-    # draws, as on every placement.
-    T = informed_test_matrix(Z_first, q, rng)
-    return feature_shift(X_first, fmap, Z_first), T
+    # draws, as on every placement; the block is not needed after (centered in place).
+    return shift, informed_test_matrix(Z_first, q, rng, overwrite_rows=True)
 
 
 def constant_diag_sum(kernel, n_samples, n_features):

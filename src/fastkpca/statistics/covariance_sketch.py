@@ -210,7 +210,9 @@ def test_matrix(p: int, q: int, rng) -> np.ndarray:
 test_matrix.__test__ = False  # type: ignore[attr-defined]  # not a pytest test when imported
 
 
-def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.ndarray:
+def informed_test_matrix(
+    rows, q: int, rng, *, power_iterations: int = 6, overwrite_rows: bool = False
+) -> np.ndarray:
     """A (p, q) test matrix with orthonormal columns: half Gaussian, half the leading principal
     axes of a sample of the rows being sketched.
 
@@ -228,11 +230,17 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
         Columns, ``1 <= q <= p``.
     rng : numpy.random.Generator or seed
     power_iterations : int
+    overwrite_rows : bool, default False
+        Center ``rows`` in place (a float array of the caller's that is not needed after),
+        instead of a centered copy: the copy is as large as the sample, and a new allocation's
+        first touch costs more than the centering.
     """
     placement = placement_of(rows)
-    rows = placement.asarray(rows)
-    if rows.dtype not in (placement.xp.float32, placement.xp.float64):
-        rows = placement.asarray(rows, np.float64)
+    as_float = placement.asarray(rows)
+    if as_float.dtype not in (placement.xp.float32, placement.xp.float64):
+        as_float = placement.asarray(as_float, np.float64)
+    overwrite_rows = overwrite_rows and as_float is rows
+    rows = as_float
     p = rows.shape[1]
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")
@@ -240,36 +248,45 @@ def informed_test_matrix(rows, q: int, rng, *, power_iterations: int = 6) -> np.
     n_data = min(q - q // 2, rows.shape[0])
     columns = [rng.standard_normal((p, q - n_data))]
     if n_data > 0:
-        columns.insert(0, _leading_axes(rows, n_data, rng, power_iterations))
+        columns.insert(0, _leading_axes(rows, n_data, rng, power_iterations, overwrite_rows))
     with one_blas_thread():
         T, _ = np.linalg.qr(np.hstack(columns))
     return T
 
 
-def _leading_axes(rows, n_data: int, rng, power_iterations: int) -> np.ndarray:
+def _leading_axes(rows, n_data: int, rng, power_iterations: int, overwrite: bool) -> np.ndarray:
     """:func:`informed_test_matrix`'s leading axes of the rows (a host array), computed where
     the rows are, in their precision (directions to sketch along, not results): the range
     finder's products over shares of the rows
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`), its starting block from the
-    host ``rng``, then Rayleigh-Ritz (:func:`~fastkpca.execution.linalg.eigh`)."""
+    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`; with ``overwrite`` the first
+    one centers each share in place, else the rows are centered into a copy), its starting
+    block from the host ``rng``, then Rayleigh-Ritz (:func:`~fastkpca.execution.linalg.eigh`)
+    on ``(A Q)^T (A Q)``, also summed over the shares."""
     placement = placement_of(rows)
     xp = placement.xp
     p = rows.shape[1]
     dtype = float_dtype(rows.dtype)
-    mean = xp.sum(rows, axis=0, dtype=xp.float64) / rows.shape[0]
-    A = rows - placement.asarray(mean, dtype)
+    mean = placement.asarray(xp.sum(rows, axis=0, dtype=xp.float64) / rows.shape[0], dtype)
+    A = rows if overwrite else rows - mean
     Q = placement.asarray(rng.standard_normal((p, min(p, n_data + 10))), dtype)
 
     def gram_times(share):
         return share.T @ (share @ Q)
 
-    for _ in range(power_iterations + 1):
-        Y = xp.astype(sum_over_row_shares(A, gram_times), A.dtype)
+    def center_then_gram_times(share):
+        share -= mean  # a view of the rows: centered where they are
+        return gram_times(share)
+
+    def ritz_gram(share):
+        B = xp.astype(share @ Q, xp.float64)
+        return B.T @ B
+
+    for i in range(power_iterations + 1):
+        first = overwrite and i == 0
+        Y = sum_over_row_shares(A, center_then_gram_times if first else gram_times)
         with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
-            Q, _ = xp.linalg.qr(Y)
-    with one_blas_thread():
-        B = xp.astype(A @ Q, xp.float64)
-        _, V = eigh(B.T @ B)
+            Q, _ = xp.linalg.qr(xp.astype(Y, A.dtype))
+    _, V = eigh(sum_over_row_shares(A, ritz_gram))
     return to_host(xp.astype(Q, xp.float64) @ V[:, :n_data])
 
 
