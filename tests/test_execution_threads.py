@@ -30,6 +30,7 @@ from fastkpca import (
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition._base import execution_context
 from fastkpca.execution import (
+    map_chains,
     map_row_chunks,
     map_tasks,
     n_workers,
@@ -221,6 +222,54 @@ def test_dynamic_tasks_run_each_once_and_return_in_task_order(jobs):
 
         with pytest.raises(ValueError, match="task 4"):
             map_tasks(fail, range(6), dynamic=True)
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_chains_run_in_order_one_task_at_a_time_on_any_thread(jobs):
+    """``map_chains``: every task runs once, a chain's tasks in order and never two at once,
+    results per chain in task order; a free thread takes the chain with the most work left
+    (tasks left times weight), so a slow chain does not hold the others back; a failing task
+    stops the chains and its error reaches the caller."""
+    import threading
+    import time
+
+    lock = threading.Lock()
+    order: dict[int, list[int]] = {}
+    running: set[int] = set()
+    overlaps: list[int] = []
+    threads_of: dict[int, set] = {}
+
+    def task(t):
+        c, i = t
+        with lock:
+            if c in running:
+                overlaps.append(c)
+            running.add(c)
+            order.setdefault(c, []).append(i)
+            threads_of.setdefault(c, set()).add(threading.get_ident())
+        time.sleep(0.02 if c == 0 else 0.002)
+        with lock:
+            running.discard(c)
+        return 10 * c + i
+
+    chains = [[(c, i) for i in range(n)] for c, n in enumerate([6, 3, 0, 5, 1])]
+    with using_n_jobs(jobs):
+        out = map_chains(task, chains, weights=[1, 1, 1, 2, 1])
+        assert out == [[10 * c + i for i in range(len(chain))] for c, chain in enumerate(chains)]
+        assert not overlaps
+        assert all(order[c] == list(range(len(chain))) for c, chain in enumerate(chains) if chain)
+        if jobs > 1:
+            # chain 0's slow tasks kept one thread; the others took the rest meanwhile
+            assert len(set().union(*threads_of.values())) > 1
+
+        def fail(t):
+            if t == (1, 1):
+                raise ValueError("task 1 of chain 1 failed")
+            return t
+
+        with pytest.raises(ValueError, match="chain 1"):
+            map_chains(fail, chains)
+        assert map_chains(task, []) == [] and map_chains(task, [[]]) == [[]]
 
 
 def _forked_child(queue):

@@ -795,8 +795,10 @@ def extend_in_lockstep(sketches: list, chunks) -> None:
     own = [s._buffer for s in sketches]
     if J == 1:
         stacked = xp.reshape(first._buffer, (1, cap, m))  # a view: no copy of one buffer
-    else:
-        stacked = xp.stack(own)
+    else:  # the rows buffered only: the others are written before they are read
+        stacked = xp.empty((J, cap, m), dtype=own[0].dtype, device=placement.device)
+        for j, buffer in enumerate(own):
+            stacked[j, : first._filled, ...] = buffer[: first._filled, ...]
     for j, s in enumerate(sketches):
         s._buffer = stacked[j, ...]
     state = _LockstepState(sketches)

@@ -243,7 +243,7 @@ def symmetric_gram(kernel, X, *, rows=None):
 
         starts = range(0, n, step)
         if getattr(kernel, "parallel_safe", False):
-            map_tasks(fill, starts)  # the upper triangle is complete ...
+            map_tasks(fill, starts, dynamic=True)  # the upper triangle is complete ...
         else:
             for start in starts:
                 fill(start)

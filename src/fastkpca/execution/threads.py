@@ -4,7 +4,8 @@ thread meanwhile.
 How wide a call runs
     :func:`n_workers` is the number of threads the current call may use.  Nothing passes a
     thread count through the numerical functions' signatures: they call
-    :func:`map_row_chunks`, :func:`sum_over_shares` or :func:`map_tasks`, which read it here.
+    :func:`map_row_chunks`, :func:`sum_over_shares`, :func:`map_tasks` or :func:`map_chains`,
+    which read it here.
     The count is, in this order:
 
     1. the ``n_jobs`` of the innermost fastkpca call that sets one (:func:`using_n_jobs`, a
@@ -61,13 +62,12 @@ decided per share.
 from __future__ import annotations
 
 import functools
-import itertools
 import numbers
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -87,6 +87,7 @@ __all__ = [
     "map_row_chunks",
     "sum_over_shares",
     "map_tasks",
+    "map_chains",
     "one_blas_thread",
     "single_threaded_blas",
 ]
@@ -387,42 +388,94 @@ def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, dynamic: bool = Fal
     With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order (e.g. the
     sketches it owns), so per-worker accumulators (:func:`worker_index`) group the same tasks
     in every run.  With ``dynamic=True`` each thread takes the next task not yet taken when it
-    is free: the threads stay busy whatever the tasks' costs, for tasks whose results do not
-    depend on the thread that runs them (nothing accumulated per worker).  Results come back in
-    task order, so anything combined from them is combined in an order that does not depend on
-    the threads.  Called from inside a worker, it runs in that thread.
+    is free (:func:`map_chains` of one-task chains): the threads stay busy whatever the tasks'
+    costs, for tasks whose results do not depend on the thread that runs them (nothing
+    accumulated per worker).  Results come back in task order.  Called from inside a worker, it
+    runs in that thread.
     """
     tasks = list(tasks)
     if not tasks:
         return []
+    if dynamic:
+        return [chain[0] for chain in map_chains(fn, [[task] for task in tasks])]
     workers = max(1, min(n_workers(), len(tasks)))
     results: list[Any] = [None] * len(tasks)
-    if dynamic:
-        taken = itertools.count()  # next() on a count is atomic: each index taken once
+    groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
 
-        def run(_):
-            for i in iter(taken.__next__, None):
-                if i >= len(tasks):
-                    return
-                results[i] = fn(tasks[i])
-
-        groups: list = [None] * workers
-    else:
-        groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
-
-        def run(group):
-            for i in group:
-                results[i] = fn(tasks[i])
+    def run(group):
+        for i in group:
+            results[i] = fn(tasks[i])
 
     if _in_worker():
-        if dynamic:
-            run(None)
-        else:
-            for group in groups:
-                run(group)
+        for group in groups:
+            run(group)
         return results
     with single_threaded_blas():
         _run_all([functools.partial(run, g) for g in groups])
+    return results
+
+
+def map_chains(
+    fn: Callable[[T], Any], chains: Sequence[Sequence[T]], *, weights: Sequence[float] | None = None
+) -> list[list]:
+    """``[[fn(task) for task in chain] for chain in chains]`` on up to :func:`n_workers`
+    threads, BLAS on one thread: each chain's tasks run in its order, one at a time, each on
+    whichever thread is free.
+
+    A free thread takes the next task of the chain with the most work left (tasks left times
+    weight, default 1; ties: the first chain) that no thread runs, or waits for one: long
+    sequential jobs (sketches taking their rows in order) stay balanced to within about a task.
+    Nothing may be accumulated per thread; results come back per chain in task order.  If a
+    task raises, no other starts, and the first error (in chain order) is raised once the
+    running ones end.  Inside a worker the chains run in this thread, one after another.
+    """
+    chains = [list(chain) for chain in chains]
+    weights = [1.0] * len(chains) if weights is None else [float(w) for w in weights]
+    results: list[list] = [[None] * len(chain) for chain in chains]
+    errors: list[BaseException | None] = [None] * len(chains)
+    workers = max(1, min(n_workers(), len(chains)))
+    if workers == 1 or _in_worker():
+        with nullcontext() if _in_worker() else single_threaded_blas():
+            for c, chain in enumerate(chains):
+                results[c] = [fn(task) for task in chain]
+        return results
+    state = threading.Condition()
+    taken = [0] * len(chains)  # tasks of each chain started
+    busy = [False] * len(chains)
+
+    def pick() -> tuple[int, int] | None:
+        """The next (chain, task) to run, or None when nothing is left to start."""
+        with state:
+            while True:
+                if any(error is not None for error in errors):
+                    return None
+                left = [(len(chain) - taken[c]) * weights[c] for c, chain in enumerate(chains)]
+                free = [c for c in range(len(chains)) if left[c] > 0 and not busy[c]]
+                if free:
+                    c = max(free, key=lambda c: (left[c], -c))
+                    busy[c] = True
+                    taken[c] += 1
+                    return c, taken[c] - 1
+                if not any(left):
+                    return None
+                state.wait()  # the chains left are running: wait for one to be free
+
+    def run() -> None:
+        while (job := pick()) is not None:
+            c, i = job
+            try:
+                results[c][i] = fn(chains[c][i])
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, in chain order
+                errors[c] = exc
+            with state:
+                busy[c] = False
+                state.notify_all()
+
+    with single_threaded_blas():
+        _run_all([run] * workers)
+    for error in errors:
+        if error is not None:
+            raise error
     return results
 
 

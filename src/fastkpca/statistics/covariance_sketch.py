@@ -231,16 +231,14 @@ def informed_test_matrix(
     rng : numpy.random.Generator or seed
     power_iterations : int
     overwrite_rows : bool, default False
-        Center ``rows`` in place (a float array of the caller's that is not needed after),
-        instead of a centered copy: the copy is as large as the sample, and a new allocation's
-        first touch costs more than the centering.
+        Center float ``rows`` in place instead of into a copy as large (whose new memory's
+        first touch costs more than the centering); other rows are converted, not overwritten.
     """
     placement = placement_of(rows)
-    as_float = placement.asarray(rows)
-    if as_float.dtype not in (placement.xp.float32, placement.xp.float64):
-        as_float = placement.asarray(as_float, np.float64)
-    overwrite_rows = overwrite_rows and as_float is rows
-    rows = as_float
+    floats = placement.asarray(rows)
+    if floats.dtype not in (placement.xp.float32, placement.xp.float64):
+        floats = placement.asarray(floats, np.float64)
+    overwrite_rows, rows = overwrite_rows and floats is rows, floats
     p = rows.shape[1]
     if not 1 <= q <= p:
         raise ValueError(f"the sketch width q must be between 1 and p = {p}, got {q}")

@@ -42,10 +42,12 @@ device all of them, one batched shrink per round.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._feature_map import float_type
-from ..execution import CHUNK_ROWS, map_tasks
+from ..execution import CHUNK_ROWS, map_chains, map_tasks, n_workers
 from ..execution.arrays import placement_of, to_host
 from ..execution.budget import SKETCHES_MEMORY_MB
 from ..execution.feature_ops import ChunkBuffers, lockstep_chunk_rows, lockstep_width
@@ -78,6 +80,11 @@ MIN_SKETCHES = 2
 #: on the blocking or on the threads.  A few shrink batches long, so a run costs one update
 #: call per sketch, and short enough that a block of 8192 rows is split between 8 sketches.
 SPLIT_ROWS = 1024
+
+#: With several threads a lockstep piece takes its runs in about this many slices, each on the
+#: next free thread (:func:`~fastkpca.execution.map_chains`): the pieces are few and long, and a
+#: slice's fixed cost (its sketches' state stacked and stored back) is small next to its shrinks.
+SLICES_PER_PIECE = 8
 
 
 def sketch_bytes(sketch_size: int, m: int) -> int:
@@ -227,7 +234,8 @@ class FeatureSketch:
         (:func:`~fastkpca.sketch.extend_in_lockstep`, their shrinks batched), in pieces of
         :func:`~fastkpca.execution.feature_ops.lockstep_width` sketches (on the host a share of
         them per worker thread; on a device all of them), the pieces run on the worker threads
-        (:meth:`_run`).  Each sketch's features are computed in chunks of its runs
+        in slices of their runs (:data:`SLICES_PER_PIECE`, :func:`~fastkpca.execution.map_chains`,
+        BLAS on one thread).  Each sketch's features are computed in chunks of its runs
         (:func:`~fastkpca.execution.feature_ops.lockstep_chunk_rows`: 512 rows on the host),
         whose rows depend on the rows and the blocking only, and neither grouping changes what a
         sketch computes: the model does not depend on the number of threads.
@@ -257,12 +265,21 @@ class FeatureSketch:
             pieces += [group[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
         if not pieces:
             return
-        # the largest first, taken by whichever thread is free (map_tasks' dynamic order)
-        pieces.sort(key=len, reverse=True)
         width = max(len(piece) for piece in pieces)
         chunk = lockstep_chunk_rows(X, width, m, itemsize, CHUNK_ROWS)
         buffers = ChunkBuffers(X)
-        self._run(_extend_group, [(piece, write, chunk, buffers, dtype, m) for piece in pieces])
+        # one slice a piece with one thread, or on a device (its state stays there meanwhile)
+        slices = SLICES_PER_PIECE if placement.host and n_workers() > 1 else 1
+        chains = []
+        for piece in pieces:
+            n_runs = len(piece[0][1])
+            step = -(-n_runs // slices)
+            runs = [range(a, min(n_runs, a + step)) for a in range(0, n_runs, step)]
+            chains.append([(piece, r, write, chunk, buffers) for r in runs])
+        extend = functools.partial(_extend_runs, dtype=dtype, m=m)  # work: sketches x runs
+        for sums in map_chains(extend, chains, weights=[len(piece) for piece in pieces]):
+            for part_sum in sums:
+                self.feature_sum += part_sum
 
     def _deal_range(self, start: int, stop: int) -> list:
         """``(j, [(lo, hi), ...])`` for each sketch j that gets some of the rows ``start:stop``
@@ -277,15 +294,6 @@ class FeatureSketch:
             spans[(row // SPLIT_ROWS) % len(self.parts)].append((pos, end))
             pos = end
         return [(j, own) for j, own in enumerate(spans) if own]
-
-    def _run(self, extend, jobs: list) -> None:
-        """``extend(*job)`` for each lockstep piece, on up to
-        :func:`~fastkpca.execution.n_workers` threads with BLAS held to one thread
-        (:func:`~fastkpca.execution.map_tasks`: the shrinks are small eigendecompositions and
-        the feature products small GEMMs, where more BLAS threads only spin); the column sums
-        the jobs return are added in job order."""
-        for part_sum in map_tasks(_run_job, [(extend, job) for job in jobs], dynamic=True):
-            self.feature_sum += part_sum
 
     def _added(self, n_rows: int) -> FeatureSketch:
         """Count ``n_rows`` rows added (the merged sketch is then out of date); returns self."""
@@ -312,11 +320,6 @@ def _merge_pair(pair) -> FrequentDirections:
     return pair[0].merge(pair[1])
 
 
-def _run_job(task):
-    extend, job = task
-    return extend(*job)
-
-
 def _copy_rows(Z):
     """``write`` of :meth:`FeatureSketch._add` for feature rows already computed: rows of Z."""
 
@@ -330,14 +333,17 @@ def _copy_rows(Z):
     return write
 
 
-def _extend_group(piece: list, write, chunk: int, buffers, dtype, m: int):
-    """Add their rows to the sketches of one lockstep piece (``(sketch, spans)`` pairs, the
-    spans of equal lengths), ``chunk`` rows of each sketch at a time: each sketch's features of
-    a chunk written by ``write`` (on the host into this thread's ``(J, chunk, m)`` buffer,
-    :class:`~fastkpca.execution.feature_ops.ChunkBuffers`; on a device stacked), then taken by
-    all the sketches at once (:func:`~fastkpca.sketch.extend_in_lockstep`).  Returns their
-    float64 column sum (each sketch's chunk summed as :func:`~fastkpca.features.column_sums`
-    sums a chunk, so the grouping changes the order of float64 additions only)."""
+def _extend_runs(job, *, dtype, m: int):
+    """Add the rows of the next runs to the sketches of one lockstep piece (``job``: the
+    piece's ``(sketch, spans)`` pairs, spans of equal lengths; the indices of the runs; the
+    rows' ``write``; rows per chunk; the threads' buffers), ``chunk`` rows of each sketch at a
+    time: each sketch's features of a chunk written by ``write`` (on the host into this
+    thread's ``(J, chunk, m)`` buffer, :class:`~fastkpca.execution.feature_ops.ChunkBuffers`; on
+    a device stacked), then taken by all the sketches at once
+    (:func:`~fastkpca.sketch.extend_in_lockstep`).  Returns their float64 column sum (each
+    sketch's chunk summed as :func:`~fastkpca.features.column_sums` sums a chunk, so the
+    grouping changes the order of float64 additions only)."""
+    piece, runs, write, chunk, buffers = job
     sketches = [part for part, _ in piece]
     spans = [own for _, own in piece]
     J = len(piece)
@@ -347,7 +353,8 @@ def _extend_group(piece: list, write, chunk: int, buffers, dtype, m: int):
     totals: list = []
 
     def chunks():
-        for k, length in enumerate(lengths):
+        for k in runs:
+            length = lengths[k]
             for a in range(0, length, chunk):
                 c = min(chunk, length - a)
                 starts = [own[k][0] + a for own in spans]
