@@ -610,8 +610,6 @@ def test_random_feature_kpca_over_namespaces(case, noisy13, namespace):
 
 
 def test_random_feature_kpca_tol_over_namespaces(noisy13, namespace):
-    if namespace.name == "array_api_strict":
-        pytest.skip("the tol search (being rewritten, issue 31 section 3) slices rows numpy-style")
     X, X_new = noisy13
     kw = dict(gamma=0.05, tol=0.5, random_state=0)
     host = RandomFeatureKPCA(3, **kw).fit(X)

@@ -26,7 +26,7 @@ from sklearn.base import clone
 from .._input_sketch import SketchedFourierFeatureMap
 from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
 from ..execution import CHUNK_ROWS, n_workers
-from ..execution.arrays import to_host
+from ..execution.arrays import row_range, to_host
 from ..features import (
     FEATURES,
     FastfoodFeatureMap,
@@ -505,7 +505,7 @@ class RandomFeatureKPCA(BaseKPCA):
         first = source.head()
         rng = self._make_rng()
         probe_rng = np.random.default_rng(int(rng.integers(2**63)))
-        kernel = self._resolve_kernel(first[:DEFAULT_BLOCK_ROWS], rng)
+        kernel = self._resolve_kernel(row_range(first, 0, DEFAULT_BLOCK_ROWS), rng)
         kind = resolve_features(self.features, kernel)
         probe = draw_probe(source, probe_rng, kernel=kernel)
         k = self.n_components or DEFAULT_N_COMPONENTS

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._utils import DEFAULT_TOL, check_auto_size, check_tol
-from ..execution.arrays import is_host_array, placement_of, to_host
+from ..execution.arrays import is_host_array, placement_of, row_range, to_host
 from ..features import FeatureMap, FourierFeatureMap, feature_blocks
 from .feature_moments import FeatureMoments
 from .probe import CONFIDENCE_Z, MAX_PROBE_ROWS, PROBE_ROWS, ErrorEstimate, ErrorProbe
@@ -316,7 +316,7 @@ class GrowingFourierMoments:
         old = list(self.frequencies)
         new = FourierFeatureMap(frequencies, self.kind)
         m_old, m_new = self.sum.shape[0], new.n_output_features
-        shift_new = to_host(new(X_first[:_SHIFT_ROWS])).mean(axis=0, dtype=np.float64)
+        shift_new = to_host(new(row_range(X_first, 0, _SHIFT_ROWS))).mean(axis=0, dtype=np.float64)
         stat = source.reduce(_cross_moments, _CrossMoments.merge, old, new, self.shift, shift_new)
         if self.n and stat.n != self.n:
             raise ValueError(
