@@ -77,18 +77,23 @@ def test_grid_search_processes_give_each_fit_its_workers_share(X):
 def test_grid_search_threads_never_run_more_threads_than_cores(X, monkeypatch):
     # threading: the fits share the process.  Each keeps the usable cores, and their threaded
     # maps take turns, so fastkpca's pool never runs more shares at once than the cores.
-    active, peak, lock = [0], [0], threading.Lock()
+    # Threads inside a share, counted once however deeply their shares nest.
+    active: dict[int, int] = {}
+    peak, lock = [0], threading.Lock()
     run_share = threads._run_share
 
     def counting(index, job):
+        me = threading.get_ident()
         with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
+            active[me] = active.get(me, 0) + 1
+            peak[0] = max(peak[0], len(active))
         try:
             return run_share(index, job)
         finally:
             with lock:
-                active[0] -= 1
+                active[me] -= 1
+                if not active[me]:
+                    del active[me]
 
     monkeypatch.setattr(threads, "_run_share", counting)
     with parallel_config(backend="threading"):

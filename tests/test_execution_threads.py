@@ -167,6 +167,46 @@ def test_thread_maps_cover_every_row_once_in_share_order():
             assert map_tasks(lambda t: t * t, range(7)) == [t * t for t in range(7)]
 
 
+@pytest.mark.parametrize("workers", [1, 2, 4, 16, 64])
+def test_balanced_maps_share_the_rows_in_fixed_contiguous_shares(workers, monkeypatch):
+    """``map_row_chunks(balanced=True)``: every chunk once, in contiguous shares of decreasing
+    size (guided: a quarter of the chunks first on two threads, the last ones a chunk or a few)
+    or, where that would make more than MAX_BALANCED_SHARES of them, as many equal ones (at
+    least one per thread); ``worker_index`` is the share, the shares depend on the chunk and
+    thread counts alone, and the chunks of a share run in order, in one thread at a time."""
+    import threading
+
+    monkeypatch.setattr(threads, "n_workers", lambda: workers)
+    for n_chunks in (1, 10, 391, 3907):
+        n = 64 * n_chunks - 5
+        owners: dict[int, list[int]] = {}
+        seen = np.zeros(n, dtype=int)
+        lock = threading.Lock()
+
+        def chunk(start, stop, seen=seen, owners=owners, lock=lock):
+            with lock:
+                seen[start:stop] += 1
+                owners.setdefault(worker_index(), []).append(start)
+
+        map_row_chunks(n, chunk, chunk_rows=64, balanced=True)
+        assert np.all(seen == 1)
+        shares = threads.n_shares(n_chunks)
+        assert sorted(owners) == list(range(shares))
+        assert shares >= min(workers, n_chunks)
+        assert shares <= max(threads.MAX_BALANCED_SHARES, min(workers, n_chunks))
+        for i in range(shares):  # contiguous, in order, shares in order along the rows
+            starts = owners[i]
+            assert starts == list(range(starts[0], starts[-1] + 64, 64))
+            if i:
+                assert starts[0] == owners[i - 1][-1] + 64
+        sizes = [len(owners[i]) for i in range(shares)]
+        if workers == 2 and n_chunks >= 391:
+            assert sizes[0] == -(-n_chunks // 4) and sizes == sorted(sizes, reverse=True)
+            assert sizes[-1] <= max(1, n_chunks // 256)
+        if workers == 1:
+            assert shares == 1
+
+
 def test_nested_maps_run_in_their_worker_and_errors_propagate():
     out = np.zeros(64)
 
@@ -190,10 +230,11 @@ def test_nested_maps_run_in_their_worker_and_errors_propagate():
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3])
-def test_dynamic_tasks_run_each_once_and_return_in_task_order(jobs):
-    """``map_tasks(dynamic=True)``: whichever thread is free takes the next task; every task runs
-    once, results come back in task order, a slow task does not hold back the others' thread,
-    and a failing task's error reaches the caller after the others ran."""
+def test_one_task_chains_run_each_once_and_return_in_task_order(jobs):
+    """``map_chains`` of one-task chains (the symmetric Gram's strips, the balanced shares of
+    ``map_row_chunks``): whichever thread is free takes the next task; every task runs once,
+    results come back in task order, a slow task does not hold back the others' thread, and a
+    failing task's error reaches the caller after the others ran."""
     import threading
     import time
 
@@ -202,13 +243,13 @@ def test_dynamic_tasks_run_each_once_and_return_in_task_order(jobs):
 
     def task(t):
         if t == 0:
-            time.sleep(0.2)  # the longest first, as the lockstep pieces are ordered
+            time.sleep(0.2)  # the longest first, as the Gram's strips are ordered
         with lock:
             runs.append(t)
         return t * t
 
     with using_n_jobs(jobs):
-        assert map_tasks(task, range(9), dynamic=True) == [t * t for t in range(9)]
+        assert map_chains(task, [[t] for t in range(9)]) == [[t * t] for t in range(9)]
         assert sorted(runs) == list(range(9))
         if jobs > 1:
             assert runs[-1] == 0  # while task 0's thread slept, another took all the rest
@@ -221,7 +262,7 @@ def test_dynamic_tasks_run_each_once_and_return_in_task_order(jobs):
             return t
 
         with pytest.raises(ValueError, match="task 4"):
-            map_tasks(fail, range(6), dynamic=True)
+            map_chains(fail, [[t] for t in range(6)])
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3])

@@ -16,7 +16,7 @@ import fastkpca.execution.feature_ops as feature_ops
 from fastkpca import transformers
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition import ExactKPCA, RandomFeatureKPCA
-from fastkpca.execution import CHUNK_ROWS
+from fastkpca.execution import CHUNK_ROWS, threads
 from fastkpca.execution.arrays import to_host
 from fastkpca.features import draw_feature_map, feature_blocks, feature_projection, fwht
 from fastkpca.kernels import RBF, Matern, Polynomial
@@ -698,6 +698,7 @@ def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):
     from fastkpca.decomposition import random_features
 
     monkeypatch.setattr(random_features, "n_workers", lambda: 10**6)
+    monkeypatch.setattr(threads, "n_workers", lambda: 10**6)
     seen = {}
 
     def spy(parts, hint=""):
@@ -707,12 +708,12 @@ def test_randomized_memory_check_counts_the_threads_that_get_rows(monkeypatch):
     est = RandomFeatureKPCA(3, n_random_features=512, solver="randomized", random_state=0)
     est._require_fit_memory(5, 2000)
     ((nbytes, what),) = seen["parts"]
-    threads = -(-2000 // CHUNK_ROWS)  # one per row chunk at most
-    assert f"({threads} threads)" in what
+    shares = -(-2000 // CHUNK_ROWS)  # one per row chunk at most
+    assert f"({shares} shares)" in what
     q = est._sketch_width(3, 512)
-    assert nbytes == 8 * 512 * (q + 1) * (threads + 3)
+    assert nbytes == 8 * 512 * (q + 1) * (shares + 3)
     est._require_fit_memory(5, None)  # a stream: every thread may get rows
-    assert f"({10**6} threads)" in seen["parts"][0][1]
+    assert f"({10**6} shares)" in seen["parts"][0][1]
 
 
 @pytest.mark.gpu

@@ -113,13 +113,14 @@ class FeatureMap:
         self._check_width(X)
         return X
 
-    def feed_chunks(self, X, feed) -> None:
+    def feed_chunks(self, X, feed, *, balanced=False) -> None:
         """Call ``feed(Z)`` with the features of every row chunk of X.
 
         Z is a ``(<= CHUNK_ROWS, m)`` array in the computing dtype that ``feed`` may overwrite.
         On the host it runs in the workers of :func:`~fastkpca.execution.map_row_chunks` (BLAS
         on one thread, :func:`~fastkpca.execution.worker_index` tells them apart), features in
-        a per-thread buffer, in cache; on a device the chunks are large and fed in order.
+        a per-thread buffer, in cache (``balanced``: :func:`~fastkpca.execution.map_row_chunks`'s);
+        on a device the chunks are large and fed in order.
         """
         X = self._rows(X)
         dtype = self.feature_dtype(float_type(X))
@@ -129,7 +130,7 @@ class FeatureMap:
         def chunk(start, stop):
             feed(self._chunk(X[start:stop, ...], buffers.get("features", stop - start, m, dtype)))
 
-        for_row_chunks(X, m, chunk)
+        for_row_chunks(X, m, chunk, balanced=balanced)
 
     def row_writer(self, X):
         """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``

@@ -395,11 +395,11 @@ def feature_blocks(blocks, fmap: FeatureMap):
             yield start + s, fmap(Xb[s : min(n, s + step), ...], dtype=dtype)
 
 
-def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> list:
-    """Feed the features of ``(start, X_block)`` row blocks to per-thread accumulators:
-    ``add(accumulator, Z)`` for every chunk Z (at most :data:`~fastkpca.execution.CHUNK_ROWS`
-    rows, overwritable) in the thread that computed it; returns the ``new_accumulator()``
-    objects in worker order, to be added."""
+def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add, *, balanced=False):
+    """Feed the features of ``(start, X_block)`` row blocks to per-share accumulators (of
+    :func:`~fastkpca.execution.map_row_chunks`, ``balanced`` for small ones): ``add(accumulator,
+    Z)`` for every chunk Z (overwritable) in the thread that computed it; returns the
+    ``new_accumulator()`` objects in share order, to be added."""
     accumulators: dict[int, object] = {}
 
     def feed(Z):
@@ -410,7 +410,7 @@ def reduce_feature_chunks(blocks, fmap: FeatureMap, new_accumulator, add) -> lis
         add(accumulator, Z)
 
     for _, Xb in blocks:
-        fmap.feed_chunks(Xb, feed)
+        fmap.feed_chunks(Xb, feed, balanced=balanced)
     return [accumulators[i] for i in sorted(accumulators)]
 
 

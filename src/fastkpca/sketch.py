@@ -269,16 +269,11 @@ def _copy(a):
 def default_batch_size(sketch_size: int) -> int:
     """Rows added to the buffer between two shrinks when not given: ``2 ell``.
 
-    The CPU time per row (m = 1000, one BLAS thread; ``benchmarks/bench_streaming.py
-    --batches``, ``results/bench_streaming_batches.json``) was lowest at a batch of 2 to 3 ell:
-    26-30 % below a batch of ell (the paper's 2 ell buffer) for ell = 10 and 20 (28 -> 20.7
-    us per row at ell = 20), 12 % for ell = 50; larger batches make the eigendecomposition (cubic
-    in ell + batch) dominate again.  2 ell rather than more because the tracked-loss eigenvalue
-    estimate (:meth:`FrequentDirections.loss_model`) was calibrated with a batch of ell and
-    drifts with the batch where the top directions churn (max relative error 0.09 -> 0.21
-    at 2 ell, 0.32 at 4 ell: flat spectrum, ell = 10; over the 10 churning cases of
-    ``benchmarks/bench_fd_eigenvalues.py`` 0.09-0.86 became 0.11-0.81 at 2 ell, some better,
-    some worse, while the lower bounds tightened).  The bounds hold for any batch.
+    The CPU time per row was lowest at a batch of 2 to 3 ell (larger batches make the
+    eigendecomposition, cubic in ell + batch, dominate again); 2 ell rather than more because
+    the tracked-loss eigenvalue estimate (:meth:`FrequentDirections.loss_model`), calibrated
+    with a batch of ell, drifts with the batch where the top directions churn
+    (``benchmarks/NOTES.md``).  The bounds hold for any batch.
     """
     return 2 * sketch_size
 
@@ -437,10 +432,8 @@ class FrequentDirections:
         rows = check_block(rows, n_features=self.n_columns, accept_sparse=True, name="rows")
         if self._buffer is None:
             self._allocate(rows.shape[1])
-        # The shrinks are many small eigendecompositions ((ell + batch) x (ell + batch)): with
-        # BLAS threads, right after a threaded product (e.g. the random features of the block),
-        # they ran 7x slower on the busy 2-core machine (spin-waiting threads); one thread for
-        # the whole block costs one context switch (~1 ms), entered only when a shrink happens.
+        # The shrinks are many small eigendecompositions, which BLAS threads spin-waiting after
+        # a threaded product slow down several times: one thread while a shrink happens.
         shrinks = self._filled + rows.shape[0] >= self._buffer.shape[0]
         with one_blas_thread() if shrinks else nullcontext():
             self._extend(rows)

@@ -720,8 +720,7 @@ class _Run:
     def cheapest_landmarks(self, c: int, cap: int, params: dict) -> int:
         """c, or more landmarks where they cost less: the size at which ``NystromKPCA``
         switches to its sketch (float32 rows, no SYRK) when the cost model prices it below c
-        landmarks on the exact scatter (10^6 x 100 rows: 192 landmarks took 1.30 s exact,
-        256 took 0.76 s sketched)."""
+        landmarks on the exact scatter (``benchmarks/NOTES.md``)."""
         switch = 4 * (nystrom_module.SKETCH_FACTOR * self.k + nystrom_module.SKETCH_EXTRA)
         if c < switch <= cap and self.flops("nystrom", switch, params) <= self.flops(
             "nystrom", c, params

@@ -25,7 +25,7 @@ from sklearn.base import clone
 
 from .._input_sketch import SketchedFourierFeatureMap
 from .._utils import DEFAULT_BLOCK_ROWS, check_int, require_memory_parts
-from ..execution import CHUNK_ROWS, n_workers
+from ..execution import CHUNK_ROWS, n_shares, n_workers
 from ..execution.arrays import row_range, to_host
 from ..features import (
     FEATURES,
@@ -357,8 +357,7 @@ class RandomFeatureKPCA(BaseKPCA):
     def _default_buckets(self, k: int) -> int:
         """t = max(2000, 50 q) with q = k + oversamples: the sketch costs O(t m) memory and
         O(t m min(t, m)) for its Gram, small next to the O(n m) passes, and its error falls like
-        1/sqrt(t) (measured on RandomNoisy, n = 2e5, m = 1000: eigenvalues within 2% of the
-        exact solver's, held-out accuracy equal to it)."""
+        1/sqrt(t) (``benchmarks/NOTES.md``)."""
         if self.n_buckets is not None:
             return int(self.n_buckets)
         return max(2000, 50 * (k + self.oversamples))
@@ -378,14 +377,14 @@ class RandomFeatureKPCA(BaseKPCA):
             )
         elif solver == "randomized":
             q = self._sketch_width(self._resolve_n_components(m, what="n_output_features"), m)
-            # one sketch per thread that gets a chunk of rows (reduce_feature_chunks), and the
+            # one sketch per share of the rows (reduce_feature_chunks, balanced), and the
             # merged ones
-            threads = n_workers() if n is None else max(1, min(n_workers(), -(-n // CHUNK_ROWS)))
+            shares = n_shares(n_workers() if n is None else -(-n // CHUNK_ROWS))
             parts.append(
                 (
-                    8 * m * (q + 1) * (threads + 3),
-                    f"n_random_features={m_asked}: a {m} x {q + 1} covariance sketch per thread "
-                    f"({threads} threads)",
+                    8 * m * (q + 1) * (shares + 3),
+                    f"n_random_features={m_asked}: a {m} x {q + 1} covariance sketch per share "
+                    f"of the rows ({shares} shares)",
                 )
             )
         else:

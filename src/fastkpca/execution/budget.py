@@ -178,8 +178,7 @@ KRYLOV_MAX_BLOCKS = 6
 #: device's ``eigh``.
 HOST_WHITENING_MAX = 4096
 #: Rows from which that whitening's triangular inverse (LAPACK ``dtrtri``, blocked) uses the
-#: BLAS threads: 14 -> 9 ms at c = 1000 on two cores; below a few hundred rows their start-up
-#: costs more than it saves.
+#: BLAS threads; below a few hundred rows their start-up costs more than it saves.
 PARALLEL_TRIANGULAR_MIN = 512
 
 #: Memory (MiB) that the Krylov basis V and its image A V may take together where the memory has

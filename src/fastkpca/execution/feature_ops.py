@@ -97,16 +97,16 @@ def block_rows(X, host_rows: int, width: int, itemsize: int) -> int:
     return row_chunk_rows(X, width, itemsize)
 
 
-def for_row_chunks(X, width: int, fn: Callable[[int, int], Any]) -> None:
+def for_row_chunks(X, width: int, fn: Callable[[int, int], Any], *, balanced=False) -> None:
     """Call ``fn(start, stop)`` over the row chunks of X (results of ``width`` columns).
 
-    Host rows: :func:`~fastkpca.execution.map_row_chunks`, chunks of
+    Host rows: :func:`~fastkpca.execution.map_row_chunks` (``balanced`` passed on), chunks of
     :data:`~fastkpca.execution.CHUNK_ROWS` rows on the worker threads, BLAS held to one thread.
     Device rows: chunks of :func:`row_chunk_rows` rows, in order, in this thread.
     """
     n = X.shape[0]
     if placement_of(X).host:
-        map_row_chunks(n, fn)
+        map_row_chunks(n, fn, balanced=balanced)
         return
     step = row_chunk_rows(X, width)
     for start in range(0, n, step):

@@ -15,6 +15,7 @@ kernel without namespace math is evaluated on host copies.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +27,7 @@ from . import budget
 from .arrays import Placement, placement_of, to_host
 from .elementwise import check_finite, fill_diagonal_, float_name, store
 from .progress import progress_bar
-from .threads import map_row_chunks, map_tasks, n_workers, one_blas_thread, worker_index
+from .threads import map_chains, map_row_chunks, map_tasks, n_workers, one_blas_thread, worker_index
 
 __all__ = [
     "Columns",
@@ -142,7 +143,7 @@ def _budget_blocks(n_rows: int, n_cols: int, working_memory_mb=None) -> Iterator
         yield start, min(n_rows, start + step)
 
 
-def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None) -> list:
+def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None, balanced: bool) -> list:
     """:func:`fold_kernel_rows` on the host (see there)."""
     dtype = np.dtype(columns.dtype)
     n, m = X.shape[0], columns.n
@@ -160,16 +161,18 @@ def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None) -> lis
     buffers: dict[int, np.ndarray] = {}
 
     def chunk(start, stop):
-        worker = worker_index()  # worker i runs the i-th contiguous share of the rows
+        worker = worker_index()  # the i-th contiguous share of the rows
         if worker not in states:
             states[worker] = init()
-            buffers[worker] = np.empty((rows, m), dtype=dtype)
+        thread = threading.get_ident()  # a buffer per thread, whichever shares it runs
+        if thread not in buffers:
+            buffers[thread] = np.empty((rows, m), dtype=dtype)
         K = kernel_block(
-            kernel, X[start:stop, :], columns=columns, out=buffers[worker][: stop - start, :]
+            kernel, X[start:stop, :], columns=columns, out=buffers[thread][: stop - start, :]
         )
         step(states[worker], start, stop, K)
 
-    map_row_chunks(n, chunk, chunk_rows=rows)
+    map_row_chunks(n, chunk, chunk_rows=rows, balanced=balanced)
     return [states[i] for i in sorted(states)] or [init()]
 
 
@@ -243,7 +246,7 @@ def symmetric_gram(kernel, X, *, rows=None):
 
         starts = range(0, n, step)
         if getattr(kernel, "parallel_safe", False):
-            map_tasks(fill, starts, dynamic=True)  # the upper triangle is complete ...
+            map_chains(fill, [[start] for start in starts])  # the upper triangle is complete ...
         else:
             for start in starts:
                 fill(start)
@@ -290,7 +293,7 @@ def kernel_blocks(
 
 
 def fold_kernel_rows(
-    kernel, X, Y, step: Callable, init: Callable, *, dtype=None, rows=None
+    kernel, X, Y, step: Callable, init: Callable, *, dtype=None, rows=None, balanced=False
 ) -> list:
     """Fold ``step(state, start, stop, K)`` over row blocks of ``K = k(X, Y)`` (``dtype``, as
     :func:`kernel_blocks`); returns the states, in row order.
@@ -298,13 +301,14 @@ def fold_kernel_rows(
     Host: chunks of ``rows`` rows (default :func:`~fastkpca.execution.budget.kernel_chunk_rows`)
     in one contiguous share per worker thread (:func:`~fastkpca.execution.map_row_chunks`),
     each handed to ``step`` with its share's state while in cache (``step`` may modify it,
-    write shared arrays only at its rows, and start no threaded work).  Chunks depend on the row
-    count alone.  A kernel that is not parallel-safe, or a device, runs one state.
+    write shared arrays only at its rows, and start no threaded work; ``balanced``: the balanced
+    shares, for small states).  Chunks depend on the row count alone; a kernel that is not
+    parallel-safe, or a device, runs one state.
     """
     X, Y, placement = on_one_placement(X, Y)
     columns = prepare_columns(kernel, Y, dtype)
     if placement.host:
-        return _host_fold(kernel, X, columns, step, init, rows)
+        return _host_fold(kernel, X, columns, step, init, rows, balanced)
     state = init()
     for start, stop, K in _device_blocks(kernel, X, columns, placement, rows):
         step(state, start, stop, K)

@@ -39,9 +39,8 @@ How wide a call runs
 The pool
     One pool of threads per process, created on first use, grown when a call asks for more
     threads than it has, and created anew in a forked child (which inherits the pool object but
-    not its threads).  A call runs its first share in the calling thread and the others in the
-    pool; work that a pool thread starts (a nested call) runs in that thread, serially, so the
-    pool can never wait on itself.
+    not its threads).  The calling thread works beside the pool's; work that a pool thread
+    starts (a nested call) runs in that thread, serially, so the pool never waits on itself.
 
 BLAS on one thread
     The threads run numpy's element-wise steps (``exp``, ``cos``, which numpy runs on one core)
@@ -53,10 +52,10 @@ BLAS on one thread
     at once (a threaded Dask scheduler) take turns (:func:`single_threaded_blas`), each with
     every core.
 
-What the threads compute never depends on how many there are, beyond the rounding of sums:
-work is split into contiguous shares of fixed-size chunks (the chunk grid depends only on the
-rows), every share's state is combined in share order, and nothing random or data-dependent is
-decided per share.
+What the threads compute never depends on how many there are, beyond the rounding of sums,
+nor on which thread runs what: work is split into contiguous shares of fixed-size chunks (the
+chunk grid depends only on the rows; the shares on the rows and the thread count), every
+share's state is combined in share order, and nothing random is decided per share.
 """
 
 from __future__ import annotations
@@ -78,6 +77,8 @@ from .cores import usable_cores
 __all__ = [
     "CHUNK_ROWS",
     "SHARE_ROWS",
+    "MAX_BALANCED_SHARES",
+    "n_shares",
     "resolve_n_jobs",
     "check_n_jobs",
     "using_n_jobs",
@@ -92,18 +93,18 @@ __all__ = [
     "single_threaded_blas",
 ]
 
-#: Rows per chunk of :func:`map_row_chunks` by default: a 512 x 1024 float32 chunk is 2 MiB, so
-#: a chunk's projection, Hadamard transforms and cos / sin run in the L2 cache of most cores.
-#: Each chunk's ten-odd numpy steps take and give back the interpreter lock, and on two cores
-#: the threads' hand-overs of it cost more than a larger chunk's cache misses: RandomFeatureKPCA
-#: (300,000 rows, d = 50, m = 800; benchmarks/NOTES.md) took 0.66 s on two cores with 512 rows
-#: against 0.77 s with 256, and 1.06 against 1.09 s on one.
+#: Rows per chunk of :func:`map_row_chunks` by default: a 512 x 1024 float32 chunk is 2 MiB, in
+#: the L2 cache of most cores, and each chunk's numpy steps hand the interpreter lock over
+#: half as often as with 256 rows (``benchmarks/NOTES.md``).
 CHUNK_ROWS = 512
 
 #: Rows per share of the products :func:`sum_over_shares` spreads over the threads (``Z^T Z`` of
 #: feature blocks, sketch products): two chunks, enough rows for a GEMM near peak speed, and
 #: fixed, so that every share's product is computed alike whatever the thread count.
 SHARE_ROWS = 1024
+
+#: Shares of :func:`map_row_chunks` with ``balanced=True`` at most (each has its accumulator).
+MAX_BALANCED_SHARES = 32
 
 T = TypeVar("T")
 
@@ -297,8 +298,7 @@ def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
     (in job order) is raised."""
     if len(jobs) == 1:
         # One job occupies no pool thread: threaded calls inside it may use the pool (marking
-        # it a worker ran them serially, e.g. the 32 small eigendecompositions of each batched
-        # shrink of a device StreamingKPCA fit: 10 s instead of 1 s on 16 cores).
+        # it a worker would run them serially, e.g. a device fit's stacked eigendecompositions).
         return [jobs[0]()]
     pool = _POOL.get(len(jobs) - 1)
     futures = [pool.submit(_run_share, i, job) for i, job in enumerate(jobs) if i]
@@ -319,16 +319,18 @@ def _run_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
     return results
 
 
-def map_row_chunks(n: int, fn: Callable[[int, int], Any], *, chunk_rows: int = CHUNK_ROWS) -> None:
+def map_row_chunks(
+    n: int, fn: Callable[[int, int], Any], *, chunk_rows: int = CHUNK_ROWS, balanced: bool = False
+) -> None:
     """Call ``fn(start, stop)`` over the row chunks ``[0, n)`` of ``chunk_rows`` rows, spread over
     :func:`n_workers` threads with BLAS held to one thread.
 
-    Each thread takes a contiguous share of whole chunks (so the chunk grid, and with it every
-    chunk's computation, is the same whatever the thread count); worker i's index is
-    :func:`worker_index` inside ``fn``.  Per chunk the GEMMs are small, numpy releases the GIL in
-    them and in the element-wise steps, and threads over chunks keep every step (cos / sin and
-    exp included, which numpy runs on one core) parallel and in cache.  Called from inside a
-    worker, it runs in that thread.
+    Each thread takes contiguous shares of whole chunks (the chunk grid, so every chunk's
+    computation, is the same whatever the thread count), one each, or with ``balanced``
+    :func:`n_shares` of decreasing size, each taken by the next free thread, so uneven threads
+    finish together; :func:`worker_index` in ``fn`` is the share's index (per-share
+    accumulators group the same chunks in every run).  numpy releases the GIL in the chunks'
+    GEMMs and element-wise steps.  Inside a worker, it runs in that thread.
     """
     if n <= 0:
         return
@@ -342,13 +344,36 @@ def map_row_chunks(n: int, fn: Callable[[int, int], Any], *, chunk_rows: int = C
     if _in_worker():
         share(0, n)
         return
-    workers = max(1, min(n_workers(), n_chunks))
-    bounds = [(n_chunks * i // workers) * chunk_rows for i in range(workers)] + [n]
+    bounds = [b * chunk_rows for b in _share_bounds(n_chunks, balanced)[:-1]] + [n]
     jobs = [
         functools.partial(share, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
     ]
-    with single_threaded_blas():
-        _run_all(jobs)
+    if len(jobs) == 1:
+        with single_threaded_blas():
+            jobs[0]()
+        return
+    map_chains(lambda i: _run_share(i, jobs[i]), [[i] for i in range(len(jobs))])
+
+
+def n_shares(n_chunks: int, balanced: bool = True) -> int:
+    """The shares (and per-share accumulators) of ``n_chunks`` chunks in :func:`map_row_chunks`."""
+    return len(_share_bounds(n_chunks, balanced)) - 1
+
+
+def _share_bounds(n_chunks: int, balanced: bool) -> list[int]:
+    """Each share's first chunk, and ``n_chunks``: w equal shares; ``balanced``, each ``1 / (2 w)``
+    of the chunks left (at least 1/256), or if too many, MAX_BALANCED_SHARES (or w) equal ones."""
+    n_chunks = max(1, int(n_chunks))
+    workers = max(1, min(n_workers(), n_chunks))
+    if balanced and workers > 1:
+        bounds, start, least = [0], 0, max(1, n_chunks // 256)
+        while start < n_chunks:
+            start = min(n_chunks, start + max(least, -(-(n_chunks - start) // (2 * workers))))
+            bounds.append(start)
+        if len(bounds) - 1 <= MAX_BALANCED_SHARES:
+            return bounds
+        workers = max(workers, min(MAX_BALANCED_SHARES, n_chunks))
+    return [n_chunks * i // workers for i in range(workers + 1)]
 
 
 def sum_over_shares(n: int, part: Callable[[int, int], np.ndarray], *, share_rows: int):
@@ -382,22 +407,16 @@ def sum_over_shares(n: int, part: Callable[[int, int], np.ndarray], *, share_row
     return total
 
 
-def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T], *, dynamic: bool = False) -> list:
+def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T]) -> list:
     """``[fn(task) for task in tasks]`` on up to :func:`n_workers` threads, BLAS on one thread.
 
-    With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order (e.g. the
-    sketches it owns), so per-worker accumulators (:func:`worker_index`) group the same tasks
-    in every run.  With ``dynamic=True`` each thread takes the next task not yet taken when it
-    is free (:func:`map_chains` of one-task chains): the threads stay busy whatever the tasks'
-    costs, for tasks whose results do not depend on the thread that runs them (nothing
-    accumulated per worker).  Results come back in task order.  Called from inside a worker, it
-    runs in that thread.
+    With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order, so per-worker
+    accumulators (:func:`worker_index`) group the same tasks in every run (:func:`map_chains`
+    takes tasks as threads come free).  Results in task order; inside a worker, serially.
     """
     tasks = list(tasks)
     if not tasks:
         return []
-    if dynamic:
-        return [chain[0] for chain in map_chains(fn, [[task] for task in tasks])]
     workers = max(1, min(n_workers(), len(tasks)))
     results: list[Any] = [None] * len(tasks)
     groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
@@ -419,16 +438,11 @@ def map_chains(
     fn: Callable[[T], Any], chains: Sequence[Sequence[T]], *, weights: Sequence[float] | None = None
 ) -> list[list]:
     """``[[fn(task) for task in chain] for chain in chains]`` on up to :func:`n_workers`
-    threads, BLAS on one thread: each chain's tasks run in its order, one at a time, each on
-    whichever thread is free.
-
-    A free thread takes the next task of the chain with the most work left (tasks left times
-    weight, default 1; ties: the first chain) that no thread runs, or waits for one: long
-    sequential jobs (sketches taking their rows in order) stay balanced to within about a task.
-    Nothing may be accumulated per thread; results come back per chain in task order.  If a
-    task raises, no other starts, and the first error (in chain order) is raised once the
-    running ones end.  Inside a worker the chains run in this thread, one after another.
-    """
+    threads, BLAS on one thread, a chain's tasks in order and one at a time, each on the next
+    free thread, which takes the chain with the most work left (tasks left times weight; ties:
+    the first): sequential jobs stay balanced to within about a task.  Nothing is accumulated
+    per thread.  After a failed task no other starts; the first error (in chain order) is
+    raised when the running ones end.  Inside a worker the chains run in this thread."""
     chains = [list(chain) for chain in chains]
     weights = [1.0] * len(chains) if weights is None else [float(w) for w in weights]
     results: list[list] = [[None] * len(chain) for chain in chains]
@@ -446,19 +460,17 @@ def map_chains(
     def pick() -> tuple[int, int] | None:
         """The next (chain, task) to run, or None when nothing is left to start."""
         with state:
-            while True:
-                if any(error is not None for error in errors):
-                    return None
+            while not any(errors):
                 left = [(len(chain) - taken[c]) * weights[c] for c, chain in enumerate(chains)]
                 free = [c for c in range(len(chains)) if left[c] > 0 and not busy[c]]
                 if free:
                     c = max(free, key=lambda c: (left[c], -c))
-                    busy[c] = True
-                    taken[c] += 1
+                    busy[c], taken[c] = True, taken[c] + 1
                     return c, taken[c] - 1
                 if not any(left):
-                    return None
+                    break
                 state.wait()  # the chains left are running: wait for one to be free
+        return None
 
     def run() -> None:
         while (job := pick()) is not None:
@@ -473,9 +485,8 @@ def map_chains(
 
     with single_threaded_blas():
         _run_all([run] * workers)
-    for error in errors:
-        if error is not None:
-            raise error
+    for error in filter(None, errors):
+        raise error
     return results
 
 
@@ -501,8 +512,7 @@ def one_blas_thread() -> Iterator[None]:
 
     For the small steps of a block iteration (QR of n x b blocks, eigh of the m x m projected
     matrix) and the products inside threads over chunks: OpenBLAS's thread start-up and
-    synchronisation cost more than they save at these sizes, ten times more on a loaded machine
-    (measured: QR of 1500 x 20 in 0.35 ms on one thread, 3 ms on two).
+    synchronisation cost more than they save at these sizes, ten times more on a loaded machine.
 
     The limit is process-wide, so it is shared: the first context to enter (in any thread) sets
     it and the last to leave restores the original, under a lock.  Threads that each hold one

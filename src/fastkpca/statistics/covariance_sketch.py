@@ -231,8 +231,7 @@ def informed_test_matrix(
     rng : numpy.random.Generator or seed
     power_iterations : int
     overwrite_rows : bool, default False
-        Center float ``rows`` in place instead of into a copy as large (whose new memory's
-        first touch costs more than the centering); other rows are converted, not overwritten.
+        Center float ``rows`` in place, not in a copy (whose new memory costs more to touch).
     """
     placement = placement_of(rows)
     floats = placement.asarray(rows)
@@ -253,13 +252,11 @@ def informed_test_matrix(
 
 
 def _leading_axes(rows, n_data: int, rng, power_iterations: int, overwrite: bool) -> np.ndarray:
-    """:func:`informed_test_matrix`'s leading axes of the rows (a host array), computed where
-    the rows are, in their precision (directions to sketch along, not results): the range
-    finder's products over shares of the rows
-    (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`; with ``overwrite`` the first
-    one centers each share in place, else the rows are centered into a copy), its starting
-    block from the host ``rng``, then Rayleigh-Ritz (:func:`~fastkpca.execution.linalg.eigh`)
-    on ``(A Q)^T (A Q)``, also summed over the shares."""
+    """:func:`informed_test_matrix`'s leading axes of the rows, where they are, in their
+    precision (directions, not results): the range finder's products summed over shares of the
+    rows (:func:`~fastkpca.execution.feature_ops.sum_over_row_shares`; with ``overwrite`` the
+    first centers each share in place), its start from the host ``rng``, then Rayleigh-Ritz
+    (:func:`~fastkpca.execution.linalg.eigh`) on ``(A Q)^T (A Q)``, summed over the shares."""
     placement = placement_of(rows)
     xp = placement.xp
     p = rows.shape[1]

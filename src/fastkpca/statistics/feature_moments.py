@@ -275,7 +275,7 @@ def feature_scatter_sketch(blocks, fmap: FeatureMap, T: np.ndarray, shift):
         buffer = buffers.get("products", Z.shape[0], q + 1, dtype)
         add_sketch_chunk(totals.YT, buffer, Z, T_sum)
 
-    parts = reduce_feature_chunks(itertools.chain([first], blocks), fmap, new, add)
+    parts = reduce_feature_chunks(itertools.chain([first], blocks), fmap, new, add, balanced=True)
     n = sum(part.n for part in parts)
     if n == 0:
         return ScatterSketch.empty(m, q)

@@ -81,9 +81,8 @@ MIN_SKETCHES = 2
 #: call per sketch, and short enough that a block of 8192 rows is split between 8 sketches.
 SPLIT_ROWS = 1024
 
-#: With several threads a lockstep piece takes its runs in about this many slices, each on the
-#: next free thread (:func:`~fastkpca.execution.map_chains`): the pieces are few and long, and a
-#: slice's fixed cost (its sketches' state stacked and stored back) is small next to its shrinks.
+#: With several threads a lockstep piece (few and long) takes its runs in about this many slices,
+#: each on the next free thread (:func:`~fastkpca.execution.map_chains`), each costing little.
 SLICES_PER_PIECE = 8
 
 
@@ -334,15 +333,11 @@ def _copy_rows(Z):
 
 
 def _extend_runs(job, *, dtype, m: int):
-    """Add the rows of the next runs to the sketches of one lockstep piece (``job``: the
-    piece's ``(sketch, spans)`` pairs, spans of equal lengths; the indices of the runs; the
-    rows' ``write``; rows per chunk; the threads' buffers), ``chunk`` rows of each sketch at a
-    time: each sketch's features of a chunk written by ``write`` (on the host into this
-    thread's ``(J, chunk, m)`` buffer, :class:`~fastkpca.execution.feature_ops.ChunkBuffers`; on
-    a device stacked), then taken by all the sketches at once
-    (:func:`~fastkpca.sketch.extend_in_lockstep`).  Returns their float64 column sum (each
-    sketch's chunk summed as :func:`~fastkpca.features.column_sums` sums a chunk, so the
-    grouping changes the order of float64 additions only)."""
+    """Add the rows of the next runs to the sketches of a lockstep piece (``job``: its ``(sketch,
+    spans)`` pairs, the runs' indices, ``write``, rows per chunk, the threads' buffers), a chunk
+    of each sketch at a time: their features written by ``write`` (on the host into this
+    thread's buffer), then taken at once (:func:`~fastkpca.sketch.extend_in_lockstep`).  Returns
+    their float64 column sum (chunks summed as :func:`~fastkpca.features.column_sums` does)."""
     piece, runs, write, chunk, buffers = job
     sketches = [part for part, _ in piece]
     spans = [own for _, own in piece]

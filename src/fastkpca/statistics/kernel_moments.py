@@ -285,7 +285,9 @@ def kernel_sketch(blocks, landmarks, kernel, T, shift, dtype=np.float64, working
     eps = float(np.finfo(row_dtype).eps)
     sketch = _empty_sketch(p, q, placement)
     for block in blocks:
-        parts = fold_kernel_rows(kernel, block, landmarks, step, new, dtype=row_dtype)
+        parts = fold_kernel_rows(
+            kernel, block, landmarks, step, new, dtype=row_dtype, balanced=True
+        )
         sketch = sketch.merge(_block_sketch(parts, block.shape[0], c, T, eps), T)
     return sketch
 
