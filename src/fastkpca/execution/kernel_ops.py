@@ -161,15 +161,12 @@ def _host_fold(kernel, X, columns: Columns, step, init, rows: int | None, balanc
     buffers: dict[int, np.ndarray] = {}
 
     def chunk(start, stop):
-        worker = worker_index()  # the i-th contiguous share of the rows
-        if worker not in states:
+        if (worker := worker_index()) not in states:  # the i-th contiguous share of the rows
             states[worker] = init()
-        thread = threading.get_ident()  # a buffer per thread, whichever shares it runs
-        if thread not in buffers:
-            buffers[thread] = np.empty((rows, m), dtype=dtype)
-        K = kernel_block(
-            kernel, X[start:stop, :], columns=columns, out=buffers[thread][: stop - start, :]
-        )
+        buffer = buffers.get(threading.get_ident())  # one a thread, whichever shares it runs
+        if buffer is None:
+            buffer = buffers[threading.get_ident()] = np.empty((rows, m), dtype=dtype)
+        K = kernel_block(kernel, X[start:stop, :], columns=columns, out=buffer[: stop - start, :])
         step(states[worker], start, stop, K)
 
     map_row_chunks(n, chunk, chunk_rows=rows, balanced=balanced)

@@ -410,16 +410,20 @@ def sum_over_shares(n: int, part: Callable[[int, int], np.ndarray], *, share_row
 def map_tasks(fn: Callable[[T], Any], tasks: Sequence[T]) -> list:
     """``[fn(task) for task in tasks]`` on up to :func:`n_workers` threads, BLAS on one thread.
 
-    With w threads, thread j runs tasks j, j + w, j + 2 w, ... in that order, so per-worker
-    accumulators (:func:`worker_index`) group the same tasks in every run (:func:`map_chains`
-    takes tasks as threads come free).  Results in task order; inside a worker, serially.
+    The tasks are dealt in rounds of w threads, forwards in even rounds and backwards in odd
+    ones (tasks of decreasing cost, such as a triangle's strips, come out even), so per-worker
+    accumulators (:func:`worker_index`) group the same tasks in every run.  Results in task
+    order; inside a worker, serially.
     """
     tasks = list(tasks)
     if not tasks:
         return []
     workers = max(1, min(n_workers(), len(tasks)))
     results: list[Any] = [None] * len(tasks)
-    groups = [list(range(i, len(tasks), workers)) for i in range(workers)]
+    groups: list[list[int]] = [[] for _ in range(workers)]
+    for i in range(len(tasks)):
+        turn, j = divmod(i, workers)
+        groups[j if turn % 2 == 0 else workers - 1 - j].append(i)
 
     def run(group):
         for i in group:
@@ -450,9 +454,7 @@ def map_chains(
     workers = max(1, min(n_workers(), len(chains)))
     if workers == 1 or _in_worker():
         with nullcontext() if _in_worker() else single_threaded_blas():
-            for c, chain in enumerate(chains):
-                results[c] = [fn(task) for task in chain]
-        return results
+            return [[fn(task) for task in chain] for chain in chains]
     state = threading.Condition()
     taken = [0] * len(chains)  # tasks of each chain started
     busy = [False] * len(chains)
