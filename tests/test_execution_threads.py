@@ -30,6 +30,7 @@ from fastkpca import (
 from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition._base import execution_context
 from fastkpca.execution import (
+    CHUNK_ROWS,
     map_chains,
     map_row_chunks,
     map_tasks,
@@ -436,6 +437,21 @@ def test_same_model_and_transform_on_1_2_and_4_threads(name, data):
         _assert_same(
             got, ref, rtol, f"{name}, n_jobs={jobs}", RTOL32 if float32_transform else None
         )
+
+
+@pytest.mark.parametrize("name", ["rf_randomized", "nystrom_randomized", "streaming"])
+def test_one_pass_models_on_16_threads_equal_one_threads(name, monkeypatch):
+    """Issue 33's thread-count invariance at 16 threads (oversubscribed here): enough rows for
+    16 threads to share (24 feature chunks, each its own balanced share; 47 kernel-row chunks),
+    the model of one thread to rounding."""
+    monkeypatch.setattr(threads, "usable_cores", lambda: 16)
+    make, rtol = CASES[name]
+    X = make_random_noisy(12000, 12, signal_dim=5, random_state=1)
+    ref = _arrays(make(1).fit(X), X[:300])
+    with using_n_jobs(16):
+        assert threads.n_workers() == 16 and threads.n_shares(-(-12000 // CHUNK_ROWS)) == 24
+    got = _arrays(make(16).fit(X), X[:300])
+    _assert_same(got, ref, rtol, f"{name}, n_jobs=16", RTOL32)
 
 
 @pytest.mark.parametrize("cls", [RandomFourierFeatures, OrthogonalRandomFeatures, FastfoodFeatures])
