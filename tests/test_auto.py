@@ -15,6 +15,7 @@ import fastkpca
 from fastkpca import AutoKPCA, ExactKPCA
 from fastkpca.decomposition import auto
 from fastkpca.metrics import relative_rank_k_error
+from fastkpca.statistics.probe import probe_memory_bytes
 
 TOL = 0.05
 #: Fewer components than the 6 clusters of :func:`_clusters`: the rank-k tail holds cluster
@@ -333,6 +334,19 @@ def test_the_probe_counts_in_the_memory_budget():
     probe = model.report_[0]
     assert probe["method"] == "probe" and probe["memory_bytes"] <= auto.PROBE_MEMORY_SHARE * 2**23
     assert peak <= 8 * 2**20, peak / 2**20
+
+
+@pytest.mark.parametrize("budget", [0, 10**6, 2**23, 10**9, 17_854_676_992, 10**12])
+def test_probe_rows_within_is_the_largest_probe_in_the_budget(budget):
+    """The most rows whose probe memory is within PROBE_MEMORY_SHARE of the budget.  It once
+    searched down from ``sqrt(room / bytes(1))``, which the linear term of bytes(1) makes far too
+    small: 2,620 rows on an 18 GB budget (room for 20,587), so a grown probe (4,000 rows) was cut
+    to a size that moved with the machine's free memory, and AutoKPCA's model with it."""
+    room = auto.PROBE_MEMORY_SHARE * budget
+    p = auto.probe_rows_within(budget)
+    assert p >= 0 and probe_memory_bytes(p) <= room < probe_memory_bytes(p + 1)
+    if budget >= 10**9:  # a grown probe is not cut
+        assert p >= auto.MAX_PROBE_ROWS
 
 
 @pytest.mark.parametrize(

@@ -275,10 +275,13 @@ def probe_rows_within(budget: int) -> int:
     """The most probe rows whose memory (:func:`~fastkpca.statistics.probe.probe_memory_bytes`)
     is at most :data:`PROBE_MEMORY_SHARE` of the memory budget."""
     room = PROBE_MEMORY_SHARE * budget
-    p = int(math.sqrt(room / probe_memory_bytes(1)))  # from above: the bytes grow as p^2 + p
-    while p > 0 and probe_memory_bytes(p) > room:
-        p -= 1 + p // 64
-    return max(p, 0)
+    low, high = 0, 1  # bisection: the bytes grow with p (about as p^2)
+    while probe_memory_bytes(high) <= room:
+        low, high = high, 2 * high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if probe_memory_bytes(mid) <= room else (low, mid)
+    return low
 
 
 def _probe_rows(source, profile: DataProfile, rng, p: int | None = None):
