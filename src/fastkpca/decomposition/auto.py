@@ -272,10 +272,8 @@ def probe_size(n) -> int:
 
 
 def probe_rows_within(budget: int) -> int:
-    """The most probe rows whose memory (:func:`~fastkpca.statistics.probe.probe_memory_bytes`)
-    is at most :data:`PROBE_MEMORY_SHARE` of the memory budget."""
-    room = PROBE_MEMORY_SHARE * budget
-    low, high = 0, 1  # bisection: the bytes grow with p (about as p^2)
+    """The most probe rows whose ``probe_memory_bytes`` are within PROBE_MEMORY_SHARE of budget."""
+    room, low, high = PROBE_MEMORY_SHARE * budget, 0, 1  # bisection: the bytes grow with p
     while probe_memory_bytes(high) <= room:
         low, high = high, 2 * high
     while high - low > 1:
