@@ -170,10 +170,12 @@ def test_a_noisy_estimate_is_not_taken_as_met(small):
         assert not said
 
 
-def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
+@pytest.mark.parametrize("memory_budget", [None, "1GB"])
+def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch, memory_budget):
     # The same far-apart repeated rows, four times as many: the first estimate's standard error
     # exceeds tol, so the probe is drawn again with twice its rows (once), and the estimates
-    # from there on are the larger probe's, with a smaller standard error.
+    # from there on are the larger probe's, with a smaller standard error.  A budget with room
+    # for thousands of probe rows does not cut it (it was cut to 642 rows at 1 GB).
     monkeypatch.setattr(auto, "MAX_PROBE_ROWS", 800)
     monkeypatch.setattr(auto, "STDERR_SQRT_ROWS", 0.0)  # the first probe: probe_size's rows
     rng = np.random.default_rng(0)
@@ -184,7 +186,7 @@ def test_a_noisy_estimate_draws_a_larger_probe_once(small, monkeypatch):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        model = AutoKPCA(K, tol=0.01, random_state=0).fit(rows)
+        model = AutoKPCA(K, tol=0.01, memory_budget=memory_budget, random_state=0).fit(rows)
     probes = [e for e in model.report_ if e["method"] == "probe"]
     assert [e["size"] for e in probes] == [400, 800]
     first_stderr = float(probes[1]["reason"].split("(")[1].split(")")[0])
