@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from .. import kernels
 from .._landmarks import LANDMARK_METHODS, select_landmarks, uniform_landmarks
 from .._utils import check_int, require_memory_parts
-from ..execution import budget, one_blas_thread
+from ..execution import budget, linalg, one_blas_thread
 from ..execution.arrays import get_namespace, placement_of, to_host
 from ..execution.elementwise import as_float64, astype_name, float_name
 from ..execution.kernel_ops import kernel_diag, kernel_matmat
@@ -359,7 +359,8 @@ class NystromKPCA(BaseKPCA):
         else:
             q = self._sketch_width(N, sketch_size)
             Omega = landmark_test_matrix(Z_landmarks, q, rng)
-            T = N.T @ Omega
+            with linalg.small_steps(placement, 2.0 * N.shape[0] * N.shape[1] * q):
+                T = N.T @ Omega
             dtype = self._kernel_row_dtype(kernel, N)
             self.kernel_row_dtype_ = np.dtype(dtype).name
             # The landmarks' mean kernel row is close to the data's (uniform landmarks are a

@@ -177,9 +177,9 @@ KRYLOV_MAX_BLOCKS = 6
 #: host ``dpstrf`` (c^3 / 3 flops: about 0.3 s at c = 4096 on two cores); above it, the
 #: device's ``eigh``.
 HOST_WHITENING_MAX = 4096
-#: Rows from which that whitening's triangular inverse (LAPACK ``dtrtri``, blocked) uses the
-#: BLAS threads; below a few hundred rows their start-up costs more than it saves.
-PARALLEL_TRIANGULAR_MIN = 512
+#: Flops from which a serial dense step between threaded maps uses BLAS's threads (after such a
+#: call they busy-wait, up to 2^28 cycles or ~0.1 s, on the cores the next map needs).
+THREADED_BLAS_MIN_FLOPS = 4e9
 
 #: Memory (MiB) that the Krylov basis V and its image A V may take together where the memory has
 #: no free-memory query (the host); on a device, this fraction of its free memory.

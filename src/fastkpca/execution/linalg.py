@@ -111,12 +111,12 @@ def _explicit(A, placement: Placement) -> bool:
     return not hasattr(A, "matmat")
 
 
-def small_steps(placement: Placement):
-    """The context of the small dense steps of a block iteration (QR of n x b blocks, ``eigh``
-    of the projected matrix): BLAS on one thread on the host, whose thread start-up costs more
-    than it saves at these sizes (:func:`fastkpca.execution.one_blas_thread`); nothing on
-    another namespace, which has its own threads or none."""
-    return one_blas_thread() if placement.host else contextlib.nullcontext()
+def small_steps(placement: Placement, flops: float = 0.0):
+    """The context of a serial dense step of about ``flops`` (0: a block iteration's QR and
+    ``eigh``): on the host BLAS on one thread (:func:`~fastkpca.execution.one_blas_thread`)
+    below :data:`~fastkpca.execution.budget.THREADED_BLAS_MIN_FLOPS`; nothing elsewhere."""
+    host = placement.host and flops < budget.THREADED_BLAS_MIN_FLOPS
+    return one_blas_thread() if host else contextlib.nullcontext()
 
 
 def dtype_of(A) -> np.dtype:
@@ -301,9 +301,8 @@ def _cholesky_whitening(A: np.ndarray, tol: float):
         R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)
     rank = max(int(rank), 1)
     R = np.triu(R[:rank])
-    # the triangular inverse is blocked (level 3): BLAS threads pay from a few hundred rows
-    with one_blas_thread() if rank < budget.PARALLEL_TRIANGULAR_MIN else contextlib.nullcontext():
-        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)  # R's zero lower triangle kept
+    with small_steps(HOST, rank**3 / 3.0):  # R's zero lower triangle kept
+        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
     # column i of A is pivot inverse[i]: gathers of whole rows, not scatters into columns
     inverse = np.argsort(piv - 1)
     pivoted = np.zeros((c, rank))
