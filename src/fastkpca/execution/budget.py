@@ -179,7 +179,7 @@ KRYLOV_MAX_BLOCKS = 6
 HOST_WHITENING_MAX = 4096
 #: Flops from which a serial dense step between threaded maps uses BLAS's threads (after such a
 #: call they busy-wait, up to 2^28 cycles or ~0.1 s, on the cores the next map needs).
-THREADED_BLAS_MIN_FLOPS = 4e9
+THREADED_BLAS_MIN_FLOPS = 1e9
 
 #: Memory (MiB) that the Krylov basis V and its image A V may take together where the memory has
 #: no free-memory query (the host); on a device, this fraction of its free memory.
