@@ -24,6 +24,7 @@ from fastkpca.execution import budget, linalg
 from fastkpca.execution.arrays import HOST, Placement, placement_of, to_host
 from fastkpca.metrics import subspace_distance
 from fastkpca.solvers import NonFiniteError, eigh_topk, postprocess_eigen
+from fastkpca.statistics import feature_sketch
 from tests.conftest import spectrum_matrix
 
 METHODS = ["auto", "dense", "lanczos", "randomized", "orthogonal"]
@@ -259,3 +260,19 @@ def test_serial_dense_steps_take_blas_threads_only_when_large(monkeypatch):
         linalg.whitening(A, 1e-12)
         assert seen == [{1}, {2}]
     np.testing.assert_allclose(N @ A @ N.T, np.eye(600), atol=1e-10)
+
+
+def test_a_sketchs_small_eigenproblem_takes_one_blas_thread(monkeypatch):
+    # StreamingKPCA's last step after its pass (O(ell^2 m)) waited up to 0.12 s on two cores
+    # for BLAS threads that another library's idle threads kept busy.
+    seen = []
+    qr = feature_sketch.qr
+    monkeypatch.setattr(feature_sketch, "qr", lambda A: (seen.append(_blas_threads()), qr(A))[1])
+    B = np.random.default_rng(0).standard_normal((20, 200))
+    s = B.sum(axis=0)
+    with threadpool_limits(limits=2, user_api="blas"):
+        vals, _ = feature_sketch.skpca_eigen(B, s, 20, 5)
+        assert _blas_threads() == {2}
+    assert seen == [{1}]
+    exact = np.linalg.eigvalsh(B.T @ B - np.outer(s, s) / 20)[::-1][:5]
+    np.testing.assert_allclose(vals, exact, rtol=1e-10)

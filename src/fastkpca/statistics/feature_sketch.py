@@ -48,10 +48,10 @@ import numpy as np
 
 from .._feature_map import float_type
 from ..execution import CHUNK_ROWS, map_chains, map_tasks, n_workers
-from ..execution.arrays import placement_of, to_host
+from ..execution.arrays import HOST, placement_of, to_host
 from ..execution.budget import SKETCHES_MEMORY_MB
 from ..execution.feature_ops import ChunkBuffers, lockstep_chunk_rows, lockstep_width
-from ..execution.linalg import eigh, qr
+from ..execution.linalg import eigh, qr, small_steps
 from ..features import FeatureMap, column_sums
 from ..sketch import FrequentDirections, default_batch_size, extend_in_lockstep
 from ..solvers import postprocess_eigen
@@ -456,43 +456,44 @@ def skpca_eigen(
     m = B.shape[1]
     k = n_components
     B = B[np.any(B != 0.0, axis=1)]  # zero rows (fewer rows seen than ell) span nothing
-    R = np.vstack([B, feature_sum[None, :]])
-    Q = qr(R.T)
-    BQ = B @ Q
-    sQ = feature_sum @ Q
-    M = BQ.T @ BQ - np.outer(sQ, sQ) / n_samples
-    M = (M + M.T) / 2
-    rest = m - Q.shape[1]  # dimension of the complement of span(Q)
-    k = min(k, Q.shape[1])  # as many eigenvalues as axes (rank-deficient rows give fewer)
-
-    def top(values, fill):
-        values = np.concatenate([values, np.full(min(rest, k), fill)])
-        return np.maximum(np.sort(values)[::-1][:k], 0.0)
-
-    # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
-    # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
-    floor = M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
-    lower = top(eigh(M)[0], 0.0)
-    lower[lower <= floor] = 0.0
-    slack = float(shrinkage)
-    if missing_energy is not None:
-        slack = min(slack, max(float(missing_energy), 0.0))
-    upper = lower + slack
-    rho = 0.0
-    if loss is not None and slack > 0:
-        V, H, rho = loss
-        VQ = V @ Q
-        M = M + VQ.T @ H @ VQ + rho * (np.eye(Q.shape[1]) - VQ.T @ VQ)
+    with small_steps(HOST):  # O(r^2 m): BLAS's threads would only spin-wait after it
+        R = np.vstack([B, feature_sum[None, :]])
+        Q = qr(R.T)
+        BQ = B @ Q
+        sQ = feature_sum @ Q
+        M = BQ.T @ BQ - np.outer(sQ, sQ) / n_samples
         M = (M + M.T) / 2
-    w, U = eigh(M)
-    vals, vecs = postprocess_eigen(w, Q @ U)
-    vals[vals <= floor] = 0.0
-    estimate = np.clip(top(vals, rho), lower, upper)
-    estimate[estimate <= floor] = 0.0  # a rounding-size shrinkage (rho) is rounding too
-    if not np.isfinite(estimate).all():
-        raise ValueError(
-            "the random-feature sketch is not finite: the phases w . x overflow float32 "
-            "(scale the data or lower gamma)"
-        )
-    out = (estimate, vecs[:, :k].T) + ((np.vstack([lower, upper]),) if return_bounds else ())
+        rest = m - Q.shape[1]  # dimension of the complement of span(Q)
+        k = min(k, Q.shape[1])  # as many eigenvalues as axes (rank-deficient rows give fewer)
+
+        def top(values, fill):
+            values = np.concatenate([values, np.full(min(rest, k), fill)])
+            return np.maximum(np.sort(values)[::-1][:k], 0.0)
+
+        # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
+        # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
+        floor = M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
+        lower = top(eigh(M)[0], 0.0)
+        lower[lower <= floor] = 0.0
+        slack = float(shrinkage)
+        if missing_energy is not None:
+            slack = min(slack, max(float(missing_energy), 0.0))
+        upper = lower + slack
+        rho = 0.0
+        if loss is not None and slack > 0:
+            V, H, rho = loss
+            VQ = V @ Q
+            M = M + VQ.T @ H @ VQ + rho * (np.eye(Q.shape[1]) - VQ.T @ VQ)
+            M = (M + M.T) / 2
+        w, U = eigh(M)
+        vals, vecs = postprocess_eigen(w, Q @ U)
+        vals[vals <= floor] = 0.0
+        estimate = np.clip(top(vals, rho), lower, upper)
+        estimate[estimate <= floor] = 0.0  # a rounding-size shrinkage (rho) is rounding too
+        if not np.isfinite(estimate).all():
+            raise ValueError(
+                "the random-feature sketch is not finite: the phases w . x overflow float32 "
+                "(scale the data or lower gamma)"
+            )
+        out = (estimate, vecs[:, :k].T) + ((np.vstack([lower, upper]),) if return_bounds else ())
     return tuple(placement.asarray(a, np.float64) for a in out)

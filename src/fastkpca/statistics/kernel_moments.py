@@ -389,11 +389,10 @@ def nystrom_sketch_kpca(sketch: ScatterSketch, N, Omega, n_components, *, scale=
     -------
     eigenvalues, components, mean : as :func:`nystrom_kpca`
     """
-    q = Omega.shape[1]
-    k = min(n_components, q)
+    k = min(n_components, Omega.shape[1])
     placement = placement_of(N)
-    NY, Omega_host = to_host(N @ sketch.Y), to_host(Omega)
     with one_blas_thread():  # (r, q) products, QR and SVD
+        NY, Omega_host = to_host(N @ sketch.Y), to_host(Omega)
         evals, U = fixed_rank_psd(NY, Omega_host, k, eps=sketch.eps, scale=scale)
     evals, U = placement.asarray(evals), placement.asarray(U)
     return _padded(evals, U, n_components) + (N @ sketch.mean,)
