@@ -245,3 +245,65 @@ def test_eigen_tol_and_old_model_files_with_tol(tmp_path, digits, name):
     loaded = fastkpca.load(old)
     assert loaded.eigen_tol == 1e-6
     np.testing.assert_allclose(loaded.transform(digits[:5]), model.transform(digits[:5]))
+
+
+@pytest.mark.parametrize(
+    ("make", "memory", "kept"),
+    [
+        # 3 x 8 m^2 bytes of feature moments: m = 1024 fits in 80 % of 40 MB, 2048 does not
+        (
+            lambda: RandomFeatureKPCA(K, n_random_features="auto", tol=1e-4, random_state=0),
+            40,
+            1024,
+        ),
+        # 64 c^2 bytes of landmark arrays: c = 256 fits in 80 % of 8 MB, 512 does not
+        (lambda: NystromKPCA(K, n_landmarks="auto", tol=1e-6, random_state=0), 8, 256),
+    ],
+)
+def test_tol_growth_keeps_its_best_fit_before_a_size_memory_refuses(
+    digits, small_probe, monkeypatch, make, memory, kept
+):
+    """A size the memory refuses ends the growth (the most accurate fit kept, a warning naming
+    the refusal), where it used to fail the fit, or (random features) to go past the memory."""
+    monkeypatch.setenv("FASTKPCA_MEMORY", f"{memory}M")
+    with pytest.warns(RuntimeWarning, match="the next was refused .*memory available"):
+        model = make().fit(digits)
+    assert model.size_history_[-1][0] == kept
+    assert model.transform(digits[:5]).shape == (5, K)
+    monkeypatch.setenv("FASTKPCA_MEMORY", "100K")  # the first size refused: the fit fails
+    with pytest.raises(ValueError, match="memory available"):
+        make().fit(digits)
+
+
+def test_grown_moments_and_their_covariance_take_one_new_m_by_m_array(monkeypatch):
+    """GrowingFourierMoments.moments and FeatureMoments.covariance write one new m x m float64
+    array each, in blocks of rows (one row at a time: nothing more), with the plain formulas'
+    values: ``gram[order][:, order] * s s^T`` and ``(G + G^T) / 2 - n delta delta^T``."""
+    import tracemalloc
+
+    from fastkpca.statistics import feature_moments as fm
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 4))
+    grown = GrowingFourierMoments("rff")
+    for m in (128, 128):
+        grown.extend(as_source(X), draw_feature_map("rff", RBF(0.3), m, 4, rng).frequencies, X)
+    order, s = grown._order_and_scale()
+    gram = grown.gram[np.ix_(order, order)] * np.outer(s, s)
+    unit = 8 * order.size**2
+    for block_mb in (fm.CENTER_BLOCK_MB, 0):
+        monkeypatch.setattr(growth, "CENTER_BLOCK_MB", block_mb)
+        monkeypatch.setattr(fm, "CENTER_BLOCK_MB", block_mb)
+        tracemalloc.start()
+        moments = grown.moments()
+        after_moments = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        C = moments.covariance()
+        peak_covariance = tracemalloc.get_traced_memory()[1] - after_moments[0]
+        tracemalloc.stop()
+        if block_mb == 0:  # rows one at a time: no temporary beyond the new array
+            assert after_moments[1] < 1.2 * unit and peak_covariance < 1.2 * unit
+        np.testing.assert_allclose(moments.gram, gram, rtol=1e-12, atol=0)
+        delta = moments.sum / moments.n - moments.shift
+        want = (gram + gram.T) / 2 - moments.n * np.outer(delta, delta)
+        np.testing.assert_allclose(C, want, rtol=0, atol=1e-12 * np.abs(want).max())

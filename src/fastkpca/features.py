@@ -27,13 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _input_sketch
-from ._feature_map import (
-    FOURIER_DTYPE,
-    FeatureMap,
-    FourierMap,
-    dense_rows,
-    float_type,
-)
+from ._feature_map import FOURIER_DTYPE, FeatureMap, FourierMap, dense_rows, float_type
 from ._state import register_state_class
 from ._utils import DEFAULT_BLOCK_ROWS, check_auto_size, check_int, require_memory_parts
 from .execution import CHUNK_ROWS, SHARE_ROWS, n_workers, one_blas_thread, worker_index

@@ -738,13 +738,7 @@ RECONSTRUCTION_ESTIMATORS = ("unbiased", "plugin")
 
 
 def reconstruction_error(
-    model,
-    X,
-    n_components=None,
-    *,
-    estimator="unbiased",
-    batch_size=1000,
-    random_state=0,
+    model, X, n_components=None, *, estimator="unbiased", batch_size=1000, random_state=0
 ) -> dict:
     """Estimate the reconstruction error R of a fitted model's eigenspace on held-out data.
 

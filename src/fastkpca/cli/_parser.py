@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 
 from .. import __version__
 from .._utils import DEFAULT_BLOCK_ROWS
@@ -347,11 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"fastkpca {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    command = functools.partial(sub.add_parser, formatter_class=_HelpFormatter, parents=[common])
 
-    p = sub.add_parser(
+    p = command(
         "fit",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="fit a model on a data file",
         description=f"Fit a kernel PCA model on DATA and save it (to {DEFAULT_MODEL} unless -o "
         "names another file).",
@@ -479,10 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(p)
 
-    p = sub.add_parser(
+    p = command(
         "transform",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="project a data file on a model",
         description="Project the rows of DATA on the principal axes of MODEL.",
     )
@@ -499,10 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     _add_run_options(p)
 
-    p = sub.add_parser(
+    p = command(
         "evaluate",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="errors of a model on a data file: estimated, and against exact KPCA",
         description="Evaluate MODEL on the rows of DATA (all of them, or a uniform random "
         "subsample of --max-samples rows), with the model's kernel and number of components: "
@@ -539,20 +535,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_run_options(p)
 
-    p = sub.add_parser(
+    p = command(
         "info",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="describe a model file",
         description="Print what a model file holds (checksums verified).",
     )
     p.add_argument("model", metavar="MODEL", help=_MODEL_HELP)
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
 
-    p = sub.add_parser(
+    p = command(
         "bench",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="run the benchmark scripts",
         description="Run the scripts of the repository's benchmarks/ folder (needs a source "
         "checkout); each writes JSON and PNG results into the --out folder. Arguments after "
@@ -586,10 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the benchmarks folder (default: ./benchmarks, then the checkout's)",
     )
 
-    p = sub.add_parser(
+    p = command(
         "demo",
-        formatter_class=_HelpFormatter,
-        parents=[common],
         help="fit every method on the embedded pendigits sample",
         description="Fit every available method on the pendigits sample shipped "
         "with fastkpca, print a comparison table and plot the first "

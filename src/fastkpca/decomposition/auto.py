@@ -36,14 +36,7 @@ from ..execution import available_memory_bytes, format_bytes, one_blas_thread, p
 from ..execution.arrays import to_host
 from ..execution.memory import MEMORY_FRACTION, parse_bytes
 from ..source import uniform_indices
-from ..statistics.growth import (
-    LARGEST,
-    PLATEAU,
-    RESOLUTION,
-    check_tol,
-    doubling_sizes,
-    grow_until,
-)
+from ..statistics.growth import LARGEST, PLATEAU, RESOLUTION, check_tol, doubling_sizes, grow_until
 from ..statistics.probe import (
     CONFIDENCE_Z,
     MAX_PROBE_ROWS,

@@ -519,6 +519,10 @@ class RandomFeatureKPCA(BaseKPCA):
             grown = GrowingFourierMoments(kind)
 
             def fit_at(m):
+                # its peak: the grown moments, their copy in the map's order and the covariance
+                clone(self).set_params(n_random_features=m, solver="exact")._require_fit_memory(
+                    first.shape[1], source.n_samples
+                )
                 extra = draw_feature_map(kind, kernel, m - grown.sum.shape[0], first.shape[1], rng)
                 grown.extend(source, extra.frequencies, first)
                 moments = grown.moments()

@@ -15,6 +15,7 @@ __all__ = [
     "memory_available_on",
     "format_bytes",
     "require_memory",
+    "MemoryLimitError",
     "MEMORY_FRACTION",
 ]
 
@@ -104,8 +105,13 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} bytes"
 
 
+class MemoryLimitError(ValueError):
+    """A size :func:`require_memory` refused; a growth by ``tol`` keeps its best fit before it."""
+
+
 def require_memory(nbytes: float, what: str, *, hint: str = "", available=None) -> None:
-    """Raise ``ValueError`` unless ``nbytes`` fits in :data:`MEMORY_FRACTION` of what is available.
+    """Raise :class:`MemoryLimitError` unless ``nbytes`` fits in :data:`MEMORY_FRACTION` of what
+    is available.
 
     Parameters
     ----------
@@ -124,4 +130,4 @@ def require_memory(nbytes: float, what: str, *, hint: str = "", available=None) 
             f"{what} needs {format_bytes(nbytes)}, more than the {format_bytes(available)} of "
             "memory available here"
         )
-        raise ValueError(f"{message}; {hint}" if hint else message)
+        raise MemoryLimitError(f"{message}; {hint}" if hint else message)

@@ -23,13 +23,7 @@ from collections.abc import Iterable
 import numpy as np
 import scipy.sparse as sp
 
-from ..execution.arrays import (
-    Placement,
-    is_dask_array,
-    is_namespace_array,
-    placement_of,
-    to_host,
-)
+from ..execution.arrays import Placement, is_dask_array, is_namespace_array, placement_of, to_host
 from ._base import RowSource, uniform_indices
 from .dask import DaskSource
 from .device import DeviceSource, TensorSource

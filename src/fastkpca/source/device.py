@@ -15,13 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._utils import DEFAULT_BLOCK_ROWS
-from ..execution.arrays import (
-    Placement,
-    float_dtype,
-    row_range,
-    take_rows,
-    to_host,
-)
+from ..execution.arrays import Placement, float_dtype, row_range, take_rows, to_host
 from ..kernels import entry_variance
 from ._base import RowSource
 from .memory import check_block

@@ -22,6 +22,8 @@ import numpy as np
 
 from .._utils import DEFAULT_TOL, check_auto_size, check_tol
 from ..execution.arrays import is_host_array, placement_of, row_range, to_host
+from ..execution.budget import CENTER_BLOCK_MB
+from ..execution.memory import MemoryLimitError
 from ..features import FeatureMap, FourierFeatureMap, feature_blocks
 from .feature_moments import FeatureMoments
 from .probe import CONFIDENCE_Z, MAX_PROBE_ROWS, PROBE_ROWS, ErrorEstimate, ErrorProbe
@@ -113,6 +115,8 @@ class Growth:
     history : list of (size, ErrorEstimate), the sizes fitted, in order.
     z : float
         The bound's quantile.
+    refusal : str
+        Why the size after the last one fitted was refused (a ``MemoryLimitError``), or "".
     """
 
     model: object = None
@@ -121,6 +125,7 @@ class Growth:
     status: str = REFUSED
     history: list = field(default_factory=list)
     z: float = CONFIDENCE_Z
+    refusal: str = ""
 
     @property
     def met(self) -> bool:
@@ -146,9 +151,12 @@ class Growth:
                 f"1 + tol ({PLATEAU_STEPS} sizes in a row within its standard error); the most "
                 f"accurate fit ({what} {self.size}) is kept"
             )
+        largest = f"the largest {what} tried ({self.size})"
+        if self.refusal:
+            largest += f": the next was refused ({self.refusal})"
         return (
-            f"tol={tol}: the estimated relative rank-k error is still {bound} > 1 + tol at the "
-            f"largest {what} tried ({self.size}); the most accurate fit is kept"
+            f"tol={tol}: the estimated relative rank-k error is still {bound} > 1 + tol at "
+            f"{largest}; the most accurate fit is kept"
         )
 
 
@@ -207,7 +215,12 @@ def grow_until(
     refined = refine is None
     size: int | None = int(first)
     while size is not None:
-        model = fit_at(size)
+        try:
+            model = fit_at(size)
+        except MemoryLimitError as refusal:  # a later size: growth ends, the best fit is kept
+            if not out.history:
+                raise
+            model, out.refusal = None, str(refusal)
         if model is None:
             out.status = REFUSED
             break
@@ -355,10 +368,15 @@ class GrowingFourierMoments:
     def moments(self):
         """:class:`~fastkpca.statistics.feature_moments.FeatureMoments` of :meth:`feature_map`."""
         order, s = self._order_and_scale()
-        out = FeatureMoments(order.shape[0], self.shift[order] * s)
-        out.n = self.n
+        out = FeatureMoments(0, self.shift[order] * s)  # its m x m totals written below
+        out.m, out.n = order.shape[0], self.n
         out.sum = self.sum[order] * s
-        out.gram = self.gram[np.ix_(order, order)] * np.outer(s, s)
+        # one new m x m array: the rows permuted (a copy), then its columns by blocks of rows
+        out.gram = self.gram[order]
+        step = max(1, CENTER_BLOCK_MB * 2**20 // (8 * order.shape[0]))
+        for a in range(0, order.shape[0], step):
+            out.gram[a : a + step] = out.gram[a : a + step][:, order] * s
+        out.gram *= s[:, None]
         return out
 
 
