@@ -291,9 +291,10 @@ def test_grown_moments_and_their_covariance_take_one_new_m_by_m_array(monkeypatc
     order, s = grown._order_and_scale()
     gram = grown.gram[np.ix_(order, order)] * np.outer(s, s)
     unit = 8 * order.size**2
-    for block_mb in (fm.CENTER_BLOCK_MB, 0):
-        monkeypatch.setattr(growth, "CENTER_BLOCK_MB", block_mb)
-        monkeypatch.setattr(fm, "CENTER_BLOCK_MB", block_mb)
+    for one_row in (False, True):
+        if one_row:
+            monkeypatch.setattr(growth, "centering_rows", lambda placement, n: 1)
+            monkeypatch.setattr(fm, "centering_rows", lambda placement, n: 1)
         tracemalloc.start()
         moments = grown.moments()
         after_moments = tracemalloc.get_traced_memory()
@@ -301,7 +302,7 @@ def test_grown_moments_and_their_covariance_take_one_new_m_by_m_array(monkeypatc
         C = moments.covariance()
         peak_covariance = tracemalloc.get_traced_memory()[1] - after_moments[0]
         tracemalloc.stop()
-        if block_mb == 0:  # rows one at a time: no temporary beyond the new array
+        if one_row:  # no temporary beyond the new array
             assert after_moments[1] < 1.2 * unit and peak_covariance < 1.2 * unit
         np.testing.assert_allclose(moments.gram, gram, rtol=1e-12, atol=0)
         delta = moments.sum / moments.n - moments.shift

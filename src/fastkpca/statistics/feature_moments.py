@@ -26,7 +26,7 @@ from .._feature_map import float_type
 from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution import one_blas_thread
 from ..execution.arrays import float_dtype, placement_of, row_range
-from ..execution.budget import CENTER_BLOCK_MB
+from ..execution.budget import centering_rows
 from ..execution.feature_ops import ChunkBuffers, sum_over_row_shares
 from ..execution.linalg import prefer_dense
 from ..features import FeatureMap, feature_blocks, reduce_feature_chunks
@@ -145,7 +145,7 @@ class FeatureMoments:
         if self.n and self.shift is not None:
             delta = self.sum / self.n - self.shift
             m = G.shape[0]
-            step = max(1, CENTER_BLOCK_MB * 2**20 // (8 * m))  # no m x m temporary
+            step = centering_rows(self.placement, m)  # row blocks: no m x m temporary
             for a in range(0, m, step):
                 b = min(a + step, m)
                 G[a:b, ...] -= (self.n * delta[a:b])[:, None] * delta[None, :]

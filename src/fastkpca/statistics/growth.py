@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._utils import DEFAULT_TOL, check_auto_size, check_tol
-from ..execution.arrays import is_host_array, placement_of, row_range, to_host
-from ..execution.budget import CENTER_BLOCK_MB
+from ..execution.arrays import HOST, is_host_array, placement_of, row_range, to_host
+from ..execution.budget import centering_rows
 from ..execution.memory import MemoryLimitError
 from ..features import FeatureMap, FourierFeatureMap, feature_blocks
 from .feature_moments import FeatureMoments
@@ -151,12 +151,10 @@ class Growth:
                 f"1 + tol ({PLATEAU_STEPS} sizes in a row within its standard error); the most "
                 f"accurate fit ({what} {self.size}) is kept"
             )
-        largest = f"the largest {what} tried ({self.size})"
-        if self.refusal:
-            largest += f": the next was refused ({self.refusal})"
+        refused = f": the next was refused ({self.refusal})" if self.refusal else ""
         return (
-            f"tol={tol}: the estimated relative rank-k error is still {bound} > 1 + tol at "
-            f"{largest}; the most accurate fit is kept"
+            f"tol={tol}: the estimated relative rank-k error is still {bound} > 1 + tol at the "
+            f"largest {what} tried ({self.size}){refused}; the most accurate fit is kept"
         )
 
 
@@ -373,7 +371,7 @@ class GrowingFourierMoments:
         out.sum = self.sum[order] * s
         # one new m x m array: the rows permuted (a copy), then its columns by blocks of rows
         out.gram = self.gram[order]
-        step = max(1, CENTER_BLOCK_MB * 2**20 // (8 * order.shape[0]))
+        step = centering_rows(HOST, order.shape[0])
         for a in range(0, order.shape[0], step):
             out.gram[a : a + step] = out.gram[a : a + step][:, order] * s
         out.gram *= s[:, None]
