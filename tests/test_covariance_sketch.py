@@ -4,6 +4,7 @@ scipy.linalg.eigh of the explicitly formed centered scatter."""
 import numpy as np
 import pytest
 import scipy.linalg as la
+from threadpoolctl import threadpool_info
 
 from fastkpca.statistics import covariance_sketch as cs
 from fastkpca.statistics.covariance_sketch import (
@@ -208,6 +209,20 @@ def test_informed_test_matrix_spans_the_sample_axes():
     S = _scatter(X)
     vals, _ = fixed_rank_psd(S @ T, T, 4)
     np.testing.assert_allclose(vals, _top(S, 4)[0], rtol=1e-8)
+
+
+def test_informed_test_matrix_runs_its_small_dense_steps_on_one_blas_thread(monkeypatch):
+    # A threaded BLAS call leaves OpenBLAS's threads spin-waiting (about 0.1 s) on the cores the
+    # pass after it needs: the Rayleigh-Ritz eigh (and its QRs) must see one BLAS thread.
+    seen, eigh = [], cs.eigh
+
+    def spy(H):
+        seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        return eigh(H)
+
+    monkeypatch.setattr(cs, "eigh", spy)
+    cs.informed_test_matrix(np.random.default_rng(0).standard_normal((3000, 60)), 20, 0)
+    assert seen == [{1}]
 
 
 def test_informed_test_matrix_centers_the_rows_in_place_when_allowed():

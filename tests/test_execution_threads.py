@@ -31,6 +31,7 @@ from fastkpca.datasets import make_random_noisy
 from fastkpca.decomposition._base import execution_context
 from fastkpca.execution import (
     CHUNK_ROWS,
+    elementwise,
     map_chains,
     map_row_chunks,
     map_tasks,
@@ -166,6 +167,27 @@ def test_thread_maps_cover_every_row_once_in_share_order():
             )
             assert total[0] == 1000 and sorted(parts) == list(range(0, 1000, 96))
             assert map_tasks(lambda t: t * t, range(7)) == [t * t for t in range(7)]
+
+
+def test_input_finiteness_is_checked_in_threads_entry_by_entry_where_a_sum_is_not(monkeypatch):
+    # shares of 4 rows: the bad entries sit in different shares, read by different threads
+    monkeypatch.setattr(elementwise, "FINITE_SHARE_BYTES", 4 * 3 * 8)
+    X = np.arange(300.0).reshape(100, 3)
+    huge = np.full((100, 3), np.finfo(np.float64).max)  # finite, but every share's sum overflows
+    for jobs in JOBS:
+        with using_n_jobs(jobs):
+            assert elementwise.nonfinite(X) is None and elementwise.nonfinite(huge) is None
+            bad = X.copy()
+            bad[90, 1] = -np.inf
+            assert elementwise.nonfinite(bad) == "infinity"
+            bad[7, 2] = np.nan  # NaN is named first, whichever share finds which
+            assert elementwise.nonfinite(bad) == "NaN"
+            assert elementwise.nonfinite(bad.astype(np.float32)) == "NaN"
+            assert elementwise.nonfinite(np.zeros((0, 3))) is None
+            with pytest.raises(ValueError, match=r"Input X contains infinity\."):
+                NystromKPCA(2, n_landmarks=5).fit(np.where(np.isnan(bad), 0.0, bad))
+            with pytest.raises(ValueError, match=r"Input X contains NaN\."):
+                RandomFeatureKPCA(2).fit(bad)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4, 16, 64])

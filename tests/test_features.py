@@ -376,23 +376,3 @@ def test_reduce_feature_chunks_sees_every_row_once(features, kernel, sparse):
     assert sum(p["n"] for p in parts) == 1100
     np.testing.assert_allclose(sum(p["sum"] for p in parts), Z.sum(axis=0), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(sum(p["gram"] for p in parts), Z.T @ Z, rtol=1e-5, atol=1e-4)
-
-
-@pytest.mark.parametrize("features, kernel, sparse", EVERY_MAP_KIND)
-def test_row_writer_writes_the_features_of_any_rows_from_two_threads(features, kernel, sparse):
-    # write(lo, hi, out) gives the features of rows lo:hi (ranges across the 512-row chunks,
-    # two threads at once), in the map's computing dtype.  The Fourier and Fastfood maps center
-    # each chunk before the float32 phases, so ranges cut differently from fmap(X)'s chunks
-    # agree to float32 rounding of features <= sqrt(2 / 32) = 0.25: atol 1e-6.
-    from concurrent.futures import ThreadPoolExecutor
-
-    X, fmap = _rows_and_map(features, kernel, sparse, 900, seed=5)
-    Z = fmap(X)
-    write = fmap.row_writer(X)
-    dtype = fmap.feature_dtype(np.float64)
-    ranges = [(0, 1), (3, 300), (300, 811), (811, 900)]
-    outs = [np.full((hi - lo, 64), np.nan, dtype=dtype) for lo, hi in ranges]
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda i: write(*ranges[i], outs[i]), range(len(ranges))))
-    for (lo, hi), out in zip(ranges, outs, strict=True):
-        np.testing.assert_allclose(out, Z[lo:hi], rtol=0, atol=1e-6)

@@ -132,17 +132,6 @@ class FeatureMap:
 
         for_row_chunks(X, m, chunk, balanced=balanced)
 
-    def row_writer(self, X):
-        """``write(start, stop, out)``: the features of rows ``start:stop`` of X into ``out``
-        (``(stop - start, m)``, computing dtype); it may run in several threads at once, each on
-        its own rows (:class:`~fastkpca.statistics.feature_sketch.FeatureSketch`)."""
-        X = self._rows(X)
-
-        def write(start, stop, out):
-            self._chunk(X[start:stop, ...], out)
-
-        return write
-
     def _placed(self, like, name: str, make, dtype):
         """The host array ``make()`` in ``dtype`` on the placement of ``like`` (numpy, a torch
         device, ...), converted once per placement and dtype and kept on the map (the host

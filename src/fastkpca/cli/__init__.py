@@ -47,11 +47,6 @@ from ._parser import build_parser
 
 __all__ = ["main", "build_parser", "METHODS"]
 
-#: The commands, each run by ``run(args)`` of the module of that name in this package, imported
-#: only when the command runs: the parser, ``--help`` and argument errors need none of them, nor
-#: scikit-learn or SciPy.
-COMMANDS = ("fit", "transform", "evaluate", "info", "bench", "demo")
-
 
 def _heartbeat(args):
     """A commands that reads DATA says, in a log, that it is still at work every few seconds
@@ -84,6 +79,7 @@ def main(argv=None) -> int:
         ):
             _check_inputs_exist(args)
             with _heartbeat(args):
+                # the command's module, imported only now: --help and argument errors need none
                 command = importlib.import_module(f"{__name__}.{args.command}")
                 return int(command.run(args) or 0)
     except _Terminated as exc:

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from scipy import special
 
 from .arrays import get_namespace, placement_of
+from .threads import map_row_chunks
 
 __all__ = [
     "float_name",
@@ -34,6 +35,7 @@ __all__ = [
     "matmul",
     "max_finite",
     "check_finite",
+    "nonfinite",
     "store",
     "exp_",
     "tanh_",
@@ -214,16 +216,39 @@ def max_finite(values) -> float:
 
 def check_finite(K):
     """K, or a ValueError when it has an inf or a nan (the kernel's arithmetic overflowed)."""
-    if K.shape[0] == 0:
-        return K
-    if _is_numpy(K):
-        finite = bool(np.isfinite(K).all())
-    else:
-        xp = get_namespace(K)
-        finite = bool(xp.all(xp.isfinite(K)))
-    if not finite:
+    if nonfinite(K) is not None:
         raise ValueError(_OVERFLOW)
     return K
+
+
+#: Bytes (of float64 rows) per share of :func:`nonfinite`'s threaded check of host data.
+FINITE_SHARE_BYTES = 4 * 2**20
+
+
+def nonfinite(data) -> str | None:
+    """``"NaN"`` if an entry of ``data`` (any namespace) is NaN, else ``"infinity"`` if one is
+    infinite, else None.  On the host scikit-learn's fast path, in threads over shares of about
+    :data:`FINITE_SHARE_BYTES`: only a share whose sum is not finite is read entry by entry."""
+    xp, found = get_namespace(data), []
+
+    def check(start: int, stop: int) -> None:
+        part = data[start:stop, ...]
+        with np.errstate(over="ignore", invalid="ignore"):
+            if bool(xp.all(xp.isfinite(xp.sum(part) if _is_numpy(part) else part))):
+                return
+        if bool(xp.any(xp.isnan(part))):
+            found.append("NaN")
+        elif not bool(xp.all(xp.isfinite(part))):
+            found.append("infinity")
+
+    if _is_numpy(data) and data.dtype.kind not in "fc":
+        return None
+    rows = max(1, FINITE_SHARE_BYTES // (8 * max(1, math.prod(data.shape[1:]))))
+    if not _is_numpy(data) or data.shape[0] <= rows:  # one share: no threads to wake
+        check(0, data.shape[0])
+    else:
+        map_row_chunks(data.shape[0], check, chunk_rows=rows)
+    return min(found, default=None)  # "NaN" before "infinity"
 
 
 def store(K, out=None, dtype: str | None = None):

@@ -28,6 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from . import budget
 from .arrays import HOST, Placement, placement_of, to_host
+from .elementwise import nonfinite
 from .threads import one_blas_thread
 
 __all__ = [
@@ -147,13 +148,8 @@ def as_operator(A):
 
 
 def all_finite(*arrays) -> bool:
-    """Whether every entry of every array is finite (one scalar read per array on a device)."""
-    return all(_finite(a, operator_placement(a)) for a in arrays)
-
-
-def _finite(a, placement: Placement) -> bool:
-    xp = placement.xp
-    return bool(xp.all(xp.isfinite(a)))
+    """Whether every entry of every array is finite (:func:`.elementwise.nonfinite`)."""
+    return all(nonfinite(a) is None for a in arrays)
 
 
 # --- products -----------------------------------------------------------------------------------
@@ -175,7 +171,7 @@ def matmat(A, V):
             out = A.matmat(V)
         if out.dtype != xp.float64:
             out = xp.astype(out, xp.float64)
-    if not _finite(out, placement):
+    if nonfinite(out) is not None:
         raise NonFiniteError(_PRODUCTS_NOT_FINITE)
     return out
 

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._utils import DEFAULT_BLOCK_ROWS
+from ..execution.elementwise import nonfinite
 
 __all__ = [
     "open_data",
@@ -446,8 +447,7 @@ class DataReader:
         """Raise a ValueError naming file, row and column of the first NaN / infinity."""
         if not self.check_finite:
             return
-        data = X.data if sp.issparse(X) else X
-        if data.size == 0 or np.isfinite(data).all():
+        if nonfinite(X.data if sp.issparse(X) else X) is None:
             return
         if sp.issparse(X):
             X = X.tocoo()

@@ -22,6 +22,7 @@ from ..execution.arrays import (
     take_rows,
     to_host,
 )
+from ..execution.elementwise import nonfinite
 from ._base import RowSource
 
 __all__ = ["ArraySource", "BlockSource", "ReservoirSampler", "check_block"]
@@ -61,16 +62,19 @@ def check_block(block, *, n_features=None, accept_sparse=False, name="X", dtype=
         block = _as_dtype(block, placement, computed)
     if dtype is not None and np.dtype(dtype) != computed:
         block = _as_dtype(block, placement, np.dtype(dtype))
-    data = block.data if sp.issparse(block) else block
-    if not bool(xp.all(xp.isfinite(data))):
-        what = "NaN" if bool(xp.any(xp.isnan(data))) else "infinity"
-        raise ValueError(f"Input {name} contains {what}.")
+    _require_finite(block, name)
     if n_features is not None and block.shape[1] != n_features:
         raise ValueError(
             f"{name} has {block.shape[1]} features, but the model is expecting "
             f"{n_features} features as input"
         )
     return block
+
+
+def _require_finite(X, name: str) -> None:
+    what = nonfinite(X.data if sp.issparse(X) else X)
+    if what is not None:
+        raise ValueError(f"Input {name} contains {what}.")
 
 
 def _dtype_name(dtype) -> str:
@@ -98,15 +102,13 @@ class ArraySource(RowSource):
             dtype=[np.float64, np.float32],
             accept_sparse="csr" if accept_sparse else False,
             ensure_min_samples=1,
+            ensure_all_finite=False,  # checked in threads, as every block (check_block)
         )
-        # scikit-learn's finiteness check first sums the entries: rows near float64's largest
-        # value overflow that sum (a RuntimeWarning of no meaning here), then are checked one by
-        # one
-        with np.errstate(over="ignore", invalid="ignore"):
-            if estimator is not None:
-                X = validate_data(estimator, X, reset=reset, **kw)
-            else:
-                X = check_array(X, input_name=name, **kw)
+        if estimator is not None:
+            X = validate_data(estimator, X, reset=reset, **kw)
+        else:
+            X = check_array(X, input_name=name, **kw)
+        _require_finite(X, name)
         self.array = X
         self.n_samples, self.n_features = X.shape
         self.dtype = X.dtype

@@ -276,13 +276,14 @@ def _leading_axes(rows, n_data: int, rng, power_iterations: int, overwrite: bool
         B = xp.astype(share @ Q, xp.float64)
         return B.T @ B
 
-    for i in range(power_iterations + 1):
-        first = overwrite and i == 0
-        Y = sum_over_row_shares(A, center_then_gram_times if first else gram_times)
-        with one_blas_thread():  # a thin QR: idle BLAS threads' wake-ups cost 100x
+    # Thin QRs, a small eigh: BLAS threads' wake-ups cost 100x, their spin-waits slow the pass
+    with one_blas_thread():
+        for i in range(power_iterations + 1):
+            first = overwrite and i == 0
+            Y = sum_over_row_shares(A, center_then_gram_times if first else gram_times)
             Q, _ = xp.linalg.qr(xp.astype(Y, A.dtype))
-    _, V = eigh(sum_over_row_shares(A, ritz_gram))
-    return to_host(xp.astype(Q, xp.float64) @ V[:, :n_data])
+        _, V = eigh(sum_over_row_shares(A, ritz_gram))
+        return to_host(xp.astype(Q, xp.float64) @ V[:, :n_data])
 
 
 def fixed_rank_psd(Y, T, rank: int, *, eps: float | None = None, scale=None):

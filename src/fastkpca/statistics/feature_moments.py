@@ -27,6 +27,7 @@ from .._utils import DEFAULT_BLOCK_ROWS
 from ..execution import one_blas_thread
 from ..execution.arrays import float_dtype, placement_of, row_range
 from ..execution.budget import centering_rows
+from ..execution.elementwise import nonfinite
 from ..execution.feature_ops import ChunkBuffers, sum_over_row_shares
 from ..execution.linalg import prefer_dense
 from ..features import FeatureMap, feature_blocks, reduce_feature_chunks
@@ -318,8 +319,7 @@ def rf_kpca_randomized(sketch: ScatterSketch, T: np.ndarray, n_components: int, 
     components : (k, m) float64, orthonormal rows
     (on the sketch's placement)
     """
-    xp = placement_of(sketch.Y).xp
-    if not bool(xp.all(xp.isfinite(sketch.Y))):
+    if nonfinite(sketch.Y):
         raise ValueError(
             "the random-feature sketch is not finite: the phases w . x overflow float32 "
             "(scale the data or lower gamma)"
