@@ -323,7 +323,8 @@ def _append_pivot_columns(X, new, kernel: Kernel, F, i: int, L, d, floor):
     Y = as_float64(_take_rows(X, new))
     F_new = take_rows(F[:, :i], new)
     width = new.size
-    L_inv_T = la.solve_triangular(L, np.eye(width), lower=True, check_finite=False).T
+    with one_blas_thread():  # a threaded solve's spin-waits would slow the pass below
+        L_inv_T = la.solve_triangular(L, np.eye(width), lower=True, check_finite=False).T
     L_inv_T = placement.asarray(np.ascontiguousarray(L_inv_T))
 
     def step(state, start, stop, K):
@@ -459,8 +460,8 @@ def rpcholesky_indices(
             n_proposals += proposals.size
             Fp = take_rows(F[:, :i], proposals)
             H = _proposal_kernel(X, proposals, kernel)
-            H -= Fp @ Fp.T
-            with one_blas_thread():
+            with one_blas_thread():  # a threaded product's spin-waits would slow the next pass
+                H -= Fp @ Fp.T
                 accepted, L, explained = _rejection_cholesky(
                     to_host(H), d_now[proposals], floor_host[proposals], c - i, rng
                 )

@@ -187,7 +187,8 @@ def _randomized(A, k, rng, tol, max_iter, oversamples, *, warn=True):
                 H[...] = 0.0
                 H[:keep, :keep] = xp.where(eye > 0, theta[:keep], eye)  # diag(theta)
                 m = keep
-    return theta[:k], V[:, :m] @ Yk, it
+    with linalg.small_steps(placement):
+        return theta[:k], V[:, :m] @ Yk, it
 
 
 def _orthogonal(A, k, rng, tol, max_iter):

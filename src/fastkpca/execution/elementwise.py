@@ -236,10 +236,8 @@ def nonfinite(data) -> str | None:
         with np.errstate(over="ignore", invalid="ignore"):
             if bool(xp.all(xp.isfinite(xp.sum(part) if _is_numpy(part) else part))):
                 return
-        if bool(xp.any(xp.isnan(part))):
-            found.append("NaN")
-        elif not bool(xp.all(xp.isfinite(part))):
-            found.append("infinity")
+        if not bool(xp.all(xp.isfinite(part))):  # a sum can overflow on finite entries
+            found.append("NaN" if bool(xp.any(xp.isnan(part))) else "infinity")
 
     if _is_numpy(data) and data.dtype.kind not in "fc":
         return None

@@ -393,12 +393,12 @@ def _cos_sin_xp(P, offset, scale, out, placement):
 
 
 def sum_of_squares(A):
-    """``sum A_ij^2`` of a float64 array: a float on the host (one ``dot`` of the contiguous
-    values), a 0-d array of A's namespace on a device (read when the caller moves it)."""
+    """``sum A_ij^2`` of a float64 array: a float on the host (numpy's own loop, not a threaded
+    BLAS ``dot``, whose idle threads would spin-wait after it), a 0-d array of A's namespace on
+    a device (read when the caller moves it)."""
     placement = placement_of(A)
     if placement.host:
-        flat = A.reshape(-1)
-        return float(np.dot(flat, flat))
+        return float(np.einsum("ij,ij->", A, A))
     return placement.xp.sum(A * A)
 
 
