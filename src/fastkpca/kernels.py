@@ -302,7 +302,26 @@ def _float_of(X) -> str:
     return float_name(getattr(X, "dtype", np.float64))
 
 
-class _Radial(Kernel):
+class _UnitDiagonal(Kernel):
+    """Shift-invariant kernels of one scale gamma with ``k(x, x) = 1``: rbf, matern, laplacian."""
+
+    parallel_safe = True
+    namespace_math = True
+    shift_invariant = True
+    nonnegative = True
+    _exact_diag_one = True
+
+    def __init__(self, gamma: float = 1.0):
+        self.gamma = _check_positive("gamma", gamma)
+
+    def get_params(self, deep=True):
+        return {"gamma": self.gamma}
+
+    def diag(self, X):
+        return ones_rows(X, _float_of(X))
+
+
+class _Radial(_UnitDiagonal):
     """Kernels that are a function of the squared Euclidean distance: ``f(-s |x - y|^2)``.
 
     A block's exponent comes from ONE GEMM of augmented rows centered at the columns' mean c::
@@ -316,24 +335,9 @@ class _Radial(Kernel):
     the float64 GEMM, rounded.
     """
 
-    parallel_safe = True
-    namespace_math = True
-    shift_invariant = True
-    nonnegative = True
-    _exact_diag_one = True
-
     #: Whether float32 blocks are computed by a float32 GEMM (rbf) rather than rounded from
     #: float64 ones.
     _float32_blocks = False
-
-    def __init__(self, gamma: float = 1.0):
-        self.gamma = _check_positive("gamma", gamma)
-
-    def get_params(self, deep=True):
-        return {"gamma": self.gamma}
-
-    def diag(self, X):
-        return ones_rows(X, _float_of(X))
 
     def _exponent_scale(self) -> float:
         """s of the exponent ``-s |x - y|^2`` the profile takes."""
@@ -402,7 +406,7 @@ class RBF(_Radial):
         return rng.standard_normal((n_frequencies, dim)) * np.sqrt(2.0 * self.gamma)
 
 
-class Laplacian(Kernel):
+class Laplacian(_UnitDiagonal):
     """Laplacian kernel ``exp(-gamma ||x - y||_1)``.
 
     The L1 distance, as ``sklearn.metrics.pairwise.laplacian_kernel``: float64 distances
@@ -410,21 +414,7 @@ class Laplacian(Kernel):
     float32 blocks are rounded from them.
     """
 
-    parallel_safe = True
-    namespace_math = True
     name = "laplacian"
-    shift_invariant = True
-    nonnegative = True
-    _exact_diag_one = True
-
-    def __init__(self, gamma: float = 1.0):
-        self.gamma = _check_positive("gamma", gamma)
-
-    def get_params(self, deep=True):
-        return {"gamma": self.gamma}
-
-    def diag(self, X):
-        return ones_rows(X, _float_of(X))
 
     def _prepare(self, Y, dtype="float64"):
         Y64 = as_float64(Y)
