@@ -1,4 +1,6 @@
+import gc
 import os
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,26 @@ SHARED_DATA = Path(os.environ.get("FASTKPCA_DATA", REPO.parent / "shared" / "dat
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def least_traced_peak(call, repeats=3) -> int:
+    """The least tracemalloc peak, in bytes, of ``repeats`` runs of ``call()``.
+
+    tracemalloc counts every thread's allocations and whatever a garbage collection's finalizers
+    allocate, so a thread an earlier test left running (dask's event loop, tqdm's monitor) can
+    add to one run's peak; the least of a few runs is the call's own (an excess of the call
+    itself shows in every run).
+    """
+    peaks = []
+    for _ in range(repeats):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            call()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    return min(peaks)
 
 
 def align_signs(A, B):

@@ -19,7 +19,6 @@ import io
 import json
 import os
 import struct
-import tracemalloc
 import warnings
 import zipfile
 
@@ -39,6 +38,7 @@ from fastkpca.persistence import (
     model_info,
     save_model,
 )
+from tests.conftest import least_traced_peak
 
 # --- real fitted files of every class -------------------------------------------------------
 
@@ -581,15 +581,13 @@ def test_huge_zip_directory_is_refused_before_it_is_parsed(model_file, tmp_path)
     end = data.rfind(b"PK\x05\x06")
     struct.pack_into("<L", data, end + 12, 2**31)  # the directory's declared size
     out.write_bytes(bytes(data))
-    tracemalloc.start()
-    try:
+
+    def refuse():
         with pytest.raises(ValueError, match="zip directory is 2147483648 bytes"):
             load(out)
         assert not is_model_file(out)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2**20
+
+    assert least_traced_peak(refuse) < 2**20
 
 
 def _deflated_bomb(model_file, out, *, declared):
@@ -637,14 +635,12 @@ def test_deflate_bomb_costs_what_the_file_declares(model_file, tmp_path, declare
     size = len(data_of(model_file, name))
     _deflated_bomb(model_file, out, declared=size if declared == "true size" else 2**32 - 1)
     assert out.stat().st_size < 200_000
-    tracemalloc.start()
-    try:
+
+    def refuse():
         with pytest.raises(ValueError, match=f"{out}"):
             load(out)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 4 * 2**20
+
+    assert least_traced_peak(refuse) < 4 * 2**20
 
 
 # --- malformed metadata: ``fastkpca info`` and load -----------------------------------------
@@ -869,13 +865,11 @@ def test_is_model_file_reads_only_the_directory_and_the_metadata(model_file, tmp
     arrays are never read (a 64 MiB deflate bomb in one costs nothing)."""
     out = tmp_path / "bomb.npz"
     _deflated_bomb(model_file, out, declared=2**32 - 1)
-    tracemalloc.start()
-    try:
+
+    def check():
         assert is_model_file(out) is True
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 2**20
+
+    assert least_traced_peak(check) < 2**20
     meta, arrays = _read(model_file)
     meta["format_version"] = persistence.FORMAT_VERSION + 1
     newer = tmp_path / "newer.npz"
