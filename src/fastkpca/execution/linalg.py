@@ -292,18 +292,21 @@ def whitening(A, tol: float):
 
 
 def _cholesky_whitening(A: np.ndarray, tol: float):
+    # Worked in place where it can be: each new c x c array is a first touch of fresh memory,
+    # which cost 14-20 ms apiece in some fits (NOTES).
     c = A.shape[0]
     with one_blas_thread():  # pivoted Cholesky: no faster on BLAS threads (NOTES)
-        R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)
+        R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)  # a copy of A, Fortran order
     rank = max(int(rank), 1)
-    R = np.triu(R[:rank])
-    with small_steps(HOST, rank**3 / 3.0):  # R's zero lower triangle kept
-        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0)
-    # column i of A is pivot inverse[i]: gathers of whole rows, not scatters into columns
-    inverse = np.argsort(piv - 1)
-    pivoted = np.zeros((c, rank))
-    pivoted[:rank] = R_inv
-    return pivoted[inverse].T, np.take(R, inverse, axis=1)
+    for j in range(rank):  # the strictly lower triangle is left over: zeroed, column by column
+        R[j + 1 :, j] = 0.0
+    R = R[:rank]
+    Z = np.take(R, np.argsort(piv - 1), axis=1)  # column i of A is pivot inverse[i]
+    with small_steps(HOST, rank**3 / 3.0):  # in place at full rank (R Fortran-contiguous)
+        R_inv, _ = lapack.dtrtri(R[:, :rank], lower=0, overwrite_c=True)
+    N_T = np.zeros((c, rank))
+    N_T[piv[:rank] - 1] = R_inv
+    return N_T.T, Z
 
 
 def _eigh_whitening(A, tol: float, placement: Placement):
