@@ -139,23 +139,35 @@ def test_page_python_blocks_run(page, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     name = page.relative_to(ROOT)
     namespace: dict = {"__name__": "__docs__"}
-    for i, (code, line, expected) in enumerate(_with_outputs(page)):
-        missing = _missing(code)
-        if missing:
-            pytest.skip(
-                f"{name} line {line} (block {i + 1}) and the blocks after it need "
-                f"{', '.join(missing)}, not available here"
-            )
-        stdout = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(stdout):
-                exec(compile(code, f"{name}:{line}", "exec"), namespace)
-        except Exception as exc:  # name the failing block in the report
-            pytest.fail(f"{name} python block at line {line} failed: {exc!r}\n{code}")
-        if expected is not None:
-            assert _matches(stdout.getvalue(), expected), (
-                f"{name} line {line}: printed\n{stdout.getvalue()}\nbut the page shows\n{expected}"
-            )
+    with contextlib.ExitStack() as stack:
+        stack.callback(_close_clusters, namespace)
+        for i, (code, line, expected) in enumerate(_with_outputs(page)):
+            missing = _missing(code)
+            if missing:
+                pytest.skip(
+                    f"{name} line {line} (block {i + 1}) and the blocks after it need "
+                    f"{', '.join(missing)}, not available here"
+                )
+            stdout = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(stdout):
+                    exec(compile(code, f"{name}:{line}", "exec"), namespace)
+            except Exception as exc:  # name the failing block in the report
+                pytest.fail(f"{name} python block at line {line} failed: {exc!r}\n{code}")
+            if expected is not None:
+                assert _matches(stdout.getvalue(), expected), (
+                    f"{name} line {line}: printed\n{stdout.getvalue()}\n"
+                    f"but the page shows\n{expected}"
+                )
+
+
+def _close_clusters(namespace: dict) -> None:
+    """Close the dask clients and clusters a page's blocks left open (docs/dask.md's
+    LocalCluster, should a block fail before it closes them): their worker processes and
+    heartbeats would otherwise run through the rest of the test session."""
+    for value in namespace.values():
+        if type(value).__module__.startswith("distributed") and hasattr(value, "close"):
+            value.close()  # a second close of a client or cluster does nothing
 
 
 def test_docs_code_fits_the_page():
