@@ -159,15 +159,38 @@ def test_page_python_blocks_run(page, tmp_path, monkeypatch):
                     f"{name} line {line}: printed\n{stdout.getvalue()}\n"
                     f"but the page shows\n{expected}"
                 )
+        running = _running_clusters(namespace)
+        assert not running, f"{name} leaves {running} running: close them at its end"
+
+
+def _dask_objects(namespace: dict) -> dict:
+    """The dask clients in a page's namespace and their clusters (a cluster made inline, as in
+    ``Client(LocalCluster())``, has no name of its own), by name."""
+    found = {}
+    for key, value in namespace.items():
+        if type(value).__module__.startswith("distributed") and hasattr(value, "close"):
+            found[key] = value
+            if getattr(value, "cluster", None) is not None:
+                found[f"{key}.cluster"] = value.cluster
+    return found
+
+
+def _running_clusters(namespace: dict) -> list[str]:
+    """The names of the dask clients and clusters of a page still running."""
+    running = []
+    for key, value in _dask_objects(namespace).items():
+        status = getattr(value, "status", None)
+        if getattr(status, "value", status) != "closed":
+            running.append(key)
+    return running
 
 
 def _close_clusters(namespace: dict) -> None:
-    """Close the dask clients and clusters a page's blocks left open (docs/dask.md's
-    LocalCluster, should a block fail before it closes them): their worker processes and
-    heartbeats would otherwise run through the rest of the test session."""
-    for value in namespace.values():
-        if type(value).__module__.startswith("distributed") and hasattr(value, "close"):
-            value.close()  # a second close of a client or cluster does nothing
+    """Close the dask clients and clusters a page's blocks left open (should a block fail
+    before the page closes them): their worker processes and heartbeats would otherwise run
+    through the rest of the test session."""
+    for value in _dask_objects(namespace).values():
+        value.close()  # a second close of a client or cluster does nothing
 
 
 def test_docs_code_fits_the_page():
