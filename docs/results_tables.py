@@ -615,6 +615,9 @@ def random_features_notes() -> str:
     ff = {r["m"]: r for r in _json("bench_random_features.json")["fastfood_vs_rff"]["rows"]}
     big = ff[max(ff)]
     speedups = [r["fastfood_speedup_over_rff"] for r in ff.values()]
+    qmc = _json("bench_qmc_features.json")
+    moons = next(r for r in qmc["sets"] if r["name"] == "moons")
+    by_qmc, by_orf = moons["tol"]["0.01/auto"], moons["tol"]["0.01/orf"]
     return (
         f'- `solver="exact"` is O(n m^2) (the m x m covariance); `countsketch` is O(n m (1 + q)) '
         f"plus an SVD of its t x m sketch that does not grow with n ({min(solve):.1f}-"
@@ -622,14 +625,21 @@ def random_features_notes() -> str:
         f"(`benchmarks/results/countsketch_paper.json`, m = {cs['params']['m']}, "
         f"[its page](papers/countsketch.md)), the two-pass `countsketch` fit against "
         f'`solver="exact"`: {pairs}.\n'
-        f"- `features`: `orf` (the default for rbf / matern) has the lowest kernel error at equal "
-        f"m (MNIST, m = {big['m']}: mean absolute kernel error "
+        f"- `features`: `orf` (the default for rbf / matern on more than 8 columns) has the "
+        f"lowest kernel error at equal m on wide rows (MNIST, m = {big['m']}: mean absolute "
+        f"kernel error "
         f"{big['orf_kernel_mean_abs_error']:.4f} "
         f"against {big['rff_kernel_mean_abs_error']:.4f} for `rff`); `fastfood` is "
         f"{min(speedups):.1f}-{max(speedups):.1f}x faster to evaluate at d = "
         f"{_json('bench_random_features.json')['fastfood_vs_rff']['d']} but no more accurate "
         f"({big['fastfood_kernel_mean_abs_error']:.4f}; `bench_random_features.json`, "
-        f"`fastfood_vs_rff`).\n"
+        f"`fastfood_vs_rff`). On rows of at most 8 columns `auto` draws `qmc` (quasi-Monte Carlo "
+        f"points, error nearly 1/m): on two moons ({qmc['n']:,} rows, d = 2) m = 1024 has a "
+        f"relative rank-k error of {moons['errors']['qmc']['1024']:.4f} against "
+        f"{moons['errors']['orf']['1024']:.4f} for `orf`, and `tol=0.01` is met with "
+        f"{by_qmc['n_random_features']} features in {by_qmc['seconds']:.1f} s against "
+        f"{by_orf['n_random_features']} `orf` features in {by_orf['seconds']:.0f} s "
+        f"(`bench_qmc_features.json`).\n"
     )
 
 

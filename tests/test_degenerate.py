@@ -113,6 +113,9 @@ def test_random_feature_kpca_one_row_and_k_equal_n():
 @pytest.mark.parametrize(
     "d,m,expected",
     [
+        (1, 64, "qmc"),
+        (8, 4096, "qmc"),
+        (9, 64, "orf"),
         (12, 64, "orf"),
         (64, 50, "orf"),
         (512, 64, "orf"),
@@ -123,10 +126,14 @@ def test_random_feature_kpca_one_row_and_k_equal_n():
     ],
 )
 def test_auto_features_rule(d, m, expected):
-    # orf while d <= max(ceil(m / 2), 512); rff for wider input, where orf's d x d Haar block
-    # costs O(d^3) for fewer than d frequencies (see resolve_features).
+    # qmc up to 8 input columns; then orf while d <= max(ceil(m / 2), 512); rff for wider
+    # input, where orf's d x d Haar block costs O(d^3) for fewer than d frequencies (see
+    # resolve_features).
     assert resolve_features("auto", RBF(1.0), d, m) == expected
     assert resolve_features("auto", RBF(1.0)) == "orf"  # width unknown: the accurate map
+    laplacian = "qmc" if d <= 8 else "rff"
+    assert resolve_features("auto", fk.kernels.Laplacian(1.0), d, m) == laplacian
+    assert resolve_features("auto", fk.kernels.Polynomial(), d, m) == "tensorsketch"
 
 
 def test_auto_features_wide_input_draws_rff():

@@ -30,6 +30,7 @@ FLOAT32_RTOL = 1e-5
 KERNELS = {
     "rff": RBF(0.05),
     "orf": RBF(0.05),
+    "qmc": Matern(0.05, nu=1.5),
     "fastfood": Matern(0.05, nu=1.5),
     "tensorsketch": Polynomial(degree=3, gamma=0.1, coef0=1.0),
 }

@@ -814,7 +814,7 @@ STATE_SCHEMAS: dict[str, Schema] = {
     "fastkpca.features.FourierFeatureMap": Schema(
         {
             "frequencies": Array(("n_input_features", "n_frequencies")),
-            "kind": OneOf(("rff", "orf")),
+            "kind": OneOf(("rff", "orf", "qmc")),
         },
         checks=(_fourier_output,),
     ),

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_TOL",
     "check_tol",
     "check_auto_size",
+    "plain",
 ]
 
 #: Rows per block when a method walks over an in-memory array.
@@ -25,6 +26,18 @@ DEFAULT_BLOCK_ROWS = 8192
 #: ``n_landmarks="auto"`` / ``n_random_features="auto"`` without ``tol``: grow to a relative rank-k
 #: error of at most 1.05 (estimated), 5 % above exact KPCA's optimum.
 DEFAULT_TOL = 0.05
+
+
+def plain(value):
+    """``value`` in plain Python values (JSON-ready): dicts with string keys, lists for tuples
+    and arrays, Python numbers for numpy scalars; anything else as it is."""
+    if isinstance(value, dict):
+        return {str(key): plain(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    return value
 
 
 def as_generator(random_state, *, name: str = "random_state") -> np.random.Generator:

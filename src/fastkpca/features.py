@@ -1,12 +1,13 @@
 """Random feature maps ``z`` with ``E[z(x) . z(y)] = k(x, y)``.
 
-Four maps, each drawn once from a kernel and a ``numpy.random.Generator``:
+Five maps, each drawn once from a kernel and a ``numpy.random.Generator``:
 
 ================ ========================================= ====================================
 name             kernels                                   cost per row (d inputs, m outputs)
 ================ ========================================= ====================================
 ``rff``          shift-invariant (rbf, laplacian, matern)  O(d m): ``X @ W``, then cos / sin
 ``orf``          isotropic (rbf, matern)                   O(d m), lower variance than ``rff``
+``qmc``          shift-invariant (rbf, laplacian, matern)  O(d m), far lower error for small d
 ``fastfood``     isotropic (rbf, matern)                   O(m log d) time, O(m) memory
 ``tensorsketch`` polynomial                                O(p (d + m log m))
 ================ ========================================= ====================================
@@ -66,10 +67,12 @@ __all__ = [
 ]
 
 #: The feature-map kinds accepted by ``features=`` everywhere.
-FEATURES = ("rff", "orf", "fastfood", "tensorsketch")
+FEATURES = ("rff", "orf", "qmc", "fastfood", "tensorsketch")
 #: ``features="auto"`` keeps ``orf`` up to this input width even with fewer frequencies than
 #: columns; see :func:`resolve_features`.
 AUTO_ORF_MAX_WIDTH = 512
+#: ... and ``qmc`` up to this one (its error bound grows like (log m)^d; benchmarks/NOTES.md).
+AUTO_QMC_MAX_WIDTH = 8
 
 #: ``n_random_features=None`` means this many output columns.  It does not depend on n: random
 #: features approximate the kernel better the more there are whatever n is, and a streaming fit
@@ -471,6 +474,17 @@ def _draw_orf(kernel, n_freq, d, rng):
     return FourierFeatureMap((Q * radii[:, None]).T, kind="orf")
 
 
+def _draw_qmc(kernel, n_freq, d, rng):
+    """Quasi-Monte Carlo features (Yang, Sindhwani, Avron & Mahoney, ICML 2014, section 3): the
+    spectral density's quantiles at a scrambled (unbiased) Sobol sequence in d + 1 dimensions,
+    error nearly ``1 / m`` for small d; a seed's larger maps extend its smaller ones."""
+    from scipy.stats import qmc  # scipy.stats takes 0.3 s to import: only where it is used
+
+    points = qmc.Sobol(d + 1, scramble=True, seed=rng).random_base2((n_freq - 1).bit_length())
+    points = np.clip(points[:n_freq], 2.0**-40, 1.0 - 2.0**-40)  # no infinite quantile
+    return FourierFeatureMap(kernel.sample_frequencies(n_freq, d, rng, points).T, kind="qmc")
+
+
 def _draw_fastfood(kernel, n_freq, d, rng):
     _isotropic_radii(kernel, 0, 1, rng)  # raises for kernels without an isotropic density
     D = 1 << max(0, (d - 1).bit_length())
@@ -516,11 +530,15 @@ def resolve_features(
     n_input_features: int | None = None,
     n_random_features: int | None = None,
 ) -> str:
-    """The feature-map kind for ``features="auto"`` (or a named kind, validated): ``orf`` for rbf
-    and matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial; ``rff`` also where the
-    input is wider than the frequencies and :data:`AUTO_ORF_MAX_WIDTH` (``orf``'s d x d blocks
-    cost O(d^3))."""
+    """The feature-map kind for ``features="auto"`` (or a named kind, validated): ``qmc`` for
+    shift-invariant kernels on at most :data:`AUTO_QMC_MAX_WIDTH` input columns, else ``orf`` for
+    rbf and matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial; ``rff`` also where
+    the input is wider than the frequencies and :data:`AUTO_ORF_MAX_WIDTH` (``orf``'s d x d
+    blocks cost O(d^3))."""
     if features == "auto":
+        narrow = n_input_features is not None and n_input_features <= AUTO_QMC_MAX_WIDTH
+        if narrow and kernel.shift_invariant:
+            return "qmc"
         if kernel.name in ("rbf", "matern"):
             wide = (
                 n_input_features is not None
@@ -550,10 +568,10 @@ def draw_feature_map(
 
     Parameters
     ----------
-    features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
+    features : {"auto", "rff", "orf", "qmc", "fastfood", "tensorsketch"}
         ``auto``: see :func:`resolve_features`.
     kernel : Kernel
-        Shift-invariant for ``rff`` (rbf, laplacian, matern), isotropic for ``orf`` and
+        Shift-invariant for ``rff`` and ``qmc`` (rbf, laplacian, matern), isotropic for ``orf`` and
         ``fastfood`` (rbf, matern), polynomial for ``tensorsketch``; others raise ValueError.
     n_random_features : int
         The number m of output columns asked for; the Fourier maps output cos / sin pairs of
@@ -601,6 +619,8 @@ def draw_feature_map(
         fmap = _draw_rff(kernel, n_freq, d, rng)
     elif features == "orf":
         fmap = _draw_orf(kernel, n_freq, d, rng)
+    elif features == "qmc":
+        fmap = _draw_qmc(kernel, n_freq, d, rng)
     else:
         fmap = _draw_fastfood(kernel, n_freq, d, rng)
     _check_frequency_range(fmap, kernel)

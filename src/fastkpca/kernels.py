@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import chdtri, ndtri
 
 from ._utils import as_generator
 from .execution import kernel_ops
@@ -233,12 +234,13 @@ class Kernel:
         kernel on, before any fit work); nothing to check for most kernels."""
 
     def sample_frequencies(
-        self, n_frequencies: int, dim: int, rng: np.random.Generator
+        self, n_frequencies: int, dim: int, rng: np.random.Generator, uniforms=None
     ) -> np.ndarray:
         """Draw ``n_frequencies`` frequencies in R^dim from the kernel's spectral density.
 
         Returns a float64 array of shape ``(n_frequencies, dim)``; by Bochner's theorem
-        ``k(x - y) = E_w[cos(w . (x - y))]`` for w drawn from it.
+        ``k(x - y) = E_w[cos(w . (x - y))]`` for w drawn from it; with ``uniforms`` (n_frequencies
+        points of ``(0, 1)^(dim + 1)``) the density's quantiles there instead (``features="qmc"``).
         """
         raise ValueError(
             f"the {self.name!r} kernel is not shift-invariant, so it has no spectral density to "
@@ -395,15 +397,20 @@ class _Radial(_UnitDiagonal):
         return exp_(E)
 
 
+def _gaussian(n: int, dim: int, rng: np.random.Generator, uniforms) -> np.ndarray:
+    """Standard normal draws, or the normal quantiles of the first dim coordinates of uniforms."""
+    return rng.standard_normal((n, dim)) if uniforms is None else ndtri(uniforms[:, :dim])
+
+
 class RBF(_Radial):
     """Gaussian kernel ``exp(-gamma ||x - y||^2)``; gamma = 1 / (2 sigma^2)."""
 
     name = "rbf"
     _float32_blocks = True
 
-    def sample_frequencies(self, n_frequencies, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng, uniforms=None):
         # Spectral density of exp(-gamma r^2) is N(0, 2 gamma I) (Rahimi & Recht 2007).
-        return rng.standard_normal((n_frequencies, dim)) * np.sqrt(2.0 * self.gamma)
+        return _gaussian(n_frequencies, dim, rng, uniforms) * np.sqrt(2.0 * self.gamma)
 
 
 class Laplacian(_UnitDiagonal):
@@ -428,9 +435,11 @@ class Laplacian(_UnitDiagonal):
         D *= -self.gamma
         return store(exp_(D), out, ctx.dtype)
 
-    def sample_frequencies(self, n_frequencies, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng, uniforms=None):
         # exp(-gamma |t|) is the characteristic function of Cauchy(0, gamma); the L1 kernel is a
         # product over coordinates, so each coordinate is drawn independently.
+        if uniforms is not None:
+            return np.tan(np.pi * (uniforms[:, :dim] - 0.5)) * self.gamma
         return rng.standard_cauchy((n_frequencies, dim)) * self.gamma
 
 
@@ -486,13 +495,16 @@ class Matern(_Radial):
         t = xp.where(t == 0.0, float(np.finfo(np.float64).eps), t)
         return (2.0 ** (1.0 - nu) / math.gamma(nu)) * t**nu * bessel_kv(nu, t)
 
-    def sample_frequencies(self, n_frequencies, dim, rng):
+    def sample_frequencies(self, n_frequencies, dim, rng, uniforms=None):
         # The Matern spectral density is a multivariate Student-t with 2 nu degrees of freedom
         # and scale 1 / l: w = z / l * sqrt(2 nu / u), z ~ N(0, I), u ~ chi^2(2 nu).
         if np.isinf(self.nu):
-            return rng.standard_normal((n_frequencies, dim)) * np.sqrt(2.0 * self.gamma)
-        z = rng.standard_normal((n_frequencies, dim))
-        u = rng.chisquare(2.0 * self.nu, size=(n_frequencies, 1))
+            return _gaussian(n_frequencies, dim, rng, uniforms) * np.sqrt(2.0 * self.gamma)
+        if uniforms is not None:  # u at the last coordinate: chi^2's quantile, chdtri(v, 1 - p)
+            z, u = ndtri(uniforms[:, :dim]), chdtri(2.0 * self.nu, 1.0 - uniforms[:, dim:])
+        else:
+            z = rng.standard_normal((n_frequencies, dim))
+            u = rng.chisquare(2.0 * self.nu, size=(n_frequencies, 1))
         return z * np.sqrt(2.0 * self.nu / u) / self.length_scale
 
 

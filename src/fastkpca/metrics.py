@@ -20,7 +20,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from sklearn.utils.validation import check_array
 
 from ._centering import center_gram_inplace
-from ._utils import as_generator
+from ._utils import as_generator, plain
 from .decomposition._base import BaseKPCA, execution_context
 from .execution.arrays import take_rows, to_host
 from .kernels import Kernel, chunk_rows, make_kernel
@@ -642,27 +642,12 @@ def estimate_error(model, X, *, n_probe=2000, random_state=None, kernel=None) ->
             if fitted.kernel_step is fitted.final
             else {}  # the certificates read the kernel step's fitted attributes
         )
-    return _plain(result)
+    return plain(result)
 
 
 def _model_threads(model):
     """A fastkpca model's ``execution_context`` (``n_jobs``, ``verbose``); else a no-op."""
     return execution_context(model) if isinstance(model, BaseKPCA) else contextlib.nullcontext()
-
-
-def _plain(value):
-    """``value`` with numpy arrays, numpy scalars and tuples turned into plain Python ones."""
-    if isinstance(value, dict):
-        return {key: _plain(v) for key, v in value.items()}
-    if isinstance(value, list | tuple | np.ndarray):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool | np.bool_):
-        return bool(value)
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if isinstance(value, float | np.floating):
-        return float(value)
-    return value
 
 
 def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=None) -> dict:
@@ -729,7 +714,7 @@ def method_certificates(model, X, *, n_probe=2000, random_state=None, kernel=Non
             "value": float(np.linalg.norm(KP - Z @ Z.T)) / norm if norm > 0 else 0.0,
             "n_probe": p,
         }
-    return _plain(out)
+    return plain(out)
 
 
 # --- reconstruction error (Sriperumbudur & Sterge) -------------------------------------------

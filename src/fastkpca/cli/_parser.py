@@ -87,8 +87,8 @@ METHOD_OPTION_HELP: dict[str, tuple[str, tuple | None]] = {
     ),
     "features": (
         "random feature map ('auto': by kernel) [random-features, streaming]; choices: "
-        "auto, rff, orf, fastfood, tensorsketch; default: auto",
-        ("auto", "rff", "orf", "fastfood", "tensorsketch"),
+        "auto, rff, orf, qmc, fastfood, tensorsketch; default: auto",
+        ("auto", "rff", "orf", "qmc", "fastfood", "tensorsketch"),
     ),
     "solver": (
         "how the principal axes are computed [nystrom, random-features]; choices: auto, "

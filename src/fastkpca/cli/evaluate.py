@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from .. import metrics
+from .._utils import plain
 from ..decomposition.exact import ExactKPCA
 from ..metrics import estimate_error
 from ..persistence import load_with_info
@@ -137,7 +138,7 @@ def run(args):
     if X.shape[0] <= k:
         raise CLIError(f"{X.shape[0]} rows are too few to evaluate {k} components")
     m = X.shape[0]
-    estimate = _describe_estimate(_plain(_estimate(model, X, args)), n)
+    estimate = _describe_estimate(plain(_estimate(model, X, args)), n)
     rows = None if args.no_exact else evaluate_model(model, X, random_state=args.seed)
     exact_how = f"exact KPCA (ExactKPCA, the model's kernel, {k} components) of {_rows_text(m, n)}"
     if rows is not None:
@@ -156,7 +157,7 @@ def run(args):
                     "rows": _rows_text(m, n),
                     "n_components": k,
                     "estimate": estimate,
-                    "metrics": _plain(rows),
+                    "metrics": plain(rows),
                     "metrics_computation": "skipped (--no-exact)" if rows is None else exact_how,
                     "why_they_differ": None if rows is None else _why_they_differ(estimate) or None,
                 },
@@ -227,16 +228,3 @@ def _estimate_lines(est: dict) -> str:
         lines.append(f"  eigenvalue error       {eig['estimate']:.4g}   (+- {eig['stderr']:.2g})")
         lines.append(f"    {eig['computation']}")
     return "\n".join(lines)
-
-
-def _plain(value):
-    """A JSON-serialisable copy (arrays -> lists, numpy scalars -> numbers)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -32,6 +32,7 @@ import sklearn
 from sklearn.utils.validation import check_is_fitted
 
 from .._landmarks import rpcholesky_of_gram
+from .._utils import plain
 from ..execution import available_memory_bytes, format_bytes, one_blas_thread, progress_bar
 from ..execution.arrays import to_host
 from ..execution.memory import MEMORY_FRACTION, parse_bytes
@@ -113,10 +114,9 @@ EXACT_EIGEN_FLOPS = 300
 #: Landmarks grow by at least this factor from one fit to the next (:meth:`_Run.next_size`).
 MIN_GROWTH_FACTOR = 1.5
 
-#: The standard error of a probe of p rows times sqrt(p), at its smallest on the quick benchmark
-#: sets (the first fits' estimates on their 724-1131-row probes: 0.17, RandomNoisy, to 1.7,
-#: kddcup): where ``tol`` asks for more rows than :func:`probe_size` even at this, the first
-#: probe has twice as many (:meth:`_Run.first_probe`), the one a first estimate would ask for.
+#: The least standard error of a probe of p rows times sqrt(p) measured on the benchmark sets
+#: (benchmarks/NOTES.md): where ``tol`` asks for more rows than :func:`probe_size` even at this,
+#: the first probe has twice as many (:meth:`_Run.first_probe`).
 STDERR_SQRT_ROWS = 0.17
 
 #: The probe takes at most this fraction of the memory budget (its rows are fewer when it
@@ -219,8 +219,7 @@ def nystrom_errors(probe: ErrorProbe, k: int, sizes, method: str, rng, stop: flo
     Nystrom features fitted on the half and judged on its rows (the probe's weighted loss,
     :mod:`fastkpca.statistics.probe`) against the half's own KPCA, its unweighted top-k, which
     the fits tend to as c nears the half's rows (against the weighted optimum they would level
-    off above 1 where the diagonal weighs much: 1.027 from 64 pivoted landmarks on kddcup's
-    repeated rows, above the 1 + tol / 2 asked for tol = 0.05).  Fitted to the rows it is
+    off above 1 where the diagonal weighs much: benchmarks/NOTES.md).  Fitted to the rows it is
     judged on, it reads optimistic for a fit on all rows: the growth that follows corrects it.
     """
     probe.reference(k)  # the parts for rank k
@@ -671,7 +670,7 @@ class _Run:
             "status": "done",
             "why": "" if size is not None else "no probe: exact KPCA fits the budgets",
         }
-        self.report.append(_plain(entry))
+        self.report.append(plain(entry))
 
     # --- the cost model -------------------------------------------------------------------------
     def flops(self, method: str, size: int, params: dict) -> float:
@@ -955,7 +954,7 @@ class _Run:
             "method": method,
             "size": None if size is None else int(size),
             "size_name": _SIZE_NAMES.get(method, "n_random_features"),
-            "params": _plain(dict(params)),
+            "params": plain(dict(params)),
             "reason": reason,
             "error": None if err is None else float(err),
             "error_stderr": None if stderr is None else float(stderr),
@@ -998,8 +997,7 @@ class _Run:
         """``"rpcholesky"`` when, on the probe, it reaches tol at a size whose fit the cost model
         prices below the uniform landmarks' fit at theirs (and the rows can be taken by index),
         else ``"uniform"``.  Pivoted landmarks need fewer of them on data with far-apart
-        clusters or outliers (kddcup: 64 where uniform ones need 1024), but their selection
-        costs 0.8-2.7x a uniform fit of the same size (:data:`RPCHOLESKY_SELECTION_COST`)."""
+        clusters or outliers, but their selection costs more (:data:`RPCHOLESKY_SELECTION_COST`)."""
         if not (self.profile.random_access and self.profile.multi_pass):
             return "uniform"
         uniform = self.predicted_size("uniform")
@@ -1108,9 +1106,8 @@ class _Run:
             own = dict(params, n_random_features=int(size))
         model = cls(**common, **own)
         start = time.perf_counter()
-        # In-memory rows were checked whole by AutoKPCA's own validation (finite values
-        # included): each fit skips that scan (20-40 ms at 70,000 x 784).  Rows read from
-        # memory maps, blocks or files are checked as each fit reads them.
+        # In-memory rows were checked whole (finite values included) by AutoKPCA's validation:
+        # each fit skips that scan; rows of memory maps, blocks or files are checked as read.
         checked = type(self.X) is np.ndarray or sp.issparse(self.X)
         with sklearn.config_context(assume_finite=checked or None):
             model.fit(self.X)
@@ -1125,18 +1122,3 @@ class _Run:
 _KEPT = (RESOLUTION, PLATEAU)
 
 _SIZE_NAMES = {"exact": "rows", "nystrom": "n_landmarks"}
-
-
-def _plain(value):
-    """A report value as plain Python (JSON-ready) values."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)

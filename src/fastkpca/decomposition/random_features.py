@@ -157,8 +157,9 @@ class RandomFeatureKPCA(BaseKPCA):
         Fourier maps output cos / sin pairs, so an odd m is rounded up to even
         (``n_output_features_``).
         ``"auto"`` (or None with a ``tol``): chosen by tolerance, see ``tol``.
-    features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
-        The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``orf`` for rbf and
+    features : {"auto", "rff", "orf", "qmc", "fastfood", "tensorsketch"}
+        The feature map, see :mod:`fastkpca.features`.  ``auto`` (default): ``qmc`` (quasi-Monte
+        Carlo) for shift-invariant kernels on at most 8 input columns, else ``orf`` for rbf and
         matern, ``rff`` for laplacian, ``tensorsketch`` for polynomial
         (:func:`fastkpca.features.resolve_features`).
     solver : {"auto", "exact", "randomized", "countsketch"}
@@ -505,7 +506,7 @@ class RandomFeatureKPCA(BaseKPCA):
         rng = self._make_rng()
         probe_rng = np.random.default_rng(int(rng.integers(2**63)))
         kernel = self._resolve_kernel(row_range(first, 0, DEFAULT_BLOCK_ROWS), rng)
-        kind = resolve_features(self.features, kernel)
+        kind = resolve_features(self.features, kernel, first.shape[1])
         probe = draw_probe(source, probe_rng, kernel=kernel)
         k = self.n_components or DEFAULT_N_COMPONENTS
         start = max(TOL_START_FEATURES, 1 << int(np.ceil(np.log2(2 * k))))

@@ -150,7 +150,7 @@ class StreamingKPCA(BaseKPCA):
         (:func:`~fastkpca.statistics.feature_sketch.sketch_count`) updated by parallel threads
         and merged up a fixed tree (same bound); sketches that cannot fit in memory are refused
         up front (ValueError).  ``ell >= n_output_features_`` never shrinks (exact model).
-    features : {"auto", "rff", "orf", "fastfood", "tensorsketch"}
+    features : {"auto", "rff", "orf", "qmc", "fastfood", "tensorsketch"}
         The feature map, see :mod:`fastkpca.features` (``auto``:
         :func:`fastkpca.features.resolve_features`).
     random_state : int, Generator or None

@@ -173,9 +173,8 @@ MATMAT_BLOCK_ROWS = 512
 KRYLOV_MAX_BLOCKS = 6
 #: Nystrom's whitening of a c x c landmark Gram on a device is the host's pivoted Cholesky up to
 #: this c (:func:`~fastkpca.execution.linalg.whitening`): the same factor, hence the same model
-#: as the host's, for the cost of moving the Gram there and back (8 c^2 bytes each way) and a
-#: host ``dpstrf`` (c^3 / 3 flops: about 0.3 s at c = 4096 on two cores); above it, the
-#: device's ``eigh``.
+#: as the host's, for moving the Gram there and back and a host ``dpstrf`` (c^3 / 3 flops);
+#: above it, the device's ``eigh``.
 HOST_WHITENING_MAX = 4096
 #: Flops from which a serial dense step between threaded maps uses BLAS's threads (after such a
 #: call they busy-wait, up to 2^28 cycles or ~0.1 s, on the cores the next map needs).

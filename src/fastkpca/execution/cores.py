@@ -45,8 +45,7 @@ def _read(path: Path) -> str | None:
 
 
 #: The cgroup folders of this process under the system's cgroup root, found at most every
-#: :data:`QUOTA_TTL` seconds: the walk takes about 1.3 ms, and the memory check of every fit
-#: asks for them (11 times in a 70 ms AutoKPCA fit of pendigits: 15 ms).  The files in them
+#: :data:`QUOTA_TTL` seconds (the memory check of every fit asks for them); the files in them
 #: (usage, limits) are read afresh each time.
 _DIRS_CACHE: dict = {"pid": None, "time": -math.inf, "dirs": []}
 
@@ -111,8 +110,8 @@ def cgroup_cpu_quota(root: Path = _CGROUP_ROOT) -> float | None:
     return min(quotas) if quotas else None
 
 
-#: Seconds for which a cgroup quota read is reused: reading it walks a few files (0.6 ms),
-#: and :func:`usable_cores` is asked at every threaded call.
+#: Seconds for which a cgroup quota read is reused (:func:`usable_cores` is asked at every
+#: threaded call).
 QUOTA_TTL = 5.0
 _QUOTA_CACHE: dict = {"pid": None, "time": -math.inf, "value": None}
 

@@ -292,8 +292,7 @@ def whitening(A, tol: float):
 
 
 def _cholesky_whitening(A: np.ndarray, tol: float):
-    # Worked in place where it can be: each new c x c array is a first touch of fresh memory,
-    # which cost 14-20 ms apiece in some fits (NOTES).
+    # In place where it can be: each new c x c array is a first touch of fresh memory (NOTES).
     c = A.shape[0]
     with one_blas_thread():  # pivoted Cholesky: no faster on BLAS threads (NOTES)
         R, piv, rank, _ = lapack.dpstrf(A, tol=tol, lower=0)  # a copy of A, Fortran order

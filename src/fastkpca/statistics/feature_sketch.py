@@ -405,9 +405,8 @@ def skpca_eigen(
     in the sketch, elsewhere the geometric mean of the average loss and ``delta`` (every
     direction's loss is at most ``delta``; the estimated operator is also ``rho`` on the
     complement of the sketch's span, so ``rho`` can be reported where the sketch has nothing
-    larger).  The former estimate, ``delta`` added
-    on B's whole row span (compensative FD, Desai et al. 2016), is the upper bound whenever
-    the top directions did not stay in the sketch: 3x the truth on RandomNoisy, ell = 10.
+    larger).  ``delta`` added on B's whole row span (compensative FD, Desai et al. 2016) is the
+    upper bound whenever the top directions did not stay in the sketch.
 
     Parameters
     ----------
@@ -470,9 +469,10 @@ def skpca_eigen(
             values = np.concatenate([values, np.full(min(rest, k), fill)])
             return np.maximum(np.sort(values)[::-1][:k], 0.0)
 
-        # M is an uncentered difference: its round-off is about size(M) eps trace(B^T B), and
-        # eigenvalues below that (e.g. ~1e-14 for identical rows, whose centered Gram is 0) are 0.
-        floor = M.shape[0] * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
+        # M is an uncentered difference of products over m columns, its round-off about
+        # (size(M) + sqrt(m)) eps trace(B^T B) (Higham's probabilistic bound of B Q's m-term
+        # sums): eigenvalues below that (identical rows: centered Gram 0) are 0.
+        floor = (M.shape[0] + np.sqrt(m)) * np.finfo(np.float64).eps * float(np.sum(BQ * BQ))
         lower = top(eigh(M)[0], 0.0)
         lower[lower <= floor] = 0.0
         slack = float(shrinkage)

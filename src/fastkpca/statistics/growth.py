@@ -49,8 +49,7 @@ __all__ = [
 RESOLUTION_STDERRS = 2.0
 
 #: ... and, above that, after this many growth steps in a row in which it fell by less than its
-#: standard error, keeping the most accurate fit rather than growing to the cap (kddcup's first
-#: 20,000 rows: estimates 1.038, 1.035, 1.033 from 1128 to 4512 landmarks with tol = 0.01).
+#: standard error, keeping the most accurate fit rather than growing to the cap.
 PLATEAU_STEPS = 2
 
 
