@@ -478,7 +478,7 @@ def _draw_qmc(kernel, n_freq, d, rng):
     """Quasi-Monte Carlo features (Yang, Sindhwani, Avron & Mahoney, ICML 2014, section 3): the
     spectral density's quantiles at a scrambled (unbiased) Sobol sequence in d + 1 dimensions,
     error nearly ``1 / m`` for small d; a seed's larger maps extend its smaller ones."""
-    from scipy.stats import qmc  # scipy.stats takes 0.3 s to import: only where it is used
+    from scipy.stats import qmc  # slow to import (benchmarks/NOTES.md): only where it is used
 
     points = qmc.Sobol(d + 1, scramble=True, seed=rng).random_base2((n_freq - 1).bit_length())
     points = np.clip(points[:n_freq], 2.0**-40, 1.0 - 2.0**-40)  # no infinite quantile
